@@ -1,0 +1,3 @@
+from acetui.cli import main
+
+main()

@@ -1,0 +1,91 @@
+"""``acetui prune``: the headless face of the pipeline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from acetui.cli import app
+from core.config import ZEROSHOT_TASKS, RunConfig
+from core.metrics import METHODS
+
+
+def split_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parse_evals(text: str) -> list[str]:
+    return [] if text.strip() == "none" else split_list(text)
+
+
+def summary_table(result: dict) -> Table:
+    table = Table(title=f"{result['label']} at {result['sparsity']} ({result['group']} groups)")
+    for column, justify in [("model", "left"), ("method", "left"), ("sparsity", "right"), ("calibration", "right"),
+                            ("prune s", "right"), ("ppl wikitext2", "right"), ("peak RSS MiB", "right")]:
+        table.add_column(column, justify=justify)
+    calib, ppl = result["calibration"], result["ppl_wikitext2"]
+    ppl_text = "—" if ppl is None else f"{ppl:.2f}"
+    if result["ppl_partial"]:
+        ppl_text += f" (partial: {result['ppl_windows']} windows)"
+    table.add_row(Path(result["model"]).name, result["label"], f"{result['overall_sparsity']:.4f}",
+                  f"{calib['nsamples']}×{calib['seqlen']}", f"{result['prune_seconds']:.1f}", ppl_text,
+                  f"{result['peak_rss_mb']:.0f}")
+    return table
+
+
+def config_from_options(model, method, sparsity, group, calib, nsamples, seqlen, seed, eval, eval_seqlen, eval_limit,
+                        tasks, limit, batch_size, device, dtype, squared_weight, save=None, overwrite=False) -> RunConfig:
+    """One place that turns CLI options into a validated RunConfig (prune, compare and sweep share it)."""
+    from core import pipeline
+
+    config = RunConfig(model=model, method=method, sparsity=sparsity, group=group, calib=calib, nsamples=nsamples,
+                       seqlen=seqlen, seed=seed, evals=parse_evals(eval), eval_seqlen=eval_seqlen,
+                       eval_limit=eval_limit, tasks=split_list(tasks), zeroshot_limit=limit, batch_size=batch_size,
+                       device=device, dtype=dtype, squared_weight=squared_weight,
+                       save=str(save) if save else None, overwrite=overwrite)
+    pipeline.validate(config)
+    if config.seqlen != "full":
+        config.seqlen = int(config.seqlen)
+    return config
+
+
+@app.command()
+def prune(
+    model: str = typer.Argument(..., help="Hub id, local checkpoint folder, or .gguf file."),
+    method: str = typer.Option("ace", "--method", "-m", help=f"One of: {', '.join(METHODS)}."),
+    sparsity: str = typer.Option("0.5", "--sparsity", "-s", help="A ratio in (0, 1) or N:M such as 2:4."),
+    group: str = typer.Option("row", help="Which weights compete for unstructured sparsity: row or layer."),
+    calib: str = typer.Option("c4", help="c4, wikitext2, or a .txt/.jsonl/.json(.gz) file with a 'text' field."),
+    nsamples: int = typer.Option(128, help="Calibration windows."),
+    seqlen: str = typer.Option("16", help="Calibration window length in tokens, or 'full' (context, capped at 4096)."),
+    seed: int = typer.Option(0, help="Seed of the window sampler."),
+    eval: str = typer.Option("wikitext2", "--eval", help="wikitext2, zeroshot, both comma-separated, or none."),
+    eval_seqlen: Optional[int] = typer.Option(None, help="Perplexity window length (default: the context, capped at 4096)."),
+    eval_limit: Optional[int] = typer.Option(None, help="Evaluate the first N perplexity windows only."),
+    tasks: str = typer.Option(",".join(ZEROSHOT_TASKS), help="Zero-shot tasks, comma-separated."),
+    limit: Optional[int] = typer.Option(None, help="Zero-shot examples per task (a partial result)."),
+    batch_size: int = typer.Option(8, help="Zero-shot batch size."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda[:i]."),
+    dtype: str = typer.Option("auto", help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16."),
+    squared_weight: bool = typer.Option(False, help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md)."),
+    save: Optional[Path] = typer.Option(None, help="Save the pruned model as a Hugging Face checkpoint here."),
+    overwrite: bool = typer.Option(False, help="Allow --save into a non-empty folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+) -> None:
+    """Prune MODEL with one method and sparsity; evaluate and optionally save it."""
+    from acetui.progress import EventProgress
+    from core.runner import run_recorded
+
+    config = config_from_options(model, method, sparsity, group, calib, nsamples, seqlen, seed, eval, eval_seqlen,
+                                 eval_limit, tasks, limit, batch_size, device, dtype, squared_weight, save, overwrite)
+    with EventProgress() as progress:
+        result = run_recorded(config, progress)
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        Console().print(summary_table(result))

@@ -1,0 +1,45 @@
+"""Rich rendering of pipeline events on stderr: a bar per stage and per decoder layer."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from core.events import LayerPruned, LayerStarted, RunStarted, Stage
+
+STAGE_NAMES = {"load": "loading model", "calibration": "calibration data", "wikitext2": "WikiText-2 perplexity"}
+
+
+class EventProgress:
+    """A callback for ``pipeline.run`` that draws progress on stderr (never stdout, which holds results)."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False)
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+    def _task(self, key: str, description: str, total):
+        if key not in self.tasks:
+            self.tasks[key] = self.progress.add_task(description, total=total)
+        return self.tasks[key]
+
+    def __call__(self, event) -> None:
+        if isinstance(event, RunStarted):
+            self._task("layers", f"pruning ({event.method} {event.sparsity})", event.num_layers)
+        elif isinstance(event, Stage):
+            name = STAGE_NAMES.get(event.name, event.name.replace("zeroshot:", "zero-shot "))
+            self.progress.update(self._task(event.name, name, event.total), completed=event.done, total=event.total)
+        elif isinstance(event, LayerStarted):
+            self.progress.update(self.tasks["layers"], description=f"layer {event.index + 1}/{event.total}")
+        elif isinstance(event, LayerPruned):
+            sparsity = sum(r.sparsity * r.d_in * r.d_out for r in event.linears) / max(1, sum(r.d_in * r.d_out for r in event.linears))
+            self.progress.update(self.tasks["layers"], completed=event.index + 1)
+            self.progress.console.log(f"layer {event.index:>3}  {len(event.linears)} linears  sparsity {sparsity:.4f}  {event.seconds:.2f}s")

@@ -1,0 +1,126 @@
+"""Calibration windows and evaluation text, from local files (``ACETUI_DATA_DIR`` or a path) or the hub."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import torch
+
+from core.errors import UserError
+from core.paths import data_dir
+
+C4_SHARD = "en/c4-train.00000-of-01024.json.gz"
+HUB_HINT = "set ACETUI_DATA_DIR to a local data folder (the layout of shared/data) or pass --calib PATH"
+
+
+def _read_records(path: Path) -> list[str]:
+    """Documents of a .txt (the whole file is one document), .jsonl or .json(.gz) with a ``text`` field."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    name = path.name.removesuffix(".gz")
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            if name.endswith(".txt") or name.endswith(".raw"):
+                return [handle.read()]
+            if name.endswith(".jsonl"):
+                rows = [json.loads(line) for line in handle if line.strip()]
+            elif name.endswith(".json"):
+                content = handle.read()
+                try:
+                    rows = json.loads(content)
+                except json.JSONDecodeError:  # HF "json" files are often one record per line
+                    rows = [json.loads(line) for line in content.splitlines() if line.strip()]
+                rows = rows if isinstance(rows, list) else [rows]
+            else:
+                raise UserError(f"Calibration file {path} must be .txt, .jsonl or .json(.gz).")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError) as error:
+        raise UserError(f"Could not read {path}: {error}.") from None
+    try:
+        return [row["text"] for row in rows]
+    except (KeyError, TypeError):
+        raise UserError(f"{path} has records without a 'text' field.") from None
+
+
+def _hub_texts(what: str, loader) -> list[str]:
+    try:
+        return loader()
+    except Exception as error:  # datasets raises many kinds when offline
+        raise UserError(f"Could not fetch {what} from the Hugging Face hub ({type(error).__name__}); {HUB_HINT}.") from None
+
+
+def calibration_documents(source: str) -> tuple[list[str], str]:
+    """The documents to draw windows from, and a description of where they came from."""
+    local = data_dir()
+    if source == "c4":
+        if local:
+            path = local / "c4" / "c4_calib_merged.jsonl"
+            if not path.is_file():
+                raise UserError(f"ACETUI_DATA_DIR has no C4 sample at {path}.")
+            return _read_records(path), str(path)
+
+        def hub():
+            from datasets import load_dataset
+
+            return load_dataset("allenai/c4", data_files={"train": C4_SHARD}, split="train")["text"]
+
+        return _hub_texts("C4", hub), f"allenai/c4 {C4_SHARD}"
+    if source == "wikitext2":
+        if local:
+            path = local / "wikitext-2-raw" / "hf_rows" / "train.json"
+            if not path.is_file():
+                raise UserError(f"ACETUI_DATA_DIR has no WikiText-2 train split at {path} (the test split is for evaluation only); use --calib c4 or a file.")
+            return ["\n\n".join(_read_records(path))], str(path)
+
+        def hub():
+            from datasets import load_dataset
+
+            return ["\n\n".join(load_dataset("wikitext", "wikitext-2-raw-v1", split="train")["text"])]
+
+        return _hub_texts("WikiText-2", hub), "wikitext-2-raw-v1 train"
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise UserError(f"Calibration source '{source}' is neither c4, wikitext2 nor an existing file.")
+    return _read_records(path), str(path)
+
+
+def calibration_windows(tokenizer, documents: list[str], nsamples: int, seqlen: int, seed: int) -> torch.Tensor:
+    """``nsamples`` windows of ``seqlen`` tokens, drawn as Wanda's C4 sampler does: with
+    ``random.seed(seed)``, pick a random document longer than ``seqlen`` tokens, then a random
+    window inside it. Returns ``(nsamples, seqlen)`` token ids."""
+    ids = tokenizer(documents, add_special_tokens=True)["input_ids"]
+    # Positions a window can start at: Wanda draws randint(0, len - seqlen - 1).
+    available = sum(max(0, len(doc) - seqlen) for doc in ids)
+    if available < nsamples:
+        raise UserError(
+            f"The calibration data does not hold {nsamples} windows of {seqlen} tokens "
+            f"(its longest document has {max(map(len, ids), default=0)} tokens); use a smaller --seqlen or --nsamples, or more text."
+        )
+    random.seed(seed)
+    windows = []
+    for _ in range(nsamples):
+        while True:
+            doc = ids[random.randint(0, len(ids) - 1)]
+            if len(doc) > seqlen:
+                break
+        start = random.randint(0, len(doc) - seqlen - 1)
+        windows.append(doc[start : start + seqlen])
+    return torch.tensor(windows, dtype=torch.long)
+
+
+def wikitext2_test_text() -> tuple[str, str]:
+    """The ``wikitext-2-raw-v1`` test split joined with two newlines, as Wanda and SparseGPT evaluate it."""
+    local = data_dir()
+    if local:
+        path = local / "wikitext-2-raw" / "hf_rows" / "test.json"
+        if not path.is_file():
+            raise UserError(f"ACETUI_DATA_DIR has no WikiText-2 test split at {path}.")
+        return "\n\n".join(_read_records(path)), str(path)
+
+    def hub():
+        from datasets import load_dataset
+
+        return load_dataset("wikitext", "wikitext-2-raw-v1", split="test")["text"]
+
+    return "\n\n".join(_hub_texts("WikiText-2", hub)), "wikitext-2-raw-v1 test"

@@ -1,0 +1,41 @@
+"""WikiText-2 perplexity, computed as Wanda's ``eval_ppl``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from core.events import Stage
+
+EVAL_TOKENS_PER_BATCH = 4096  # windows per forward pass = this // window length (at least 1)
+
+
+@torch.no_grad()
+def perplexity(model, tokenizer, text: str, seqlen: int, limit: int | None = None, device=None,
+               on_event=None, cancel=None) -> tuple[float, int, int]:
+    """Cut the tokenized text into ``numel // seqlen`` windows (the first ``limit`` if given) and return
+    ``(ppl, windows_used, windows_total)`` with ``ppl = exp(sum of window NLL / (windows * seqlen))``,
+    where a window's NLL is its mean next-token loss times ``seqlen`` (Wanda's convention)."""
+    ids = tokenizer(text, return_tensors="pt").input_ids[0]
+    total = ids.numel() // seqlen
+    windows = min(total, limit) if limit else total
+    device = device or next(model.parameters()).device
+    batch = max(1, EVAL_TOKENS_PER_BATCH // seqlen)
+    nll = 0.0
+    for start in range(0, windows, batch):
+        if cancel is not None and cancel.is_set():
+            from core.errors import Cancelled
+
+            raise Cancelled()
+        stop = min(start + batch, windows)
+        inputs = ids[start * seqlen : stop * seqlen].reshape(stop - start, seqlen).to(device)
+        logits = model(input_ids=inputs, use_cache=False).logits
+        loss = F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]).float(), inputs[:, 1:].reshape(-1), reduction="none"
+        ).view(stop - start, seqlen - 1)
+        nll += (loss.mean(dim=1) * seqlen).sum().item()
+        if on_event:
+            on_event(Stage("wikitext2", stop, windows))
+    return math.exp(nll / (windows * seqlen)), windows, total

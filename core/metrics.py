@@ -1,0 +1,93 @@
+"""Pruning scores, one pure function each (higher score = keep), and the registry of methods.
+
+Formulas are those fixed in ACE.md. ``W`` is float32 ``(d_out, d_in)``; ``stats`` holds the
+per-input-column accumulators of the calibration activations (``core.stats.ColumnStats``).
+Scaling: ``||X_j||_2`` is the plain L2 norm over all T calibration tokens (no 1/N); VarP's
+``E[x^2]``, ``E[x^4]`` are per-token means. Multiplicative per-layer constants never change a
+ranking, so only VarP's additive ``1 +`` depends on that choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from core.errors import UserError
+
+
+def magnitude(W, stats, opts):
+    return W.abs()
+
+
+def wanda(W, stats, opts):
+    return W.abs() * stats.norm[None, :]
+
+
+def ria(W, stats, opts):
+    A = W.abs()
+    relative = A / A.sum(dim=0, keepdim=True) + A / A.sum(dim=1, keepdim=True)
+    return relative * stats.norm[None, :] ** opts.ria_alpha
+
+
+def cosine_loss(W):
+    """``C_ij = |W_ij| / sqrt(mean_i W_ij^2) * sqrt(sum_j W_ij^2)``: relative cosine-similarity loss."""
+    column_rms = W.pow(2).mean(dim=0, keepdim=True).sqrt()
+    row_norm = W.pow(2).sum(dim=1, keepdim=True).sqrt()
+    return W.abs() / column_rms * row_norm
+
+
+def variance_term(stats):
+    """``V_j = 1 + E[x^2] + E[x^4]``: the truncated series of the paper's ``E[1/(1-x^2)]``."""
+    return 1 + stats.e2 + stats.e4
+
+
+def _weight(W, opts):
+    return W.pow(2) if opts.squared_weight else W.abs()
+
+
+def cosp(W, stats, opts):
+    return W.abs() * stats.norm[None, :] * cosine_loss(W)
+
+
+def varp(W, stats, opts):
+    return _weight(W, opts) * variance_term(stats)[None, :]
+
+
+def ace(W, stats, opts):
+    return _weight(W, opts) * variance_term(stats)[None, :] * cosine_loss(W)
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    paper_name: str
+    description: str
+    score: Callable | None  # None: not a score-then-mask method (SparseGPT solves its own update)
+    needs_activations: bool = True
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in [
+        Method("magnitude", "Magnitude", "|W|: weight magnitude, no calibration data", magnitude, needs_activations=False),
+        Method("wanda", "Wanda", "|W| * ||X_j||: weight times input-activation norm (Sun et al.)", wanda),
+        Method("ria", "RIA", "relative importance times ||X_j||^0.5 (Zhang et al.)", ria),
+        Method("sparsegpt", "SparseGPT", "OBS weight reconstruction with the Hessian X^T X (Frantar & Alistarh)", None),
+        Method("cosp", "CosP", "|W| * ||X_j|| * C: activation cosine-similarity loss (ACE)", cosp),
+        Method("varp", "VarP", "|W| * (1 + E[x^2] + E[x^4]): activation variance (ACE)", varp),
+        Method("ace", "CosP+VarP", "|W| * V_j * C: CosP+VarP, the paper's combination (ACE)", ace),
+    ]
+}
+
+
+def get_method(name: str) -> Method:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise UserError(f"Unknown method '{name}'; choose one of: {', '.join(METHODS)}.") from None
+
+
+def score_weights(method: Method, W: torch.Tensor, stats, opts) -> torch.Tensor:
+    return method.score(W.float(), stats, opts)

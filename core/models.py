@@ -1,0 +1,184 @@
+"""Loading models (hub id, local checkpoint folder, GGUF file), finding their decoder layers and
+linears for each supported family, and device/dtype choices."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from core.config import FULL_CONTEXT_CAP
+from core.errors import UserError
+
+SUPPORTED = "the LLaMA family (LLaMA 1/2/3, Mistral, Qwen2/3, Gemma 2/3, SmolLM), OPT and GPT-2"
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {name} was asked for, but torch sees no CUDA GPU on this machine; use --device cpu.")
+        index = torch.device(name).index or 0
+        if index >= torch.cuda.device_count():
+            raise UserError(f"--device {name} does not exist; this machine has {torch.cuda.device_count()} GPU(s).")
+        return torch.device(name)
+    if name == "cpu":
+        return torch.device("cpu")
+    raise UserError(f"Unknown device '{name}'; use auto, cpu or cuda[:i].")
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        if device.type == "cpu":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if name not in dtypes:
+        raise UserError(f"Unknown dtype '{name}'; use auto, float32, float16 or bfloat16.")
+    return dtypes[name]
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layers, wherever the family keeps them."""
+    for path in ("model.layers", "model.decoder.layers", "transformer.h"):
+        holder = model
+        for part in path.split("."):
+            holder = getattr(holder, part, None)
+            if holder is None:
+                break
+        if isinstance(holder, nn.ModuleList):
+            return holder
+    kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+    raise UserError(f"Model type '{kind}' is not supported; acetui prunes {SUPPORTED}.")
+
+
+def prunable_linears(layer: nn.Module) -> dict[str, nn.Module]:
+    """Every linear of a decoder layer: ``nn.Linear``, and GPT-2's ``Conv1D`` (weight stored transposed)."""
+    from transformers.pytorch_utils import Conv1D
+
+    return {name: m for name, m in layer.named_modules() if isinstance(m, (nn.Linear, Conv1D))}
+
+
+def weight_matrix(module: nn.Module) -> torch.Tensor:
+    """The weight as ``(d_out, d_in)`` whatever the storage (Conv1D keeps ``(d_in, d_out)``)."""
+    return module.weight.data if isinstance(module, nn.Linear) else module.weight.data.t()
+
+
+def set_weight_matrix(module: nn.Module, W: torch.Tensor) -> None:
+    target = module.weight.data
+    target.copy_(W if isinstance(module, nn.Linear) else W.t())
+
+
+@dataclass
+class Loaded:
+    model: nn.Module
+    tokenizer: object
+    source: str
+    family: str
+    device: torch.device
+    dtype: torch.dtype
+    context_length: int
+    _dense: dict = field(default_factory=dict, repr=False)
+
+    def snapshot(self) -> None:
+        """Keep a CPU copy of every decoder linear's weight, so ``reset`` can undo a pruning run."""
+        self._dense = {
+            (i, name): module.weight.data.detach().to("cpu", copy=True)
+            for i, layer in enumerate(decoder_layers(self.model))
+            for name, module in prunable_linears(layer).items()
+        }
+
+    def reset(self) -> None:
+        """Restore the dense weights captured by ``snapshot`` (compare/sweep prune one model repeatedly)."""
+        if not self._dense:
+            raise RuntimeError("reset() needs snapshot() first")
+        for i, layer in enumerate(decoder_layers(self.model)):
+            for name, module in prunable_linears(layer).items():
+                module.weight.data.copy_(self._dense[(i, name)])
+
+
+def _context_length(config) -> int:
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return FULL_CONTEXT_CAP
+
+
+def _from_pretrained(source: str, dtype: torch.dtype, **kwargs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, low_cpu_mem_usage=True, **kwargs)
+    return model, tokenizer
+
+
+def _load_gguf(path: Path, dtype: torch.dtype):
+    try:
+        model, tokenizer = _from_pretrained(str(path.parent), dtype, gguf_file=path.name)
+    except Exception as error:  # the gguf reader raises many kinds on a damaged file
+        raise UserError(f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated.") from None
+    # Weights come back dequantized, but the GGUF quantizer stays attached and makes
+    # save_pretrained refuse; the pruned model is a plain dense checkpoint.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    return model, tokenizer
+
+
+def _load_folder(path: Path, dtype: torch.dtype):
+    if not (path / "config.json").is_file():
+        raise UserError(f"{path} is a folder but not a Hugging Face model (it has no config.json).")
+    try:
+        return _from_pretrained(str(path), dtype)
+    except (OSError, ValueError, KeyError) as error:
+        raise UserError(f"{path} could not be loaded as a model: {str(error).splitlines()[0]}") from None
+
+
+def _load_hub(repo_id: str, dtype: torch.dtype):
+    try:
+        return _from_pretrained(repo_id, dtype)
+    except (OSError, ValueError) as error:
+        raise UserError(
+            f"Model '{repo_id}' is neither a local path nor reachable on the Hugging Face hub "
+            f"({str(error).splitlines()[0][:160]})."
+        ) from None
+
+
+def _looks_like_path(source: str) -> bool:
+    return source.startswith((".", "/", "~")) or source.endswith(".gguf") or source.count("/") > 1
+
+
+def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_event=None) -> Loaded:
+    """Load a causal LM on CPU (decoder layers move to ``device`` one at a time while pruning)."""
+    from core.events import Stage
+
+    compute_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, compute_device)
+    if on_event:
+        on_event(Stage("load", 0, 1))
+    path = Path(source).expanduser()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    if path.is_file() and path.suffix == ".gguf":
+        model, tokenizer = _load_gguf(path, torch_dtype)
+    elif path.is_dir():
+        model, tokenizer = _load_folder(path, torch_dtype)
+    elif path.exists():
+        raise UserError(f"{source} is neither a model folder nor a .gguf file.")
+    elif _looks_like_path(source):
+        raise UserError(f"Model path {source} does not exist.")
+    else:
+        model, tokenizer = _load_hub(source, torch_dtype)
+    model.eval()
+    decoder_layers(model)  # unsupported families fail here, before any work
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if on_event:
+        on_event(Stage("load", 1, 1))
+    return Loaded(model, tokenizer, source, model.config.model_type, compute_device, torch_dtype,
+                  _context_length(model.config))

