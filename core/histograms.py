@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from core.events import Histogram
@@ -11,16 +13,17 @@ LOG_SPAN = 1e3  # scores spanning more than three decades get log-spaced bins
 
 
 def histogram(scores: torch.Tensor, threshold: float | None, bins: int = BINS) -> Histogram:
-    values = scores.detach().flatten().float().cpu()
-    positive = values[values > 0]
-    low = positive.min().item() if positive.numel() else 0.0
-    high = values.max().item()
-    log = positive.numel() > 0 and high / low > LOG_SPAN
+    """Counts of every score in ``bins`` bins; in log mode zeros fall into the first bin."""
+    values = scores.detach().flatten().float()
+    top = values.max().item()
+    low = values[values > 0].min().item() if top > 0 else 0.0
+    log = low > 0 and top / low > LOG_SPAN
     if log:
-        edges = torch.logspace(torch.log10(torch.tensor(low)), torch.log10(torch.tensor(high)), bins + 1)
+        data, lo, hi = values.clamp_min(low).log10(), math.log10(low), math.log10(top)
     else:
-        edges = torch.linspace(values.min().item(), high if high > values.min().item() else high + 1, bins + 1)
-    # bucketize puts each value in the bin whose right edge bounds it; clamp the ends into the first/last bin
-    index = (torch.bucketize(values.clamp(edges[0], edges[-1]), edges, right=True) - 1).clamp(0, bins - 1)
-    counts = torch.bincount(index, minlength=bins)
+        data, lo, hi = values, values.min().item(), top
+        hi = hi if hi > lo else lo + 1
+    counts = torch.histc(data, bins, lo, hi).long()
+    edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)
+    edges = 10**edges if log else edges
     return Histogram(edges=edges.tolist(), counts=counts.tolist(), threshold=threshold, log=log)

@@ -79,3 +79,9 @@ def make_tiny_model(tmp_path_factory, tokenizer_dir):
         return made[family]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real data folder (shared/data) the tests read."""
+    return DATA_DIR

@@ -1,0 +1,109 @@
+"""Each score equals its ACE.md formula, computed here element by element on a hand-made matrix."""
+
+import math
+
+import pytest
+import torch
+
+from core.config import RunConfig
+from core.metrics import METHODS, get_method
+from core.stats import ColumnStats
+from core.errors import UserError
+
+W = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.25, -4.0]])
+X = torch.tensor([[1.0, 2.0, -1.0], [0.5, -3.0, 2.0], [2.0, 0.0, 1.0], [-1.0, 1.0, 0.5]])  # T=4 tokens
+
+
+def stats():
+    s = ColumnStats(3, torch.device("cpu"))
+    s.add(X[:2])
+    s.add(X[2:].unsqueeze(0))  # batches of any shape feed the same accumulators
+    return s
+
+
+def opts(**kw):
+    return RunConfig(model="m", method="ace", sparsity="0.5", **kw)
+
+
+def col(j, power):
+    return sum(X[t, j].item() ** power for t in range(X.shape[0]))
+
+
+def C(i, j):
+    d_out, d_in = W.shape
+    column_rms = math.sqrt(sum(W[k, j].item() ** 2 for k in range(d_out)) / d_out)
+    row_norm = math.sqrt(sum(W[i, k].item() ** 2 for k in range(d_in)))
+    return abs(W[i, j].item()) / column_rms * row_norm
+
+
+def V(j):
+    T = X.shape[0]
+    return 1 + col(j, 2) / T + col(j, 4) / T
+
+
+def expected(name, i, j, squared=False):
+    w = abs(W[i, j].item())
+    norm = math.sqrt(col(j, 2))
+    lead = w * w if squared else w
+    if name == "magnitude":
+        return w
+    if name == "wanda":
+        return w * norm
+    if name == "ria":
+        col_sum = sum(abs(W[k, j].item()) for k in range(W.shape[0]))
+        row_sum = sum(abs(W[i, k].item()) for k in range(W.shape[1]))
+        return (w / col_sum + w / row_sum) * norm**0.5
+    if name == "cosp":
+        return w * norm * C(i, j)
+    if name == "varp":
+        return lead * V(j)
+    if name == "ace":
+        return lead * V(j) * C(i, j)
+    raise KeyError(name)
+
+
+def test_column_statistics_match_definitions():
+    s = stats()
+    assert s.tokens == 4
+    for j in range(3):
+        assert s.sq[j].item() == pytest.approx(col(j, 2))
+        assert s.q[j].item() == pytest.approx(col(j, 4))
+        assert s.e2[j].item() == pytest.approx(col(j, 2) / 4)
+        assert s.e4[j].item() == pytest.approx(col(j, 4) / 4)
+
+
+@pytest.mark.parametrize("name", ["magnitude", "wanda", "ria", "cosp", "varp", "ace"])
+def test_score_equals_formula(name):
+    scores = METHODS[name].score(W, stats(), opts())
+    for i in range(2):
+        for j in range(3):
+            assert scores[i, j].item() == pytest.approx(expected(name, i, j), rel=1e-5), (name, i, j)
+
+
+@pytest.mark.parametrize("name", ["varp", "ace"])
+def test_squared_weight_variant(name):
+    scores = METHODS[name].score(W, stats(), opts(squared_weight=True))
+    for i in range(2):
+        for j in range(3):
+            assert scores[i, j].item() == pytest.approx(expected(name, i, j, squared=True), rel=1e-5)
+
+
+def test_cosine_row_factor_only_matters_across_rows():
+    """sqrt(sum_j W_ij^2) is constant along a row: it rescales whole rows of the CosP score."""
+    scaled = W.clone()
+    scaled[0] *= 10
+    a = METHODS["cosp"].score(W, stats(), opts())
+    b = METHODS["cosp"].score(scaled, stats(), opts())
+    assert torch.equal(a[1].argsort(), b[1].argsort())
+    assert not torch.allclose(a[0] / a[1].max(), b[0] / b[1].max())
+
+
+def test_variance_term_is_not_the_singular_series():
+    """V_j = 1 + E[x^2] + E[x^4] stays finite where the paper's E[1/(1-x^2)] would blow up (|x| >= 1)."""
+    scores = METHODS["varp"].score(W, stats(), opts())
+    assert torch.isfinite(scores).all()
+
+
+def test_unknown_method_is_one_sentence():
+    with pytest.raises(UserError, match="Unknown method 'bogus'; choose one of: magnitude, wanda"):
+        get_method("bogus")
