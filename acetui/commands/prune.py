@@ -24,17 +24,28 @@ def parse_evals(text: str) -> list[str]:
 
 
 def summary_table(result: dict) -> Table:
-    table = Table(title=f"{result['label']} at {result['sparsity']} ({result['group']} groups)")
-    for column, justify in [("model", "left"), ("method", "left"), ("sparsity", "right"), ("calibration", "right"),
-                            ("prune s", "right"), ("ppl wikitext2", "right"), ("peak RSS MiB", "right")]:
-        table.add_column(column, justify=justify)
+    """A two-column summary that stays readable in an 80-column SSH terminal."""
+    table = Table(title=f"{result['label']} at {result['sparsity']}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
     calib, ppl = result["calibration"], result["ppl_wikitext2"]
-    ppl_text = "—" if ppl is None else f"{ppl:.2f}"
+    ppl_text = "not evaluated" if ppl is None else f"{ppl:.2f}"
     if result["ppl_partial"]:
-        ppl_text += f" (partial: {result['ppl_windows']} windows)"
-    table.add_row(Path(result["model"]).name, result["label"], f"{result['overall_sparsity']:.4f}",
-                  f"{calib['nsamples']}×{calib['seqlen']}", f"{result['prune_seconds']:.1f}", ppl_text,
-                  f"{result['peak_rss_mb']:.0f}")
+        ppl_text += f" (partial: first {result['ppl_windows']} windows of {result['ppl_seqlen']} tokens)"
+    rows = [
+        ("model", result["model"]),
+        ("method", f"{result['method']} ({result['group']} groups)"),
+        ("sparsity", f"{result['overall_sparsity']:.4f} of the decoder linears"),
+        ("calibration", f"{calib['nsamples']} x {calib['seqlen']} tokens, seed {calib['seed']}, {calib['source']}"),
+        ("prune time", f"{result['prune_seconds']:.1f} s on {result['device']} ({result['dtype']})"),
+        ("WikiText-2 ppl", ppl_text),
+        ("peak memory", f"{result['peak_rss_mb']:.0f} MiB RSS"
+         + (f", {result['peak_gpu_mb']:.0f} MiB GPU" if result["peak_gpu_mb"] is not None else "")),
+    ]
+    if result.get("saved_to"):
+        rows.append(("saved to", result["saved_to"]))
+    for key, value in rows:
+        table.add_row(key, str(value))
     return table
 
 
@@ -76,15 +87,26 @@ def prune(
     save: Optional[Path] = typer.Option(None, help="Save the pruned model as a Hugging Face checkpoint here."),
     overwrite: bool = typer.Option(False, help="Allow --save into a non-empty folder."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    detach: bool = typer.Option(False, help="Run in the background, detached from this terminal; print the run id."),
+    store: Optional[Path] = typer.Option(None, help="The run store file (default: $ACETUI_HOME/runs.db or the user data folder)."),
 ) -> None:
     """Prune MODEL with one method and sparsity; evaluate and optionally save it."""
     from acetui.progress import EventProgress
-    from core.runner import run_recorded
+    from core.errors import Cancelled
+    from core.runner import run_recorded, start_detached
+    from core.store import Store
 
     config = config_from_options(model, method, sparsity, group, calib, nsamples, seqlen, seed, eval, eval_seqlen,
                                  eval_limit, tasks, limit, batch_size, device, dtype, squared_weight, save, overwrite)
-    with EventProgress() as progress:
-        result = run_recorded(config, progress)
+    if detach:
+        print(start_detached(config, Store(store)))
+        return
+    try:
+        with EventProgress() as progress:
+            result = run_recorded(config, progress, store=Store(store))
+    except Cancelled:  # Ctrl-C or SIGTERM: the runner stopped between layers and recorded it
+        typer.echo("acetui: cancelled; the run is recorded as cancelled (acetui runs).", err=True)
+        raise typer.Exit(130)
     if as_json:
         print(json.dumps(result, indent=2))
     else:

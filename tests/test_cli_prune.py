@@ -1,0 +1,134 @@
+"""`acetui prune` through its real entry point: results on stdout, and one sentence + exit 2 for bad input."""
+
+import json
+import shutil
+import sys
+
+import pytest
+
+from acetui.cli import main
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["acetui", *map(str, args)])
+        try:
+            main()
+            code = 0
+        except SystemExit as exit:
+            code = exit.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def tiny_calib(tmp_path_factory, shared_data):
+    lines = (shared_data / "c4" / "c4_calib_merged.jsonl").read_text().splitlines()[:20]
+    path = tmp_path_factory.mktemp("calib") / "c4-20.jsonl"
+    path.write_text("\n".join(lines))
+    return path
+
+
+QUICK = ["--nsamples", "4", "--seqlen", "16", "--eval-seqlen", "64", "--eval-limit", "2"]
+
+
+def test_json_result_on_stdout_and_progress_on_stderr(cli, make_tiny_model, tiny_calib, tmp_path):
+    model = make_tiny_model("llama")
+    code, out, err = cli("prune", model, "--method", "ace", "--sparsity", "2:4", "--calib", tiny_calib, *QUICK,
+                         "--save", tmp_path / "pruned", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["method"] == "ace" and result["sparsity"] == "2:4"
+    assert result["overall_sparsity"] == pytest.approx(0.5)
+    assert result["ppl_partial"] is True and result["ppl_windows"] == 2
+    assert result["ppl_wikitext2"] > 1
+    assert {"name", "sparsity", "seconds", "layer"} <= set(result["layers"][0])
+    assert result["prune_seconds"] > 0 and result["peak_rss_mb"] > 0
+    assert "layer" in err  # progress went to stderr
+
+    from transformers import AutoModelForCausalLM
+
+    from core.models import decoder_layers, prunable_linears, weight_matrix
+
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "pruned")
+    for i, layer in enumerate(decoder_layers(reloaded)):
+        for name, module in prunable_linears(layer).items():
+            reported = next(r for r in result["layers"] if r["layer"] == i and r["name"] == name)
+            assert (weight_matrix(module) == 0).float().mean().item() == reported["sparsity"]
+
+
+def test_table_without_json(cli, make_tiny_model, tiny_calib):
+    code, out, err = cli("prune", make_tiny_model("gpt2"), "--method", "wanda", "--calib", tiny_calib, *QUICK)
+    assert code == 0, err
+    assert "Wanda-16" in out and "partial" in out
+
+
+def test_methods_lists_paper_names(cli):
+    code, out, _ = cli("methods")
+    assert code == 0
+    for name in ["magnitude", "wanda", "ria", "sparsegpt", "cosp", "varp", "ace", "CosP+VarP", "SparseGPT"]:
+        assert name in out
+
+
+# case -> (arguments after MODEL-or-path built from (model, tmp, calib), expected words of the sentence)
+BAD_INPUTS = {
+    "missing path": (lambda m, t, c: ["/no/such/model"], "does not exist"),
+    "not a model": (lambda m, t, c: [t / "empty"], "not a Hugging Face model"),
+    "sparsity 0": (lambda m, t, c: [m, "--sparsity", "0"], "out of range"),
+    "sparsity 1": (lambda m, t, c: [m, "--sparsity", "1"], "out of range"),
+    "sparsity 1.3": (lambda m, t, c: [m, "--sparsity", "1.3"], "out of range"),
+    "sparsity -0.1": (lambda m, t, c: [m, "--sparsity", "-0.1"], "out of range"),
+    "sparsity abc": (lambda m, t, c: [m, "--sparsity", "abc"], "neither a ratio"),
+    "3:2": (lambda m, t, c: [m, "--sparsity", "3:2"], "smaller than M"),
+    "0:4": (lambda m, t, c: [m, "--sparsity", "0:4"], "at least 1"),
+    "2:3 width": (lambda m, t, c: [m, "--sparsity", "2:3", "--calib", c], "multiple of 3"),
+    "unknown method": (lambda m, t, c: [m, "--method", "bogus"], "Unknown method 'bogus'"),
+    "seqlen too long": (lambda m, t, c: [m, "--seqlen", "512", "--calib", c], "longer than the model's context of 256"),
+    "short calib file": (lambda m, t, c: [m, "--calib", t / "short.txt"], "does not hold 4 windows of 16 tokens"),
+    "save not empty": (lambda m, t, c: [m, "--save", t / "full"], "exists and is not empty"),
+    "save unwritable": (lambda m, t, c: [m, "--save", t / "a-file" / "out"], "cannot be written"),
+    "cuda without gpu": (lambda m, t, c: [m, "--device", "cuda"], "no CUDA GPU"),
+    "unknown calib": (lambda m, t, c: [m, "--calib", "nowhere"], "neither c4, wikitext2 nor an existing file"),
+    "unknown eval": (lambda m, t, c: [m, "--eval", "mmlu"], "Unknown evaluation 'mmlu'"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_sentence_and_exit_2(case, cli, make_tiny_model, tmp_path, tiny_calib):
+    if case == "cuda without gpu" and __import__("torch").cuda.is_available():
+        pytest.skip("a GPU is present")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "short.txt").write_text("only a few words here")
+    build, message = BAD_INPUTS[case]
+    args = build(make_tiny_model("llama"), tmp_path, tiny_calib)
+    code, out, err = cli("prune", args[0], "--nsamples", "4", "--eval", "none", *args[1:])  # the case's options win
+    assert code == 2, (case, err)
+    assert message in err, err
+    assert "Traceback" not in err
+    assert len([line for line in err.splitlines() if line.startswith("acetui:")]) == 1
+
+
+def test_corrupt_gguf(cli, smollm_gguf, tmp_path):
+    broken = tmp_path / "broken.gguf"
+    with open(smollm_gguf, "rb") as src:
+        broken.write_bytes(src.read(1 << 20))
+    code, _, err = cli("prune", broken, "--eval", "none")
+    assert code == 2
+    assert "not a readable GGUF model file" in err and "Traceback" not in err
+
+
+def test_unsupported_family(cli, tmp_path, tokenizer_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPTNeoXConfig
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = GPTNeoXConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "neox")
+    tok.save_pretrained(tmp_path / "neox")
+    code, _, err = cli("prune", tmp_path / "neox", "--eval", "none")
+    assert code == 2 and "Model type 'gpt_neox' is not supported" in err and "OPT and GPT-2" in err
