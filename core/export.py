@@ -1,0 +1,272 @@
+"""Runs from the store as CSV (one row per run, every field), or as comparison tables in LaTeX and
+Markdown laid out like the paper's: one row per method with its calibration length (``Wanda-16``,
+``CosP+VarP-16``, ``Wanda-FL``: ``RunConfig.label``), one column per sparsity pattern (grouped by
+model when there are several), cells = WikiText-2 perplexity, best (lowest) per column in bold.
+
+Several runs landing in one cell (seeds, repeats) show their mean ``± sd``. A perplexity measured on
+part of the test set (``--eval-limit``) carries a dagger and a note: it is not comparable to the paper.
+The layout can instead put calibration lengths (``columns="seqlen"``, the paper's appendix study) or
+seeds (``columns="seed"``) in the columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from core.errors import UserError
+from core.metrics import METHODS
+from core.sparsity import parse_sparsity
+from core.store import RunRecord, model_name
+
+FORMATS = ("csv", "latex", "markdown")
+CELLS = ("ppl", "ppl-time")
+COLUMNS = ("sparsity", "seqlen", "seed")
+
+_TIME_FIELDS = ("created", "started", "finished", "heartbeat")
+_SKIPPED = {"layers", "results.layers", "results.config"}  # per-layer data, and a copy of ``config``
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise UserError(f"Unknown export format '{fmt}'; choose one of: {', '.join(FORMATS)}.")
+
+
+def export(records: list[RunRecord], fmt: str, *, cells: str = "ppl", columns: str = "sparsity") -> str:
+    """The text of ``records`` in ``fmt`` (one of ``FORMATS``)."""
+    check_format(fmt)
+    if fmt == "csv":
+        return to_csv(records)
+    table = comparison(records, cells=cells, columns=columns)
+    return to_latex(table) if fmt == "latex" else to_markdown(table)
+
+
+# ---- CSV ---------------------------------------------------------------------------------------
+
+
+def _iso(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _flatten(value, prefix: str, out: dict) -> None:
+    if prefix in _SKIPPED:
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(item, f"{prefix}.{key}" if prefix else key, out)
+    elif isinstance(value, list):
+        if all(not isinstance(item, (dict, list)) for item in value):
+            out[prefix] = " ".join(str(item) for item in value)
+    else:
+        out[prefix] = value
+
+
+def csv_row(record: RunRecord) -> dict:
+    """Every field of a run as ``column -> value``; nested fields as dotted names (``results.ppl_wikitext2``)."""
+    data = record.to_dict()
+    for name in _TIME_FIELDS:
+        data[name] = _iso(data[name])
+    row: dict = {}
+    _flatten(data, "", row)
+    return row
+
+
+def to_csv(records: list[RunRecord]) -> str:
+    """One row per run; the columns are the union of the runs' fields, in order of first appearance."""
+    rows = [csv_row(record) for record in records]
+    header = list(dict.fromkeys(key for row in rows for key in row))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=header, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+# ---- the comparison grid shared by LaTeX, Markdown and the terminal ----------------------------
+
+
+@dataclass
+class Cell:
+    ppls: list[float]
+    seconds: list[float]
+    partial: bool
+
+    @property
+    def ppl(self) -> float:
+        return statistics.fmean(self.ppls)
+
+    @property
+    def sd(self) -> float | None:
+        return statistics.stdev(self.ppls) if len(self.ppls) > 1 and all(map(math.isfinite, self.ppls)) else None
+
+
+@dataclass
+class Comparison:
+    """Rows x (model, column) of cells; ``best`` holds the (row, column) keys printed bold."""
+
+    models: list[str]
+    columns: list[tuple[str, str]]  # (model, column header), grouped by model
+    rows: list[str]
+    cells: dict[tuple[str, tuple[str, str]], Cell]
+    cell_format: str
+    best: set = field(default_factory=set)
+
+    @property
+    def partial(self) -> bool:
+        return any(cell.partial for cell in self.cells.values())
+
+    def text(self, row: str, column: tuple[str, str], bold, dagger: str, bar: str, pm: str) -> str:
+        """A cell as text, with the markup of the target format; ``--`` where no run is."""
+        cell = self.cells.get((row, column))
+        if cell is None:
+            return "--"
+        value = f"{cell.ppl:.2f}"
+        if (row, column) in self.best:
+            value = bold(value)
+        if cell.sd is not None:
+            value += f" {pm} {cell.sd:.2f}"
+        if cell.partial:
+            value += dagger
+        if self.cell_format == "ppl-time":
+            value += f" {bar} {statistics.fmean(cell.seconds):.1f}"
+        return value
+
+
+def _sparsity_header(text: str) -> str:
+    spec = parse_sparsity(text)
+    return str(spec) if spec.is_nm else f"{spec.ratio * 100:g}%"
+
+
+def _paper_name(method: str) -> str:
+    return METHODS[method].paper_name if method in METHODS else method
+
+
+def comparison(records: list[RunRecord], *, cells: str = "ppl", columns: str = "sparsity") -> Comparison:
+    """Arrange the runs that have a WikiText-2 perplexity into the paper's grid."""
+    if cells not in CELLS:
+        raise UserError(f"Unknown --cells '{cells}'; choose one of: {', '.join(CELLS)}.")
+    if columns not in COLUMNS:
+        raise UserError(f"Unknown --columns '{columns}'; choose one of: {', '.join(COLUMNS)}.")
+    usable = [r for r in records if r.status == "finished" and r.ppl is not None]
+    if not usable:
+        raise UserError(f"None of the {len(records)} selected run(s) has finished with a WikiText-2 perplexity, "
+                        f"so there is no table to make (--format csv exports any run).")
+    several_sparsities = len({r.config.sparsity for r in usable}) > 1
+
+    def keys(record: RunRecord) -> tuple[str, str]:
+        config = record.config
+        if columns == "sparsity":
+            return record.label, _sparsity_header(config.sparsity)
+        suffix = f" ({_sparsity_header(config.sparsity)})" if several_sparsities else ""
+        if columns == "seqlen":
+            return _paper_name(config.method) + suffix, "FL" if config.seqlen == "full" else str(config.seqlen)
+        return record.label + suffix, f"seed {config.seed}"
+
+    models = list(dict.fromkeys(model_name(r.config.model) for r in usable))
+    headers: dict[str, list[str]] = {m: [] for m in models}
+    rows: list[str] = []
+    grid: dict = {}
+    for record in usable:
+        row, header = keys(record)
+        model = model_name(record.config.model)
+        rows.append(row)
+        headers[model].append(header)
+        cell = grid.setdefault((row, (model, header)), Cell([], [], False))
+        cell.ppls.append(record.ppl)
+        cell.seconds.append(record.prune_seconds or 0.0)
+        cell.partial = cell.partial or bool(record.results.get("ppl_partial"))
+    table = Comparison(models, [(m, h) for m in models for h in dict.fromkeys(headers[m])], list(dict.fromkeys(rows)),
+                       grid, cells)
+    for column in table.columns:
+        shown = {row: round(grid[(row, column)].ppl, 2) for row in table.rows
+                 if (row, column) in grid and math.isfinite(grid[(row, column)].ppl)}
+        if shown:
+            low = min(shown.values())
+            table.best |= {(row, column) for row, value in shown.items() if value == low}
+    return table
+
+
+# ---- LaTeX -------------------------------------------------------------------------------------
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
+
+
+def _caption(table: Comparison, latex: bool) -> str:
+    what = "WikiText-2 perplexity" + (" | pruning time (s)" if table.cell_format == "ppl-time" else "")
+    if latex:
+        what = what.replace("|", r"\textbar{}")
+    model = latex_escape(table.models[0]) if latex else table.models[0]
+    of = f" of {model}" if len(table.models) == 1 else ""
+    return f"{what}{of} (lower is better; best per column in bold)."
+
+
+_PARTIAL_NOTE = "perplexity over part of the WikiText-2 test set{how}; not comparable to full-set numbers."
+
+
+def to_latex(table: Comparison) -> str:
+    """A ``table`` float with booktabs rules; needs only ``\\usepackage{booktabs}``."""
+    width = len(table.columns)
+    lines = [
+        "% acetui export: needs \\usepackage{booktabs} in the preamble.",
+        "\\begin{table}[ht]",
+        "\\centering",
+        f"\\caption{{{_caption(table, latex=True)}}}",
+        "\\label{tab:acetui}",
+        f"\\begin{{tabular}}{{l{'c' * width}}}",
+        "\\toprule",
+    ]
+    if len(table.models) > 1:
+        groups = [(m, sum(1 for model, _ in table.columns if model == m)) for m in table.models]
+        # "Method" sits on the second header row: a \multirow would need multirow.sty, which
+        # texlive-latex-recommended lacks.
+        lines.append(" & "
+                     + " & ".join(f"\\multicolumn{{{n}}}{{c}}{{{latex_escape(m)}}}" for m, n in groups) + " \\\\")
+        rules, start = [], 2
+        for _, n in groups:
+            rules.append(f"\\cmidrule(lr){{{start}-{start + n - 1}}}")
+            start += n
+        lines.append(" ".join(rules))
+    lines.append("Method & " + " & ".join(latex_escape(h) for _, h in table.columns) + " \\\\")
+    lines.append("\\midrule")
+    for row in table.rows:
+        cells = [table.text(row, column, lambda v: f"\\textbf{{{v}}}", "$^\\dagger$", "\\textbar{}", "$\\pm$")
+                 for column in table.columns]
+        lines.append(" & ".join([latex_escape(row), *cells]) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}"]
+    if table.partial:
+        # No "--eval-limit" here: LaTeX would typeset its "--" as an en dash.
+        lines.append(f"\\par\\smallskip{{\\footnotesize $^\\dagger$ {_PARTIAL_NOTE.format(how='')}}}")
+    lines.append("\\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+# ---- Markdown ----------------------------------------------------------------------------------
+
+
+def to_markdown(table: Comparison) -> str:
+    """A GitHub-flavoured pipe table, padded so it also reads well in a terminal."""
+    several = len(table.models) > 1
+    header = ["Method", *(f"{m} {h}" if several else h for m, h in table.columns)]
+    body = [[row, *(table.text(row, column, lambda v: f"**{v}**", "†", "\\|", "±") for column in table.columns)]
+            for row in table.rows]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+
+    rule = "| " + " | ".join("-" * w if i == 0 else "-" * (w - 1) + ":" for i, w in enumerate(widths)) + " |"
+    out = [f"{_caption(table, latex=False)}", "", line(header), rule, *(line(cells) for cells in body)]
+    if table.partial:
+        out += ["", f"† {_PARTIAL_NOTE.format(how=' (--eval-limit)')}"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,153 @@
+"""CSV, LaTeX and Markdown export of deterministic synthetic runs, compared with golden files.
+
+Regenerate the golden files after an intended change with ``ACETUI_UPDATE_GOLDEN=1 pytest tests/test_export.py``
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from core.config import RunConfig
+from core.errors import UserError
+from core.export import comparison, latex_escape, to_markdown
+from core.store import Store
+from runhelpers import Clock, cli, insert_run
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+LLAMA, OPT = "meta-llama/Llama-2-7b-hf", "/models/opt-1.3b"
+ZEROSHOT = {"boolq": {"acc": 0.7, "acc_stderr": 0.01, "acc_norm": None, "acc_norm_stderr": None, "n": 3270,
+                      "total": 3270, "partial": False, "source": "local"},
+            "rte": {"acc": 0.6, "acc_stderr": 0.03, "acc_norm": None, "acc_norm_stderr": None, "n": 277,
+                    "total": 277, "partial": False, "source": "local"}}
+
+# (id, model, method, sparsity, seqlen, seed, ppl, seconds, extra)
+RUNS = [
+    ("a0000001", LLAMA, "wanda", "0.5", 16, 0, 7.89, 23.7, {}),
+    ("a0000002", LLAMA, "wanda", "2:4", 16, 0, 11.70, 41.1, {}),
+    ("a0000003", LLAMA, "ria", "0.5", 16, 0, 7.27, 33.2, {}),
+    ("a0000004", LLAMA, "ria", "2:4", 16, 0, 11.53, 72.9, {}),
+    ("a0000005", LLAMA, "ace", "0.5", 16, 0, 7.11, 30.2, {"zeroshot": ZEROSHOT}),
+    ("a0000006", LLAMA, "ace", "2:4", 16, 0, 11.18, 48.8, {}),
+    ("a0000007", LLAMA, "wanda", "0.5", "full", 0, 7.26, 64.6, {}),
+    ("a0000008", LLAMA, "wanda", "2:4", "full", 0, 11.18, 80.6, {}),  # ties CosP+VarP-16: both bold
+    ("a0000009", LLAMA, "ace", "0.5", 16, 1, 7.13, 30.0, {}),  # a second seed: the cell shows mean ± sd
+    ("a0000010", LLAMA, "sparsegpt", "0.5", 16, 0, None, 0.0, {"status": "failed", "error": "CUDA out of memory."}),
+    ("b0000001", OPT, "wanda", "0.5", 16, 0, 24.62, 17.8, {"partial": True}),
+    ("b0000002", OPT, "ace", "0.5", 16, 0, 19.85, 27.2, {}),
+    ("b0000003", OPT, "ace", "2:4", 16, 0, 28.57, 42.8, {}),
+]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Built once: exports only read it."""
+    clock = Clock()
+    store = Store(tmp_path_factory.mktemp("export") / "runs.db", clock=clock)
+    for position, (run_id, model, method, sparsity, seqlen, seed, ppl, seconds, extra) in enumerate(RUNS):
+        config = RunConfig(model=model, method=method, sparsity=sparsity, seqlen=seqlen, seed=seed,
+                           eval_limit=2 if extra.get("partial") else None)
+        insert_run(store, clock, run_id, config, created=1_700_000_000.0 + 3600 * position, ppl=ppl, seconds=seconds,
+                   **extra)
+    return store
+
+
+def check_golden(name: str, text: str) -> None:
+    path = os.path.join(GOLDEN, name)
+    if os.environ.get("ACETUI_UPDATE_GOLDEN"):
+        with open(path, "w", newline="") as handle:
+            handle.write(text)
+    with open(path, newline="") as handle:
+        assert text == handle.read(), f"{name} differs from its golden file"
+
+
+@pytest.mark.parametrize("name, args", [
+    ("all.csv", ["--format", "csv"]),
+    ("llama.tex", ["--format", "latex", "--model", "Llama-2-7b-hf"]),
+    ("two-models-time.tex", ["--format", "latex", "--cells", "ppl-time"]),
+    ("llama.md", ["--format", "markdown", "--model", LLAMA]),
+    ("seeds.md", ["--format", "markdown", "--runs", "a0000005,a0000009,a0000001", "--columns", "seed"]),
+])
+def test_export_matches_golden(store, monkeypatch, capsys, name, args):
+    code, out, err = cli(monkeypatch, capsys, "export", "--store", str(store.path), *args)
+    assert (code, err) == (0, "")
+    check_golden(name, out)
+
+
+def test_csv_has_one_row_per_run_with_every_field(store, monkeypatch, capsys):
+    _, out, _ = cli(monkeypatch, capsys, "export", "--store", str(store.path), "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [row["id"] for row in rows] == [run[0] for run in RUNS]
+    ace = rows[4]
+    assert (ace["status"], ace["label"], ace["config.seqlen"], ace["results.ppl_wikitext2"]) == ("finished", "CosP+VarP-16", "16", "7.11")
+    assert (ace["results.zeroshot.boolq.acc"], ace["env.torch"], ace["created"]) == ("0.7", "2.4.0", "2023-11-15T02:13:20Z")
+    failed = rows[9]
+    assert (failed["status"], failed["error"], failed["results.ppl_wikitext2"]) == ("failed", "CUDA out of memory.", "")
+
+
+def test_best_per_column_is_bold_and_ties_share_it(store):
+    table = comparison(store.list_runs(model=LLAMA))
+    assert table.rows == ["Wanda-16", "RIA-16", "CosP+VarP-16", "Wanda-FL"]
+    assert table.columns == [("Llama-2-7b-hf", "50%"), ("Llama-2-7b-hf", "2:4")]
+    assert table.best == {("CosP+VarP-16", ("Llama-2-7b-hf", "50%")),
+                          ("CosP+VarP-16", ("Llama-2-7b-hf", "2:4")), ("Wanda-FL", ("Llama-2-7b-hf", "2:4"))}
+    cell = table.cells[("CosP+VarP-16", ("Llama-2-7b-hf", "50%"))]
+    assert cell.ppl == pytest.approx(7.12) and cell.sd == pytest.approx(0.0141421, rel=1e-4)
+
+
+def test_seqlen_columns_give_the_appendix_layout(store):
+    table = comparison(store.list_runs(ids=["a0000001", "a0000007", "a0000003"]), columns="seqlen")
+    assert table.rows == ["Wanda", "RIA"] and [h for _, h in table.columns] == ["16", "FL"]
+    assert table.best == {("RIA", ("Llama-2-7b-hf", "16")), ("Wanda", ("Llama-2-7b-hf", "FL"))}
+    assert "| RIA    | **7.27** |       -- |" in to_markdown(table)
+
+
+def test_latex_escapes_model_names():
+    assert latex_escape("my_model#2 50%") == r"my\_model\#2 50\%"
+
+
+def test_a_selection_without_perplexity_has_no_table(store):
+    with pytest.raises(UserError, match="None of the 1 selected"):
+        comparison(store.list_runs(ids=["a0000010"]))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--format", "pdf"], "Unknown export format 'pdf'"),
+    (["--runs", "ffff"], "no run 'ffff'"),
+    (["--model", "gpt-5"], "No run in .* matches --model gpt-5"),
+    (["--format", "latex", "--runs", "a0000010"], "None of the 1 selected run"),
+    (["--format", "latex", "--cells", "time"], "Unknown --cells 'time'"),
+    (["-o", "/nonexistent-folder/table.tex"], "the folder /nonexistent-folder does not exist"),
+])
+def test_bad_export_requests_get_one_sentence(store, monkeypatch, capsys, args, message):
+    code, out, err = cli(monkeypatch, capsys, "export", "--store", str(store.path), *args)
+    assert code == 2 and out == ""
+    assert err.startswith("acetui: ") and err.count("\n") == 1
+    assert re.search(message, err)
+
+
+def test_output_file(store, monkeypatch, capsys, tmp_path):
+    target = tmp_path / "table.md"
+    code, out, _ = cli(monkeypatch, capsys, "export", "--store", str(store.path), "--format", "markdown",
+                       "--last", "2", "-o", str(target))
+    assert (code, out) == (0, "")
+    assert "| CosP+VarP-16 |" in target.read_text() and "Wanda" not in target.read_text()
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+@pytest.mark.parametrize("name", ["llama.tex", "two-models-time.tex"])
+def test_latex_compiles(tmp_path, name):
+    document = tmp_path / "doc.tex"
+    document.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n"
+                        f"\\begin{{document}}\n\\input{{{os.path.join(GOLDEN, name)}}}\n\\end{{document}}\n")
+    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", document.name], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert (tmp_path / "doc.pdf").stat().st_size > 0

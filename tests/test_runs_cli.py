@@ -1,0 +1,247 @@
+"""Runs as processes, through the CLI: recording, signals, detached runs, cancel, compare and sweep.
+
+Real pruning runs on tiny random models; calibration text is a small slice of the local C4 copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.store import TERMINAL, Store
+from runhelpers import cli
+
+REPO = Path(__file__).resolve().parent.parent
+LAYERS = 12  # the slow model: enough layers to interrupt between them
+
+
+@pytest.fixture(scope="session")
+def calib_file(tmp_path_factory, shared_data) -> Path:
+    """Thirty C4 documents: tokenizing them takes milliseconds, not the seconds the full sample takes."""
+    source = shared_data / "c4" / "c4-train.00000-of-01024.first1000.jsonl"
+    path = tmp_path_factory.mktemp("calib") / "c4-30.jsonl"
+    path.write_text("".join(source.read_text().splitlines(keepends=True)[:30]))
+    return path
+
+
+@pytest.fixture(scope="session")
+def slow_model(tmp_path_factory, tokenizer_dir) -> Path:
+    """A tiny llama with many layers, so that a run can be stopped part-way."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    out = tmp_path_factory.mktemp("tiny-llama-12")
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture
+def fast(calib_file) -> list[str]:
+    return ["--calib", str(calib_file), "--nsamples", "4", "--seqlen", "16", "--eval-limit", "2", "--eval-seqlen", "64"]
+
+
+@pytest.fixture
+def slow(calib_file) -> list[str]:
+    return ["--calib", str(calib_file), "--nsamples", "128", "--seqlen", "64", "--eval", "none"]
+
+
+@pytest.fixture
+def store_path(tmp_path) -> Path:
+    return tmp_path / "store" / "runs.db"
+
+
+def spawn(*args, tmp_path: Path) -> subprocess.Popen:
+    """``acetui ARGS`` as a separate process (its output in files: a full pipe would block it)."""
+    out, err = open(tmp_path / "out.txt", "wb"), open(tmp_path / "err.txt", "wb")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "acetui", *map(str, args)], stdout=out, stderr=err, env=env)
+
+
+def wait_for(store_path: Path, check, timeout: float = 120.0):
+    """Poll the store until ``check(runs)`` is truthy; return its value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if store_path.exists():
+            found = check(Store(store_path).list_runs())
+            if found:
+                return found
+        time.sleep(0.05)
+    raise AssertionError("the store never reached the expected state")
+
+
+def running_with_layers(runs):
+    """The first run that has finished at least one layer and is still going."""
+    return next((r for r in runs if r.status == "running" and r.layers_done >= 1), None)
+
+
+def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, store_path, monkeypatch, capsys):
+    model = make_tiny_model("llama")
+    code, out, _ = cli(monkeypatch, capsys, "prune", model, "--method", "wanda", *fast, "--json", "--store", store_path)
+    assert code == 0
+    result = json.loads(out)
+    run = Store(store_path).get_run(result["run_id"])
+    assert (run.status, run.label, run.layers_done, run.num_layers) == ("finished", "Wanda-16", 2, 2)
+    assert all(len(layer["linears"]) == 7 and layer["linears"][0]["histogram"]["counts"] for layer in run.layers)
+    assert run.layers[0]["linears"][0]["act_stats"]
+    assert run.ppl == result["ppl_wikitext2"] and run.results["ppl_windows"] == 2
+    assert run.env["device"] == "cpu" and run.env["torch"] and run.env["acetui"]
+
+    code, out, _ = cli(monkeypatch, capsys, "runs", "--store", store_path)
+    assert code == 0 and run.id in out and "finished" in out and "Wanda-16" in out
+    code, out, _ = cli(monkeypatch, capsys, "runs", "--json", "--store", store_path)
+    assert [r["id"] for r in json.loads(out)] == [run.id]
+    code, out, _ = cli(monkeypatch, capsys, "runs", "show", run.id[:5], "--json", "--store", store_path)
+    shown = json.loads(out)
+    assert (shown["status"], len(shown["layers"]), shown["results"]["ppl_wikitext2"]) == ("finished", 2, run.ppl)
+    code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run.id, "--store", store_path)
+    assert code == 0 and "layer 2/2" in out and f"run {run.id} finished: ppl" in out
+
+    code, out, err = cli(monkeypatch, capsys, "runs", "cancel", run.id, "--store", store_path)
+    assert code == 2 and "already ended (finished)" in err
+    code, out, _ = cli(monkeypatch, capsys, "runs", "rm", run.id, "--store", store_path)
+    assert code == 0 and Store(store_path).list_runs() == []
+    code, out, err = cli(monkeypatch, capsys, "runs", "show", run.id, "--store", store_path)
+    assert code == 2 and err == f"acetui: There is no run '{run.id}' in {store_path} (acetui runs lists them).\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["runs", "--store", "{tmp}"], "is a folder"),
+    (["runs", "--store", "{tmp}/notes.txt"], "not an acetui run store"),
+    (["runs", "--store", "{tmp}/notes.txt/runs.db"], "Cannot create the folder"),
+    (["compare", "m", "--methods", "wanda,nope"], "Unknown method 'nope'"),
+    (["compare", "m", "--sparsity", "0.5,half"], "Sparsity 'half'"),
+    (["sweep", "m", "--seeds", "0,one"], "--seeds must be whole numbers"),
+    (["runs", "--status", "done"], "Unknown status 'done'"),
+])
+def test_bad_input_gets_one_sentence(tmp_path, monkeypatch, capsys, args, message):
+    (tmp_path / "notes.txt").write_text("not a database " * 100)
+    code, out, err = cli(monkeypatch, capsys, *(a.format(tmp=tmp_path) for a in args))
+    assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(slow_model, slow, store_path, tmp_path, signum):
+    process = spawn("prune", slow_model, *slow, "--store", store_path, tmp_path=tmp_path)
+    run = wait_for(store_path, running_with_layers)
+    process.send_signal(signum)
+    assert process.wait(timeout=120) == 130
+    run = Store(store_path).get_run(run.id)
+    assert run.status == "cancelled" and 1 <= run.layers_done < LAYERS
+    assert [layer["layer"] for layer in run.layers] == list(range(run.layers_done))
+    err = (tmp_path / "err.txt").read_text()
+    assert "cancelled" in err and "Traceback" not in err
+
+
+def test_sigkill_leaves_an_interrupted_run_with_its_finished_layers(slow_model, slow, store_path, tmp_path):
+    process = spawn("prune", slow_model, *slow, "--store", store_path, tmp_path=tmp_path)
+    run = wait_for(store_path, running_with_layers)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    run = Store(store_path).get_run(run.id)
+    assert run.status == "interrupted" and 1 <= run.layers_done < LAYERS
+    assert all(len(layer["linears"]) == 7 for layer in run.layers)
+
+
+def test_a_detached_run_outlives_its_parent_and_can_be_watched(make_tiny_model, fast, store_path, tmp_path,
+                                                                monkeypatch, capsys):
+    parent = spawn("prune", make_tiny_model("llama"), "--method", "ria", *fast, "--detach", "--store", store_path,
+                   tmp_path=tmp_path)
+    assert parent.wait(timeout=120) == 0
+    run_id = (tmp_path / "out.txt").read_text().strip()
+    run = Store(store_path).get_run(run_id)
+    assert run.status in ("queued", "running")  # the parent is gone, the run is not
+    assert run.pid != parent.pid and os.getsid(run.pid) == run.pid != os.getsid(0)  # a session of its own
+    wait_for(store_path, lambda runs: runs[0].status == "running")  # its SIGHUP guard is installed by now
+    os.kill(run.pid, signal.SIGHUP)  # what a dropped SSH connection sends; ignored
+    code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run_id, "--store", store_path, "--interval", "0.1")
+    assert code == 0 and "layer 2/2" in out and f"run {run_id} finished: ppl" in out
+    log = Path(Store(store_path).get_run(run_id).env["log"])
+    assert log.parent == store_path.parent / "logs" and "finished: prune" in log.read_text()
+
+
+def test_a_detached_grid_goes_on_when_one_run_is_cancelled(slow_model, slow, store_path, tmp_path, monkeypatch, capsys):
+    code, out, _ = cli(monkeypatch, capsys, "compare", slow_model, "--methods", "wanda,magnitude", "--sparsity", "0.5",
+                       *slow, "--detach", "--store", store_path)
+    first, second = out.split()
+    assert code == 0 and Store(store_path).get_run(second).status == "queued"
+    run = wait_for(store_path, running_with_layers)
+    assert run.id == first
+    code, out, _ = cli(monkeypatch, capsys, "runs", "cancel", first, "--store", store_path)
+    assert code == 0 and "stops after its current layer" in out
+    wait_for(store_path, lambda runs: all(r.status in TERMINAL for r in runs), timeout=180)
+    store = Store(store_path)
+    cancelled, finished = store.get_run(first), store.get_run(second)
+    assert cancelled.status == "cancelled" and cancelled.layers_done < LAYERS
+    assert (finished.status, finished.layers_done, finished.pid) == ("finished", LAYERS, cancelled.pid)
+
+
+def test_compare_loads_the_model_once_and_prints_the_table(make_tiny_model, fast, store_path, monkeypatch, capsys):
+    import core.models
+
+    model = make_tiny_model("llama")
+    code, out, _ = cli(monkeypatch, capsys, "prune", model, "--method", "ace", "--sparsity", "2:4", *fast, "--json",
+                       "--store", store_path)
+    alone = json.loads(out)["ppl_wikitext2"]
+    loads = []
+    real_load = core.models.load_model
+    monkeypatch.setattr(core.models, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    code, out, _ = cli(monkeypatch, capsys, "compare", model, "--methods", "wanda,ace", "--sparsity", "0.5,2:4", *fast,
+                       "--store", store_path)
+    assert code == 0 and len(loads) == 1
+    lines = out.splitlines()
+    assert lines[2].split() == ["|", "Method", "|", "50%", "|", "2:4", "|"]
+    assert [line.split("|")[1].strip() for line in lines[4:6]] == ["Wanda-16", "CosP+VarP-16"]
+    grid = Store(store_path).list_runs()[1:]
+    assert [(r.status, r.config.method, r.config.sparsity) for r in grid] == [
+        ("finished", "wanda", "0.5"), ("finished", "wanda", "2:4"), ("finished", "ace", "0.5"), ("finished", "ace", "2:4")]
+    # The last run pruned a model the others had pruned before: reset must give it the dense weights back.
+    assert grid[-1].ppl == pytest.approx(alone, rel=1e-6)
+
+
+def test_sweep_puts_calibration_lengths_in_columns(make_tiny_model, fast, store_path, monkeypatch, capsys):
+    options = [o for o in fast if o not in ("--seqlen", "16")]
+    code, out, _ = cli(monkeypatch, capsys, "sweep", make_tiny_model("llama"), "--method", "wanda", "--seqlen", "8,16",
+                       *options, "--store", store_path)
+    assert code == 0
+    assert out.splitlines()[2].split() == ["|", "Method", "|", "8", "|", "16", "|"]
+    assert out.splitlines()[4].split("|")[1].strip() == "Wanda"
+    assert [r.config.seqlen for r in Store(store_path).list_runs()] == [8, 16]
+
+
+def test_compare_runs_one_worker_per_gpu(make_tiny_model, fast, store_path, monkeypatch, capsys):
+    import core.runner
+
+    monkeypatch.setattr(core.runner, "visible_gpus", lambda: 2)  # this machine has none; the workers run on CPU
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    code, out, _ = cli(monkeypatch, capsys, "compare", make_tiny_model("llama"), "--methods", "wanda",
+                       "--sparsity", "0.5,2:4", *fast, "--store", store_path)
+    assert code == 0 and "| Wanda-16 |" in out
+    runs = Store(store_path).list_runs()
+    assert [r.status for r in runs] == ["finished", "finished"]
+    assert [r.env["cuda_visible_devices"] for r in runs] == ["0", "1"] and runs[0].pid != runs[1].pid
+
+
+def test_the_grid_is_split_over_the_gpus_the_user_made_visible(tmp_path, monkeypatch):
+    import core.runner
+    from acetui.commands.runs import _spawn_per_gpu
+
+    spawned = []
+    monkeypatch.setattr(core.runner, "spawn_worker", lambda store, ids, detach, env=None: spawned.append((ids, env)))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    _spawn_per_gpu(Store(tmp_path / "runs.db"), ["r1", "r2", "r3"], 2, detach=True)
+    assert spawned == [(["r1", "r2"], {"CUDA_VISIBLE_DEVICES": "2"}), (["r3"], {"CUDA_VISIBLE_DEVICES": "3"})]
+    spawned.clear()
+    _spawn_per_gpu(Store(tmp_path / "runs.db"), ["r1", "r2"], 1, detach=True)
+    assert spawned == [(["r1", "r2"], None)]  # one GPU or none: one worker, the environment left alone

@@ -1,0 +1,66 @@
+"""The real SmolLM2-135M: perplexity behaves as pruning should, and --save round-trips."""
+
+import math
+
+import pytest
+
+from core import pipeline
+from core.config import RunConfig
+from core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+
+pytestmark = pytest.mark.slow
+EVAL = dict(eval_seqlen=512, eval_limit=8)
+
+
+@pytest.fixture(scope="module")
+def smollm(smollm_gguf):
+    loaded = load_model(str(smollm_gguf), device="cpu")
+    loaded.snapshot()
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def ppl_at_50(smollm):
+    """WikiText-2 perplexity (first 8 windows of 512 tokens) of dense and of every method at 50%."""
+    results = {}
+    for method in ["magnitude", "wanda", "ria", "sparsegpt", "cosp", "varp", "ace"]:
+        smollm.reset()
+        config = RunConfig(model=smollm.source, method=method, sparsity="0.5", **EVAL)
+        results[method] = pipeline.run(config, loaded=smollm)["ppl_wikitext2"]
+    smollm.reset()
+    results["dense"] = pipeline.evaluate(smollm, RunConfig(model=smollm.source, method="wanda", sparsity="0.5", **EVAL))["ppl_wikitext2"]
+    print("\nSmolLM2-135M WikiText-2 ppl (8x512):", {k: round(v, 2) for k, v in results.items()})
+    return results
+
+
+def test_dense_perplexity_is_finite(ppl_at_50):
+    assert math.isfinite(ppl_at_50["dense"]) and 1 < ppl_at_50["dense"] < 100
+
+
+@pytest.mark.parametrize("method", ["wanda", "ria", "sparsegpt", "cosp", "varp", "ace"])
+def test_method_is_worse_than_dense_and_better_than_magnitude(ppl_at_50, method):
+    assert ppl_at_50["dense"] < ppl_at_50[method] < ppl_at_50["magnitude"]
+
+
+def test_perplexity_rises_with_sparsity(smollm):
+    ppl = []
+    for sparsity in ["0.2", "0.4", "0.6"]:
+        smollm.reset()
+        ppl.append(pipeline.run(RunConfig(model=smollm.source, method="ace", sparsity=sparsity, **EVAL), loaded=smollm)["ppl_wikitext2"])
+    assert ppl[0] < ppl[1] < ppl[2]
+
+
+def test_save_round_trips_with_the_reported_sparsity(smollm, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    smollm.reset()
+    result = pipeline.run(RunConfig(model=smollm.source, method="wanda", sparsity="2:4", evals=[], save=str(tmp_path / "out")), loaded=smollm)
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert AutoTokenizer.from_pretrained(tmp_path / "out")("hello").input_ids
+    reported = {(r["layer"], r["name"]): r["sparsity"] for r in result["layers"]}
+    for i, layer in enumerate(decoder_layers(reloaded)):
+        for name, module in prunable_linears(layer).items():
+            W = weight_matrix(module)
+            # the dequantized GGUF already holds a few exact zeros, so kept weights can be zero too
+            assert (W == 0).float().mean().item() == reported[(i, name)] >= 0.5
+            assert ((W != 0).reshape(W.shape[0], -1, 4).sum(-1) <= 2).all()

@@ -1,0 +1,254 @@
+"""The run store: recording, concurrency, interrupted runs, bad files, migration. No model needed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.config import RunConfig
+from core.errors import UserError
+from core.events import LayerStarted, RunStarted, Stage
+from core.store import APPLICATION_ID, SCHEMA_VERSION, STALE_AFTER, Store
+from runhelpers import Clock, insert_run, layer_event
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+
+
+def config(**changes) -> RunConfig:
+    return RunConfig(**{"model": "org/tiny-llama", "method": "ace", "sparsity": "0.5", **changes})
+
+
+def raw(store: Store, sql: str, *params):
+    with sqlite3.connect(store.path) as db:
+        rows = db.execute(sql, params).fetchall()
+    db.close()
+    return rows
+
+
+def test_a_run_is_recorded_layer_by_layer_with_its_statistics(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    run_id = store.create_run(config(), env={"torch": "2.4.0"})
+    assert store.get_run(run_id).status == "queued"
+    store.claim(run_id)
+    store.record_event(run_id, RunStarted("org/tiny-llama", "ace", "0.5", 3, "cpu"))
+    store.record_event(run_id, Stage("calibration", 4, 4))
+    store.record_event(run_id, LayerStarted(0, 3))
+    assert store.get_run(run_id).current_layer == 0
+    store.record_event(run_id, layer_event(0, 3, sparsity=0.25))
+    store.record_event(run_id, layer_event(1, 3))
+
+    run = store.get_run(run_id[:4])  # a unique prefix is enough
+    assert (run.id, run.status, run.num_layers, run.current_layer) == (run_id, "running", 3, None)
+    assert run.env == {"torch": "2.4.0", "device": "cpu"}
+    assert run.stage == {"name": "calibration", "done": 4, "total": 4}
+    assert [layer["layer"] for layer in run.layers] == [0, 1] and run.layers_done == 2
+    assert run.layers[0]["sparsity"] == pytest.approx(0.25)
+    linear = run.layers[0]["linears"][0]
+    assert linear["name"] == "self_attn.q_proj" and linear["d_in"] == 64
+    assert linear["act_stats"]["x2_var"]["max"] == 90.0
+    assert linear["histogram"] == {"edges": [0.001, 0.01, 0.1, 1.0, 10.0], "counts": [3, 40, 50, 7],
+                                   "threshold": 0.1, "log": True}
+    assert store.layers_since(run_id, after=0)[0]["layer"] == 1
+
+    store.finish(run_id, {"ppl_wikitext2": 21.5, "prune_seconds": 3.0})
+    run = store.get_run(run_id)
+    assert (run.status, run.ppl, run.prune_seconds) == ("finished", 21.5, 3.0)
+    assert run.finished >= run.started >= run.created
+    assert run.to_dict()["label"] == "CosP+VarP-16"
+
+
+def test_an_ended_run_keeps_its_status(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    run_id = store.create_run(config())
+    store.claim(run_id)
+    store.finish(run_id, {"ppl_wikitext2": 9.0})
+    assert not store.set_status(run_id, "failed", error="late")
+    assert store.get_run(run_id).status == "finished"
+    with pytest.raises(UserError, match="already ended"):
+        store.request_cancel(run_id)
+    with pytest.raises(UserError, match="cannot start"):
+        store.claim(run_id)
+
+
+def test_list_runs_filters_and_orders(tmp_path):
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    insert_run(store, clock, "aaaa0001", config(method="wanda"), created=100.0, ppl=10.0)
+    insert_run(store, clock, "aaaa0002", config(model="/models/opt-125m"), created=200.0, ppl=12.0)
+    insert_run(store, clock, "bbbb0003", config(), created=300.0, status="failed", error="boom")
+    assert [r.id for r in store.list_runs()] == ["aaaa0001", "aaaa0002", "bbbb0003"]
+    assert [r.id for r in store.list_runs(model="opt-125m")] == ["aaaa0002"]
+    assert [r.id for r in store.list_runs(status="failed")] == ["bbbb0003"]
+    assert [r.id for r in store.list_runs(last=2)] == ["aaaa0002", "bbbb0003"]
+    assert [r.id for r in store.list_runs(ids=["bbbb", "aaaa0001"])] == ["bbbb0003", "aaaa0001"]
+    assert store.list_runs()[0].layers == [] and store.list_runs(layers=True)[0].layers_done == 2
+    with pytest.raises(UserError, match="ambiguous"):
+        store.get_run("aaaa")
+    with pytest.raises(UserError, match="no run 'ffff'"):
+        store.get_run("ffff")
+
+
+def test_cancel_and_delete(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    queued = store.create_run(config())
+    assert store.request_cancel(queued) == "cancelled"  # never started: cancelled at once
+    running = store.create_run(config())
+    store.claim(running)
+    assert store.heartbeat(running) is False
+    assert store.request_cancel(running) == "running"
+    assert store.heartbeat(running) is True  # the run's process learns it on its next beat
+    with pytest.raises(UserError, match="cancel it first"):
+        store.delete_run(running)
+    store.record_event(running, layer_event(0, 2))
+    store.set_status(running, "cancelled")
+    store.delete_run(running)
+    assert [r.id for r in store.list_runs()] == [queued]
+    assert raw(store, "SELECT COUNT(*) FROM linears") == [(0,)]
+
+
+WRITER = """
+import sys
+from core.config import RunConfig
+from core.store import Store
+from runhelpers import layer_event
+store, layers = Store(sys.argv[1]), int(sys.argv[2])
+run_id = store.create_run(RunConfig(model="m", method="wanda", sparsity="0.5"))
+store.claim(run_id)
+for index in range(layers):
+    store.record_event(run_id, layer_event(index, layers))
+    store.heartbeat(run_id)
+store.finish(run_id, {"ppl_wikitext2": 5.0})
+"""
+
+
+def test_two_writers_and_a_reader_share_one_store(tmp_path):
+    path, layers = tmp_path / "runs.db", 150
+    Store(path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(layers)], env=env) for _ in range(2)]
+    reader, reads, mid = Store(path), 0, 0
+    while any(w.poll() is None for w in writers) or reads < 3:
+        for run in reader.list_runs(layers=True):
+            # A reader never sees half a layer, nor a gap, nor a finished run without its results.
+            assert [layer["layer"] for layer in run.layers] == list(range(len(run.layers)))
+            assert all(len(layer["linears"]) == 7 for layer in run.layers)
+            assert run.status != "finished" or (run.ppl == 5.0 and len(run.layers) == layers)
+            mid += 0 < len(run.layers) < layers
+        reads += 1
+    assert [w.wait() for w in writers] == [0, 0]
+    assert mid > 0  # the reader really read while both were writing
+    runs = reader.list_runs()
+    assert [(r.status, r.layers_done) for r in runs] == [("finished", layers)] * 2
+    assert raw(reader, "PRAGMA journal_mode") == [("wal",)]
+
+
+def test_a_killed_process_leaves_an_interrupted_run_with_its_layers(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    run_id = store.create_run(config())
+    store.claim(run_id)
+    store.record_event(run_id, layer_event(0, 4))
+    store.record_event(run_id, layer_event(1, 4))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    store.set_owner(run_id, child.pid)  # as if the child were executing it
+    assert store.get_run(run_id).status == "running"
+    child.send_signal(signal.SIGKILL)
+    time.sleep(0.2)  # not yet reaped by its parent: a zombie, which must count as dead
+    run = store.get_run(run_id)
+    assert (run.status, run.layers_done) == ("interrupted", 2)
+    assert "stopped without finishing" in run.error
+    child.wait()
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_run(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    run_id = store.create_run(config())
+    store.claim(run_id)  # this process, alive
+    assert store.get_run(run_id).status == "running"
+    raw(store, "UPDATE runs SET pid_started = pid_started - 3600 WHERE id = ?", run_id)  # e.g. after a reboot
+    assert store.get_run(run_id).status == "interrupted"
+
+
+def test_a_run_on_another_host_is_judged_by_its_heartbeat(tmp_path):
+    clock = Clock(1000.0)
+    store = Store(tmp_path / "runs.db", clock=clock)
+    run_id = store.create_run(config())
+    store.claim(run_id)
+    raw(store, "UPDATE runs SET host = 'elsewhere' WHERE id = ?", run_id)
+    clock.now += STALE_AFTER - 1
+    assert store.get_run(run_id).status == "running"
+    clock.now += 2
+    assert store.get_run(run_id).status == "interrupted"
+    store.heartbeat(run_id)  # it was only slow: a beat brings it back
+    assert store.get_run(run_id).status == "running"
+
+
+def test_default_location_follows_acetui_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACETUI_HOME", str(tmp_path / "home"))
+    assert Store().path == tmp_path / "home" / "runs.db"
+    assert (tmp_path / "home" / "runs.db").is_file()
+
+
+def test_unusable_paths_get_one_sentence(tmp_path):
+    with pytest.raises(UserError, match="is a folder"):
+        Store(tmp_path)
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    with pytest.raises(UserError, match="Cannot create the folder"):
+        Store(blocker / "runs.db")
+
+
+def test_foreign_and_corrupt_files_are_refused_and_left_untouched(tmp_path):
+    text = tmp_path / "notes.db"
+    text.write_text("just some text, not a database\n" * 200)
+    foreign = tmp_path / "other.db"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE things (x)")
+        db.execute("INSERT INTO things VALUES (1)")
+    db.close()
+    corrupt = tmp_path / "corrupt.db"
+    Store(corrupt)
+    data = bytearray(corrupt.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # wreck the schema page behind a valid header
+    corrupt.write_bytes(bytes(data))
+    for path, message in ((text, "not an acetui run store"), (foreign, "not an acetui run store"),
+                          (corrupt, "could not be used|not an acetui run store")):
+        before = path.read_bytes()
+        with pytest.raises(UserError, match=message):
+            Store(path)
+        assert path.read_bytes() == before
+
+
+def test_a_store_from_a_newer_acetui_is_refused(tmp_path):
+    path = tmp_path / "runs.db"
+    Store(path)
+    raw(Store(path), f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(UserError, match="newer acetui"):
+        Store(path)
+
+
+def test_a_version_0_store_is_migrated(tmp_path):
+    path = tmp_path / "runs.db"
+    with sqlite3.connect(path) as db:
+        db.executescript((TESTS / "store_v0.sql").read_text())
+    db.close()
+    store = Store(path)
+    assert raw(store, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    assert raw(store, "PRAGMA application_id") == [(APPLICATION_ID,)]
+    old = store.get_run("0ld0run1")
+    assert (old.status, old.ppl, old.config.method, old.config.model) == ("finished", 38.96, "wanda", "facebook/opt-125m")
+    assert [layer["layer"] for layer in old.layers] == [0, 1]
+    q_proj = old.layers[0]["linears"][0]
+    assert (q_proj["name"], q_proj["d_out"], q_proj["histogram"]["threshold"]) == ("self_attn.q_proj", 768, 1.0)
+    assert old.layers[0]["linears"][1]["histogram"] is None
+    failed = store.get_run("0ld0run2")
+    assert (failed.status, failed.error, failed.config.seqlen, failed.label) == ("failed", "CUDA out of memory.", "full", "CosP+VarP-FL")
+    store.create_run(config())  # and it takes new runs
+    assert len(Store(path).list_runs()) == 3
