@@ -16,7 +16,7 @@ import torch
 
 from core import pipeline
 from core.config import RunConfig
-from core.data import calibration_documents, calibration_windows
+from core.data import calibration_windows, tokenized_calibration
 from core.models import decoder_layers, load_model
 from core.paths import bundled_model
 
@@ -30,8 +30,7 @@ COLUMNS = ["0.5", "4:8", "2:4"]
 def forward_floor(loaded, seqlen: int, nsamples: int) -> float:
     """Seconds for two plain passes of the calibration windows through every decoder layer (no hooks,
     no scoring): the least any sequential layer-wise method must spend."""
-    documents, _ = calibration_documents("c4")
-    windows = calibration_windows(loaded.tokenizer, documents, nsamples, seqlen, 0)
+    windows = calibration_windows(tokenized_calibration(loaded.tokenizer, "c4")[0], nsamples, seqlen, 0)
     batch = max(1, pipeline.CALIB_TOKENS_PER_BATCH // seqlen)
     start = time.perf_counter()
     inputs = pipeline._capture_layer0_inputs(loaded, windows, batch, loaded.device)

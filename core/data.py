@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import random
@@ -85,11 +86,22 @@ def calibration_documents(source: str) -> tuple[list[str], str]:
     return _read_records(path), str(path)
 
 
-def calibration_windows(tokenizer, documents: list[str], nsamples: int, seqlen: int, seed: int) -> torch.Tensor:
+def tokenized_calibration(tokenizer, source: str) -> tuple[list[list[int]], str]:
+    """Token ids of every calibration document and where they came from; cached per process, so a
+    compare grid or sweep tokenizes its corpus once."""
+    return _tokenized_calibration(tokenizer, source, str(data_dir()))
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenized_calibration(tokenizer, source: str, _data_dir: str):
+    documents, where = calibration_documents(source)
+    return tokenizer(documents, add_special_tokens=True)["input_ids"], where
+
+
+def calibration_windows(ids: list[list[int]], nsamples: int, seqlen: int, seed: int) -> torch.Tensor:
     """``nsamples`` windows of ``seqlen`` tokens, drawn as Wanda's C4 sampler does: with
     ``random.seed(seed)``, pick a random document longer than ``seqlen`` tokens, then a random
     window inside it. Returns ``(nsamples, seqlen)`` token ids."""
-    ids = tokenizer(documents, add_special_tokens=True)["input_ids"]
     # Positions a window can start at: Wanda draws randint(0, len - seqlen - 1).
     available = sum(max(0, len(doc) - seqlen) for doc in ids)
     if available < nsamples:
@@ -107,6 +119,16 @@ def calibration_windows(tokenizer, documents: list[str], nsamples: int, seqlen: 
         start = random.randint(0, len(doc) - seqlen - 1)
         windows.append(doc[start : start + seqlen])
     return torch.tensor(windows, dtype=torch.long)
+
+
+def wikitext2_test_ids(tokenizer) -> torch.Tensor:
+    """The tokenized WikiText-2 test text (cached per process and tokenizer)."""
+    return _wikitext2_test_ids(tokenizer, str(data_dir()))
+
+
+@functools.lru_cache(maxsize=4)
+def _wikitext2_test_ids(tokenizer, _data_dir: str) -> torch.Tensor:
+    return tokenizer(wikitext2_test_text()[0], return_tensors="pt").input_ids[0]
 
 
 def wikitext2_test_text() -> tuple[str, str]:

@@ -13,12 +13,11 @@ EVAL_TOKENS_PER_BATCH = 4096  # windows per forward pass = this // window length
 
 
 @torch.no_grad()
-def perplexity(model, tokenizer, text: str, seqlen: int, limit: int | None = None, device=None,
+def perplexity(model, ids: torch.Tensor, seqlen: int, limit: int | None = None, device=None,
                on_event=None, cancel=None) -> tuple[float, int, int]:
-    """Cut the tokenized text into ``numel // seqlen`` windows (the first ``limit`` if given) and return
+    """Cut the token ids into ``numel // seqlen`` windows (the first ``limit`` if given) and return
     ``(ppl, windows_used, windows_total)`` with ``ppl = exp(sum of window NLL / (windows * seqlen))``,
     where a window's NLL is its mean next-token loss times ``seqlen`` (Wanda's convention)."""
-    ids = tokenizer(text, return_tensors="pt").input_ids[0]
     total = ids.numel() // seqlen
     windows = min(total, limit) if limit else total
     device = device or next(model.parameters()).device

@@ -14,7 +14,7 @@ import torch
 from core import histograms
 from core.checkpoint import check_save_dir, save_checkpoint
 from core.config import FULL_CONTEXT_CAP, RunConfig
-from core.data import calibration_documents, calibration_windows, wikitext2_test_text
+from core.data import calibration_windows, tokenized_calibration, wikitext2_test_ids
 from core.errors import Cancelled, UserError
 from core.evaluate import perplexity
 from core.events import LayerPruned, LayerStarted, LinearRecord, RunFinished, RunStarted, Stage
@@ -194,8 +194,8 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
     windows, source = None, None
     if method.needs_activations:
         emit(Stage("calibration", 0, config.nsamples))
-        documents, source = calibration_documents(config.calib)
-        windows = calibration_windows(loaded.tokenizer, documents, config.nsamples, seqlen, config.seed)
+        ids, source = tokenized_calibration(loaded.tokenizer, config.calib)
+        windows = calibration_windows(ids, config.nsamples, seqlen, config.seed)
         emit(Stage("calibration", config.nsamples, config.nsamples))
 
     started = time.perf_counter()
@@ -267,8 +267,7 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> d
     device = loaded.device if not hasattr(loaded.model, "hf_device_map") else None
     if "wikitext2" in config.evals:
         seqlen = resolve_seqlen(config.eval_seqlen, loaded.context_length, "--eval-seqlen")
-        text, _ = wikitext2_test_text()
-        ppl, used, total = perplexity(loaded.model, loaded.tokenizer, text, seqlen, config.eval_limit,
+        ppl, used, total = perplexity(loaded.model, wikitext2_test_ids(loaded.tokenizer), seqlen, config.eval_limit,
                                       device, on_event, cancel)
         results.update(ppl_wikitext2=ppl, ppl_windows=used, ppl_partial=used < total, ppl_seqlen=seqlen)
     if "zeroshot" in config.evals:

@@ -8,12 +8,13 @@ and review the SVGs in ``tests/__snapshots__``.
 from __future__ import annotations
 
 import math
-import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
+from acetui.app import make_app
 from core.config import RunConfig
 from core.events import Histogram, LayerPruned, LayerStarted, LinearRecord, RunStarted, Stage
 from core.store import Store
@@ -67,7 +68,7 @@ def layer_event(index: int, sparsity: float, activations: bool = True) -> LayerP
 def add_run(store: Store, method: str, sparsity: str, *, seqlen=16, layers: int = NUM_LAYERS, ppl: float | None = None,
             status: str = "finished", error: str | None = None, zeroshot: float | None = None, model: str = MODEL) -> str:
     config = RunConfig(model=model, method=method, sparsity=sparsity, seqlen=seqlen, nsamples=128)
-    run_id = store.create_run(config, env={"host": "box"}, run_id=f"{method[:3]}{sparsity.replace(':', '')}{seqlen}"[:8])
+    run_id = store.create_run(config, env={"host": "box"}, run_id=f"run{len(store.list_runs()) + 1:05d}")
     store.claim(run_id)
     store.record_event(run_id, RunStarted(model, method, sparsity, NUM_LAYERS, "cuda:0"))
     store.record_event(run_id, Stage("calibration", 128, 128))
@@ -103,3 +104,114 @@ def build_store(path: Path) -> Store:
             error="CUDA out of memory. Tried to allocate 2.00 GiB; try --device cpu or a smaller --nsamples.")
     add_run(store, "sparsegpt", "4:8", layers=2, status="cancelled", error="Stopped on request between layers.")
     return store
+
+
+# ---- the snapshots ---------------------------------------------------------------------------------
+
+SIZES = [(80, 24), (120, 40)]
+
+
+@pytest.fixture(scope="session")
+def synthetic_db(tmp_path_factory) -> Path:
+    """The synthetic store, built once (its many small transactions take seconds)."""
+    folder = tmp_path_factory.mktemp("synthetic-store")
+    build_store(folder / "runs.db")
+    return folder
+
+
+@pytest.fixture
+def store(synthetic_db, tmp_path, monkeypatch):
+    """A fresh copy of the synthetic store, local times in UTC, and model completions from the store
+    only (not from this machine's folders and Hugging Face cache)."""
+    for part in synthetic_db.iterdir():
+        shutil.copy(part, tmp_path / part.name)
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    monkeypatch.setattr("acetui.app.screens.new_run.model_candidates", lambda recent: recent)
+    yield Store(tmp_path / "runs.db")
+    monkeypatch.undo()  # restore TZ now, so that tzset() below brings back the local zone
+    time.tzset()
+
+
+def until(condition, timeout: float = 20.0):
+    """A ``run_before`` that lets the app's store-polling threads deliver until ``condition(app)``."""
+
+    async def wait(pilot):
+        deadline = time.monotonic() + timeout
+        while not condition(pilot.app):
+            assert time.monotonic() < deadline, "the screen never showed the store's data"
+            await pilot.pause(0.1)
+
+    return wait
+
+
+def rows(selector: str, count: int):
+    return until(lambda app: app.screen.query_one(selector).row_count == count)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_new_run(snap_compare, store, size):
+    from textual.widgets import Input
+
+    async def fill(pilot):
+        screen = pilot.app.screen
+        for field in screen.query(Input):
+            field.cursor_blink = False  # a blinking cursor is caught on or off at random
+        screen.query_one("#model", Input).focus()
+        await pilot.press(*"/models/")
+        screen.query_one("#sparsity", Input).value = "0.5, 3:2"
+        await until(lambda app: screen.query_one("#model-candidates").option_count == 2)(pilot)
+
+    assert snap_compare(make_app(store), terminal_size=size, run_before=fill)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_run_live(snap_compare, store, size):
+    """A run in progress: 3 of 6 layers, the last one's histogram, ETA from the recorded layer times."""
+    assert snap_compare(make_app(store, attach="run00007"), terminal_size=size, run_before=rows("#layers", 3))
+
+
+def test_run_failed(snap_compare, store):
+    app = make_app(store, attach="run00008")
+    assert snap_compare(app, run_before=until(lambda app: app.screen.query_one("#run-error").display))
+
+
+def test_run_depth_plots_light(snap_compare, store):
+    assert snap_compare(make_app(store, theme="light", attach="run00003"), press=["s"],
+                        run_before=rows("#layers", NUM_LAYERS))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_results(snap_compare, store, size):
+    async def results(pilot):
+        await pilot.press("f3")
+        await rows("#results", 6)(pilot)
+
+    assert snap_compare(make_app(store), terminal_size=size, run_before=results)
+
+
+def test_results_paper_view(snap_compare, store):
+    async def paper(pilot):
+        await pilot.press("f3")
+        await rows("#results", 6)(pilot)
+        await pilot.press("space", "down", "space", "down", "space", "v")
+
+    assert snap_compare(make_app(store), run_before=paper)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_runs(snap_compare, store, size):
+    async def runs(pilot):
+        await pilot.press("f4")
+        await rows("#runs", 9)(pilot)
+        await pilot.press("down")  # the failed run, with its error under the table
+
+    assert snap_compare(make_app(store), terminal_size=size, run_before=runs)
+
+
+def test_runs_ansi_theme(snap_compare, store):
+    async def runs(pilot):
+        await pilot.press("f4")
+        await rows("#runs", 9)(pilot)
+
+    assert snap_compare(make_app(store, theme="ansi"), run_before=runs)

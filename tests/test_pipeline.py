@@ -91,9 +91,9 @@ def test_next_layer_sees_the_pruned_layer(loaded, calib_file):
     finally:
         hook.remove()
     cfg = config(loaded.source, "wanda", calib=calib_file)
-    from core.data import calibration_documents, calibration_windows
+    from core.data import calibration_windows, tokenized_calibration
 
-    windows = calibration_windows(loaded.tokenizer, calibration_documents(cfg.calib)[0], NSAMPLES, SEQLEN, 0)
+    windows = calibration_windows(tokenized_calibration(loaded.tokenizer, cfg.calib)[0], NSAMPLES, SEQLEN, 0)
 
     def layer1_inputs():
         got = []
@@ -146,12 +146,17 @@ def test_nan_activations_are_reported_with_the_layer(make_tiny_model, calib_file
 def test_same_seed_same_windows(tokenizer_dir):
     from transformers import AutoTokenizer
 
-    from core.data import calibration_documents, calibration_windows
+    from core.data import calibration_windows, tokenized_calibration
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    docs, source = calibration_documents("c4")
+    ids, source = tokenized_calibration(AutoTokenizer.from_pretrained(tokenizer_dir), "c4")
     assert source.endswith("c4_calib_merged.jsonl")
-    a = calibration_windows(tok, docs, 16, 32, seed=0)
+    a = calibration_windows(ids, 16, 32, seed=0)
     assert a.shape == (16, 32)
-    assert torch.equal(a, calibration_windows(tok, docs, 16, 32, seed=0))
-    assert not torch.equal(a, calibration_windows(tok, docs, 16, 32, seed=1))
+    assert torch.equal(a, calibration_windows(ids, 16, 32, seed=0))
+    assert not torch.equal(a, calibration_windows(ids, 16, 32, seed=1))
+    # Wanda's sampler: every window is a contiguous slice of one document
+    def joined(tokens):
+        return "," + ",".join(map(str, tokens)) + ","
+
+    corpus = [joined(doc) for doc in ids]
+    assert all(any(joined(w.tolist()) in doc for doc in corpus) for w in a)

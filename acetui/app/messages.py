@@ -1,0 +1,41 @@
+"""Messages that store-polling threads post to the screens (``post_message`` is thread-safe;
+widgets are only ever touched by the handlers, on the main thread)."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from core.store import RunRecord
+
+
+class RunProgress(Message):
+    """The followed run changed: its record (without layers) and the layers recorded since the last message."""
+
+    def __init__(self, run: RunRecord, new_layers: list[dict]) -> None:
+        super().__init__()
+        self.run = run
+        self.new_layers = new_layers
+
+
+class RunsListed(Message):
+    """The list of runs in the store changed."""
+
+    def __init__(self, runs: list[RunRecord]) -> None:
+        super().__init__()
+        self.runs = runs
+
+
+class StoreFailed(Message):
+    """Reading the store failed (the message is the UserError's sentence)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class CandidatesFound(Message):
+    """Model completions gathered in the background for the New run form."""
+
+    def __init__(self, candidates: list[str]) -> None:
+        super().__init__()
+        self.candidates = candidates

@@ -1,0 +1,1 @@
+"""The app's four screens: New run, Run, Results and Runs."""

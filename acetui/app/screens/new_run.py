@@ -1,0 +1,269 @@
+"""New run: pick a model, metrics, sparsities, calibration, evaluation and device; start the grid.
+
+Each text field is checked as it changes with the engine's own validation (``acetui.app.form``); a
+bad value turns the field red and shows, right under it, the sentence the CLI would print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.markup import escape
+from textual.screen import Screen
+from textual.suggester import SuggestFromList
+from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, OptionList, Select, SelectionList, Static
+from textual.widgets.selection_list import Selection
+
+from acetui.app import form
+from acetui.app.candidates import model_candidates
+from acetui.app.messages import CandidatesFound
+from core.config import ZEROSHOT_TASKS
+from core.errors import UserError
+from core.metrics import METHODS
+
+CANDIDATES_SHOWN = 3  # rows of model completions under the model field
+
+
+@dataclass(frozen=True)
+class Field:
+    id: str
+    label: str
+    default: str
+    parse: Callable[[str], object]
+    placeholder: str = ""
+
+
+FIELDS = {f.id: f for f in [
+    Field("model", "Model", "", form.model, "hub id, checkpoint folder or .gguf (→ completes)"),
+    Field("sparsity", "Sparsity", "0.5", form.sparsities, "0.5, 2:4, 4:8 …"),
+    Field("calib", "Calibration", "c4", form.calib, "c4, wikitext2 or a file"),
+    Field("nsamples", "Samples", "128", form.nsamples),
+    Field("seqlen", "Length", "16", form.seqlens, "16, full …"),
+    Field("seed", "Seed", "0", form.seed),
+    Field("eval_limit", "Windows", "", form.eval_limit, "all"),
+    Field("eval_seqlen", "Length", "", form.eval_seqlen, "context"),
+    Field("tasks", "Tasks", ",".join(ZEROSHOT_TASKS), form.tasks),
+    Field("zeroshot_limit", "Examples", "", form.zeroshot_limit, "all"),
+]}
+
+
+def _devices() -> list[str]:
+    import torch
+
+    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return ["auto", "cpu", *gpus]
+
+
+class NewRunScreen(Screen):
+    AUTO_FOCUS = "#model"
+    BINDINGS = [Binding("ctrl+r", "start", "Start", priority=True)]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="form"):
+            yield from self._field("model")
+            yield OptionList(id="model-candidates")
+            with Horizontal(id="form-columns"):
+                with Vertical(id="metrics-column"):
+                    yield Label("Metrics [dim](space picks)[/]", classes="section")
+                    yield SelectionList[str](
+                        *(Selection(f"{m.paper_name:<10} {name}", name, name == "ace") for name, m in METHODS.items()),
+                        id="metrics",
+                    )
+                    yield Static("", id="metrics-error", classes="error")
+                with Vertical(id="settings-column"):
+                    yield from self._field("sparsity")
+                    with Horizontal(classes="row"):
+                        yield Label("Group", classes="label")
+                        yield Select([("per output row", "row"), ("per layer", "layer")], value="row",
+                                     allow_blank=False, compact=True, id="group")
+                    yield from self._field("calib")
+                    yield from self._field("nsamples")
+                    yield from self._field("seqlen", presets=form.SEQLEN_PRESETS)
+                    yield from self._field("seed")
+                    with Horizontal(classes="row"):
+                        yield Label("Device", classes="label")
+                        yield Select([(d, d) for d in _devices()], value="auto", allow_blank=False, compact=True,
+                                     id="device")
+                        yield Label("dtype", classes="label short")
+                        yield Select([(d, d) for d in ("auto", "float32", "float16", "bfloat16")], value="auto",
+                                     allow_blank=False, compact=True, id="dtype")
+            yield Label("Evaluation", classes="section")
+            with Horizontal(classes="row"):
+                yield Checkbox("WikiText-2 ppl", True, id="eval-wikitext2", compact=True)
+                yield from self._inline("eval_limit")
+                yield from self._inline("eval_seqlen")
+            yield from self._errors("eval_limit", "eval_seqlen")
+            with Horizontal(classes="row"):
+                yield Checkbox("Zero-shot", False, id="eval-zeroshot", compact=True)
+                yield from self._inline("tasks")
+                yield from self._inline("zeroshot_limit")
+            yield from self._errors("tasks", "zeroshot_limit")
+            with Horizontal(id="start-row"):
+                yield Button("Start ▶", id="start", variant="primary", compact=True)
+                yield Static("", id="plan")
+        yield Footer(show_command_palette=False)
+
+    # ---- composing fields ----
+
+    def _input(self, field_id: str) -> Input:
+        spec = FIELDS[field_id]
+        return Input(spec.default, placeholder=spec.placeholder, id=field_id, compact=True)
+
+    def _field(self, field_id: str, presets: tuple[str, ...] = ()) -> ComposeResult:
+        with Horizontal(classes="row"):
+            yield Label(FIELDS[field_id].label, classes="label")
+            yield self._input(field_id)
+            for preset in presets:
+                yield Button(preset, name=preset, classes="preset", compact=True)
+        yield Static("", id=f"{field_id}-error", classes="error")
+
+    def _inline(self, field_id: str) -> ComposeResult:
+        yield Label(FIELDS[field_id].label, classes="label inline")
+        yield self._input(field_id)
+
+    def _errors(self, *field_ids: str) -> ComposeResult:
+        for field_id in field_ids:
+            yield Static("", id=f"{field_id}-error", classes="error")
+
+    # ---- life cycle ----
+
+    def on_mount(self) -> None:
+        self._candidates: list[str] = []
+        self._model_touched = False
+        self.query_one("#model-candidates").display = False
+        self.find_candidates()
+        self.check_all()
+
+    @work(thread=True, exclusive=True, group="candidates")
+    def find_candidates(self) -> None:
+        recent = list(dict.fromkeys(run.config.model for run in reversed(self.app.store.list_runs())))
+        self.post_message(CandidatesFound(model_candidates(recent)))
+
+    def on_candidates_found(self, message: CandidatesFound) -> None:
+        self._candidates = message.candidates
+        model = self.query_one("#model", Input)
+        model.suggester = SuggestFromList(self._candidates, case_sensitive=False)
+        self._show_candidates(model.value)
+
+    def _show_candidates(self, typed: str) -> None:
+        typed = typed.strip().lower()
+        matches = [c for c in self._candidates if typed in c.lower() and c.lower() != typed]
+        options = self.query_one("#model-candidates", OptionList)
+        options.set_options(matches)
+        options.highlighted = 0 if matches else None
+        options.display = bool(matches)
+        options.styles.height = min(len(matches), CANDIDATES_SHOWN)
+
+    # ---- checking ----
+
+    def _check(self, field_id: str) -> bool:
+        """Check one field; flag it and show the sentence under it if it is bad (the empty model
+        field only once the user has typed in it or tried to start)."""
+        widget = self.query_one(f"#{field_id}")
+        error = self.query_one(f"#{field_id}-error", Static)
+        try:
+            if field_id == "metrics":
+                form.methods(widget.selected)
+            else:
+                FIELDS[field_id].parse(widget.value)
+            message = ""
+        except UserError as problem:
+            message = str(problem)
+        shown = message if field_id != "model" or self._model_touched else ""
+        widget.set_class(bool(shown), "-invalid")
+        error.update(escape(shown))
+        error.display = bool(shown)
+        return not message
+
+    def _relevant(self) -> list[str]:
+        """The fields that matter for the chosen evaluations (zero-shot settings only when it is on)."""
+        skip = set()
+        if not self.query_one("#eval-wikitext2", Checkbox).value:
+            skip |= {"eval_limit", "eval_seqlen"}
+        if not self.query_one("#eval-zeroshot", Checkbox).value:
+            skip |= {"tasks", "zeroshot_limit"}
+        return ["metrics", *(f for f in FIELDS if f not in skip)]
+
+    def check_all(self) -> list[str]:
+        """Check every relevant field; return the ids of the bad ones, and update the plan line."""
+        for field_id in ("eval_limit", "eval_seqlen", "tasks", "zeroshot_limit"):
+            self.query_one(f"#{field_id}-error").display = False
+            self.query_one(f"#{field_id}").remove_class("-invalid")
+        bad = [field_id for field_id in self._relevant() if not self._check(field_id)]
+        plan = self.query_one("#plan", Static)
+        if bad:
+            plan.update("Pick a model to start." if bad == ["model"] and not self._model_touched
+                        else f"[$text-error]{len(bad)} field(s) to fix[/]")
+        else:
+            configs = self.configs()
+            runs = ", ".join(f"{c.label} {c.sparsity}" for c in configs)
+            plan.update(escape(f"{len(configs)} run(s): {runs}"))
+        return bad
+
+    def configs(self):
+        """The run configurations the form describes (every relevant field must be valid)."""
+        value = lambda field_id: FIELDS[field_id].parse(self.query_one(f"#{field_id}").value)  # noqa: E731
+        wikitext2 = self.query_one("#eval-wikitext2", Checkbox).value
+        zeroshot = self.query_one("#eval-zeroshot", Checkbox).value
+        return form.configs(
+            model=value("model"),
+            methods=form.methods(self.query_one("#metrics", SelectionList).selected),
+            sparsities=value("sparsity"),
+            seqlens=value("seqlen"),
+            evals=[e for e, on_ in (("wikitext2", wikitext2), ("zeroshot", zeroshot)) if on_],
+            group=self.query_one("#group", Select).value,
+            calib=value("calib"),
+            nsamples=value("nsamples"),
+            seed=value("seed"),
+            eval_limit=value("eval_limit") if wikitext2 else None,
+            eval_seqlen=value("eval_seqlen") if wikitext2 else None,
+            tasks=value("tasks") if zeroshot else list(ZEROSHOT_TASKS),
+            zeroshot_limit=value("zeroshot_limit") if zeroshot else None,
+            device=self.query_one("#device", Select).value,
+            dtype=self.query_one("#dtype", Select).value,
+        )
+
+    # ---- events ----
+
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        if event.input.id == "model":
+            self._model_touched = self._model_touched or bool(event.value)
+            self._show_candidates(event.value)
+        self.check_all()
+
+    @on(SelectionList.SelectedChanged)
+    @on(Checkbox.Changed)
+    def _toggled(self) -> None:
+        self.check_all()
+
+    @on(OptionList.OptionSelected, "#model-candidates")
+    def _candidate_picked(self, event: OptionList.OptionSelected) -> None:
+        self.query_one("#model", Input).value = str(event.option.prompt)
+        self.query_one("#metrics").focus()
+
+    @on(Button.Pressed, ".preset")
+    def _preset(self, event: Button.Pressed) -> None:
+        self.query_one("#seqlen", Input).value = event.button.name
+
+    @on(Button.Pressed, "#start")
+    def _start_pressed(self) -> None:
+        self.action_start()
+
+    def action_start(self) -> None:
+        self._model_touched = True
+        bad = self.check_all()
+        if bad:
+            self.query_one(f"#{bad[0]}").focus()
+            self.notify("Fix the flagged fields first.", severity="error")
+            return
+        try:
+            self.app.start_runs(self.configs())
+        except UserError as error:
+            self.notify(str(error), severity="error", timeout=8)

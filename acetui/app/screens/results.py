@@ -1,0 +1,250 @@
+"""Results: finished runs side by side, sortable and filterable; the paper's comparison layout;
+export of the selected runs as CSV or LaTeX (``core.export``), or the LaTeX to the clipboard."""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, Static
+
+from acetui.app import summary
+from acetui.app.screens.common import RunListScreen, refill
+from core.errors import UserError
+from core.export import comparison, export
+from core.sparsity import parse_sparsity
+from core.store import RunRecord, model_name
+from core.zeroshot import mean_accuracy
+
+
+def zeroshot_mean(run: RunRecord) -> float | None:
+    zeroshot = run.results.get("zeroshot")
+    return mean_accuracy(zeroshot) if zeroshot else None
+
+
+def _seqlen_order(run: RunRecord) -> float:
+    seqlen = run.config.seqlen
+    return math.inf if seqlen == "full" else float(seqlen)
+
+
+def _sparsity_order(run: RunRecord) -> tuple:
+    spec = parse_sparsity(run.config.sparsity)
+    return spec.is_nm, spec.fraction
+
+
+def _missing_last(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    cell: Callable[[RunRecord], str]
+    order: Callable[[RunRecord], object]
+
+
+COLUMNS = [
+    Column("Model", lambda r: model_name(r.config.model), lambda r: model_name(r.config.model)),
+    Column("Method", lambda r: r.label, lambda r: r.label),
+    Column("Calib", lambda r: str(r.config.seqlen), _seqlen_order),
+    Column("Sparsity", lambda r: r.config.sparsity, _sparsity_order),
+    Column("PPL", lambda r: ("–" if r.ppl is None else f"{r.ppl:.2f}") + ("†" if r.results.get("ppl_partial") else ""),
+           lambda r: _missing_last(r.ppl)),
+    Column("Prune", lambda r: summary.fmt_seconds(r.prune_seconds), lambda r: _missing_last(r.prune_seconds)),
+    Column("0-shot%", lambda r: "–" if zeroshot_mean(r) is None else f"{zeroshot_mean(r) * 100:.1f}",
+           lambda r: -(zeroshot_mean(r) or -1)),
+]
+PPL_COLUMN = 4
+
+
+def export_dir() -> Path:
+    """Where exports are saved: ``ACETUI_EXPORT_DIR``, else the user's downloads folder if it exists,
+    else the working directory."""
+    if os.environ.get("ACETUI_EXPORT_DIR"):
+        return Path(os.environ["ACETUI_EXPORT_DIR"]).expanduser()
+    from platformdirs import user_downloads_path
+
+    downloads = user_downloads_path()
+    return downloads if downloads.is_dir() else Path.cwd()
+
+
+def new_file(folder: Path, stem: str, suffix: str) -> Path:
+    """``folder/stem.suffix``, or ``stem-2``, ``stem-3``... when taken: an export never overwrites another."""
+    path, n = folder / f"{stem}{suffix}", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stem}-{n}{suffix}"
+    return path
+
+
+class ResultsScreen(RunListScreen):
+    AUTO_FOCUS = "#results"
+    # The footer shows the main keys; ``a``, ``r`` and ``o`` are in the keys panel (ctrl+p, "Keys").
+    BINDINGS = [
+        Binding("slash", "focus_filter", "Filter"),
+        Binding("space", "toggle_select", "Select"),
+        Binding("a", "select_all", "Select all", show=False),
+        Binding("s", "sort", "Sort"),
+        Binding("r", "reverse", "Reverse sort", show=False),
+        Binding("v", "toggle_view", "Paper"),
+        Binding("e", "export('csv')", "CSV"),
+        Binding("l", "export('latex')", "LaTeX"),
+        Binding("y", "copy_latex", "Copy TeX"),
+        Binding("o", "open_run", "Open run", show=False),
+        Binding("escape", "focus_table", "Table", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="results-bar"):
+            yield Input(placeholder="filter by model (/)", id="filter", compact=True)
+            yield Static("", id="results-info")
+        with ContentSwitcher(initial="results", id="results-views"):
+            yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
+            with VerticalScroll(id="paper"):
+                yield Static("", id="paper-table")
+        yield Footer(show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.selected: set[str] = set()
+        self.sort_column, self.descending = PPL_COLUMN, False
+        self.query_one("#results", DataTable).add_columns(" ", *(c.title for c in COLUMNS))
+        super().on_mount()
+
+    # ---- what is shown ----
+
+    def visible(self) -> list[RunRecord]:
+        """Finished runs matching the model filter, in the chosen order."""
+        wanted = self.query_one("#filter", Input).value.strip().lower()
+        runs = [r for r in self.runs if r.status == "finished" and wanted in r.config.model.lower()]
+        column = COLUMNS[self.sort_column]
+        return sorted(runs, key=column.order, reverse=self.descending)
+
+    def chosen(self) -> list[RunRecord]:
+        """The selected runs still visible, or every visible run when none is selected."""
+        visible = self.visible()
+        return [r for r in visible if r.id in self.selected] or visible
+
+    def show_runs(self) -> None:
+        visible = self.visible()
+        refill(self.query_one("#results", DataTable),
+               [(r.id, ("✓" if r.id in self.selected else " ", *(c.cell(r) for c in COLUMNS))) for r in visible])
+        picked = len([r for r in visible if r.id in self.selected])
+        arrow = "↓" if self.descending else "↑"
+        partial = " · † partial ppl" if any(r.results.get("ppl_partial") for r in visible) else ""
+        self.query_one("#results-info", Static).update(
+            f"{len(visible)} run(s) · {picked} selected · by {COLUMNS[self.sort_column].title} {arrow}{partial}")
+        self.query_one("#paper-table", Static).update(self.paper_table())
+
+    def paper_table(self) -> Group | str:
+        """The chosen runs in the paper's layout: methods by sparsity, best perplexity in bold."""
+        runs = self.chosen()
+        if not runs:
+            return "No finished runs yet."
+        try:
+            grid = comparison(runs)
+        except UserError as error:
+            return str(error)
+        table = Table(expand=False)
+        several = len(grid.models) > 1
+        table.add_column("Method")
+        for model, header in grid.columns:
+            table.add_column(f"{model} {header}" if several else header, justify="right")
+        for row in grid.rows:
+            table.add_row(Text(row), *(Text.from_markup(grid.text(row, column, lambda v: f"[b]{v}[/b]", "†", "|", "±"))
+                                       for column in grid.columns))
+        which = "selected" if any(r.id in self.selected for r in self.visible()) else "listed"
+        notes = [f"WikiText-2 perplexity of the {which} runs; best per column in bold."]
+        if grid.partial:
+            notes.append("† over part of the test set (--eval-limit): not comparable to full-set numbers.")
+        return Group(Text("\n".join(notes)), table)
+
+    # ---- actions ----
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self) -> None:
+        self.show_runs()
+
+    @on(Input.Submitted, "#filter")
+    def action_focus_table(self) -> None:
+        self.query_one("#results", DataTable).focus()
+
+    @on(DataTable.HeaderSelected, "#results")
+    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
+        if event.column_index == 0:
+            return
+        column = event.column_index - 1
+        self.descending = not self.descending if column == self.sort_column else False
+        self.sort_column = column
+        self.show_runs()
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    def action_toggle_select(self) -> None:
+        run = self.cursor_run(self.query_one("#results", DataTable))
+        if run is not None:
+            self.selected ^= {run.id}
+            self.show_runs()
+
+    def action_select_all(self) -> None:
+        visible = {r.id for r in self.visible()}
+        self.selected = set() if visible <= self.selected else self.selected | visible
+        self.show_runs()
+
+    def action_sort(self) -> None:
+        self.sort_column = (self.sort_column + 1) % len(COLUMNS)
+        self.descending = False
+        self.show_runs()
+
+    def action_reverse(self) -> None:
+        self.descending = not self.descending
+        self.show_runs()
+
+    def action_toggle_view(self) -> None:
+        views = self.query_one("#results-views", ContentSwitcher)
+        views.current = "paper" if views.current == "results" else "results"
+
+    @on(DataTable.RowSelected, "#results")
+    def action_open_run(self) -> None:
+        run = self.cursor_run(self.query_one("#results", DataTable))
+        if run is not None:
+            self.app.follow(run.id)
+
+    def _export_text(self, fmt: str) -> str | None:
+        runs = self.chosen()
+        if not runs:
+            self.notify("No finished runs to export.", severity="warning")
+            return None
+        try:
+            return export(runs, fmt)
+        except UserError as error:
+            self.notify(str(error), severity="error", timeout=8)
+            return None
+
+    def action_export(self, fmt: str) -> None:
+        text = self._export_text(fmt)
+        if text is None:
+            return
+        folder = export_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = new_file(folder, f"acetui-{time.strftime('%Y%m%d-%H%M%S')}", ".tex" if fmt == "latex" else f".{fmt}")
+        self.app.deliver_text(io.StringIO(text), save_directory=folder, save_filename=path.name, name="export")
+
+    def action_copy_latex(self) -> None:
+        text = self._export_text("latex")
+        if text is not None:
+            self.app.copy_to_clipboard(text)
+            self.notify(f"LaTeX table of {len(self.chosen())} run(s) copied to the clipboard (OSC 52).")

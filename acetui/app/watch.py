@@ -1,0 +1,74 @@
+"""Store polling loops, run in Textual thread workers: each reads the store at an interval and posts
+a message only when what it reads has changed. They stop when the worker is cancelled (the screen
+that owns them goes away, or starts following another run)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from textual.message import Message
+
+from acetui.app.messages import RunProgress, RunsListed, StoreFailed
+from core.errors import UserError
+from core.store import RunRecord, Store
+
+RUN_INTERVAL = 0.3  # seconds between reads of a followed run (a cheap query without layers)
+LIST_INTERVAL = 1.0  # seconds between reads of the run list
+
+# read() returns the message to post (None when nothing changed) and whether polling is over.
+Reader = Callable[[], tuple[Message | None, bool]]
+
+
+def _poll(read: Reader, post: Callable[[Message], object], stop: threading.Event, interval: float) -> None:
+    last_error = None
+    while not stop.is_set():
+        try:
+            message, done = read()
+        except UserError as error:  # e.g. the store file became unreadable, or the run was deleted
+            message, done = (StoreFailed(str(error)) if str(error) != last_error else None), False
+            last_error = str(error)
+        if message is not None:
+            post(message)
+        if done:
+            return
+        stop.wait(interval)
+
+
+def _run_key(run: RunRecord) -> tuple:
+    return (run.status, run.layers_done, run.current_layer, repr(run.stage), run.error, bool(run.results),
+            run.cancel_requested, run.num_layers)
+
+
+def follow_run(store: Store, run_id: str, post, stop: threading.Event, interval: float = RUN_INTERVAL) -> None:
+    """Post ``RunProgress`` whenever the run changes, with the layers recorded since the previous post;
+    return once the run has ended and everything it recorded has been posted."""
+    seen = {"key": None, "last_layer": -1}
+
+    def read():
+        run = store.get_run(run_id, layers=False)
+        key = _run_key(run)
+        if key == seen["key"]:
+            return None, False
+        seen["key"] = key
+        layers = store.layers_since(run_id, after=seen["last_layer"])
+        if layers:
+            seen["last_layer"] = layers[-1]["layer"]
+        return RunProgress(run, layers), not run.active
+
+    _poll(read, post, stop, interval)
+
+
+def watch_runs(store: Store, post, stop: threading.Event, interval: float = LIST_INTERVAL) -> None:
+    """Post ``RunsListed`` whenever the set of runs or any run's status or progress changes."""
+    seen = {"key": None}
+
+    def read():
+        runs = store.list_runs()
+        key = tuple((run.id, run.status, run.layers_done, run.error, run.cancel_requested) for run in runs)
+        if key == seen["key"]:
+            return None, False
+        seen["key"] = key
+        return RunsListed(runs), False
+
+    _poll(read, post, stop, interval)

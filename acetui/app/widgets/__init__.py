@@ -1,0 +1,1 @@
+"""Widgets of the app: plots of run data."""

@@ -1,0 +1,42 @@
+"""``acetui`` with no subcommand opens the workbench; ``acetui attach RUN_ID`` opens it on a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from acetui.cli import app
+
+Theme = Annotated[Optional[str], typer.Option(
+    "--theme", help="dark, light, ansi (16 terminal colours, for SSH and 256-colour terminals) or a Textual theme.")]
+StorePath = Annotated[Optional[Path], typer.Option(
+    "--store", help="The run store file (default: $ACETUI_HOME/runs.db or the user data folder).")]
+
+
+def open_app(theme: str | None, store: Path | None, attach: str | None = None) -> None:
+    from acetui.app import make_app
+    from core.store import Store
+
+    make_app(Store(store), theme=theme, attach=attach).run()
+
+
+@app.callback(invoke_without_command=True)
+def workbench(ctx: typer.Context, theme: Theme = None, store: StorePath = None) -> None:
+    """Without a subcommand: open the workbench (pick a model and metrics, watch runs, compare results)."""
+    ctx.obj = {"theme": theme, "store": store}
+    if ctx.invoked_subcommand is None:
+        open_app(theme, store)
+
+
+@app.command()
+def attach(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="A run id or a unique prefix of one (acetui runs lists them).")],
+    theme: Theme = None,
+    store: StorePath = None,
+) -> None:
+    """Open the workbench on a run, live while it runs (started here, from the CLI or another session)."""
+    outer = ctx.obj or {}
+    open_app(theme or outer.get("theme"), store or outer.get("store"), attach=run_id)

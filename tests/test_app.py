@@ -1,0 +1,392 @@
+"""The workbench driven by Pilot: the New run form, real runs of a tiny random model started from the
+app (detached processes through the run store), live progress, results, export, cancel, errors, and
+attaching to a run the CLI started. Each real run takes a few seconds (nsamples 4, seqlen 16, two
+perplexity windows of 64 tokens)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from rich.console import Console
+from textual.widgets import Checkbox, ContentSwitcher, DataTable, Input, Log, SelectionList, Static
+
+import themes
+from acetui.app import make_app
+from acetui.app.candidates import cached_hub_models, local_models
+from acetui.app.form import configs
+from acetui.app.screens.new_run import NewRunScreen
+from acetui.app.screens.results import ResultsScreen
+from acetui.app.screens.run import RunScreen
+from acetui.app.screens.runs import RunsScreen
+from core.errors import UserError
+from core.store import Store
+
+SIZE = (80, 24)
+QUICK = {"nsamples": "4", "seqlen": "16", "eval_limit": "2", "eval_seqlen": "64"}
+
+
+@pytest.fixture
+def store(tmp_path):
+    """The store the app and its detached runs use; at the end, wait for every run's process to exit
+    so no test leaves work on the CPU."""
+    store = Store(tmp_path / "runs.db")
+    yield store
+    for run in store.list_runs():
+        if run.pid not in (None, os.getpid()):
+            try:
+                psutil.Process(run.pid).wait(timeout=60)
+            except psutil.Error:
+                pass
+
+
+@pytest.fixture
+def exports(tmp_path, monkeypatch):
+    folder = tmp_path / "exports"
+    monkeypatch.setenv("ACETUI_EXPORT_DIR", str(folder))
+    return folder
+
+
+async def wait_for(pilot, condition, what: str, timeout: float = 90.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.2)
+
+
+def cell_texts(table: DataTable) -> list[list[str]]:
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+async def fill_form(pilot, model: str, metrics: list[str], **values: str) -> NewRunScreen:
+    screen = pilot.app.screen
+    assert isinstance(screen, NewRunScreen)
+    screen.query_one("#model", Input).focus()
+    await pilot.press(*model)  # typed, as a user would
+    chosen = screen.query_one("#metrics", SelectionList)
+    chosen.deselect_all()
+    for metric in metrics:
+        chosen.select(metric)
+    for field, value in {**QUICK, **values}.items():
+        screen.query_one(f"#{field}", Input).value = value
+    await pilot.pause()
+    return screen
+
+
+# ---- the form, no runs ----------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_form_flags_bad_values_with_the_cli_sentence(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await fill_form(pilot, "some/model", ["wanda"], sparsity="0.5, 3:2", nsamples="0")
+        sparsity_error = screen.query_one("#sparsity-error", Static)
+        assert sparsity_error.display
+        assert str(sparsity_error.render()) == ("Sparsity '3:2' is not a valid N:M pattern; N must be at least 1 "
+                                                "and smaller than M (for example 2:4).")
+        assert screen.query_one("#sparsity", Input).has_class("-invalid")
+        assert str(screen.query_one("#nsamples-error", Static).render()) == "--nsamples must be at least 1."
+
+        chosen = screen.query_one("#metrics", SelectionList)
+        chosen.deselect_all()
+        await pilot.pause()
+        assert str(screen.query_one("#metrics-error", Static).render()) == "Pick at least one metric."
+
+        await pilot.press("ctrl+r")  # refused: nothing starts while a field is flagged
+        await pilot.pause()
+        assert store.list_runs() == []
+        assert isinstance(app.screen, NewRunScreen)
+
+        chosen.select("ria")
+        screen.query_one("#sparsity", Input).value = "0.5, 2:4"
+        screen.query_one("#nsamples", Input).value = "4"
+        await pilot.pause()
+        assert not screen.query_one("#sparsity-error", Static).display
+        assert str(screen.query_one("#plan", Static).render()) == "2 run(s): RIA-16 0.5, RIA-16 2:4"
+
+
+@pytest.mark.asyncio
+async def test_zero_shot_fields_are_checked_only_when_zero_shot_is_on(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await fill_form(pilot, "some/model", ["ace"], tasks="boolq,nonsense")
+        assert not screen.query_one("#tasks-error", Static).display
+        screen.query_one("#eval-zeroshot", Checkbox).value = True
+        await pilot.pause()
+        assert str(screen.query_one("#tasks-error", Static).render()).startswith("Unknown zero-shot task 'nonsense'")
+        screen.query_one("#tasks", Input).value = "boolq, rte"
+        await pilot.pause()
+        config = screen.configs()[0]
+        assert (config.evals, config.tasks) == (["wikitext2", "zeroshot"], ["boolq", "rte"])
+
+
+def test_grid_runs_magnitude_once_per_sparsity():
+    grid = configs(model="m", methods=["magnitude", "wanda"], sparsities=["0.5", "2:4"], seqlens=[16, "full"],
+                   evals=["wikitext2"])
+    assert [(c.method, c.sparsity, c.seqlen) for c in grid] == [
+        ("magnitude", "0.5", 16), ("magnitude", "2:4", 16),
+        ("wanda", "0.5", 16), ("wanda", "0.5", "full"), ("wanda", "2:4", 16), ("wanda", "2:4", "full")]
+
+
+@pytest.mark.asyncio
+async def test_model_field_completes_from_recent_models(store, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    recent = "org/recent-model"
+    store.create_run(configs(model=recent, methods=["wanda"], sparsities=["0.5"], seqlens=[16], evals=[])[0])
+    store.set_status(store.list_runs()[0].id, "failed", error="test")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        options = screen.query_one("#model-candidates")
+        await wait_for(pilot, lambda: options.option_count > 0, "model candidates")
+        assert str(options.get_option_at_index(0).prompt) == recent
+        options.focus()
+        await pilot.press("enter")
+        assert screen.query_one("#model", Input).value == recent
+
+
+def test_local_checkpoints_gguf_files_and_the_hub_cache_are_candidates(tmp_path):
+    (tmp_path / "ckpt" / "llama-tiny").mkdir(parents=True)
+    (tmp_path / "ckpt" / "llama-tiny" / "config.json").write_text("{}")
+    (tmp_path / "ckpt" / "notes").mkdir()
+    (tmp_path / "smol.gguf").write_bytes(b"")
+    (tmp_path / "hub" / "models--HuggingFaceTB--SmolLM2-135M").mkdir(parents=True)
+    (tmp_path / "hub" / "datasets--allenai--c4").mkdir()
+    assert local_models(tmp_path) == ["./ckpt/llama-tiny", "./smol.gguf"]
+    assert cached_hub_models(tmp_path / "hub") == ["HuggingFaceTB/SmolLM2-135M"]
+
+
+@pytest.mark.asyncio
+async def test_delete_a_run_after_confirming(store):
+    run_id = store.create_run(configs(model="m", methods=["wanda"], sparsities=["0.5"], seqlens=[16], evals=[])[0])
+    store.set_status(run_id, "failed", error="Broken on purpose.")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        table = app.screen.query_one("#runs", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1, "the run in the list")
+        assert "failed: Broken on purpose." in str(app.screen.query_one("#run-detail", Static).render())
+        await pilot.press("d", "n")  # declined: nothing happens
+        await pilot.pause()
+        assert [r.id for r in store.list_runs()] == [run_id]
+        await pilot.press("d", "y")
+        await wait_for(pilot, lambda: table.row_count == 0, "the run to leave the list")
+        assert store.list_runs() == []
+
+
+# ---- real runs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_comparison_live_progress_results_and_export(store, make_tiny_model, exports):
+    model = str(make_tiny_model("llama"))
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill_form(pilot, model, ["wanda", "ria"])
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(app.screen, RunScreen)
+        runs = store.list_runs()
+        assert [r.label for r in runs] == ["Wanda-16", "RIA-16"]
+        assert app.batch == tuple(r.id for r in runs)
+
+        # Layer rows arrive while the runs go on (the screen follows the second run when the first ends).
+        table = app.screen.query_one("#layers", DataTable)
+        await wait_for(pilot, lambda: table.row_count > 0, "layer rows")
+        await wait_for(pilot, lambda: all(r.status == "finished" for r in store.list_runs()), "both runs to finish")
+        await wait_for(pilot, lambda: app.followed == runs[1].id and table.row_count == 2
+                       and "finished" in str(app.screen.query_one("#run-title", Static).render()),
+                       "the second run on the Run screen")
+        assert [row[0] for row in cell_texts(table)] == ["0", "1"]
+        assert all(row[3] == "0.500" for row in cell_texts(table))  # sparsity column, as achieved by the run
+        assert "finished" in app.screen.query_one("#log", Log).lines[-1]
+
+        await pilot.press("f3")
+        results = app.screen
+        assert isinstance(results, ResultsScreen)
+        table = results.query_one("#results", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 2, "two rows in Results")
+        finished = {r.id: r for r in store.list_runs()}
+        rows = cell_texts(table)
+        by_ppl = sorted(finished.values(), key=lambda r: r.ppl)
+        assert [row[2] for row in rows] == [r.label for r in by_ppl]
+        assert [row[5] for row in rows] == [f"{r.ppl:.2f}†" for r in by_ppl]  # † : two windows only
+
+        await pilot.press("e")
+        await wait_for(pilot, lambda: len(list(exports.glob("*.csv"))) == 1, "the CSV export")
+        rows = list(csv.DictReader(io.StringIO(next(exports.glob("*.csv")).read_text())))
+        assert {row["id"]: float(row["results.ppl_wikitext2"]) for row in rows} == \
+            {run_id: run.ppl for run_id, run in finished.items()}
+
+        await pilot.press("l")
+        await wait_for(pilot, lambda: len(list(exports.glob("*.tex"))) == 1, "the LaTeX export")
+        latex = next(exports.glob("*.tex")).read_text()
+        assert "\\begin{tabular}" in latex and "\\toprule" in latex
+        assert "Wanda-16 &" in latex and "RIA-16 &" in latex
+        assert f"\\textbf{{{by_ppl[0].ppl:.2f}}}" in latex  # the best perplexity in bold
+
+        await pilot.press("y")
+        assert app.clipboard == latex
+
+        # Select one run: exports hold only the selection.
+        await pilot.press("space")
+        await pilot.press("e")
+        await wait_for(pilot, lambda: len(list(exports.glob("*.csv"))) == 2, "the second CSV export")
+        newest = max(exports.glob("*.csv"), key=lambda p: p.stat().st_mtime_ns)
+        assert [row["id"] for row in csv.DictReader(io.StringIO(newest.read_text()))] == [by_ppl[0].id]
+
+        await pilot.press("v")  # the paper's layout: methods by sparsity, for the chosen runs
+        assert results.query_one("#results-views", ContentSwitcher).current == "paper"
+        await pilot.press("space")  # nothing selected again: every visible run
+        console = Console(width=80, file=io.StringIO(), record=True)
+        console.print(results.paper_table())
+        lines = console.export_text().splitlines()
+        assert any(line.split() == ["┃", "Method", "┃", "50%", "┃"] for line in lines)
+        for run in by_ppl:
+            assert any(run.label in line and f"{run.ppl:.2f}†" in line for line in lines)
+
+
+@pytest.mark.asyncio
+async def test_cancel_a_run_and_see_it_cancelled(store, make_tiny_model):
+    model = str(make_tiny_model("llama"))
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill_form(pilot, model, ["ace"])
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
+        run_id = app.followed
+        await pilot.press("c")
+        await wait_for(pilot, lambda: store.get_run(run_id, layers=False).status == "cancelled", "the run cancelled")
+        await wait_for(pilot, lambda: "cancelled" in str(app.screen.query_one("#run-title", Static).render()),
+                       "the Run screen to say cancelled")
+        await pilot.press("f4")
+        assert isinstance(app.screen, RunsScreen)
+        table = app.screen.query_one("#runs", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1 and cell_texts(table)[0][1] == "cancelled",
+                       "the Runs list to say cancelled")
+
+
+@pytest.mark.asyncio
+async def test_a_failing_run_shows_its_error(store, tmp_path):
+    not_a_model = tmp_path / "not-a-model"
+    not_a_model.mkdir()
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill_form(pilot, str(not_a_model), ["wanda"])
+        await pilot.press("ctrl+r")
+        error = app.screen.query_one("#run-error", Static)
+        await wait_for(pilot, lambda: error.display, "the run's error")
+        expected = f"{not_a_model} is a folder but not a Hugging Face model (it has no config.json)."
+        assert str(error.render()) == f"failed: {expected}"
+        assert store.list_runs()[0].error == expected
+
+        await pilot.press("f4")
+        table = app.screen.query_one("#runs", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1, "the Runs list")
+        assert cell_texts(table)[0][1] == "failed"
+        assert expected in str(app.screen.query_one("#run-detail", Static).render())
+
+
+@pytest.mark.asyncio
+async def test_attach_to_a_run_started_from_the_cli(store, make_tiny_model):
+    model = str(make_tiny_model("llama"))
+    command = [sys.executable, "-m", "acetui", "prune", model, "--method", "wanda", "--nsamples", "4",
+               "--seqlen", "16", "--eval-limit", "2", "--eval-seqlen", "64", "--device", "cpu"]
+    env = {**os.environ, "ACETUI_HOME": str(store.path.parent)}
+    with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as cli:
+        deadline = time.monotonic() + 60
+        while not store.list_runs():
+            assert cli.poll() is None, cli.stderr.read().decode()
+            assert time.monotonic() < deadline, "the CLI run never appeared in the store"
+            time.sleep(0.1)
+        run_id = store.list_runs()[0].id
+        app = make_app(store, attach=run_id[:4])  # a unique prefix is enough
+        async with app.run_test(size=SIZE) as pilot:
+            assert isinstance(app.screen, RunScreen) and app.followed == run_id
+            table = app.screen.query_one("#layers", DataTable)
+            title = app.screen.query_one("#run-title", Static)
+            await wait_for(pilot, lambda: "finished" in str(title.render()) and table.row_count == 2,
+                           "the CLI run to finish on the Run screen")
+            assert "Wanda-16" in str(title.render())
+        assert cli.wait(timeout=60) == 0
+
+
+# ---- themes, the command line, startup -------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_theme_option_and_key(store):
+    app = make_app(store, theme="light")
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.theme == "light"
+        await pilot.press("ctrl+t")
+        assert app.theme == "ansi" and app.current_theme.ansi
+        await pilot.press("ctrl+t")
+        assert app.theme == "dark"
+
+
+@pytest.mark.asyncio
+async def test_no_color_starts_in_the_ansi_theme_without_colour(store, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(store)
+    async with app.run_test(size=SIZE):
+        assert app.theme == "ansi"
+        assert app.no_color
+
+
+def test_unknown_theme_is_one_sentence(store):
+    with pytest.raises(UserError, match="Unknown theme 'neon'; choose one of: dark, light, ansi"):
+        make_app(store, theme="neon")
+    assert {"dark", "light", "ansi"} <= set(themes.available())
+
+
+def run_cli(monkeypatch, *args: str) -> int:
+    """``acetui ARGS`` in this process; returns the exit code."""
+    from acetui.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["acetui", *args])
+    try:
+        main()
+    except SystemExit as stop:
+        return stop.code
+    return 0
+
+
+def test_cli_opens_the_app_and_attaches(store, monkeypatch):
+    from acetui.app.app import AceApp
+
+    started = []
+    monkeypatch.setattr(AceApp, "run", lambda self: started.append((self._start_theme, self._attach, self.store.path)))
+    assert run_cli(monkeypatch, "--store", str(store.path), "--theme", "ansi") == 0
+    run_id = store.create_run(configs(model="m", methods=["wanda"], sparsities=["0.5"], seqlens=[16], evals=[])[0])
+    assert run_cli(monkeypatch, "--theme", "light", "attach", run_id, "--store", str(store.path)) == 0
+    assert started == [("ansi", None, store.path), ("light", run_id, store.path)]
+
+
+@pytest.mark.parametrize("args, sentence", [
+    (["--theme", "neon"], "acetui: Unknown theme 'neon'"),
+    (["attach", "nosuchrun"], "acetui: There is no run 'nosuchrun'"),
+])
+def test_cli_bad_input_exits_2_with_one_sentence(store, monkeypatch, capsys, args, sentence):
+    assert run_cli(monkeypatch, "--store", str(store.path), *args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(sentence) and err.count("\n") == 1
+
+
+@pytest.mark.asyncio
+async def test_starts_and_quits_without_gpu_or_network(store, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        for key in ("f2", "f3", "f4", "f1"):
+            await pilot.press(key)
+        await pilot.press("ctrl+q")
+    assert app.return_code == 0
