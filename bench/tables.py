@@ -61,7 +61,8 @@ def main() -> None:
     dense = pipeline.evaluate(loaded, RunConfig(model=args.model, method="magnitude", sparsity="0.5", **evaluation))
     print(f"| method | {' | '.join(c if ':' in c else f'{float(c):.0%}' for c in COLUMNS)} |")
     print(f"|---|{'---|' * len(COLUMNS)}")
-    print(f"| dense | {' | '.join(f'{dense['ppl_wikitext2']:.2f}' for _ in COLUMNS)} |", flush=True)
+    dense_cell = f"{dense['ppl_wikitext2']:.2f}"
+    print(f"| dense | {' | '.join(dense_cell for _ in COLUMNS)} |", flush=True)
     seconds = {}
     for label, method, length in ROWS:
         if label not in args.rows.split(","):

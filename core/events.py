@@ -17,6 +17,7 @@ class Histogram:
     counts: list[int]
     threshold: float | None  # the score below which weights were pruned (None for N:M and SparseGPT)
     log: bool
+    stride: int = 1  # counts are of every stride-th score (1: all of them)
 
 
 @dataclass

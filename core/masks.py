@@ -1,6 +1,7 @@
 """From scores to pruning masks (True = pruned): per row, per layer, or N:M.
 
 Ties are broken deterministically by a stable sort: among equal scores the lower index is pruned first.
+Each function also returns the cut-off score it used (for the histograms), read from the same sort.
 """
 
 from __future__ import annotations
@@ -19,44 +20,36 @@ def check_nm_fits(sparsity: Sparsity, d_in: int, name: str) -> None:
         )
 
 
-def row_mask(scores: torch.Tensor, ratio: float) -> torch.Tensor:
-    """Each row loses exactly ``floor(d_in * ratio)`` of its lowest scores."""
+def row_mask(scores: torch.Tensor, ratio: float) -> tuple[torch.Tensor, float | None]:
+    """Each row loses exactly ``floor(d_in * ratio)`` of its lowest scores; the cut-off is the median
+    over rows of the highest pruned score."""
     k = int(scores.shape[1] * ratio)
-    order = torch.sort(scores, dim=1, stable=True).indices[:, :k]
-    return torch.zeros_like(scores, dtype=torch.bool).scatter_(1, order, True)
+    values, order = torch.sort(scores, dim=1, stable=True)
+    mask = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, order[:, :k], True)
+    return mask, (values[:, k - 1].median().item() if k else None)
 
 
-def layer_mask(scores: torch.Tensor, ratio: float) -> torch.Tensor:
+def layer_mask(scores: torch.Tensor, ratio: float) -> tuple[torch.Tensor, float | None]:
     """One threshold for the whole matrix: exactly ``floor(numel * ratio)`` lowest scores pruned."""
     k = int(scores.numel() * ratio)
-    order = torch.sort(scores.flatten(), stable=True).indices[:k]
+    values, order = torch.sort(scores.flatten(), stable=True)
     mask = torch.zeros(scores.numel(), dtype=torch.bool, device=scores.device)
-    mask[order] = True
-    return mask.view_as(scores)
+    mask[order[:k]] = True
+    return mask.view_as(scores), (values[k - 1].item() if k else None)
 
 
-def nm_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
-    """In each row, each run of ``m`` consecutive inputs keeps its ``n`` highest scores."""
+def nm_mask(scores: torch.Tensor, n: int, m: int) -> tuple[torch.Tensor, None]:
+    """In each row, each run of ``m`` consecutive inputs keeps its ``n`` highest scores (no single cut-off)."""
     d_out, d_in = scores.shape
     groups = scores.reshape(d_out, d_in // m, m)
     order = torch.sort(groups, dim=-1, stable=True).indices[..., : m - n]
-    return torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, order, True).reshape(d_out, d_in)
+    return torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, order, True).reshape(d_out, d_in), None
 
 
-def prune_mask(scores: torch.Tensor, sparsity: Sparsity, group: str) -> torch.Tensor:
+def prune_mask(scores: torch.Tensor, sparsity: Sparsity, group: str) -> tuple[torch.Tensor, float | None]:
+    """The mask and its cut-off score for ``sparsity`` with ``group`` ("row" or "layer") competition."""
     if sparsity.is_nm:
         return nm_mask(scores, sparsity.n, sparsity.m)
     if group == "layer":
         return layer_mask(scores, sparsity.ratio)
     return row_mask(scores, sparsity.ratio)
-
-
-def threshold_of(scores: torch.Tensor, mask: torch.Tensor, sparsity: Sparsity, group: str) -> float | None:
-    """The score at which weights were cut: the highest pruned score (per layer), or the median of
-    the rows' cut-offs (per row); None for N:M, which has no single threshold."""
-    if sparsity.is_nm or not mask.any():
-        return None
-    pruned = scores.masked_fill(~mask, float("-inf"))
-    if group == "layer":
-        return pruned.max().item()
-    return pruned.max(dim=1).values.median().item()

@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
-
 from core.errors import UserError
 
 
@@ -31,11 +29,12 @@ def ria(W, stats, opts):
     return relative * stats.norm[None, :] ** opts.ria_alpha
 
 
-def cosine_loss(W):
-    """``C_ij = |W_ij| / sqrt(mean_i W_ij^2) * sqrt(sum_j W_ij^2)``: relative cosine-similarity loss."""
-    column_rms = W.pow(2).mean(dim=0, keepdim=True).sqrt()
-    row_norm = W.pow(2).sum(dim=1, keepdim=True).sqrt()
-    return W.abs() / column_rms * row_norm
+def cosine_factors(W):
+    """``C_ij = |W_ij| / sqrt(mean_i W_ij^2) * sqrt(sum_j W_ij^2)`` (relative cosine-similarity loss) as
+    ``|W_ij| * row_norm_i / column_rms_j``. Returns ``W^2``, ``row_norm`` (d_out, 1) and ``column_rms``
+    (1, d_in), so the scores below multiply one matrix by a row and a column vector instead of building C."""
+    W2 = W * W
+    return W2, W2.sum(dim=1, keepdim=True).sqrt(), W2.mean(dim=0, keepdim=True).sqrt()
 
 
 def variance_term(stats):
@@ -43,20 +42,29 @@ def variance_term(stats):
     return 1 + stats.e2 + stats.e4
 
 
-def _weight(W, opts):
-    return W.pow(2) if opts.squared_weight else W.abs()
+def _per_column(numerator, column_rms):
+    """``numerator_j / column_rms_j``, with 0 for an all-zero column (whose weights cost nothing to prune)."""
+    return (numerator / column_rms).nan_to_num(0.0, posinf=0.0)
 
 
 def cosp(W, stats, opts):
-    return W.abs() * stats.norm[None, :] * cosine_loss(W)
+    """``|W_ij| * ||X_j|| * C_ij = W_ij^2 * row_norm_i * ||X_j|| / column_rms_j``."""
+    W2, row_norm, column_rms = cosine_factors(W)
+    return W2.mul_(row_norm).mul_(_per_column(stats.norm, column_rms))
 
 
 def varp(W, stats, opts):
-    return _weight(W, opts) * variance_term(stats)[None, :]
+    """``|W_ij| * V_j`` (``|W_ij|^2 * V_j`` with ``--squared-weight``)."""
+    lead = W * W if opts.squared_weight else W.abs()
+    return lead.mul_(variance_term(stats))
 
 
 def ace(W, stats, opts):
-    return _weight(W, opts) * variance_term(stats)[None, :] * cosine_loss(W)
+    """CosP+VarP: ``|W_ij| * V_j * C_ij = W_ij^2 * row_norm_i * V_j / column_rms_j`` (``|W_ij|^3 ...``
+    with ``--squared-weight``)."""
+    W2, row_norm, column_rms = cosine_factors(W)
+    lead = W2.mul_(W.abs()) if opts.squared_weight else W2
+    return lead.mul_(row_norm).mul_(_per_column(variance_term(stats), column_rms))
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,7 @@ METHODS: dict[str, Method] = {
     for m in [
         Method("magnitude", "Magnitude", "|W|: weight magnitude, no calibration data", magnitude, needs_activations=False),
         Method("wanda", "Wanda", "|W| * ||X_j||: weight times input-activation norm (Sun et al.)", wanda),
-        Method("ria", "RIA", "relative importance times ||X_j||^0.5 (Zhang et al.)", ria),
+        Method("ria", "RIA", "relative importance times ||X_j||^0.5 (Zhang et al.; its code competes per layer: --group layer)", ria),
         Method("sparsegpt", "SparseGPT", "OBS weight reconstruction with the Hessian X^T X (Frantar & Alistarh)", None),
         Method("cosp", "CosP", "|W| * ||X_j|| * C: activation cosine-similarity loss (ACE)", cosp),
         Method("varp", "VarP", "|W| * (1 + E[x^2] + E[x^4]): activation variance (ACE)", varp),
@@ -88,6 +96,3 @@ def get_method(name: str) -> Method:
     except KeyError:
         raise UserError(f"Unknown method '{name}'; choose one of: {', '.join(METHODS)}.") from None
 
-
-def score_weights(method: Method, W: torch.Tensor, stats, opts) -> torch.Tensor:
-    return method.score(W.float(), stats, opts)

@@ -18,7 +18,7 @@ from core.data import calibration_windows, tokenized_calibration, wikitext2_test
 from core.errors import Cancelled, UserError
 from core.evaluate import perplexity
 from core.events import LayerPruned, LayerStarted, LinearRecord, RunFinished, RunStarted, Stage
-from core.masks import check_nm_fits, prune_mask, threshold_of
+from core.masks import check_nm_fits, prune_mask
 from core.metrics import get_method
 from core.models import Loaded, decoder_layers, load_model, prunable_linears, set_weight_matrix, weight_matrix
 from core.sparsegpt import sparsegpt_prune
@@ -99,10 +99,27 @@ def _layer_forward(layer, hidden, kwargs, device):
     return out[0] if isinstance(out, tuple) else out
 
 
-def _summarise(scores: torch.Tensor | None, mask, sparsity, group):
-    if scores is None:
-        return None
-    return histograms.histogram(scores, threshold_of(scores, mask, sparsity, group))
+def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, ColumnStats]:
+    """One pass of the calibration inputs through ``layer`` with a hook on every linear. Linears fed the
+    same tensor (q/k/v, gate/up) share one computation of its column sums."""
+    stats = {name: ColumnStats(weight_matrix(m).shape[1], device, hessian=hessian) for name, m in linears.items()}
+    last = {"input": None, "sums": None}
+
+    def hook(module, args, output, name):
+        x = args[0]
+        if last["input"] is not x:
+            last["input"], last["sums"] = x, ColumnStats.column_sums(x)
+        stats[name].add(x, last["sums"])
+
+    hooks = [m.register_forward_hook(lambda m, a, o, n=name: hook(m, a, o, n)) for name, m in linears.items()]
+    try:
+        for hidden, kwargs in inputs:
+            _layer_forward(layer, hidden, kwargs, device)
+    finally:
+        for h in hooks:
+            h.remove()
+        last.clear()
+    return stats
 
 
 def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event):
@@ -112,16 +129,7 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
         check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
     stats: dict[str, ColumnStats] = {}
     if method.needs_activations:
-        hooks = []
-        for name, module in linears.items():
-            stats[name] = ColumnStats(weight_matrix(module).shape[1], device, hessian=method.score is None)
-            hooks.append(module.register_forward_hook(lambda m, args, out, s=stats[name]: s.add(args[0])))
-        try:
-            for hidden, kwargs in inputs:
-                _layer_forward(layer, hidden, kwargs, device)
-        finally:
-            for hook in hooks:
-                hook.remove()
+        stats = _gather_stats(layer, linears, inputs, device, hessian=method.score is None)
         for name, s in stats.items():
             if not s.is_finite():
                 raise UserError(f"Calibration activations entering layer {index} {name} contain NaN or inf; "
@@ -129,21 +137,23 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
     records = []
     for name, module in linears.items():
         start = time.perf_counter()
-        W = weight_matrix(module).float()
+        W = weight_matrix(module).float()  # the weight itself when it is float32, else a float32 copy
+        histogram = None
         if method.score is None:
-            new_W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
-            mask, scores = new_W == 0, None
+            W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
         else:
             scores = method.score(W, stats.get(name), config)
-            mask = prune_mask(scores, sparsity, config.group)
-            new_W = W.masked_fill(mask, 0)
-        set_weight_matrix(module, new_W.to(module.weight.dtype))
-        achieved = (weight_matrix(module) == 0).float().mean().item()
+            mask, threshold = prune_mask(scores, sparsity, config.group)
+            W.masked_fill_(mask, 0)
+            histogram = histograms.histogram(scores, threshold)
+        if W.data_ptr() != module.weight.data_ptr():
+            set_weight_matrix(module, W.to(module.weight.dtype))
+        achieved = 1 - torch.count_nonzero(module.weight.data).item() / module.weight.numel()
         records.append(LinearRecord(
             name=name, d_out=W.shape[0], d_in=W.shape[1], sparsity=achieved,
             seconds=time.perf_counter() - start,
             act_stats=stats[name].summary() if name in stats else {},
-            histogram=_summarise(scores, mask, sparsity, config.group),
+            histogram=histogram,
         ))
     return records, stats
 

@@ -18,13 +18,22 @@ class ColumnStats:
         self.tokens = 0
         self.xtx = torch.zeros(d_in, d_in, dtype=torch.float32, device=device) if hessian else None
 
-    def add(self, x: torch.Tensor) -> None:
+    @staticmethod
+    def column_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """``(sum_t x^2, sum_t x^4, T)`` of one batch of inputs, any leading shape."""
         x = x.reshape(-1, x.shape[-1]).float()
         x2 = x * x
-        self.sq += x2.sum(dim=0)
-        self.q += (x2 * x2).sum(dim=0)
-        self.tokens += x.shape[0]
+        return x2.sum(dim=0), (x2 * x2).sum(dim=0), x.shape[0]
+
+    def add(self, x: torch.Tensor, sums: tuple | None = None) -> None:
+        """Accumulate one batch; ``sums`` are its ``column_sums`` when already computed for a linear
+        that shares this input (q/k/v, gate/up)."""
+        sq, q, tokens = sums if sums is not None else self.column_sums(x)
+        self.sq += sq
+        self.q += q
+        self.tokens += tokens
         if self.xtx is not None:
+            x = x.reshape(-1, x.shape[-1]).float()
             self.xtx.addmm_(x.t(), x)
 
     def is_finite(self) -> bool:

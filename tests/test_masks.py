@@ -4,14 +4,15 @@ import pytest
 import torch
 
 from core.errors import UserError
-from core.masks import check_nm_fits, layer_mask, nm_mask, prune_mask, row_mask, threshold_of
+from core.masks import check_nm_fits, layer_mask, nm_mask, prune_mask, row_mask
 from core.sparsity import parse_sparsity
 
 
 @pytest.mark.parametrize("ratio", [0.1, 0.5, 0.7, 0.999])
 def test_row_mask_prunes_floor_din_times_s_per_row(ratio):
     scores = torch.rand(7, 37, generator=torch.Generator().manual_seed(1))
-    mask = row_mask(scores, ratio)
+    mask, cutoff = row_mask(scores, ratio)
+    assert cutoff == scores.masked_fill(~mask, -1).max(dim=1).values.median().item()
     assert mask.sum(dim=1).tolist() == [int(37 * ratio)] * 7
     # every pruned score is below every kept score of its row
     for r in range(7):
@@ -20,18 +21,19 @@ def test_row_mask_prunes_floor_din_times_s_per_row(ratio):
 
 def test_layer_mask_uses_one_threshold():
     scores = torch.rand(9, 20, generator=torch.Generator().manual_seed(2))
-    mask = layer_mask(scores, 0.4)
+    mask, cutoff = layer_mask(scores, 0.4)
     assert mask.sum().item() == int(180 * 0.4)
     assert scores[mask].max() <= scores[~mask].min()
     assert mask.sum(dim=1).tolist() != [8] * 9  # rows differ: the competition is layer-wide
-    assert threshold_of(scores, mask, parse_sparsity("0.4"), "layer") == scores[mask].max().item()
+    assert cutoff == scores[mask].max().item()
 
 
 @pytest.mark.parametrize("pattern", ["2:4", "4:8", "1:3"])
 def test_nm_mask_keeps_exactly_n_in_every_group(pattern):
     sp = parse_sparsity(pattern)
     scores = torch.rand(5, 24, generator=torch.Generator().manual_seed(3))
-    mask = prune_mask(scores, sp, "row")
+    mask, cutoff = prune_mask(scores, sp, "row")
+    assert cutoff is None
     kept = (~mask).reshape(5, 24 // sp.m, sp.m).sum(dim=-1)
     assert (kept == sp.n).all()
     groups = scores.reshape(5, -1, sp.m)
@@ -41,9 +43,9 @@ def test_nm_mask_keeps_exactly_n_in_every_group(pattern):
 
 def test_ties_are_broken_by_lowest_index_first():
     scores = torch.ones(2, 8)
-    assert row_mask(scores, 0.5)[0].tolist() == [True] * 4 + [False] * 4
-    assert nm_mask(scores, 2, 4)[0].tolist() == [True, True, False, False] * 2
-    assert layer_mask(scores, 0.25).flatten().tolist() == [True] * 4 + [False] * 12
+    assert row_mask(scores, 0.5)[0][0].tolist() == [True] * 4 + [False] * 4
+    assert nm_mask(scores, 2, 4)[0][0].tolist() == [True, True, False, False] * 2
+    assert layer_mask(scores, 0.25)[0].flatten().tolist() == [True] * 4 + [False] * 12
 
 
 def test_nm_needs_divisible_width():

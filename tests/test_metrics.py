@@ -107,3 +107,12 @@ def test_variance_term_is_not_the_singular_series():
 def test_unknown_method_is_one_sentence():
     with pytest.raises(UserError, match="Unknown method 'bogus'; choose one of: magnitude, wanda"):
         get_method("bogus")
+
+
+@pytest.mark.parametrize("name", ["cosp", "ace"])
+def test_all_zero_column_scores_zero_not_nan(name):
+    """An all-zero column has column RMS 0: C's 0/0 must not poison the ranking with NaN."""
+    Wz = W.clone()
+    Wz[:, 1] = 0
+    scores = METHODS[name].score(Wz, stats(), opts())
+    assert torch.isfinite(scores).all() and (scores[:, 1] == 0).all()

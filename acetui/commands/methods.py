@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from acetui.cli import app
@@ -17,5 +18,5 @@ def methods() -> None:
     table.add_column("paper name")
     table.add_column("score (higher = keep)")
     for method in METHODS.values():
-        table.add_row(method.name, method.paper_name, method.description)
+        table.add_row(method.name, method.paper_name, escape(method.description))
     Console().print(table)
