@@ -2,7 +2,7 @@
 on this machine, plus the speed floor: two plain forward passes of the same calibration tokens through
 the decoder stack.
 
-    ACETUI_DATA_DIR=../shared/data .venv/bin/python bench/tables.py [MODEL] [--full-length 256] [--eval-limit 16]
+    ACETUI_DATA_DIR=../shared/data .venv/bin/python bench/tables.py [MODEL] [--full-length 128] [--eval-limit 8]
 """
 
 from __future__ import annotations
@@ -45,12 +45,14 @@ def forward_floor(loaded, seqlen: int, nsamples: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?", default=str(bundled_model()))
-    parser.add_argument("--full-length", type=int, default=256, help="the 'FL' calibration length used here")
+    parser.add_argument("--full-length", type=int, default=128, help="the 'FL' calibration length used here")
     parser.add_argument("--nsamples", type=int, default=128)
     parser.add_argument("--eval-seqlen", type=int, default=512)
-    parser.add_argument("--eval-limit", type=int, default=16)
+    parser.add_argument("--eval-limit", type=int, default=8)
     parser.add_argument("--rows", default=",".join(r[0] for r in ROWS))
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     loaded = load_model(args.model, device="auto")
     loaded.snapshot()

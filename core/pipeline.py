@@ -28,7 +28,7 @@ CALIB_TOKENS_PER_BATCH = 4096  # calibration windows go through a layer in batch
 
 
 class _StopForward(Exception):
-    """Raised by the hook on layer 0 once its inputs are captured."""
+    """Ends a forward pass early: once layer 0's inputs are captured, or a layer's last linear input is recorded."""
 
 
 def _to(value, device):
@@ -100,21 +100,31 @@ def _layer_forward(layer, hidden, kwargs, device):
 
 
 def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, ColumnStats]:
-    """One pass of the calibration inputs through ``layer`` with a hook on every linear. Linears fed the
-    same tensor (q/k/v, gate/up) share one computation of its column sums."""
+    """One pass of the calibration inputs through ``layer``, recording what enters every linear.
+
+    Linears fed the same tensor (q/k/v, gate/up) share one computation of its column sums. Once the
+    last linear's input is recorded the pass stops: its output, and the rest of the layer, feed no
+    linear of this layer (the pruned pass recomputes them), which saves that linear's matmul."""
     stats = {name: ColumnStats(weight_matrix(m).shape[1], device, hessian=hessian) for name, m in linears.items()}
     last = {"input": None, "sums": None}
+    seen: set[str] = set()
 
-    def hook(module, args, output, name):
-        x = args[0]
+    def record(name, x):
         if last["input"] is not x:
             last["input"], last["sums"] = x, ColumnStats.column_sums(x)
         stats[name].add(x, last["sums"])
+        seen.add(name)
+        if len(seen) == len(linears):
+            raise _StopForward
 
-    hooks = [m.register_forward_hook(lambda m, a, o, n=name: hook(m, a, o, n)) for name, m in linears.items()]
+    hooks = [m.register_forward_pre_hook(lambda m, args, n=name: record(n, args[0])) for name, m in linears.items()]
     try:
         for hidden, kwargs in inputs:
-            _layer_forward(layer, hidden, kwargs, device)
+            seen.clear()
+            try:
+                _layer_forward(layer, hidden, kwargs, device)
+            except _StopForward:
+                pass
     finally:
         for h in hooks:
             h.remove()

@@ -116,6 +116,11 @@ def validate_tasks(tasks: str | Iterable[str], limit: int | None = None) -> list
     return names
 
 
+def validate_batch_size(batch_size) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"--batch-size must be a whole number, at least 1 (got {batch_size}).")
+
+
 def _hub_offline() -> bool:
     return any(os.environ.get(name, "").upper() in {"1", "ON", "YES", "TRUE"}
                for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
@@ -186,7 +191,6 @@ def task_source(task: str) -> tuple[dict, str, str | None]:
     """``(config, source, note)`` for one task: the harness config pointed at the local copy when
     ``ACETUI_DATA_DIR`` has one, else unchanged (the hub); ``source`` is the local file or ``"hub"``."""
     config = _harness_config(task)
-    config.pop("tag", None)  # tags group tasks for the harness's CLI; an inline task needs none
     copy = LOCAL_COPIES[task]
     local = _local_file(task)
     if local is None:
@@ -208,7 +212,8 @@ def task_source(task: str) -> tuple[dict, str, str | None]:
 @contextmanager
 def _quiet_harness():
     """The harness logs setup chatter at INFO/WARNING (e.g. that a model object was passed) and
-    draws its own tqdm bars; our callers render progress from our events, so mute both meanwhile."""
+    draws its own tqdm bars; our callers render progress from our events, so mute both meanwhile.
+    These are process-wide switches: two evaluations in two threads at once would share them."""
     from functools import partial
     from unittest import mock
 
@@ -232,7 +237,7 @@ def _quiet_harness():
             datasets.enable_progress_bars()
 
 
-def _make_lm(model, tokenizer, batch_size: int, report: Callable[[int, int], None]):
+def _make_lm(model, tokenizer, batch_size: int, report: Callable[[int, int | None], None]):
     """The harness's HF wrapper around the in-memory model, scoring requests in slices so that
     progress (and cancellation) can happen inside a task. Each request is scored on its own, so the
     slicing does not change any result."""
@@ -266,15 +271,14 @@ def evaluate_zeroshot(model, tokenizer, tasks, *, limit: int | None = None, batc
     ``Cancelled`` between slices when ``cancel`` is set.
     """
     tasks = validate_tasks(tasks, limit)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise UserError(f"--batch-size must be a whole number, at least 1 (got {batch_size}).")
-    current = {"stage": ""}
+    validate_batch_size(batch_size)
+    stage = ""  # rebound per task; ``report`` reads the current one
 
-    def report(done: int, total: int) -> None:
+    def report(done: int, total: int | None) -> None:
         if cancel is not None and cancel.is_set():
             raise Cancelled()
         if on_event:
-            on_event(Stage(current["stage"], done, total))
+            on_event(Stage(stage, done, total))
 
     with _quiet_harness():
         from lm_eval.evaluator import evaluate
@@ -285,7 +289,7 @@ def evaluate_zeroshot(model, tokenizer, tasks, *, limit: int | None = None, batc
         manager = TaskManager(include_defaults=False)
         out: dict[str, dict] = {}
         for task in tasks:
-            current["stage"] = f"zeroshot:{task}"
+            stage = f"zeroshot:{task}"
             report(0, None)
             config, source, note = task_source(task)
             try:
