@@ -42,4 +42,4 @@ class EventProgress:
         elif isinstance(event, LayerPruned):
             sparsity = sum(r.sparsity * r.d_in * r.d_out for r in event.linears) / max(1, sum(r.d_in * r.d_out for r in event.linears))
             self.progress.update(self.tasks["layers"], completed=event.index + 1)
-            self.progress.console.log(f"layer {event.index:>3}  {len(event.linears)} linears  sparsity {sparsity:.4f}  {event.seconds:.2f}s")
+            self.progress.console.print(f"layer {event.index:>3}  {len(event.linears)} linears  sparsity {sparsity:.4f}  {event.seconds:.2f}s")

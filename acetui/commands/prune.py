@@ -29,12 +29,13 @@ def summary_table(result: dict) -> Table:
     """A two-column summary that stays readable in an 80-column SSH terminal."""
     table = Table(title=f"{result['label']} at {result['sparsity']}", show_header=False)
     table.add_column(style="bold")
-    table.add_column()
+    table.add_column(overflow="fold")
     calib, ppl = result["calibration"], result["ppl_wikitext2"]
     ppl_text = "not evaluated" if ppl is None else f"{ppl:.2f}"
     if result["ppl_partial"]:
         ppl_text += f" (partial: first {result['ppl_windows']} windows of {result['ppl_seqlen']} tokens)"
     rows = [
+        ("run", f"{result['run_id']} (acetui runs show {result['run_id']})") if result.get("run_id") else None,
         ("model", result["model"]),
         ("method", f"{result['method']} ({result['group']} groups)"),
         ("sparsity", f"{result['overall_sparsity']:.4f} of the decoder linears"),
@@ -46,7 +47,7 @@ def summary_table(result: dict) -> Table:
     ]
     if result.get("saved_to"):
         rows.append(("saved to", result["saved_to"]))
-    for key, value in rows:
+    for key, value in filter(None, rows):
         table.add_row(key, str(value))
     return table
 

@@ -1,0 +1,37 @@
+"""`core` is the engine: it must import with the UI packages unimportable."""
+
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import core
+
+BLOCK = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split('.')[0] in {'acetui', 'textual', 'typer', 'textual_plotext', 'plotext'}:
+            raise ImportError(f'core must not import {name}')
+sys.meta_path.insert(0, Block())
+import importlib
+for name in MODULES:
+    importlib.import_module(name)
+print('ok')
+"""
+
+
+def test_core_imports_without_ui_packages():
+    modules = [f"core.{m.name}" for m in pkgutil.iter_modules(core.__path__)]
+    assert "core.pipeline" in modules and "core.store" in modules
+    code = f"MODULES = {modules!r}\n" + BLOCK
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(core.__file__).parent.parent)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_core_source_names_no_ui_package():
+    for path in Path(core.__file__).parent.glob("*.py"):
+        text = path.read_text()
+        for banned in ("import textual", "from textual", "import typer", "from typer", "from acetui", "import acetui"):
+            assert banned not in text, f"{path.name}: {banned}"
