@@ -25,6 +25,16 @@ def parse_evals(text: str) -> list[str]:
     return [] if text.strip() == "none" else split_list(text)
 
 
+def zeroshot_row(zeroshot: dict | None):
+    if not zeroshot:
+        return None
+    from core.zeroshot import mean_accuracy
+
+    partial = any(entry["partial"] for entry in zeroshot.values())
+    tasks = ", ".join(f"{task} {entry['acc']:.3f}" for task, entry in zeroshot.items())
+    return ("zero-shot acc", f"mean {mean_accuracy(zeroshot):.4f}{' (partial)' if partial else ''}: {tasks}")
+
+
 def summary_table(result: dict) -> Table:
     """A two-column summary that stays readable in an 80-column SSH terminal."""
     table = Table(title=f"{result['label']} at {result['sparsity']}", show_header=False)
@@ -42,6 +52,7 @@ def summary_table(result: dict) -> Table:
         ("calibration", f"{calib['nsamples']} x {calib['seqlen']} tokens, seed {calib['seed']}, {calib['source']}"),
         ("prune time", f"{result['prune_seconds']:.1f} s on {result['device']} ({result['dtype']})"),
         ("WikiText-2 ppl", ppl_text),
+        zeroshot_row(result.get("zeroshot")),
         ("peak memory", f"{result['peak_rss_mb']:.0f} MiB RSS"
          + (f", {result['peak_gpu_mb']:.0f} MiB GPU" if result["peak_gpu_mb"] is not None else "")),
     ]
