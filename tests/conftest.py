@@ -87,3 +87,13 @@ def make_tiny_model(tmp_path_factory, tokenizer_dir):
 def shared_data() -> Path:
     """The real data folder (shared/data) the tests read."""
     return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def smollm(smollm_gguf):
+    """The real SmolLM2-135M on CPU, loaded once per session; tests ``reset()`` it to its dense weights."""
+    from core.models import load_model
+
+    loaded = load_model(str(smollm_gguf), device="cpu")
+    loaded.snapshot()
+    return loaded

@@ -6,17 +6,10 @@ import pytest
 
 from core import pipeline
 from core.config import RunConfig
-from core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+from core.models import decoder_layers, prunable_linears, weight_matrix
 
 pytestmark = pytest.mark.slow
 EVAL = dict(eval_seqlen=512, eval_limit=8)
-
-
-@pytest.fixture(scope="module")
-def smollm(smollm_gguf):
-    loaded = load_model(str(smollm_gguf), device="cpu")
-    loaded.snapshot()
-    return loaded
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ def test_a_run_is_recorded_layer_by_layer_with_its_statistics(tmp_path):
     assert linear["name"] == "self_attn.q_proj" and linear["d_in"] == 64
     assert linear["act_stats"]["x2_var"]["max"] == 90.0
     assert linear["histogram"] == {"edges": [0.001, 0.01, 0.1, 1.0, 10.0], "counts": [3, 40, 50, 7],
-                                   "threshold": 0.1, "log": True}
+                                   "threshold": 0.1, "log": True, "stride": 1}
     assert store.layers_since(run_id, after=0)[0]["layer"] == 1
 
     store.finish(run_id, {"ppl_wikitext2": 21.5, "prune_seconds": 3.0})

@@ -2,3 +2,6 @@
 
 from acetui.commands import prune  # noqa: F401
 from acetui.commands import methods  # noqa: F401
+from acetui.commands import evaluate  # noqa: F401
+from acetui.commands import runs  # noqa: F401
+from acetui.commands import app  # noqa: F401
