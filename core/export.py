@@ -24,6 +24,9 @@ from core.sparsity import parse_sparsity
 from core.store import RunRecord, model_name
 
 FORMATS = ("csv", "latex", "markdown")
+# ppl: WikiText-2 perplexity (lower is better); zeroshot: accuracy per task with Avg. last (the paper's
+# appendix); zeroshot-mean: mean accuracy of the seven tasks (the paper's summary table).
+MEASURES = ("ppl", "zeroshot", "zeroshot-mean")
 CELLS = ("ppl", "ppl-time")
 COLUMNS = ("sparsity", "seqlen", "seed")
 
@@ -36,12 +39,13 @@ def check_format(fmt: str) -> None:
         raise UserError(f"Unknown export format '{fmt}'; choose one of: {', '.join(FORMATS)}.")
 
 
-def export(records: list[RunRecord], fmt: str, *, cells: str = "ppl", columns: str = "sparsity") -> str:
+def export(records: list[RunRecord], fmt: str, *, cells: str = "ppl", columns: str = "sparsity",
+           measure: str = "ppl") -> str:
     """The text of ``records`` in ``fmt`` (one of ``FORMATS``)."""
     check_format(fmt)
     if fmt == "csv":
         return to_csv(records)
-    table = comparison(records, cells=cells, columns=columns)
+    table = comparison(records, cells=cells, columns=columns, measure=measure)
     return to_latex(table) if fmt == "latex" else to_markdown(table)
 
 
@@ -93,17 +97,17 @@ def to_csv(records: list[RunRecord]) -> str:
 
 @dataclass
 class Cell:
-    ppls: list[float]
+    values: list[float]  # perplexities, or accuracies in percent
     seconds: list[float]
     partial: bool
 
     @property
-    def ppl(self) -> float:
-        return statistics.fmean(self.ppls)
+    def value(self) -> float:
+        return statistics.fmean(self.values)
 
     @property
     def sd(self) -> float | None:
-        return statistics.stdev(self.ppls) if len(self.ppls) > 1 and all(map(math.isfinite, self.ppls)) else None
+        return statistics.stdev(self.values) if len(self.values) > 1 and all(map(math.isfinite, self.values)) else None
 
 
 @dataclass
@@ -115,6 +119,7 @@ class Comparison:
     rows: list[str]
     cells: dict[tuple[str, tuple[str, str]], Cell]
     cell_format: str
+    measure: str = "ppl"
     best: set = field(default_factory=set)
 
     @property
@@ -126,7 +131,7 @@ class Comparison:
         cell = self.cells.get((row, column))
         if cell is None:
             return "--"
-        value = f"{cell.ppl:.2f}"
+        value = f"{cell.value:.2f}"
         if (row, column) in self.best:
             value = bold(value)
         if cell.sd is not None:
@@ -147,48 +152,76 @@ def _paper_name(method: str) -> str:
     return METHODS[method].paper_name if method in METHODS else method
 
 
-def comparison(records: list[RunRecord], *, cells: str = "ppl", columns: str = "sparsity") -> Comparison:
-    """Arrange the runs that have a WikiText-2 perplexity into the paper's grid."""
+def _zeroshot(record: RunRecord) -> dict:
+    return (record.results or {}).get("zeroshot") or {}
+
+
+def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tuple[str, str, float, bool]]:
+    """(row, column header, value, partial) entries one run adds to the grid."""
+    if measure == "ppl":
+        return [(row, header, record.ppl, bool(record.results.get("ppl_partial")))]
+    tasks = _zeroshot(record)
+    partial = any(entry.get("partial") for entry in tasks.values())
+    mean = 100 * statistics.fmean(entry["acc"] for entry in tasks.values())
+    if measure == "zeroshot-mean":
+        return [(row, header, mean, partial)]
+    return [(row, task, 100 * entry["acc"], partial) for task, entry in tasks.items()] + [(row, "Avg.", mean, partial)]
+
+
+def comparison(records: list[RunRecord], *, cells: str = "ppl", columns: str = "sparsity",
+               measure: str = "ppl") -> Comparison:
+    """Arrange the finished runs into the paper's grid: perplexity (best = lowest) or zero-shot accuracy
+    in percent (best = highest), per task with Avg. last or as the mean of the tasks."""
     if cells not in CELLS:
         raise UserError(f"Unknown --cells '{cells}'; choose one of: {', '.join(CELLS)}.")
     if columns not in COLUMNS:
         raise UserError(f"Unknown --columns '{columns}'; choose one of: {', '.join(COLUMNS)}.")
-    usable = [r for r in records if r.status == "finished" and r.ppl is not None]
+    if measure not in MEASURES:
+        raise UserError(f"Unknown --table '{measure}'; choose one of: {', '.join(MEASURES)}.")
+    if measure == "ppl":
+        usable = [r for r in records if r.status == "finished" and r.ppl is not None]
+        what = "a WikiText-2 perplexity"
+    else:
+        usable = [r for r in records if r.status == "finished" and _zeroshot(r)]
+        what = "zero-shot results (prune --eval zeroshot)"
     if not usable:
-        raise UserError(f"None of the {len(records)} selected run(s) has finished with a WikiText-2 perplexity, "
+        raise UserError(f"None of the {len(records)} selected run(s) has finished with {what}, "
                         f"so there is no table to make (--format csv exports any run).")
     several_sparsities = len({r.config.sparsity for r in usable}) > 1
 
     def keys(record: RunRecord) -> tuple[str, str]:
         config = record.config
-        if columns == "sparsity":
+        if columns == "sparsity" and measure != "zeroshot":
             return record.label, _sparsity_header(config.sparsity)
         suffix = f" ({_sparsity_header(config.sparsity)})" if several_sparsities else ""
         if columns == "seqlen":
             return _paper_name(config.method) + suffix, "FL" if config.seqlen == "full" else str(config.seqlen)
-        return record.label + suffix, f"seed {config.seed}"
+        if columns == "seed":
+            return record.label + suffix, f"seed {config.seed}"
+        return record.label + suffix, ""  # per-task table: the tasks are the columns
 
     models = list(dict.fromkeys(model_name(r.config.model) for r in usable))
     headers: dict[str, list[str]] = {m: [] for m in models}
     rows: list[str] = []
     grid: dict = {}
     for record in usable:
-        row, header = keys(record)
         model = model_name(record.config.model)
-        rows.append(row)
-        headers[model].append(header)
-        cell = grid.setdefault((row, (model, header)), Cell([], [], False))
-        cell.ppls.append(record.ppl)
-        cell.seconds.append(record.prune_seconds or 0.0)
-        cell.partial = cell.partial or bool(record.results.get("ppl_partial"))
+        for row, header, value, partial in _values(record, measure, *keys(record)):
+            rows.append(row)
+            headers[model].append(header)
+            cell = grid.setdefault((row, (model, header)), Cell([], [], False))
+            cell.values.append(value)
+            cell.seconds.append(record.prune_seconds or 0.0)
+            cell.partial = cell.partial or partial
     table = Comparison(models, [(m, h) for m in models for h in dict.fromkeys(headers[m])], list(dict.fromkeys(rows)),
-                       grid, cells)
+                       grid, cells, measure)
+    pick = min if measure == "ppl" else max
     for column in table.columns:
-        shown = {row: round(grid[(row, column)].ppl, 2) for row in table.rows
-                 if (row, column) in grid and math.isfinite(grid[(row, column)].ppl)}
+        shown = {row: round(grid[(row, column)].value, 2) for row in table.rows
+                 if (row, column) in grid and math.isfinite(grid[(row, column)].value)}
         if shown:
-            low = min(shown.values())
-            table.best |= {(row, column) for row, value in shown.items() if value == low}
+            best = pick(shown.values())
+            table.best |= {(row, column) for row, value in shown.items() if value == best}
     return table
 
 
@@ -203,15 +236,25 @@ def latex_escape(text: str) -> str:
 
 
 def _caption(table: Comparison, latex: bool) -> str:
-    what = "WikiText-2 perplexity" + (" | pruning time (s)" if table.cell_format == "ppl-time" else "")
+    what = {"ppl": "WikiText-2 perplexity", "zeroshot": "Zero-shot accuracy (%) per task",
+            "zeroshot-mean": "Mean zero-shot accuracy (%)"}[table.measure]
+    what += " | pruning time (s)" if table.cell_format == "ppl-time" else ""
     if latex:
-        what = what.replace("|", r"\textbar{}")
+        what = what.replace("|", r"\textbar{}").replace("%", r"\%")
     model = latex_escape(table.models[0]) if latex else table.models[0]
     of = f" of {model}" if len(table.models) == 1 else ""
-    return f"{what}{of} (lower is better; best per column in bold)."
+    better = "lower" if table.measure == "ppl" else "higher"
+    return f"{what}{of} ({better} is better; best per column in bold)."
 
 
-_PARTIAL_NOTE = "perplexity over part of the WikiText-2 test set{how}; not comparable to full-set numbers."
+_PARTIAL_NOTES = {
+    "ppl": "perplexity over part of the WikiText-2 test set{how}; not comparable to full-set numbers.",
+    "zeroshot": "accuracy over the first examples of a task only{how}; not comparable to full-task numbers.",
+}
+
+
+def _partial_note(table: Comparison, how: str) -> str:
+    return _PARTIAL_NOTES["ppl" if table.measure == "ppl" else "zeroshot"].format(how=how)
 
 
 def to_latex(table: Comparison) -> str:
@@ -246,7 +289,7 @@ def to_latex(table: Comparison) -> str:
     lines += ["\\bottomrule", "\\end{tabular}"]
     if table.partial:
         # No "--eval-limit" here: LaTeX would typeset its "--" as an en dash.
-        lines.append(f"\\par\\smallskip{{\\footnotesize $^\\dagger$ {_PARTIAL_NOTE.format(how='')}}}")
+        lines.append(f"\\par\\smallskip{{\\footnotesize $^\\dagger$ {_partial_note(table, '')}}}")
     lines.append("\\end{table}")
     return "\n".join(lines) + "\n"
 
@@ -268,5 +311,5 @@ def to_markdown(table: Comparison) -> str:
     rule = "| " + " | ".join("-" * w if i == 0 else "-" * (w - 1) + ":" for i, w in enumerate(widths)) + " |"
     out = [f"{_caption(table, latex=False)}", "", line(header), rule, *(line(cells) for cells in body)]
     if table.partial:
-        out += ["", f"† {_PARTIAL_NOTE.format(how=' (--eval-limit)')}"]
+        out += ["", f"† {_partial_note(table, ' (--eval-limit)' if table.measure == 'ppl' else ' (--limit)')}"]
     return "\n".join(out) + "\n"

@@ -262,7 +262,7 @@ def _linear_sizes(layers) -> list[int]:
     return [m.weight.numel() for layer in layers for m in prunable_linears(layer).values()]
 
 
-def _place_for_eval(loaded: Loaded) -> None:
+def place_for_eval(loaded: Loaded) -> None:
     """Put the whole model on the compute device for evaluation when it fits; otherwise let accelerate
     spread it over GPU and CPU."""
     model = loaded.model
@@ -283,7 +283,7 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> d
     results = {"ppl_wikitext2": None, "ppl_windows": None, "ppl_partial": False, "ppl_seqlen": None, "zeroshot": None}
     if not config.evals:
         return results
-    _place_for_eval(loaded)
+    place_for_eval(loaded)
     device = loaded.device if not hasattr(loaded.model, "hf_device_map") else None
     if "wikitext2" in config.evals:
         seqlen = resolve_seqlen(config.eval_seqlen, loaded.context_length, "--eval-seqlen")

@@ -28,9 +28,11 @@ ZEROSHOT = {"boolq": {"acc": 0.7, "acc_stderr": 0.01, "acc_norm": None, "acc_nor
             "rte": {"acc": 0.6, "acc_stderr": 0.03, "acc_norm": None, "acc_norm_stderr": None, "n": 277,
                     "total": 277, "partial": False, "source": "local"}}
 
+WANDA_ZEROSHOT = {"boolq": {**ZEROSHOT["boolq"], "acc": 0.65}, "rte": {**ZEROSHOT["rte"], "acc": 0.62}}
+
 # (id, model, method, sparsity, seqlen, seed, ppl, seconds, extra)
 RUNS = [
-    ("a0000001", LLAMA, "wanda", "0.5", 16, 0, 7.89, 23.7, {}),
+    ("a0000001", LLAMA, "wanda", "0.5", 16, 0, 7.89, 23.7, {"zeroshot": WANDA_ZEROSHOT}),
     ("a0000002", LLAMA, "wanda", "2:4", 16, 0, 11.70, 41.1, {}),
     ("a0000003", LLAMA, "ria", "0.5", 16, 0, 7.27, 33.2, {}),
     ("a0000004", LLAMA, "ria", "2:4", 16, 0, 11.53, 72.9, {}),
@@ -74,6 +76,8 @@ def check_golden(name: str, text: str) -> None:
     ("two-models-time.tex", ["--format", "latex", "--cells", "ppl-time"]),
     ("llama.md", ["--format", "markdown", "--model", LLAMA]),
     ("seeds.md", ["--format", "markdown", "--runs", "a0000005,a0000009,a0000001", "--columns", "seed"]),
+    ("zeroshot.tex", ["--format", "latex", "--table", "zeroshot"]),
+    ("zeroshot-mean.md", ["--format", "markdown", "--table", "zeroshot-mean"]),
 ])
 def test_export_matches_golden(store, monkeypatch, capsys, name, args):
     code, out, err = cli(monkeypatch, capsys, "export", "--store", str(store.path), *args)
@@ -99,7 +103,7 @@ def test_best_per_column_is_bold_and_ties_share_it(store):
     assert table.best == {("CosP+VarP-16", ("Llama-2-7b-hf", "50%")),
                           ("CosP+VarP-16", ("Llama-2-7b-hf", "2:4")), ("Wanda-FL", ("Llama-2-7b-hf", "2:4"))}
     cell = table.cells[("CosP+VarP-16", ("Llama-2-7b-hf", "50%"))]
-    assert cell.ppl == pytest.approx(7.12) and cell.sd == pytest.approx(0.0141421, rel=1e-4)
+    assert cell.value == pytest.approx(7.12) and cell.sd == pytest.approx(0.0141421, rel=1e-4)
 
 
 def test_seqlen_columns_give_the_appendix_layout(store):
@@ -142,7 +146,7 @@ def test_output_file(store, monkeypatch, capsys, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
-@pytest.mark.parametrize("name", ["llama.tex", "two-models-time.tex"])
+@pytest.mark.parametrize("name", ["llama.tex", "two-models-time.tex", "zeroshot.tex"])
 def test_latex_compiles(tmp_path, name):
     document = tmp_path / "doc.tex"
     document.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n"
@@ -151,3 +155,14 @@ def test_latex_compiles(tmp_path, name):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:]
     assert (tmp_path / "doc.pdf").stat().st_size > 0
+
+
+def test_zeroshot_tables_bold_the_highest_accuracy(store):
+    table = comparison(store.list_runs(model=LLAMA), measure="zeroshot")
+    assert [header for _, header in table.columns] == ["boolq", "rte", "Avg."]
+    assert table.rows == ["Wanda-16", "CosP+VarP-16"]
+    assert table.cells[("CosP+VarP-16", (table.models[0], "Avg."))].value == pytest.approx(65.0)
+    assert table.best == {("CosP+VarP-16", (table.models[0], "boolq")), ("Wanda-16", (table.models[0], "rte")),
+                          ("CosP+VarP-16", (table.models[0], "Avg."))}
+    mean = comparison(store.list_runs(model=LLAMA), measure="zeroshot-mean")
+    assert [header for _, header in mean.columns] == ["50%"]

@@ -51,14 +51,14 @@ def eval_command(
     """Zero-shot accuracy of MODEL through lm-evaluation-harness (local task files when ACETUI_DATA_DIR is set)."""
     from acetui.progress import EventProgress
     from core.models import load_model
-    from core.pipeline import _place_for_eval
+    from core.pipeline import place_for_eval
     from core.zeroshot import evaluate_zeroshot, mean_accuracy, validate_batch_size, validate_tasks
 
     task_list = validate_tasks(tasks, limit)  # bad input fails here, before a model is loaded
     validate_batch_size(batch_size)
     with EventProgress() as progress:
         loaded = load_model(model, device=device, dtype=dtype, on_event=progress)
-        _place_for_eval(loaded)
+        place_for_eval(loaded)
         started = time.perf_counter()
         zeroshot = evaluate_zeroshot(loaded.model, loaded.tokenizer, task_list, limit=limit,
                                      batch_size=batch_size, on_event=progress)

@@ -17,7 +17,7 @@ from acetui.cli import app
 from acetui.commands.prune import config_from_options, split_list
 from core.config import ZEROSHOT_TASKS
 from core.errors import Cancelled, UserError
-from core.export import CELLS, COLUMNS, FORMATS, check_format, comparison, export, to_markdown
+from core.export import CELLS, COLUMNS, FORMATS, MEASURES, check_format, comparison, export, to_markdown
 from core.store import STATUSES, TERMINAL, RunRecord, Store, model_name
 
 runs_app = typer.Typer(help="Runs recorded in the store: list, show, watch, cancel, remove.",
@@ -436,9 +436,13 @@ def export_runs(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     cells: Cells = "ppl",
     columns: Annotated[str, typer.Option(help=f"Table columns: {', '.join(COLUMNS)} (rows are the methods).")] = "sparsity",
+    table: Annotated[str, typer.Option(help="What the LaTeX/Markdown table shows: ppl, zeroshot (accuracy per task, "
+                                            "Avg. last) or zeroshot-mean (mean accuracy by sparsity).")] = "ppl",
     store: StoreOption = None,
 ) -> None:
     """Export runs: CSV (every field, one row per run), or a LaTeX/Markdown table in the paper's layout."""
     check_format(format)
+    if table not in MEASURES:
+        raise UserError(f"Unknown --table '{table}'; choose one of: {', '.join(MEASURES)}.")
     records = select_runs(Store(store), runs, model, last)
-    write_output(export(records, format, cells=cells, columns=columns), output)
+    write_output(export(records, format, cells=cells, columns=columns, measure=table), output)
