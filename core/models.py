@@ -160,20 +160,21 @@ def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_eve
 
     compute_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, compute_device)
-    if on_event:
-        on_event(Stage("load", 0, 1))
     path = Path(source).expanduser()
-    logging.getLogger("transformers").setLevel(logging.ERROR)
     if path.is_file() and path.suffix == ".gguf":
-        model, tokenizer = _load_gguf(path, torch_dtype)
+        load = _load_gguf
     elif path.is_dir():
-        model, tokenizer = _load_folder(path, torch_dtype)
+        load = _load_folder
     elif path.exists():
         raise UserError(f"{source} is neither a model folder nor a .gguf file.")
     elif _looks_like_path(source):
         raise UserError(f"Model path {source} does not exist.")
     else:
-        model, tokenizer = _load_hub(source, torch_dtype)
+        load, path = _load_hub, source
+    if on_event:  # only now: a bad path is reported without a progress bar in front of it
+        on_event(Stage("load", 0, 1))
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    model, tokenizer = load(path, torch_dtype)
     model.eval()
     decoder_layers(model)  # unsupported families fail here, before any work
     if tokenizer.pad_token is None:
