@@ -295,7 +295,7 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> d
 
         results["zeroshot"] = evaluate_zeroshot(loaded.model, loaded.tokenizer, config.tasks,
                                                 limit=config.zeroshot_limit, batch_size=config.batch_size,
-                                                on_event=on_event)
+                                                on_event=on_event, cancel=cancel)
     return results
 
 

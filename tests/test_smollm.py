@@ -55,5 +55,5 @@ def test_save_round_trips_with_the_reported_sparsity(smollm, tmp_path):
         for name, module in prunable_linears(layer).items():
             W = weight_matrix(module)
             # the dequantized GGUF already holds a few exact zeros, so kept weights can be zero too
-            assert (W == 0).float().mean().item() == reported[(i, name)] >= 0.5
+            assert (W == 0).sum().item() == round(reported[(i, name)] * W.numel()) >= W.numel() // 2
             assert ((W != 0).reshape(W.shape[0], -1, 4).sum(-1) <= 2).all()
