@@ -6,7 +6,7 @@ can render it without the model.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -68,10 +68,3 @@ class LayerPruned:
 @dataclass
 class RunFinished:
     result: dict  # the same object ``acetui prune --json`` prints
-
-
-Event = RunStarted | Stage | LayerStarted | LayerPruned | RunFinished
-
-
-def event_to_dict(event) -> dict:
-    return {"type": type(event).__name__, **asdict(event)}
