@@ -22,4 +22,4 @@ def bundled_model() -> Path | None:
 def data_dir() -> Path | None:
     """``ACETUI_DATA_DIR`` (the layout of shared/data), or None to use the hub."""
     value = os.environ.get("ACETUI_DATA_DIR")
-    return Path(value).expanduser() if value else None
+    return Path(value).expanduser().resolve() if value else None

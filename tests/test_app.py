@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 from rich.console import Console
-from textual.widgets import Checkbox, ContentSwitcher, DataTable, Input, Log, SelectionList, Static
+from textual.widgets import Checkbox, ContentSwitcher, DataTable, Footer, Input, Log, SelectionList, Static
 
 import themes
 from acetui.app import make_app
@@ -25,8 +25,11 @@ from acetui.app.screens.new_run import NewRunScreen
 from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
+from core.config import RunConfig
 from core.errors import UserError
+from core.events import RunStarted, Stage
 from core.store import Store
+from runhelpers import layer_event
 
 SIZE = (80, 24)
 QUICK = {"nsamples": "4", "seqlen": "16", "eval_limit": "2", "eval_seqlen": "64"}
@@ -319,7 +322,56 @@ async def test_attach_to_a_run_started_from_the_cli(store, make_tiny_model):
         assert cli.wait(timeout=60) == 0
 
 
+@pytest.mark.asyncio
+async def test_zero_shot_progress_shows_the_task_and_its_requests(store):
+    """A run in its zero-shot stage, recorded as the runner records it, shows which task is being
+    scored and how far along, and logs each new task."""
+    config = RunConfig(model="tiny-llama", method="wanda", sparsity="0.5", evals=["zeroshot"],
+                       tasks=["arc_easy", "hellaswag"])
+    run_id = store.create_run(config)
+    store.claim(run_id)  # this test's process is the run's: alive, so the run stays running
+    store.record_event(run_id, RunStarted(config.model, config.method, config.sparsity, 2, "cpu"))
+    for index in range(2):
+        store.record_event(run_id, layer_event(index, 2))
+    store.record_event(run_id, Stage("zeroshot:arc_easy", 120, 400))
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        stage = app.screen.query_one("#stage", Static)
+        await wait_for(pilot, lambda: str(stage.render()).startswith("zeroshot:arc_easy 120/400"), "ARC-Easy progress")
+        store.record_event(run_id, Stage("zeroshot:hellaswag", 30, 160))
+        await wait_for(pilot, lambda: str(stage.render()).startswith("zeroshot:hellaswag 30/160"), "HellaSwag progress")
+        assert app.screen.query_one("#log", Log).lines[-1] == "zeroshot:hellaswag 30/160"
+        store.set_status(run_id, "cancelled")
+        await wait_for(pilot, lambda: str(stage.render()) == "cancelled", "the run to end")
+
+
 # ---- themes, the command line, startup -------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_every_shown_key_fits_in_the_footer_at_80_columns(store):
+    """With the most keys on offer (the middle run of an active comparison: cancel, next and previous
+    run), no screen's footer runs past column 80."""
+    ids = []
+    for method in ("wanda", "ria", "ace"):
+        ids.append(store.create_run(RunConfig(model="tiny-llama", method=method, sparsity="0.5")))
+        store.claim(ids[-1])
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        app.follow(ids[1], batch=tuple(ids))
+        for key, screen in [("f1", NewRunScreen), ("f2", RunScreen), ("f3", ResultsScreen), ("f4", RunsScreen)]:
+            await pilot.press(key)
+            await wait_for(pilot, lambda: isinstance(app.screen, screen), f"{screen.__name__}")
+            if screen is RunScreen:
+                await wait_for(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
+                app.screen.refresh_bindings()
+            await pilot.pause()
+            keys = {str(item.render()).strip(): item.region for item in app.screen.query_one(Footer).children}
+            assert "^q Quit" in keys
+            assert {"c Cancel", "n Next run", "p Prev run"} <= set(keys) or screen is not RunScreen
+            assert all(region.right <= SIZE[0] for region in keys.values()), (screen.__name__, keys)
+        for run_id in ids:
+            store.set_status(run_id, "cancelled")
 
 
 @pytest.mark.asyncio

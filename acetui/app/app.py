@@ -35,7 +35,7 @@ class AceApp(App):
         Binding("f2", "switch_mode('run')", "Run"),
         Binding("f3", "switch_mode('results')", "Results"),
         Binding("f4", "switch_mode('runs')", "Runs"),
-        Binding("ctrl+t", "next_theme", "Theme"),
+        Binding("ctrl+t", "next_theme", "Theme", show=False),  # kept off the footer so it fits 80 columns
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
@@ -58,6 +58,12 @@ class AceApp(App):
             self.follow(self._attach)
         else:
             self.switch_mode("new")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The key of the screen already shown is hidden: the footer has no room to spare at 80 columns.
+        if action == "switch_mode" and parameters and parameters[0] == self.current_mode:
+            return False
+        return True
 
     def register_themes(self) -> None:
         for theme in themes.THEMES.values():

@@ -107,7 +107,7 @@ class NewRunScreen(Screen):
             with Horizontal(id="start-row"):
                 yield Button("Start ▶", id="start", variant="primary", compact=True)
                 yield Static("", id="plan")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     # ---- composing fields ----
 

@@ -93,7 +93,7 @@ class ResultsScreen(RunListScreen):
     AUTO_FOCUS = "#results"
     # The footer shows the main keys; ``a``, ``r`` and ``o`` are in the keys panel (ctrl+p, "Keys").
     BINDINGS = [
-        Binding("slash", "focus_filter", "Filter"),
+        Binding("slash", "focus_filter", "Filter", show=False),  # the filter box says "(/)"
         Binding("space", "toggle_select", "Select"),
         Binding("a", "select_all", "Select all", show=False),
         Binding("s", "sort", "Sort"),
@@ -101,7 +101,7 @@ class ResultsScreen(RunListScreen):
         Binding("v", "toggle_view", "Paper"),
         Binding("e", "export('csv')", "CSV"),
         Binding("l", "export('latex')", "LaTeX"),
-        Binding("y", "copy_latex", "Copy TeX"),
+        Binding("y", "copy_latex", "Copy"),
         Binding("o", "open_run", "Open run", show=False),
         Binding("escape", "focus_table", "Table", show=False),
     ]
@@ -115,7 +115,7 @@ class ResultsScreen(RunListScreen):
             yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="paper"):
                 yield Static("", id="paper-table")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.selected: set[str] = set()

@@ -83,7 +83,7 @@ class RunScreen(Screen):
                     yield DepthPlot("sparsity by layer", ylim=(0, 1), id="sparsity-plot")
                 with TabPane(escape("Var[x²] [v]"), id="variance"):
                     yield DepthPlot("Var[x²] of inputs by layer", log=True, id="variance-plot")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         table = self.query_one("#layers", DataTable)

@@ -40,7 +40,7 @@ class ConfirmScreen(ModalScreen[bool]):
         with Vertical(id="confirm"):
             yield Static(self.question)
             yield Static("[b]y[/b] yes   [b]n[/b] no", id="confirm-keys")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
@@ -58,7 +58,7 @@ class RunsScreen(RunListScreen):
         yield Header()
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static("", id="run-detail")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#runs", DataTable).add_columns("Run", "Status", "Method", "Sparsity", "Model", "Layers",
