@@ -22,6 +22,7 @@ from core.errors import UserError
 from core.metrics import METHODS
 from core.sparsity import parse_sparsity
 from core.store import RunRecord, model_name
+from core.zeroshot import is_partial, mean_accuracy
 
 FORMATS = ("csv", "latex", "markdown")
 # ppl: WikiText-2 perplexity (lower is better); zeroshot: accuracy per task with Avg. last (the paper's
@@ -161,8 +162,8 @@ def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tupl
     if measure == "ppl":
         return [(row, header, record.ppl, bool(record.results.get("ppl_partial")))]
     tasks = _zeroshot(record)
-    partial = any(entry.get("partial") for entry in tasks.values())
-    mean = 100 * statistics.fmean(entry["acc"] for entry in tasks.values())
+    partial = is_partial(tasks)
+    mean = 100 * mean_accuracy(tasks)
     if measure == "zeroshot-mean":
         return [(row, header, mean, partial)]
     return [(row, task, 100 * entry["acc"], partial) for task, entry in tasks.items()] + [(row, "Avg.", mean, partial)]

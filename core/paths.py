@@ -19,6 +19,13 @@ def bundled_model() -> Path | None:
     return path if path.is_file() else None
 
 
+def home() -> Path | None:
+    """``ACETUI_HOME``: one folder for acetui's store and cache (as tests use it), or None for the
+    platform's user folders."""
+    value = os.environ.get("ACETUI_HOME")
+    return Path(value).expanduser() if value else None
+
+
 def data_dir() -> Path | None:
     """``ACETUI_DATA_DIR`` (the layout of shared/data), or None to use the hub."""
     value = os.environ.get("ACETUI_DATA_DIR")

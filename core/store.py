@@ -57,6 +57,7 @@ import psutil
 from core.config import RunConfig
 from core.errors import UserError
 from core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
+from core.paths import home
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x41434554  # "ACET": marks the file as an acetui store
@@ -122,9 +123,9 @@ CREATE TABLE linears (
 
 def default_store_path() -> Path:
     """``$ACETUI_HOME/runs.db`` when ``ACETUI_HOME`` is set, else ``runs.db`` in the user's data directory."""
-    home = os.environ.get("ACETUI_HOME")
-    if home:
-        return Path(home).expanduser() / STORE_FILENAME
+    root = home()
+    if root:
+        return root / STORE_FILENAME
     import platformdirs
 
     return Path(platformdirs.user_data_dir("acetui", appauthor=False)) / STORE_FILENAME

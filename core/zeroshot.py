@@ -22,7 +22,7 @@ from typing import Callable, Iterable
 from core.config import ZEROSHOT_TASKS
 from core.errors import Cancelled, UserError
 from core.events import Stage
-from core.paths import data_dir
+from core.paths import data_dir, home
 
 # Where each task's YAML lives inside ``lm_eval/tasks`` (looking it up avoids the harness's
 # TaskManager, which indexes ~15k configs in several seconds on every call).
@@ -140,11 +140,16 @@ def mean_accuracy(zeroshot: dict) -> float:
     return sum(entry["acc"] for entry in zeroshot.values()) / len(zeroshot)
 
 
+def is_partial(zeroshot: dict) -> bool:
+    """Whether any task was cut short by ``--limit`` (stored results may predate the flag)."""
+    return any(entry.get("partial") for entry in zeroshot.values())
+
+
 def _cache_dir() -> Path:
     """Converted task files live in the user's cache (under ACETUI_HOME when set, as in tests)."""
-    home = os.environ.get("ACETUI_HOME")
-    if home:
-        return Path(home).expanduser() / "cache" / "zeroshot"
+    root = home()
+    if root:
+        return root / "cache" / "zeroshot"
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("acetui")) / "zeroshot"

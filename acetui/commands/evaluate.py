@@ -21,7 +21,7 @@ def _number(value: float | None) -> str:
 
 def zeroshot_table(zeroshot: dict, title: str) -> Table:
     """One row per task, as lm-eval reports it; ``n`` shows ``used/total`` when a --limit cut it short."""
-    from core.zeroshot import mean_accuracy
+    from core.zeroshot import is_partial, mean_accuracy
 
     table = Table(title=title)
     for column, justify in [("task", "left"), ("acc", "right"), ("±", "right"), ("acc_norm", "right"),
@@ -33,8 +33,7 @@ def zeroshot_table(zeroshot: dict, title: str) -> Table:
         table.add_row(task, _number(entry["acc"]), _number(entry["acc_stderr"]), _number(entry["acc_norm"]),
                       _number(entry["acc_norm_stderr"]), n, source)
     table.add_section()
-    partial = any(entry["partial"] for entry in zeroshot.values())
-    table.add_row("mean acc" + (" (partial)" if partial else ""), _number(mean_accuracy(zeroshot)), "", "", "", "", "")
+    table.add_row("mean acc" + (" (partial)" if is_partial(zeroshot) else ""), _number(mean_accuracy(zeroshot)), "", "", "", "", "")
     return table
 
 

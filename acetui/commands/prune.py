@@ -28,9 +28,9 @@ def parse_evals(text: str) -> list[str]:
 def zeroshot_row(zeroshot: dict | None):
     if not zeroshot:
         return None
-    from core.zeroshot import mean_accuracy
+    from core.zeroshot import is_partial, mean_accuracy
 
-    partial = any(entry["partial"] for entry in zeroshot.values())
+    partial = is_partial(zeroshot)
     tasks = ", ".join(f"{task} {entry['acc']:.3f}" for task, entry in zeroshot.items())
     return ("zero-shot acc", f"mean {mean_accuracy(zeroshot):.4f}{' (partial)' if partial else ''}: {tasks}")
 
