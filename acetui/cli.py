@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from core.errors import UserError
+from acetui_core.errors import UserError
 
 app = typer.Typer(
     add_completion=False,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from core.events import LayerPruned, LayerStarted, RunStarted, Stage
+from acetui_core.events import LayerPruned, LayerStarted, RunStarted, Stage
 
 STAGE_NAMES = {"load": "loading model", "calibration": "calibration data", "wikitext2": "WikiText-2 perplexity"}
 

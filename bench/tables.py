@@ -14,11 +14,11 @@ import time
 
 import torch
 
-from core import pipeline
-from core.config import RunConfig
-from core.data import calibration_windows, tokenized_calibration
-from core.models import decoder_layers, load_model
-from core.paths import bundled_model
+from acetui_core import pipeline
+from acetui_core.config import RunConfig
+from acetui_core.data import calibration_windows, tokenized_calibration
+from acetui_core.models import decoder_layers, load_model
+from acetui_core.paths import bundled_model
 
 # (row label, method, calibration length: "16" or "FL")
 ROWS = [("magnitude", "magnitude", "16"), ("wanda-FL", "wanda", "FL"), ("wanda-16", "wanda", "16"),

@@ -3,7 +3,7 @@
     ACETUI_DATA_DIR=../shared/data .venv/bin/python bench/zeroshot.py --limit 100
 
 Defaults: the bundled SmolLM2-135M, dense against Wanda-16 and CosP+VarP-16 (ACE) at 2:4, the
-paper's seven tasks, lm-evaluation-harness through ``core.zeroshot``. The model is loaded once and
+paper's seven tasks, lm-evaluation-harness through ``acetui_core.zeroshot``. The model is loaded once and
 reset to its dense weights before each pruning run.
 """
 
@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from core import pipeline  # noqa: E402
-from core.config import ZEROSHOT_TASKS, RunConfig  # noqa: E402
-from core.models import load_model  # noqa: E402
-from core.paths import bundled_model  # noqa: E402
-from core.zeroshot import evaluate_zeroshot, mean_accuracy, validate_tasks  # noqa: E402
+from acetui_core import pipeline  # noqa: E402
+from acetui_core.config import ZEROSHOT_TASKS, RunConfig  # noqa: E402
+from acetui_core.models import load_model  # noqa: E402
+from acetui_core.paths import bundled_model  # noqa: E402
+from acetui_core.zeroshot import evaluate_zeroshot, mean_accuracy, validate_tasks  # noqa: E402
 
 SHORT = {"arc_easy": "arc_e", "arc_challenge": "arc_c", "openbookqa": "obqa", "winogrande": "wino", "hellaswag": "hswag"}
 

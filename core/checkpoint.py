@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from core.errors import UserError
+from acetui_core.errors import UserError
 
 
 def check_save_dir(save: str | None, overwrite: bool) -> None:

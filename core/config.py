@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from core.sparsity import Sparsity, parse_sparsity
+from acetui_core.sparsity import Sparsity, parse_sparsity
 
 ZEROSHOT_TASKS = ("boolq", "rte", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa")
 
@@ -39,7 +39,7 @@ class RunConfig:
     @property
     def label(self) -> str:
         """The paper's row name: method and calibration length, e.g. ``ACE-16`` or ``Wanda-FL``."""
-        from core.metrics import METHODS
+        from acetui_core.metrics import METHODS
 
         length = "FL" if self.seqlen == "full" else str(self.seqlen)
         name = METHODS[self.method].paper_name if self.method in METHODS else self.method

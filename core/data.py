@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from core.errors import UserError
-from core.paths import data_dir
+from acetui_core.errors import UserError
+from acetui_core.paths import data_dir
 
 C4_SHARD = "en/c4-train.00000-of-01024.json.gz"
 HUB_HINT = "set ACETUI_DATA_DIR to a local data folder (the layout of shared/data) or pass --calib PATH"

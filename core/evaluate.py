@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from core.events import Stage
+from acetui_core.events import Stage
 
 EVAL_TOKENS_PER_BATCH = 4096  # windows per forward pass = this // window length (at least 1)
 
@@ -25,7 +25,7 @@ def perplexity(model, ids: torch.Tensor, seqlen: int, limit: int | None = None, 
     nll = 0.0
     for start in range(0, windows, batch):
         if cancel is not None and cancel.is_set():
-            from core.errors import Cancelled
+            from acetui_core.errors import Cancelled
 
             raise Cancelled()
         stop = min(start + batch, windows)

@@ -18,11 +18,11 @@ import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from core.errors import UserError
-from core.metrics import METHODS
-from core.sparsity import parse_sparsity
-from core.store import RunRecord, model_name
-from core.zeroshot import is_partial, mean_accuracy
+from acetui_core.errors import UserError
+from acetui_core.metrics import METHODS
+from acetui_core.sparsity import parse_sparsity
+from acetui_core.store import RunRecord, model_name
+from acetui_core.zeroshot import is_partial, mean_accuracy
 
 FORMATS = ("csv", "latex", "markdown")
 # ppl: WikiText-2 perplexity (lower is better); zeroshot: accuracy per task with Avg. last (the paper's

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from core.errors import UserError
-from core.sparsity import Sparsity
+from acetui_core.errors import UserError
+from acetui_core.sparsity import Sparsity
 
 
 def check_nm_fits(sparsity: Sparsity, d_in: int, name: str) -> None:

@@ -1,7 +1,7 @@
 """Pruning scores, one pure function each (higher score = keep), and the registry of methods.
 
 Formulas are those fixed in ACE.md. ``W`` is float32 ``(d_out, d_in)``; ``stats`` holds the
-per-input-column accumulators of the calibration activations (``core.stats.ColumnStats``).
+per-input-column accumulators of the calibration activations (``acetui_core.stats.ColumnStats``).
 Scaling: ``||X_j||_2`` is the plain L2 norm over all T calibration tokens (no 1/N); VarP's
 ``E[x^2]``, ``E[x^4]`` are per-token means. Multiplicative per-layer constants never change a
 ranking, so only VarP's additive ``1 +`` depends on that choice.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from core.errors import UserError
+from acetui_core.errors import UserError
 
 
 def magnitude(W, stats, opts):

@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.config import FULL_CONTEXT_CAP
-from core.errors import UserError
+from acetui_core.config import FULL_CONTEXT_CAP
+from acetui_core.errors import UserError
 
 SUPPORTED = "the LLaMA family (LLaMA 1/2/3, Mistral, Qwen2/3, Gemma 2/3, SmolLM), OPT and GPT-2"
 
@@ -156,7 +156,7 @@ def _looks_like_path(source: str) -> bool:
 
 def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_event=None) -> Loaded:
     """Load a causal LM on CPU (decoder layers move to ``device`` one at a time while pruning)."""
-    from core.events import Stage
+    from acetui_core.events import Stage
 
     compute_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, compute_device)

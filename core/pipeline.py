@@ -11,18 +11,18 @@ import time
 
 import torch
 
-from core import histograms
-from core.checkpoint import check_save_dir, save_checkpoint
-from core.config import FULL_CONTEXT_CAP, RunConfig
-from core.data import calibration_windows, tokenized_calibration, wikitext2_test_ids
-from core.errors import Cancelled, UserError
-from core.evaluate import perplexity
-from core.events import LayerPruned, LayerStarted, LinearRecord, RunFinished, RunStarted, Stage
-from core.masks import check_nm_fits, prune_mask
-from core.metrics import get_method
-from core.models import Loaded, decoder_layers, load_model, prunable_linears, set_weight_matrix, weight_matrix
-from core.sparsegpt import sparsegpt_prune
-from core.stats import ColumnStats
+from acetui_core import histograms
+from acetui_core.checkpoint import check_save_dir, save_checkpoint
+from acetui_core.config import FULL_CONTEXT_CAP, RunConfig
+from acetui_core.data import calibration_windows, tokenized_calibration, wikitext2_test_ids
+from acetui_core.errors import Cancelled, UserError
+from acetui_core.evaluate import perplexity
+from acetui_core.events import LayerPruned, LayerStarted, LinearRecord, RunFinished, RunStarted, Stage
+from acetui_core.masks import check_nm_fits, prune_mask
+from acetui_core.metrics import get_method
+from acetui_core.models import Loaded, decoder_layers, load_model, prunable_linears, set_weight_matrix, weight_matrix
+from acetui_core.sparsegpt import sparsegpt_prune
+from acetui_core.stats import ColumnStats
 
 CALIB_TOKENS_PER_BATCH = 4096  # calibration windows go through a layer in batches of about this many tokens
 
@@ -291,7 +291,7 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> d
                                       device, on_event, cancel)
         results.update(ppl_wikitext2=ppl, ppl_windows=used, ppl_partial=used < total, ppl_seqlen=seqlen)
     if "zeroshot" in config.evals:
-        from core.zeroshot import evaluate_zeroshot
+        from acetui_core.zeroshot import evaluate_zeroshot
 
         results["zeroshot"] = evaluate_zeroshot(loaded.model, loaded.tokenizer, config.tasks,
                                                 limit=config.zeroshot_limit, batch_size=config.batch_size,
@@ -303,7 +303,7 @@ def run(config: RunConfig, on_event=None, cancel: threading.Event | None = None,
     """Load (unless given), prune, evaluate; emit ``RunFinished`` and return the result object."""
     validate(config)
     if config.evals and "zeroshot" in config.evals:
-        from core.zeroshot import validate_tasks
+        from acetui_core.zeroshot import validate_tasks
 
         validate_tasks(config.tasks, config.zeroshot_limit)
     if loaded is None:

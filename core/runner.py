@@ -4,11 +4,11 @@
 - :func:`run_queue` runs queued runs one after another, loading each model once per process.
 - :func:`start_detached` / :func:`spawn_worker` start runs in a new process (its own session, so it
   outlives the terminal and SSH connection that started it), logging next to the store.
-- ``python -m core.runner --store PATH RUN_ID...`` is that process.
+- ``python -m acetui_core.runner --store PATH RUN_ID...`` is that process.
 
 Stopping: SIGINT or SIGTERM (or ``Store.request_cancel``) stops a run between layers and records it
 ``cancelled``; a second SIGINT stops at once. SIGKILL cannot be caught: readers then find the
-process gone and show the run ``interrupted`` (see ``core.store``).
+process gone and show the run ``interrupted`` (see ``acetui_core.store``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from contextlib import ExitStack, contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import core
-from core import pipeline
-from core.config import RunConfig
-from core.errors import Cancelled, UserError
-from core.events import LayerPruned, RunFinished, RunStarted, Stage
-from core.store import Store
+import acetui_core
+from acetui_core import pipeline
+from acetui_core.config import RunConfig
+from acetui_core.errors import Cancelled, UserError
+from acetui_core.events import LayerPruned, RunFinished, RunStarted, Stage
+from acetui_core.store import Store
 
 HEARTBEAT_SECONDS = 1.0  # how often a run tells the store it is alive
 STAGE_WRITE_SECONDS = 0.5  # zero-shot reports thousands of steps: store a stage's progress at most this often
@@ -50,7 +50,7 @@ def _version(package: str) -> str | None:
 def collect_env() -> dict:
     """Where and with what a run executes: host, platform, Python, torch, transformers and acetui versions."""
     env = {"host": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
-           "torch": _version("torch"), "transformers": _version("transformers"), "acetui": core.__version__}
+           "torch": _version("torch"), "transformers": _version("transformers"), "acetui": acetui_core.__version__}
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         env["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
     return env
@@ -193,7 +193,7 @@ class _ModelCache:
         self.key, self.loaded = None, None
 
     def get(self, config: RunConfig, on_event):
-        from core.models import load_model
+        from acetui_core.models import load_model
 
         key = (config.model, config.device, config.dtype)
         if key == self.key:
@@ -259,7 +259,7 @@ def log_path(store: Store, run_id: str) -> Path:
 
 
 def spawn_worker(store: Store, run_ids: list[str], *, detach: bool = True, env: dict | None = None) -> subprocess.Popen:
-    """Start ``python -m core.runner`` for the queued ``run_ids`` and hand the runs to it.
+    """Start ``python -m acetui_core.runner`` for the queued ``run_ids`` and hand the runs to it.
 
     ``detach``: a new session (no controlling terminal: SIGHUP and the terminal closing do not reach
     it). Its output goes to ``logs/<first id>.log`` beside the store; each run's ``env["log"]`` says so.
@@ -267,11 +267,8 @@ def spawn_worker(store: Store, run_ids: list[str], *, detach: bool = True, env: 
     log = log_path(store, run_ids[0])
     log.parent.mkdir(parents=True, exist_ok=True)
     environment = {**os.environ, **(env or {})}
-    # The child must import this very ``core``, installed or not.
-    root = str(Path(core.__file__).resolve().parent.parent)
-    environment["PYTHONPATH"] = os.pathsep.join(p for p in (root, environment.get("PYTHONPATH")) if p)
     with open(log, "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "core.runner", "--store", str(store.path), *run_ids],
+        process = subprocess.Popen([sys.executable, "-m", "acetui_core.runner", "--store", str(store.path), *run_ids],
                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=detach, env=environment, close_fds=True)
     for run_id in run_ids:
@@ -306,7 +303,7 @@ def _log_event(run_id: str, event) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The detached process: run the given queued runs from the store, one after another."""
-    parser = argparse.ArgumentParser(prog="python -m core.runner", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m acetui_core.runner", description=main.__doc__)
     parser.add_argument("--store", required=True)
     parser.add_argument("run_ids", nargs="+")
     args = parser.parse_args(argv)

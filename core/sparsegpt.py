@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from core.errors import UserError
-from core.sparsity import Sparsity
+from acetui_core.errors import UserError
+from acetui_core.sparsity import Sparsity
 
 
 def sparsegpt_prune(W: torch.Tensor, H: torch.Tensor, sparsity: Sparsity, name: str,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.errors import UserError
+from acetui_core.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ Usage by a face (the app, the CLI)::
     store.request_cancel(run.id)               # the run stops after its current layer
     new = store.layers_since(run.id, after=3)  # incremental polling for live views
 
-Recording (what ``core.runner`` does)::
+Recording (what ``acetui_core.runner`` does)::
 
     run_id = store.create_run(config, env=...)   # queued, owned by this process
     store.claim(run_id)                          # running, started now, pid/host of this process
@@ -54,10 +54,10 @@ from pathlib import Path
 
 import psutil
 
-from core.config import RunConfig
-from core.errors import UserError
-from core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
-from core.paths import home
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
+from acetui_core.paths import home
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x41434554  # "ACET": marks the file as an acetui store
@@ -388,7 +388,7 @@ class Store:
                 db.execute("UPDATE runs SET env = ? WHERE id = ?", (json.dumps({**json.loads(row[0]), **values}), run_id))
 
     def record_event(self, run_id: str, event) -> None:
-        """Persist one pipeline event (``core.events``). Each call is one transaction: a layer is
+        """Persist one pipeline event (``acetui_core.events``). Each call is one transaction: a layer is
         written with all its linears or not at all; ``RunFinished`` stores the results and marks the
         run finished together (see :meth:`finish`)."""
         if isinstance(event, RunFinished):

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from core.config import ZEROSHOT_TASKS
-from core.errors import Cancelled, UserError
-from core.events import Stage
-from core.paths import data_dir, home
+from acetui_core.config import ZEROSHOT_TASKS
+from acetui_core.errors import Cancelled, UserError
+from acetui_core.events import Stage
+from acetui_core.paths import data_dir, home
 
 # Where each task's YAML lives inside ``lm_eval/tasks`` (looking it up avoids the harness's
 # TaskManager, which indexes ~15k configs in several seconds on every call).

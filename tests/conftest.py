@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.paths import bundled_model
+from acetui_core.paths import bundled_model
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("ACETUI_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
@@ -92,7 +92,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def smollm(smollm_gguf):
     """The real SmolLM2-135M on CPU, loaded once per session; tests ``reset()`` it to its dense weights."""
-    from core.models import load_model
+    from acetui_core.models import load_model
 
     loaded = load_model(str(smollm_gguf), device="cpu")
     loaded.snapshot()

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from core.config import RunConfig
-from core.events import Histogram, LayerPruned, LinearRecord, RunStarted
-from core.store import Store
+from acetui_core.config import RunConfig
+from acetui_core.events import Histogram, LayerPruned, LinearRecord, RunStarted
+from acetui_core.store import Store
 
 LINEAR_NAMES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                 "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")

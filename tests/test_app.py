@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 from textual.widgets import Checkbox, ContentSwitcher, DataTable, Footer, Input, Log, SelectionList, Static
 
-import themes
+import acetui_themes as themes
 from acetui.app import make_app
 from acetui.app.candidates import cached_hub_models, local_models
 from acetui.app.form import configs
@@ -25,10 +25,10 @@ from acetui.app.screens.new_run import NewRunScreen
 from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
-from core.config import RunConfig
-from core.errors import UserError
-from core.events import RunStarted, Stage
-from core.store import Store
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.events import RunStarted, Stage
+from acetui_core.store import Store
 from runhelpers import layer_event
 
 SIZE = (80, 24)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from acetui.app import make_app
-from core.config import RunConfig
-from core.events import Histogram, LayerPruned, LayerStarted, LinearRecord, RunStarted, Stage
-from core.store import Store
+from acetui_core.config import RunConfig
+from acetui_core.events import Histogram, LayerPruned, LayerStarted, LinearRecord, RunStarted, Stage
+from acetui_core.store import Store
 
 T0 = 1_714_564_800.0  # 2024-05-01 12:00 UTC
 MODEL = "/models/llama-7b"

@@ -51,7 +51,7 @@ def test_json_result_on_stdout_and_progress_on_stderr(cli, make_tiny_model, tiny
 
     from transformers import AutoModelForCausalLM
 
-    from core.models import decoder_layers, prunable_linears, weight_matrix
+    from acetui_core.models import decoder_layers, prunable_linears, weight_matrix
 
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "pruned")
     for i, layer in enumerate(decoder_layers(reloaded)):

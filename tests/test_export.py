@@ -15,10 +15,10 @@ import subprocess
 
 import pytest
 
-from core.config import RunConfig
-from core.errors import UserError
-from core.export import comparison, latex_escape, to_markdown
-from core.store import Store
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.export import comparison, latex_escape, to_markdown
+from acetui_core.store import Store
 from runhelpers import Clock, cli, insert_run
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")

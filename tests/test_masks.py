@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from core.errors import UserError
-from core.masks import check_nm_fits, layer_mask, nm_mask, prune_mask, row_mask
-from core.sparsity import parse_sparsity
+from acetui_core.errors import UserError
+from acetui_core.masks import check_nm_fits, layer_mask, nm_mask, prune_mask, row_mask
+from acetui_core.sparsity import parse_sparsity
 
 
 @pytest.mark.parametrize("ratio", [0.1, 0.5, 0.7, 0.999])

@@ -5,12 +5,12 @@ import json
 import pytest
 import torch
 
-from core import pipeline
-from core.config import RunConfig
-from core.errors import Cancelled, UserError
-from core.events import LayerPruned, RunFinished
-from core.metrics import METHODS
-from core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+from acetui_core import pipeline
+from acetui_core.config import RunConfig
+from acetui_core.errors import Cancelled, UserError
+from acetui_core.events import LayerPruned, RunFinished
+from acetui_core.metrics import METHODS
+from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
 
 NSAMPLES, SEQLEN = 8, 16
 
@@ -93,7 +93,7 @@ def test_next_layer_sees_the_pruned_layer(loaded, calib_file):
     finally:
         hook.remove()
     cfg = config(loaded.source, "wanda", calib=calib_file)
-    from core.data import calibration_windows, tokenized_calibration
+    from acetui_core.data import calibration_windows, tokenized_calibration
 
     windows = calibration_windows(tokenized_calibration(loaded.tokenizer, cfg.calib)[0], NSAMPLES, SEQLEN, 0)
 
@@ -148,7 +148,7 @@ def test_nan_activations_are_reported_with_the_layer(make_tiny_model, calib_file
 def test_same_seed_same_windows(tokenizer_dir):
     from transformers import AutoTokenizer
 
-    from core.data import calibration_windows, tokenized_calibration
+    from acetui_core.data import calibration_windows, tokenized_calibration
 
     ids, source = tokenized_calibration(AutoTokenizer.from_pretrained(tokenizer_dir), "c4")
     assert source.endswith("c4_calib_merged.jsonl")

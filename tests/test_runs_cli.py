@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from core.store import TERMINAL, Store
+from acetui_core.store import TERMINAL, Store
 from runhelpers import cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,15 +188,15 @@ def test_a_detached_grid_goes_on_when_one_run_is_cancelled(slow_model, slow, sto
 
 
 def test_compare_loads_the_model_once_and_prints_the_table(make_tiny_model, fast, store_path, monkeypatch, capsys):
-    import core.models
+    import acetui_core.models
 
     model = make_tiny_model("llama")
     code, out, _ = cli(monkeypatch, capsys, "prune", model, "--method", "ace", "--sparsity", "2:4", *fast, "--json",
                        "--store", store_path)
     alone = json.loads(out)["ppl_wikitext2"]
     loads = []
-    real_load = core.models.load_model
-    monkeypatch.setattr(core.models, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    real_load = acetui_core.models.load_model
+    monkeypatch.setattr(acetui_core.models, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
     code, out, _ = cli(monkeypatch, capsys, "compare", model, "--methods", "wanda,ace", "--sparsity", "0.5,2:4", *fast,
                        "--store", store_path)
     assert code == 0 and len(loads) == 1
@@ -221,9 +221,9 @@ def test_sweep_puts_calibration_lengths_in_columns(make_tiny_model, fast, store_
 
 
 def test_compare_runs_one_worker_per_gpu(make_tiny_model, fast, store_path, monkeypatch, capsys):
-    import core.runner
+    import acetui_core.runner
 
-    monkeypatch.setattr(core.runner, "visible_gpus", lambda: 2)  # this machine has none; the workers run on CPU
+    monkeypatch.setattr(acetui_core.runner, "visible_gpus", lambda: 2)  # this machine has none; the workers run on CPU
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     code, out, _ = cli(monkeypatch, capsys, "compare", make_tiny_model("llama"), "--methods", "wanda",
                        "--sparsity", "0.5,2:4", *fast, "--store", store_path)
@@ -234,11 +234,11 @@ def test_compare_runs_one_worker_per_gpu(make_tiny_model, fast, store_path, monk
 
 
 def test_the_grid_is_split_over_the_gpus_the_user_made_visible(tmp_path, monkeypatch):
-    import core.runner
+    import acetui_core.runner
     from acetui.commands.runs import _spawn_per_gpu
 
     spawned = []
-    monkeypatch.setattr(core.runner, "spawn_worker", lambda store, ids, detach, env=None: spawned.append((ids, env)))
+    monkeypatch.setattr(acetui_core.runner, "spawn_worker", lambda store, ids, detach, env=None: spawned.append((ids, env)))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     _spawn_per_gpu(Store(tmp_path / "runs.db"), ["r1", "r2", "r3"], 2, detach=True)
     assert spawned == [(["r1", "r2"], {"CUDA_VISIBLE_DEVICES": "2"}), (["r3"], {"CUDA_VISIBLE_DEVICES": "3"})]

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from core import pipeline
-from core.config import RunConfig
-from core.models import decoder_layers, prunable_linears, weight_matrix
+from acetui_core import pipeline
+from acetui_core.config import RunConfig
+from acetui_core.models import decoder_layers, prunable_linears, weight_matrix
 
 pytestmark = pytest.mark.slow
 EVAL = dict(eval_seqlen=512, eval_limit=8)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from core.config import RunConfig
-from core.errors import UserError
-from core.events import LayerStarted, RunStarted, Stage
-from core.store import APPLICATION_ID, SCHEMA_VERSION, STALE_AFTER, Store
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.events import LayerStarted, RunStarted, Stage
+from acetui_core.store import APPLICATION_ID, SCHEMA_VERSION, STALE_AFTER, Store
 from runhelpers import Clock, insert_run, layer_event
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,8 +116,8 @@ def test_cancel_and_delete(tmp_path):
 
 WRITER = """
 import sys
-from core.config import RunConfig
-from core.store import Store
+from acetui_core.config import RunConfig
+from acetui_core.store import Store
 from runhelpers import layer_event
 store, layers = Store(sys.argv[1]), int(sys.argv[2])
 run_id = store.create_run(RunConfig(model="m", method="wanda", sparsity="0.5"))

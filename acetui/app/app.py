@@ -1,6 +1,6 @@
 """The acetui workbench: a Textual app over the run store.
 
-It holds no pruning logic: runs start as their own processes through ``core.runner`` (so closing the
+It holds no pruning logic: runs start as their own processes through ``acetui_core.runner`` (so closing the
 app or losing SSH does not stop them) and every screen reads the store. ``make_app`` is the one
 factory the CLI and the tests share.
 """
@@ -12,15 +12,15 @@ from textual.app import App
 from textual.binding import Binding
 from textual.reactive import reactive
 
-import themes
+import acetui_themes as themes
 from acetui.app.screens.new_run import NewRunScreen
 from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
-from core.config import RunConfig
-from core.errors import UserError
-from core.runner import collect_env, spawn_worker
-from core.store import Store
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.runner import collect_env, spawn_worker
+from acetui_core.store import Store
 
 
 class AceApp(App):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from core.paths import bundled_model
+from acetui_core.paths import bundled_model
 
 SCAN_DEPTH = 2  # folders below the working directory searched for checkpoints and .gguf files
 SKIP = {".git", ".venv", "node_modules", "__pycache__", ".cache"}

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from core import pipeline
-from core.config import RunConfig
-from core.data import calibration_documents
-from core.errors import UserError
-from core.metrics import get_method
-from core.sparsity import parse_sparsity
-from core.zeroshot import validate_tasks
+from acetui_core import pipeline
+from acetui_core.config import RunConfig
+from acetui_core.data import calibration_documents
+from acetui_core.errors import UserError
+from acetui_core.metrics import get_method
+from acetui_core.sparsity import parse_sparsity
+from acetui_core.zeroshot import validate_tasks
 
 SEQLEN_PRESETS = ("16", "full")
 BUILTIN_CALIB = ("c4", "wikitext2")

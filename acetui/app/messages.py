@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from core.store import RunRecord
+from acetui_core.store import RunRecord
 
 
 class RunProgress(Message):

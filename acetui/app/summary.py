@@ -1,6 +1,6 @@
 """Plain summaries of stored run data for the screens: no widgets, no model, just numbers.
 
-A stored layer is what ``core.store`` returns: ``{"layer", "total", "seconds", "sparsity",
+A stored layer is what ``acetui_core.store`` returns: ``{"layer", "total", "seconds", "sparsity",
 "linears": [LinearRecord as a dict]}``.
 """
 

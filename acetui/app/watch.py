@@ -10,8 +10,8 @@ from typing import Callable
 from textual.message import Message
 
 from acetui.app.messages import RunProgress, RunsListed, StoreFailed
-from core.errors import UserError
-from core.store import RunRecord, Store
+from acetui_core.errors import UserError
+from acetui_core.store import RunRecord, Store
 
 RUN_INTERVAL = 0.3  # seconds between reads of a followed run (a cheap query without layers)
 LIST_INTERVAL = 1.0  # seconds between reads of the run list

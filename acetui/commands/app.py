@@ -17,7 +17,7 @@ StorePath = Annotated[Optional[Path], typer.Option(
 
 def open_app(theme: str | None, store: Path | None, attach: str | None = None) -> None:
     from acetui.app import make_app
-    from core.store import Store
+    from acetui_core.store import Store
 
     make_app(Store(store), theme=theme, attach=attach).run()
 

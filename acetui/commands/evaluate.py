@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from acetui.cli import app
-from core.config import ZEROSHOT_TASKS
+from acetui_core.config import ZEROSHOT_TASKS
 
 
 def _number(value: float | None) -> str:
@@ -21,7 +21,7 @@ def _number(value: float | None) -> str:
 
 def zeroshot_table(zeroshot: dict, title: str) -> Table:
     """One row per task, as lm-eval reports it; ``n`` shows ``used/total`` when a --limit cut it short."""
-    from core.zeroshot import is_partial, mean_accuracy
+    from acetui_core.zeroshot import is_partial, mean_accuracy
 
     table = Table(title=title)
     for column, justify in [("task", "left"), ("acc", "right"), ("±", "right"), ("acc_norm", "right"),
@@ -49,9 +49,9 @@ def eval_command(
 ) -> None:
     """Zero-shot accuracy of MODEL through lm-evaluation-harness (local task files when ACETUI_DATA_DIR is set)."""
     from acetui.progress import EventProgress
-    from core.models import load_model
-    from core.pipeline import place_for_eval
-    from core.zeroshot import evaluate_zeroshot, mean_accuracy, validate_batch_size, validate_tasks
+    from acetui_core.models import load_model
+    from acetui_core.pipeline import place_for_eval
+    from acetui_core.zeroshot import evaluate_zeroshot, mean_accuracy, validate_batch_size, validate_tasks
 
     task_list = validate_tasks(tasks, limit)  # bad input fails here, before a model is loaded
     validate_batch_size(batch_size)

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from acetui.cli import app
-from core.metrics import METHODS
+from acetui_core.metrics import METHODS
 
 
 @app.command()

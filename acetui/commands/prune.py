@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from acetui.cli import app
-from core.config import ZEROSHOT_TASKS, RunConfig
-from core.errors import UserError
-from core.metrics import METHODS
-from core.paths import bundled_model
+from acetui_core.config import ZEROSHOT_TASKS, RunConfig
+from acetui_core.errors import UserError
+from acetui_core.metrics import METHODS
+from acetui_core.paths import bundled_model
 
 
 def split_list(text: str) -> list[str]:
@@ -28,7 +28,7 @@ def parse_evals(text: str) -> list[str]:
 def zeroshot_row(zeroshot: dict | None):
     if not zeroshot:
         return None
-    from core.zeroshot import is_partial, mean_accuracy
+    from acetui_core.zeroshot import is_partial, mean_accuracy
 
     partial = is_partial(zeroshot)
     tasks = ", ".join(f"{task} {entry['acc']:.3f}" for task, entry in zeroshot.items())
@@ -73,7 +73,7 @@ def default_model() -> str:
 def config_from_options(model, method, sparsity, group, calib, nsamples, seqlen, seed, eval, eval_seqlen, eval_limit,
                         tasks, limit, batch_size, device, dtype, squared_weight, save=None, overwrite=False) -> RunConfig:
     """One place that turns CLI options into a validated RunConfig (prune, compare and sweep share it)."""
-    from core import pipeline
+    from acetui_core import pipeline
 
     model = model or default_model()
 
@@ -115,9 +115,9 @@ def prune(
 ) -> None:
     """Prune MODEL with one method and sparsity; evaluate and optionally save it."""
     from acetui.progress import EventProgress
-    from core.errors import Cancelled
-    from core.runner import run_recorded, start_detached
-    from core.store import Store
+    from acetui_core.errors import Cancelled
+    from acetui_core.runner import run_recorded, start_detached
+    from acetui_core.store import Store
 
     config = config_from_options(model, method, sparsity, group, calib, nsamples, seqlen, seed, eval, eval_seqlen,
                                  eval_limit, tasks, limit, batch_size, device, dtype, squared_weight, save, overwrite)

@@ -15,10 +15,10 @@ import typer
 
 from acetui.cli import app
 from acetui.commands.prune import config_from_options, split_list
-from core.config import ZEROSHOT_TASKS
-from core.errors import Cancelled, UserError
-from core.export import CELLS, COLUMNS, FORMATS, MEASURES, check_format, comparison, export, to_markdown
-from core.store import STATUSES, TERMINAL, RunRecord, Store, model_name
+from acetui_core.config import ZEROSHOT_TASKS
+from acetui_core.errors import Cancelled, UserError
+from acetui_core.export import CELLS, COLUMNS, FORMATS, MEASURES, check_format, comparison, export, to_markdown
+from acetui_core.store import STATUSES, TERMINAL, RunRecord, Store, model_name
 
 runs_app = typer.Typer(help="Runs recorded in the store: list, show, watch, cancel, remove.",
                        invoke_without_command=True, no_args_is_help=False)
@@ -266,7 +266,7 @@ class _QueueProgress:
 def _spawn_per_gpu(store: Store, run_ids: list[str], gpus: int, detach: bool) -> list:
     """One worker process per GPU, each with a contiguous share of the grid (so runs of one model stay
     together and each worker loads it once); a single worker when there are fewer than two GPUs."""
-    from core.runner import spawn_worker
+    from acetui_core.runner import spawn_worker
 
     if gpus < 2:
         return [spawn_worker(store, run_ids, detach=detach)]
@@ -282,7 +282,7 @@ def _spawn_per_gpu(store: Store, run_ids: list[str], gpus: int, detach: bool) ->
 def _run_in_parallel(store: Store, run_ids: list[str], gpus: int) -> None:
     """Workers on every GPU, followed from here. They share this terminal's process group, so Ctrl-C
     reaches them; SIGTERM is passed on."""
-    from core.runner import stop_signals
+    from acetui_core.runner import stop_signals
 
     workers = _spawn_per_gpu(store, run_ids, gpus, detach=False)
     print(f"{len(run_ids)} runs on {len(workers)} GPUs (logs in {store.path.parent / 'logs'}).", file=sys.stderr)
@@ -313,7 +313,7 @@ def _run_options(values: dict) -> dict:
 def _grid(models: list[str], methods: list[str], sparsities: list[str], seqlens: list[str], seeds: list[int],
           *, options: dict, columns: str, detach: bool, store: Optional[Path], as_json: bool, cells: str) -> None:
     """Queue every combination as a run, execute them, and print the comparison table."""
-    from core.runner import collect_env, run_queue, visible_gpus
+    from acetui_core.runner import collect_env, run_queue, visible_gpus
 
     configs = [config_from_options(model, method, sparsity, seqlen=seqlen, seed=seed, **options)
                for model in dict.fromkeys(models) for method in methods for seqlen in seqlens for seed in seeds

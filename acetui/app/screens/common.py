@@ -13,7 +13,7 @@ from textual.worker import get_current_worker
 from acetui.app.messages import RunsListed, StoreFailed
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.watch import watch_runs
-from core.store import RunRecord
+from acetui_core.store import RunRecord
 
 
 class RunListScreen(Screen):

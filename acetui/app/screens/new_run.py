@@ -22,9 +22,9 @@ from textual.widgets.selection_list import Selection
 from acetui.app import form
 from acetui.app.candidates import model_candidates
 from acetui.app.messages import CandidatesFound
-from core.config import ZEROSHOT_TASKS
-from core.errors import UserError
-from core.metrics import METHODS
+from acetui_core.config import ZEROSHOT_TASKS
+from acetui_core.errors import UserError
+from acetui_core.metrics import METHODS
 
 CANDIDATES_SHOWN = 3  # rows of model completions under the model field
 

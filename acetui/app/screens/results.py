@@ -1,5 +1,5 @@
 """Results: finished runs side by side, sortable and filterable; the paper's comparison layout;
-export of the selected runs as CSV or LaTeX (``core.export``), or the LaTeX to the clipboard."""
+export of the selected runs as CSV or LaTeX (``acetui_core.export``), or the LaTeX to the clipboard."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, S
 
 from acetui.app import summary
 from acetui.app.screens.common import RunListScreen, refill
-from core.errors import UserError
-from core.export import comparison, export
-from core.sparsity import parse_sparsity
-from core.store import RunRecord, model_name
-from core.zeroshot import mean_accuracy
+from acetui_core.errors import UserError
+from acetui_core.export import comparison, export
+from acetui_core.sparsity import parse_sparsity
+from acetui_core.store import RunRecord, model_name
+from acetui_core.zeroshot import mean_accuracy
 
 
 def zeroshot_mean(run: RunRecord) -> float | None:

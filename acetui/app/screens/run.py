@@ -18,7 +18,7 @@ from acetui.app.messages import RunProgress, StoreFailed
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.watch import follow_run
 from acetui.app.widgets.plots import DepthPlot, ScoreHistogram, sparsity_series, variance_series
-from core.store import RunRecord, model_name
+from acetui_core.store import RunRecord, model_name
 
 NO_RUN = "No run to show yet: start one on New run (F1) or open one from Runs (F4)."
 

@@ -15,8 +15,8 @@ from textual.widgets import DataTable, Footer, Header, Static
 from acetui.app import summary
 from acetui.app.screens.common import RunListScreen, refill, status_text
 from acetui.app.summary import STATUS_COLOR
-from core.errors import UserError
-from core.store import RunRecord, model_name
+from acetui_core.errors import UserError
+from acetui_core.store import RunRecord, model_name
 
 
 def when(seconds: float | None, form: str = "%Y-%m-%d %H:%M") -> str:
