@@ -163,7 +163,7 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
             scores = method.score(W, stats.get(name), config)
             mask, threshold = prune_mask(scores, sparsity, config.group)
             W.masked_fill_(mask, 0)
-            histogram = histograms.histogram(scores, threshold)
+            histogram = histograms.histogram(scores, threshold, pruned=mask)
         if W.data_ptr() != module.weight.data_ptr():
             set_weight_matrix(module, W.to(module.weight.dtype))
         achieved = 1 - torch.count_nonzero(module.weight.data).item() / module.weight.numel()

@@ -38,9 +38,11 @@ class Histogram:
 
     edges: list[float]
     counts: list[int]
-    threshold: float | None  # the score below which weights were pruned (None for N:M and SparseGPT)
+    threshold: float | None  # the score below which weights were pruned (per-row groups: the median row cut-off;
+    #                          None for N:M, which has no single threshold)
     log: bool
     stride: int = 1  # counts are of every stride-th score (1: all of them)
+    pruned: list[int] | None = None  # of ``counts``, the pruned scores per bin (None in runs recorded before it was kept)
 
 
 @dataclass

@@ -36,6 +36,8 @@ from acetui_core import pipeline
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import LayerPruned, RunFinished, Stage
+from acetui_core.records import to_dict
+from acetui_core.resources import ResourceSampler
 
 HEARTBEAT_SECONDS = 1.0  # how often a run tells its recorder it is alive
 STAGE_WRITE_SECONDS = 0.5  # zero-shot reports thousands of steps: record a stage's progress at most this often
@@ -98,8 +100,10 @@ def stop_signals(stop: threading.Event):
 
 @contextmanager
 def _heartbeat(recorder: Recorder, run_id: str, stop: threading.Event, cancel: threading.Event):
-    """A thread that beats for the run and turns a stop signal or a cancel request into ``cancel``."""
+    """A thread that beats for the run, with a sample of the resources its process uses, and turns a stop
+    signal or a cancel request into ``cancel``."""
     done = threading.Event()
+    sampler = ResourceSampler()
 
     def beat():
         last = 0.0
@@ -107,7 +111,7 @@ def _heartbeat(recorder: Recorder, run_id: str, stop: threading.Event, cancel: t
             try:
                 if time.monotonic() - last >= HEARTBEAT_SECONDS:
                     last = time.monotonic()
-                    requested = recorder.heartbeat(run_id)
+                    requested = recorder.heartbeat(run_id, to_dict(sampler.sample()))
                 else:
                     requested = recorder.cancel_requested(run_id)
             except UserError:

@@ -1,0 +1,66 @@
+"""Resource samples of a run's process, recorded with each heartbeat."""
+
+import os
+import sys
+import threading
+import time
+import types
+
+import psutil
+import pytest
+
+from acetui_core import resources
+from acetui_core.config import RunConfig
+from acetui_core.records import from_dict
+from acetui_core.resources import ResourceSample, ResourceSampler
+from acetui_core.runner import _heartbeat
+from acetui_core.store import Store
+
+
+def test_a_sample_reads_this_process():
+    sampler = ResourceSampler()
+    sum(i * i for i in range(2_000_000))  # some CPU time between the two samples
+    sample = sampler.sample()
+    rss = psutil.Process(os.getpid()).memory_info().rss / 2**20
+    assert sample.rss_mb == pytest.approx(rss, rel=0.2)
+    assert sample.cpu_percent > 0
+    assert sample.gpu is None and sample.gpu_used_mb is None  # this process never touched CUDA
+
+
+def test_gpu_fields_come_from_the_current_cuda_device(monkeypatch):
+    """With CUDA initialised: the device's used/total memory, this process's share, and NVML's load."""
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: True, current_device=lambda: 1,
+        mem_get_info=lambda device: (30 * 2**30, 80 * 2**30),
+        memory_reserved=lambda device: 42 * 2**30, utilization=lambda device: 97)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    sample = ResourceSampler().sample()
+    assert (sample.gpu, sample.gpu_used_mb, sample.gpu_total_mb, sample.gpu_process_mb, sample.gpu_util_percent) == \
+        ("cuda:1", 50 * 1024, 80 * 1024, 42 * 1024, 97.0)
+
+    def no_nvml(device):
+        raise ModuleNotFoundError("pynvml")
+
+    cuda.utilization = no_nvml
+    assert ResourceSampler().sample().gpu_util_percent is None
+
+
+def test_cuda_is_not_initialised_by_sampling(monkeypatch):
+    cuda = types.SimpleNamespace(is_initialized=lambda: False,
+                                 mem_get_info=lambda device: pytest.fail("would create a CUDA context"))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert resources._gpu_fields() == {}
+
+
+def test_the_heartbeat_records_a_sample(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    run_id = store.create_run(RunConfig(model="m", method="wanda", sparsity="0.5"))
+    store.claim(run_id)
+    assert store.get_run(run_id, layers=False).resources is None
+    with _heartbeat(store, run_id, threading.Event(), threading.Event()):
+        deadline = time.monotonic() + 10
+        while store.get_run(run_id, layers=False).resources is None:
+            assert time.monotonic() < deadline, "no sample recorded"
+            time.sleep(0.1)
+    sample = from_dict(ResourceSample, store.get_run(run_id, layers=False).resources)
+    assert sample.rss_mb > 10 and abs(sample.taken - time.time()) < 10
