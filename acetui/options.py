@@ -61,6 +61,11 @@ Sparsities = Annotated[str, typer.Option("--sparsity", help="Sparsities, comma-s
 Seqlens = Annotated[str, typer.Option("--seqlen", help="Calibration lengths, comma-separated; 'full' for the context.")]
 Seeds = Annotated[str, typer.Option("--seeds", "--seed", help="Sampler seeds, comma-separated (the seed study: 0,1,2).")]
 
+Notify = Annotated[Optional[str], typer.Option(
+    "--notify", metavar="bell|osc|none",
+    help="When a run ends: the terminal bell, the bell and a desktop notification (OSC 9/777), or nothing; "
+         "remembered (default: osc).")]
+
 Cells = Annotated[str, typer.Option(help=f"Table cells: {' or '.join(CELLS)} (perplexity | pruning seconds).")]
 
 DEFAULT_TASKS = ",".join(ZEROSHOT_TASKS)

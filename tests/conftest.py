@@ -22,9 +22,10 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 @pytest.fixture(autouse=True)
 def _data_dir_env(monkeypatch, tmp_path):
-    """Every test reads local data and writes its run store under its own tmp dir."""
+    """Every test reads local data and writes its run store and settings under its own tmp dir."""
     monkeypatch.setenv("ACETUI_DATA_DIR", str(DATA_DIR))
     monkeypatch.setenv("ACETUI_HOME", str(tmp_path / "acetui-home"))
+    monkeypatch.setenv("ACETUI_CONFIG_DIR", str(tmp_path / "acetui-config"))
 
 
 @pytest.fixture(scope="session")

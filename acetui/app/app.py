@@ -7,20 +7,35 @@ factory the CLI and the tests share.
 
 from __future__ import annotations
 
-from textual import events, on
-from textual.app import App
+import os
+
+from textual import events, on, work
+from textual.actions import SkipAction
+from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
+from textual.signal import Signal
+from textual.worker import get_current_worker
 
 import acetui_themes as themes
+from acetui import notify, settings
+from acetui.app import summary
+from acetui.app.commands import RunCommands
+from acetui.app.help import HelpScreen
+from acetui.app.messages import RunsListed, StoreFailed
+from acetui.app.screens.common import ConfirmScreen
 from acetui.app.screens.new_run import NewRunScreen
 from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
+from acetui.app.watch import watch_runs
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.launch import LocalProcesses, gpus_for, launch
-from acetui_core.store import Store
+from acetui_core.store import RunRecord, Store
+
+NOTIFY_TITLES = {"bell": "Notify with the bell", "osc": "Notify with the bell and a desktop notification (OSC 9/777)",
+                 "none": "Do not notify when a run ends"}
 
 
 class AceApp(App):
@@ -29,13 +44,16 @@ class AceApp(App):
     TITLE = "acetui"
     SUB_TITLE = "post-training pruning workbench"
     CSS_PATH = themes.STYLESHEET
+    COMMANDS = App.COMMANDS | {RunCommands}
     MODES = {"new": NewRunScreen, "run": RunScreen, "results": ResultsScreen, "runs": RunsScreen}
     BINDINGS = [
-        Binding("f1", "switch_mode('new')", "New"),
-        Binding("f2", "switch_mode('run')", "Run"),
-        Binding("f3", "switch_mode('results')", "Results"),
-        Binding("f4", "switch_mode('runs')", "Runs"),
-        Binding("ctrl+t", "next_theme", "Theme", show=False),  # kept off the footer so it fits 80 columns
+        Binding("f1", "switch_mode('new')", "New", tooltip="The New run form"),
+        Binding("f2", "show_run", "Run", tooltip="The active run (else the one shown last, else the newest)"),
+        Binding("f3", "switch_mode('results')", "Results", tooltip="Finished runs side by side; export"),
+        Binding("f4", "switch_mode('runs')", "Runs", tooltip="Every run in the store"),
+        Binding("question_mark", "help", "Help", tooltip="The keys of this screen"),
+        Binding("ctrl+t", "next_theme", "Theme", show=False, tooltip="Next theme: dark, light, ansi"),
+        Binding("escape", "close_panels", "Close", show=False, tooltip="Close the keys panel or a maximised pane"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
@@ -45,15 +63,30 @@ class AceApp(App):
     batch: reactive[tuple[str, ...]] = reactive(())
     """The runs started together with ``followed`` (a comparison), in queue order."""
 
-    def __init__(self, store: Store, theme: str, attach: str | None = None) -> None:
-        super().__init__()
+    def __init__(self, store: Store, theme: str, attach: str | None = None,
+                 user: settings.Settings | None = None, remember: dict | None = None) -> None:
+        # Under NO_COLOR, Textual picks its colour filter here, from the theme of the moment: asking for
+        # ANSI colours makes it the one that strips colours, not the one that turns ANSI colours to grey
+        # (which drew the ansi theme black on black).
+        super().__init__(ansi_color=True if os.environ.get("NO_COLOR") is not None else None)
         self.store = store
+        self.settings = user or settings.Settings()
         self._start_theme = theme
         self._attach = attach
+        self._remember_at_start = remember or {}
+        self.runs: list[RunRecord] = []
+        self.runs_listed = False
+        self.runs_signal: Signal[list[RunRecord]] = Signal(self, "runs")
 
     def on_mount(self) -> None:
         self.register_themes()
         self.theme = self._start_theme
+        self.watch(self, "theme", self._remember_theme, init=False)
+        if self.settings.problem:
+            self.notify(self.settings.problem, severity="warning", timeout=10)
+        if self._remember_at_start:
+            self.remember(**self._remember_at_start)
+        self._watch_runs()
         if self._attach:
             self.follow(self._attach)
         else:
@@ -63,21 +96,88 @@ class AceApp(App):
         # The key of the screen already shown is hidden: the footer has no room to spare at 80 columns.
         if action == "switch_mode" and parameters and parameters[0] == self.current_mode:
             return False
+        if action == "show_run" and self.current_mode == "run":
+            return False
         return True
 
     def register_themes(self) -> None:
         for theme in themes.THEMES.values():
             self.register_theme(theme)
 
+    # ---- settings ----
+
+    def remember(self, **values) -> None:
+        """Save user choices in the settings file; a refusal is a warning, never a failure."""
+        for name, value in values.items():
+            setattr(self.settings, name, value)
+        try:
+            settings.save(self.settings)
+        except UserError as error:
+            self.notify(str(error), severity="warning", timeout=8)
+
+    def _remember_theme(self, theme: str) -> None:
+        self.remember(theme=theme)
+
     def action_next_theme(self) -> None:
         self.theme = themes.next_theme(self.theme)
         self.notify(f"Theme: {self.theme}", timeout=2)
 
+    def set_notify(self, mode: str) -> None:
+        self.remember(notify=mode)
+        self.notify(f"When a run ends: {NOTIFY_TITLES[mode].lower()}.", timeout=4)
+
+    # ---- the store's runs, for every screen ----
+
+    @work(thread=True, exclusive=True, group="runs")
+    def _watch_runs(self) -> None:
+        watch_runs(self.store, self.post_message, get_current_worker().cancelled_event)
+
+    def on_runs_listed(self, message: RunsListed) -> None:
+        before = {run.id: run for run in self.runs}
+        self.runs = message.runs
+        self.runs_listed = True
+        for run in self.runs:
+            if run.id in before and before[run.id].active and not run.active:
+                self.announce_end(run)
+        if self.followed is None and self.current_mode == "run" and (pick := summary.run_to_show(self.runs, None)):
+            self.follow(pick)
+        self.runs_signal.publish(self.runs)
+
+    def on_store_failed(self, message: StoreFailed) -> None:
+        self.notify(message.error, severity="error", timeout=10)
+
+    def announce_end(self, run: RunRecord) -> None:
+        """A toast, and the bell or a desktop notification in the terminal (``--notify``)."""
+        if run.status == "finished":
+            what = f"finished: ppl {summary.ppl_text(run)}" if run.ppl is not None else "finished"
+        else:
+            what = run.status + (f": {run.error}" if run.error else "")
+        body = f"{run.label} at {run.config.sparsity} (run {run.id}) {what}"
+        severity = {"finished": "information", "cancelled": "warning"}.get(run.status, "error")
+        self.notify(body, title="Run ended", severity=severity, timeout=10)
+        notify.send(self.settings.notify, "acetui", body, self.write_to_terminal)
+
+    def write_to_terminal(self, text: str) -> None:
+        """Raw bytes to the user's terminal (as Textual's own bell and clipboard do)."""
+        if self._driver is not None:
+            self._driver.write(text)
+
+    # ---- following runs ----
+
     def follow(self, run_id: str, batch: tuple[str, ...] | None = None) -> None:
-        """Show ``run_id`` on the Run screen, live while it runs."""
-        self.batch = batch or (run_id,)
+        """Show ``run_id`` on the Run screen, live while it runs; ``batch``: the runs queued with it
+        (default: those its process owns, as far as the run list tells)."""
+        run = next((r for r in self.runs if r.id == run_id), None)
+        self.batch = batch or (summary.owner_batch(self.runs, run) if run else (run_id,))
         self.followed = run_id
         self.switch_mode("run")
+
+    def action_show_run(self) -> None:
+        pick = summary.run_to_show(self.runs, self.followed)
+        if pick is not None and pick != self.followed:
+            self.follow(pick)
+        else:
+            self.switch_mode("run")
 
     def start_runs(self, configs: list[RunConfig]) -> list[str]:
         """Start ``configs`` through the launcher as detached worker processes (one per visible GPU, each
@@ -86,15 +186,60 @@ class AceApp(App):
         self.follow(ids[0], tuple(ids))
         return ids
 
-    def cancel_run(self, run_id: str) -> None:
-        """Ask the run's process to stop after its current layer (a queued run is cancelled at once)."""
-        try:
-            status = self.store.request_cancel(run_id)
-        except UserError as error:
-            self.notify(str(error), severity="warning")
-            return
-        self.notify(f"Run {run_id}: cancel requested ({status})."
-                    + (" It stops after the current layer." if status == "running" else ""))
+    def cancel_run(self, run: RunRecord) -> None:
+        """Ask first; then ask the run's process to stop after its current layer (a queued run is
+        cancelled at once)."""
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            try:
+                status = self.store.request_cancel(run.id)
+            except UserError as error:
+                self.notify(str(error), severity="warning")
+                return
+            self.notify(f"Run {run.id}: cancel requested ({status})."
+                        + (" It stops after the current layer." if status == "running" else ""))
+
+        self.push_screen(ConfirmScreen(f"Cancel run {run.id} ({run.label} at {run.config.sparsity}, {run.status})? "
+                                       "It stops after its current layer; the layers done are kept."), answered)
+
+    # ---- help, panels, the command palette ----
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    def action_close_panels(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            raise SkipAction()  # let the screen or the focused widget have escape
+
+    def get_system_commands(self, screen):
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("New run", "Open the New run form (F1)", lambda: self.switch_mode("new"))
+        yield SystemCommand("Show the active run", "The Run screen, on the active or latest run (F2)",
+                            self.action_show_run)
+        yield SystemCommand("Results", "Finished runs side by side (F3)", lambda: self.switch_mode("results"))
+        yield SystemCommand("Runs", "Every run in the store (F4)", lambda: self.switch_mode("runs"))
+        for fmt, title in (("csv", "Export results as CSV"), ("latex", "Export results as LaTeX")):
+            yield SystemCommand(title, "The selected (or all listed) finished runs, saved to a file",
+                                lambda fmt=fmt: self._on_results(f"export('{fmt}')"))
+        yield SystemCommand("Copy the LaTeX table", "Of the selected (or all listed) finished runs (OSC 52)",
+                            lambda: self._on_results("copy_latex"))
+        shown = next((r for r in self.runs if r.id == self.followed), None)
+        if shown is not None and shown.active:
+            yield SystemCommand(f"Cancel run {shown.id}", f"{shown.label} at {shown.config.sparsity} (asks first)",
+                                lambda: self.cancel_run(shown))
+        yield SystemCommand("Next theme", "dark, light, ansi (ctrl+t)", self.action_next_theme)
+        for mode, title in NOTIFY_TITLES.items():
+            yield SystemCommand(title, f"--notify {mode} (remembered)", lambda mode=mode: self.set_notify(mode))
+        yield SystemCommand("Help", "The keys of this screen (?)", self.action_help)
+
+    async def _on_results(self, action: str) -> None:
+        await self.switch_mode("results")
+        await self.run_action(action, self.screen)
 
     @on(events.DeliveryComplete)
     def _delivered(self, event: events.DeliveryComplete) -> None:
@@ -107,11 +252,21 @@ class AceApp(App):
             self.notify(f"Could not save the export: {event.exception}", severity="error")
 
 
-def make_app(store: Store | None = None, theme: str | None = None, attach: str | None = None) -> AceApp:
-    """The app over ``store`` (default: the user's store), starting with ``theme`` (default: ``dark``,
-    or ``ansi`` under ``NO_COLOR``), on the Run screen of ``attach`` (a run id or unique prefix) if given.
+def make_app(store: Store | None = None, theme: str | None = None, attach: str | None = None,
+             notify_mode: str | None = None) -> AceApp:
+    """The app over ``store`` (default: the user's store) on the Run screen of ``attach`` (a run id or
+    unique prefix) if given. The theme is ``theme``, else ``ansi`` under ``NO_COLOR``, else the one the
+    user last chose, else ``dark``; ``theme`` and ``notify_mode`` given here are remembered.
 
-    Raises UserError for an unknown theme or run id, before anything is drawn.
+    Raises UserError for an unknown theme, notification or run id, before anything is drawn.
     """
     store = store or Store()
-    return AceApp(store, themes.resolve(theme), store.resolve(attach) if attach else None)
+    user = settings.load()
+    start = themes.resolve(theme)
+    if theme is None and os.environ.get("NO_COLOR") is None and user.theme in themes.available():
+        start = user.theme
+    given = {"theme": theme, "notify": notify_mode and notify.check_mode(notify_mode)}
+    if user.notify not in notify.MODES:
+        user.notify = settings.Settings().notify
+    run_id = store.resolve(attach) if attach else None
+    return AceApp(store, start, run_id, user, remember={k: v for k, v in given.items() if v is not None})

@@ -1,11 +1,14 @@
 """Models the New run form offers as completions: recently used ones, the bundled SmolLM2 GGUF,
-checkpoint folders and ``.gguf`` files near the working directory, and the Hugging Face cache."""
+checkpoint folders and ``.gguf`` files near the working directory, and the Hugging Face cache. Only
+what could run is offered: paths that exist (and are models) and hub ids, never a path that is gone."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from acetui_core.errors import UserError
+from acetui_core.models import model_source
 from acetui_core.paths import bundled_model
 
 SCAN_DEPTH = 2  # folders below the working directory searched for checkpoints and .gguf files
@@ -40,12 +43,38 @@ def local_models(root: Path, depth: int = SCAN_DEPTH) -> list[str]:
     return sorted(f"./{p.relative_to(root)}" for p in found)
 
 
+def usable(model: str) -> bool:
+    """Whether ``model`` names something that exists: a model folder or ``.gguf`` file, or a hub id."""
+    try:
+        model_source(model)
+    except UserError:
+        return False
+    return True
+
+
 def model_candidates(recent: list[str], root: Path | None = None) -> list[str]:
     """Completions, most useful first and without repeats: recent, bundled, local, cached."""
     bundled = bundled_model()
     return list(dict.fromkeys([
-        *recent,
+        *(model for model in recent if usable(model)),
         *([str(bundled)] if bundled else []),
         *local_models(root or Path.cwd()),
         *cached_hub_models(),
     ]))
+
+
+def default_model(last: str | None) -> str:
+    """What the model field starts with: the model last started here while it still exists, else the
+    bundled SmolLM2, else nothing."""
+    if last and usable(last):
+        return last
+    bundled = bundled_model()
+    return str(bundled) if bundled else ""
+
+
+def shorten(path: str, width: int) -> str:
+    """``path`` in at most ``width`` characters, keeping its end (the file or folder name): ``…/name.gguf``."""
+    home = str(Path.home())
+    if path.startswith(home + os.sep):
+        path = "~" + path[len(home):]
+    return path if len(path) <= width else "…" + path[-(width - 1):]

@@ -40,3 +40,13 @@ class CandidatesFound(Message):
     def __init__(self, candidates: list[str]) -> None:
         super().__init__()
         self.candidates = candidates
+
+
+class LogLines(Message):
+    """Lines the followed run's log file gained (``missing``: there is no such file, or not yet)."""
+
+    def __init__(self, run_id: str, lines: list[str], missing: bool = False) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.lines = lines
+        self.missing = missing

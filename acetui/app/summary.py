@@ -5,13 +5,24 @@ A stored layer is an ``acetui_core.records.LayerRecord``.
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from statistics import median
 
-from acetui_core.records import LayerRecord, Spread
+from textual.markup import escape
+
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.metrics import METHODS
+from acetui_core.records import LayerRecord, Spread, from_dict
+from acetui_core.resources import ResourceSample
+from acetui_core.sparsity import parse_sparsity
+from acetui_core.store import RunRecord
 
 # The theme colour of each run status (a theme variable, so every theme, ANSI too, has it).
 STATUS_COLOR = {"finished": "success", "failed": "error", "interrupted": "error", "cancelled": "warning",
                 "running": "accent", "queued": "secondary"}
+STALE_SAMPLE = 10.0  # seconds: an older resource sample says how old it is
 
 
 def layer_variance(layer: LayerRecord) -> Spread | None:
@@ -40,3 +51,149 @@ def eta_seconds(layers: list[LayerRecord], total: int) -> float | None:
         return None
     mean = sum(layer.seconds for layer in layers) / len(layers)
     return mean * max(total - len(layers), 0)
+
+
+def fmt_time(seconds: float | None, form: str = "%Y-%m-%d %H:%M") -> str:
+    return "–" if seconds is None else time.strftime(form, time.localtime(seconds))
+
+
+def fmt_mb(mb: float | None) -> str:
+    if mb is None:
+        return "–"
+    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
+
+
+def ppl_text(run: RunRecord) -> str:
+    """The run's perplexity with the partial mark (†: over part of the test set), or – without one."""
+    return "–" if run.ppl is None else f"{run.ppl:.2f}" + ("†" if run.ppl_partial else "")
+
+
+def elapsed_seconds(run: RunRecord, now: float) -> float | None:
+    """Time since the run started: up to now while it runs, up to its end after."""
+    if run.started is None:
+        return None
+    return (run.finished if run.finished is not None and not run.active else now) - run.started
+
+
+def resource_line(run: RunRecord, here: str, now: float) -> str:
+    """What the run's process used at its last heartbeat, in one line, or why there is nothing to show."""
+    if run.resources is None:
+        if run.status == "queued":
+            return "resources: the run has not started"
+        if run.host and run.host != here and run.active:
+            return f"resources: no sample recorded yet (the run is on {run.host})"
+        return "resources: no sample recorded" + (" yet" if run.active else " for this run")
+    try:
+        sample = from_dict(ResourceSample, run.resources)
+    except Exception:  # noqa: BLE001  a sample from a newer acetui, or damaged: say so, never fail the screen
+        return "resources: the recorded sample cannot be read"
+    parts = [f"RSS {fmt_mb(sample.rss_mb)}", f"CPU {sample.cpu_percent:.0f}%"]
+    if sample.gpu is not None:
+        gpu = f"{sample.gpu} {fmt_mb(sample.gpu_used_mb)}/{fmt_mb(sample.gpu_total_mb)}"
+        if sample.gpu_util_percent is not None:
+            gpu += f" {sample.gpu_util_percent:.0f}%"
+        parts.append(gpu)
+    if not run.active:
+        when = "last sample"
+    elif now - sample.taken > STALE_SAMPLE:
+        when = f"sampled {fmt_seconds(now - sample.taken)} ago"
+    else:
+        when = None
+    on = f" on {run.host}" if run.host and run.host != here else ""
+    return "resources" + on + ": " + " · ".join(parts) + (f" ({when})" if when else "")
+
+
+def owner_batch(runs: list[RunRecord], run: RunRecord) -> tuple[str, ...]:
+    """The runs queued together with ``run``: the contiguous stretch (in creation order) of runs owned by
+    the same process on the same host, which is how the launcher hands a comparison to one worker."""
+    ordered = sorted(runs, key=lambda r: (r.created, r.id))
+    at = next(i for i, r in enumerate(ordered) if r.id == run.id)
+    same = lambda r: r.pid is not None and (r.host, r.pid) == (run.host, run.pid)  # noqa: E731
+    start, end = at, at
+    while start > 0 and same(ordered[start - 1]):
+        start -= 1
+    while end + 1 < len(ordered) and same(ordered[end + 1]):
+        end += 1
+    return tuple(r.id for r in ordered[start:end + 1])
+
+
+def run_to_show(runs: list[RunRecord], current: str | None) -> str | None:
+    """The run F2 shows: the one shown already while it is active; else the newest active run; else the
+    one shown already; else the newest run (None in an empty store)."""
+    by_id = {run.id: run for run in runs}
+    if current in by_id and by_id[current].active:
+        return current
+    newest_first = sorted(runs, key=lambda r: (r.created, r.id), reverse=True)
+    active = [run for run in newest_first if run.status == "running"] or [run for run in newest_first if run.active]
+    if active:
+        return active[0].id
+    if current is not None:
+        return current
+    return newest_first[0].id if newest_first else None
+
+
+def is_nm(sparsity: str) -> bool:
+    """Whether ``sparsity`` is an N:M pattern (False for what does not parse: a damaged record)."""
+    try:
+        return parse_sparsity(sparsity).is_nm
+    except UserError:
+        return False
+
+
+def _evaluation(config: RunConfig) -> str:
+    parts = []
+    if "wikitext2" in config.evals:
+        windows = f"first {config.eval_limit} windows" if config.eval_limit else "every window"
+        length = f"{config.eval_seqlen} tokens" if config.eval_seqlen else "the model's context (at most 4096 tokens)"
+        parts.append(f"WikiText-2 perplexity, {windows} of {length}")
+    if "zeroshot" in config.evals:
+        limit = f", first {config.zeroshot_limit} examples each" if config.zeroshot_limit else ""
+        parts.append(f"zero-shot {', '.join(config.tasks)}{limit}")
+    return "; ".join(parts) or "none"
+
+
+def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
+    """The configuration the run was started with, and where and with what it executes."""
+    config, env = run.config, run.env
+    method = METHODS.get(config.method)
+    name = f"{run.label} ({config.method}" + (", |W|² variant" if config.squared_weight else "") + \
+        (f", a = {config.ria_alpha}" if config.method == "ria" else "") + ")"
+    group = "N:M groups of inputs" if is_nm(config.sparsity) else \
+        {"row": "per output row", "layer": "per layer"}.get(config.group, config.group)
+    calibration = "none (the method reads no activations)" if method and not method.needs_activations else \
+        f"{config.calib}: {config.nsamples} samples × {config.seqlen} tokens, seed {config.seed}"
+    device = config.device + (f" → {env['device']}" if env.get("device") and env["device"] != config.device else "")
+    if env.get("device_name"):
+        device += f" ({env['device_name']})"
+    dtype = config.dtype + (f" → {run.results.dtype}" if run.results and run.results.dtype
+                            and run.results.dtype != config.dtype else "")
+    log = env.get("log")
+    if log and Path(log).is_relative_to(store_folder):
+        log = f"{Path(log).relative_to(store_folder)} (beside the run store)"
+    versions = ", ".join(f"{package} {env[package]}" for package in ("torch", "transformers", "python") if env.get(package))
+    rows = [
+        ("run", f"{run.id} · {run.status}"),
+        ("model", config.model),
+        ("method", name),
+        ("sparsity", f"{config.sparsity}, {group}"),
+        ("calibration", calibration),
+        ("evaluation", _evaluation(config)),
+        ("device", device),
+        ("dtype", dtype),
+        ("batch size", str(config.batch_size)),
+        ("save", config.save or "–"),
+        ("acetui", env.get("acetui") or "–"),
+        ("versions", versions or "–"),
+        ("host", f"{run.host or '–'}" + (f", pid {run.pid}" if run.pid else "")),
+        ("created", fmt_time(run.created, "%Y-%m-%d %H:%M:%S")),
+        ("started", fmt_time(run.started, "%Y-%m-%d %H:%M:%S")),
+        ("log", log or "–"),
+    ]
+    return rows
+
+
+def config_text(run: RunRecord, store_folder: Path) -> str:
+    """``config_rows`` as Textual markup: names in bold, values verbatim."""
+    rows = config_rows(run, store_folder)
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"[b]{name.ljust(width)}[/b]  {escape(value)}" for name, value in rows)

@@ -5,16 +5,19 @@ that owns them goes away, or starts following another run)."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Callable
 
 from textual.message import Message
 
-from acetui.app.messages import RunProgress, RunsListed, StoreFailed
+from acetui.app.messages import LogLines, RunProgress, RunsListed, StoreFailed
 from acetui_core.errors import UserError
 from acetui_core.store import RunRecord, Store
 
 RUN_INTERVAL = 0.3  # seconds between reads of a followed run (a cheap query without layers)
 LIST_INTERVAL = 1.0  # seconds between reads of the run list
+LOG_INTERVAL = 0.5  # seconds between looks at a run's log file
+LOG_TAIL_BYTES = 64 * 1024  # how much of an existing log is shown at first: its end
 
 # read() returns the message to post (None when nothing changed) and whether polling is over.
 Reader = Callable[[], tuple[Message | None, bool]]
@@ -37,7 +40,7 @@ def _poll(read: Reader, post: Callable[[Message], object], stop: threading.Event
 
 def _run_key(run: RunRecord) -> tuple:
     return (run.status, run.layers_done, run.current_layer, repr(run.stage), run.error, bool(run.results),
-            run.cancel_requested, run.num_layers)
+            run.cancel_requested, run.num_layers, (run.resources or {}).get("taken"))
 
 
 def follow_run(store: Store, run_id: str, post, stop: threading.Event, interval: float = RUN_INTERVAL) -> None:
@@ -72,3 +75,44 @@ def watch_runs(store: Store, post, stop: threading.Event, interval: float = LIST
         return RunsListed(runs), False
 
     _poll(read, post, stop, interval)
+
+
+def _lines(data: bytes) -> list[str]:
+    """Log bytes as display lines; a line rewritten with carriage returns (a progress bar) shows its
+    last state, as a terminal would."""
+    return [line.rstrip(b"\r").rsplit(b"\r", 1)[-1].decode("utf-8", "replace") for line in data.split(b"\n")]
+
+
+def tail_log(run_id: str, path: Path, post, stop: threading.Event, ended: threading.Event, interval: float = LOG_INTERVAL) -> None:
+    """Post ``LogLines`` with what the run's log file gains, starting with its last ``LOG_TAIL_BYTES``.
+    Once ``ended`` is set (the run ended), read what is left and return."""
+    offset, partial, told_missing = None, b"", False
+    while not stop.is_set():
+        last_look = ended.is_set()
+        try:
+            with open(path, "rb") as log:
+                size = log.seek(0, 2)
+                cut = offset is None and size > LOG_TAIL_BYTES
+                offset = max(0, size - LOG_TAIL_BYTES) if offset is None or size < offset else offset
+                log.seek(offset)
+                data = log.read()
+                offset += len(data)
+        except FileNotFoundError:
+            if not told_missing:
+                post(LogLines(run_id, [], missing=True))
+                told_missing = True
+            data, cut = b"", False
+        except OSError as error:
+            post(LogLines(run_id, [f"The log file {path} cannot be read: {error.strerror or error}."]))
+            return
+        lines = (partial + data).split(b"\n")
+        partial = lines.pop()
+        if cut:
+            lines = lines[1:]  # the first line was cut in the middle
+        if lines:
+            post(LogLines(run_id, _lines(b"\n".join(lines))))
+        if last_look:
+            if partial:
+                post(LogLines(run_id, _lines(partial)))
+            return
+        stop.wait(interval)

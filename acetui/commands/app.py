@@ -7,24 +7,25 @@ from typing import Annotated, Optional
 
 import typer
 
+from acetui.options import Notify
 from acetui.options import StoreOption as StorePath
 
 Theme = Annotated[Optional[str], typer.Option(
     "--theme", help="dark, light, ansi (16 terminal colours, for SSH and 256-colour terminals) or a Textual theme.")]
 
 
-def open_app(theme: str | None, store: Path | None, attach: str | None = None) -> None:
+def open_app(theme: str | None, store: Path | None, attach: str | None = None, notify: str | None = None) -> None:
     from acetui.app import make_app
     from acetui_core.store import Store
 
-    make_app(Store(store), theme=theme, attach=attach).run()
+    make_app(Store(store), theme=theme, attach=attach, notify_mode=notify).run()
 
 
-def workbench(ctx: typer.Context, theme: Theme = None, store: StorePath = None) -> None:
+def workbench(ctx: typer.Context, theme: Theme = None, store: StorePath = None, notify: Notify = None) -> None:
     """Without a subcommand: open the workbench (pick a model and metrics, watch runs, compare results)."""
-    ctx.obj = {"theme": theme, "store": store}
+    ctx.obj = {"theme": theme, "store": store, "notify": notify}
     if ctx.invoked_subcommand is None:
-        open_app(theme, store)
+        open_app(theme, store, notify=notify)
 
 
 def attach(
@@ -32,7 +33,9 @@ def attach(
     run_id: Annotated[str, typer.Argument(help="A run id or a unique prefix of one (acetui runs lists them).")],
     theme: Theme = None,
     store: StorePath = None,
+    notify: Notify = None,
 ) -> None:
     """Open the workbench on a run, live while it runs (started here, from the CLI or another session)."""
     outer = ctx.obj or {}
-    open_app(theme or outer.get("theme"), store or outer.get("store"), attach=run_id)
+    open_app(theme or outer.get("theme"), store or outer.get("store"), attach=run_id,
+             notify=notify or outer.get("notify"))

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from acetui import notify as notifications
 from acetui import options
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
@@ -168,8 +169,10 @@ class Follower:
 
 @runs_app.command("watch")
 def watch(run_id: options.RunId, store: options.StoreOption = None,
-          interval: Annotated[float, typer.Option(help="Seconds between looks at the store.")] = 0.5) -> None:
-    """Follow a run live, layer by layer. Ctrl-C leaves the watch; the run goes on."""
+          interval: Annotated[float, typer.Option(help="Seconds between looks at the store.")] = 0.5,
+          notify: options.Notify = None) -> None:
+    """Follow a run live, layer by layer; ring (or notify) when it ends. Ctrl-C leaves the watch; the run goes on."""
+    mode = notifications.remembered_mode(notify)
     opened = Store(store)
     run = opened.get_run(run_id, layers=False)
     print(f"run {run.id}: {run.label} at {run.config.sparsity} on {run.config.model} ({_status_text(run)})", flush=True)
@@ -179,6 +182,7 @@ def watch(run_id: options.RunId, store: options.StoreOption = None,
     except KeyboardInterrupt:
         print(f"\nLeft run {run.id}; it goes on. Come back with: acetui runs watch {run.id}", file=sys.stderr)
         return
+    notifications.notify_terminal(mode, "acetui", run_summary(follower.done[run.id]))
     if follower.done[run.id].status != "finished":
         raise typer.Exit(1)
 

@@ -1,39 +1,52 @@
-"""What the Results and Runs screens share: a live list of the store's runs, shown in a table."""
+"""What the screens share: the live list of the store's runs shown in a table, and a yes/no question."""
 
 from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
-from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.color import Color
-from textual.screen import Screen
-from textual.widgets import DataTable
-from textual.worker import get_current_worker
+from textual.containers import Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Static
 
-from acetui.app.messages import RunsListed, StoreFailed
 from acetui.app.summary import STATUS_COLOR
-from acetui.app.watch import watch_runs
 from acetui_core.store import RunRecord
 
 
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question; ``y`` or ``n`` (escape is no)."""
+
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm"):
+            yield Static(self.question, markup=False)
+            yield Static("[b]y[/b] yes   [b]n[/b] no", id="confirm-keys")
+        yield Footer(show_command_palette=False, compact=True)
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
 class RunListScreen(Screen):
-    """A screen fed by a thread that polls the store's run list; subclasses implement ``show_runs``."""
+    """A screen showing the app's run list (which one thread polls for every screen); subclasses
+    implement ``show_runs``."""
 
     def on_mount(self) -> None:
-        self.runs: list[RunRecord] = []
+        self.runs: list[RunRecord] = list(self.app.runs)
         self.app.theme_changed_signal.subscribe(self, lambda theme: self.show_runs())
-        self._watch()
-
-    @work(thread=True, exclusive=True, group="runs")
-    def _watch(self) -> None:
-        watch_runs(self.app.store, self.post_message, get_current_worker().cancelled_event)
-
-    def on_runs_listed(self, message: RunsListed) -> None:
-        self.runs = message.runs
+        self.app.runs_signal.subscribe(self, self._runs_listed)
         self.show_runs()
 
-    def on_store_failed(self, message: StoreFailed) -> None:
-        self.notify(message.error, severity="error", timeout=10)
+    def _runs_listed(self, runs: list[RunRecord]) -> None:
+        self.runs = runs
+        self.show_runs()
 
     def show_runs(self) -> None:
         raise NotImplementedError

@@ -1,7 +1,8 @@
 """New run: pick a model, metrics, sparsities, calibration, evaluation and device; start the grid.
 
 Each text field is checked as it changes with the engine's own validation (``acetui.app.form``); a
-bad value turns the field red and shows, right under it, the sentence the CLI would print.
+bad value turns the field red and shows, right under it, the sentence the CLI would print. The values
+of the last start are remembered (``acetui.settings``) and come back at the next launch.
 """
 
 from __future__ import annotations
@@ -17,16 +18,22 @@ from textual.markup import escape
 from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, OptionList, Select, SelectionList, Static
+from textual.widgets.option_list import Option
+from textual.widgets.select import InvalidSelectValueError
 from textual.widgets.selection_list import Selection
 
 from acetui.app import form
-from acetui.app.candidates import model_candidates
+from acetui.app.candidates import default_model, model_candidates, shorten
 from acetui.app.messages import CandidatesFound
+from acetui.app.widgets.marks import Tick, TickList
 from acetui_core.config import ZEROSHOT_TASKS
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 
 CANDIDATES_SHOWN = 3  # rows of model completions under the model field
+CANDIDATE_WIDTH = 64  # characters of a completion shown (its end: the file name matters most)
+CHOICES = ("group", "device", "dtype")  # the Select fields, remembered with the text fields
+TICKS = ("eval-wikitext2", "eval-zeroshot")
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,8 @@ def _devices() -> list[str]:
 
 class NewRunScreen(Screen):
     AUTO_FOCUS = "#model"
-    BINDINGS = [Binding("ctrl+r", "start", "Start", priority=True)]
+    BINDINGS = [Binding("ctrl+r", "start", "Start", priority=True,
+                        tooltip="Start the runs the form describes (several metrics or sparsities: a comparison)")]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -71,7 +79,7 @@ class NewRunScreen(Screen):
             with Horizontal(id="form-columns"):
                 with Vertical(id="metrics-column"):
                     yield Label("Metrics [dim](space picks)[/]", classes="section")
-                    yield SelectionList[str](
+                    yield TickList(
                         *(Selection(f"{m.paper_name:<10} {name}", name, name == "ace") for name, m in METHODS.items()),
                         id="metrics",
                     )
@@ -95,12 +103,12 @@ class NewRunScreen(Screen):
                                      allow_blank=False, compact=True, id="dtype")
             yield Label("Evaluation", classes="section")
             with Horizontal(classes="row"):
-                yield Checkbox("WikiText-2 ppl", True, id="eval-wikitext2", compact=True)
+                yield Tick("WikiText-2 ppl", True, id="eval-wikitext2", compact=True)
                 yield from self._inline("eval_limit")
                 yield from self._inline("eval_seqlen")
             yield from self._errors("eval_limit", "eval_seqlen")
             with Horizontal(classes="row"):
-                yield Checkbox("Zero-shot", False, id="eval-zeroshot", compact=True)
+                yield Tick("Zero-shot", False, id="eval-zeroshot", compact=True)
                 yield from self._inline("tasks")
                 yield from self._inline("zeroshot_limit")
             yield from self._errors("tasks", "zeroshot_limit")
@@ -137,8 +145,45 @@ class NewRunScreen(Screen):
         self._candidates: list[str] = []
         self._model_touched = False
         self.query_one("#model-candidates").display = False
+        self.restore(self.app.settings.new_run)
         self.find_candidates()
         self.check_all()
+
+    # ---- remembered values ----
+
+    def values(self) -> dict:
+        """The form as plain values, to remember."""
+        return {
+            **{field_id: self.query_one(f"#{field_id}", Input).value for field_id in FIELDS},
+            **{choice: self.query_one(f"#{choice}", Select).value for choice in CHOICES},
+            **{tick: self.query_one(f"#{tick}", Checkbox).value for tick in TICKS},
+            "metrics": list(self.query_one("#metrics", SelectionList).selected),
+        }
+
+    def restore(self, saved: dict) -> None:
+        """Fill the form with remembered values; what no longer fits (a GPU gone, a method renamed) is
+        left at its default. The model is the last one while it exists, else the bundled model."""
+        for field_id in FIELDS:
+            if isinstance(saved.get(field_id), str) and field_id != "model":
+                self.query_one(f"#{field_id}", Input).value = saved[field_id]
+        model = self.query_one("#model", Input)
+        model.value = default_model(saved.get("model"))
+        model.cursor_position = len(model.value)  # the end, the file name, in view
+        for choice in CHOICES:
+            if saved.get(choice) is not None:
+                try:
+                    self.query_one(f"#{choice}", Select).value = saved[choice]
+                except InvalidSelectValueError:
+                    pass  # e.g. a GPU this machine does not have: the default stays
+        for tick in TICKS:
+            if isinstance(saved.get(tick), bool):
+                self.query_one(f"#{tick}", Checkbox).value = saved[tick]
+        metrics = [m for m in saved.get("metrics") or [] if m in METHODS]
+        if metrics:
+            chosen = self.query_one("#metrics", SelectionList)
+            chosen.deselect_all()
+            for metric in metrics:
+                chosen.select(metric)
 
     @work(thread=True, exclusive=True, group="candidates")
     def find_candidates(self) -> None:
@@ -155,7 +200,7 @@ class NewRunScreen(Screen):
         typed = typed.strip().lower()
         matches = [c for c in self._candidates if typed in c.lower() and c.lower() != typed]
         options = self.query_one("#model-candidates", OptionList)
-        options.set_options(matches)
+        options.set_options([Option(shorten(match, CANDIDATE_WIDTH), id=match) for match in matches])
         options.highlighted = 0 if matches else None
         options.display = bool(matches)
         options.styles.height = min(len(matches), CANDIDATES_SHOWN)
@@ -245,7 +290,7 @@ class NewRunScreen(Screen):
 
     @on(OptionList.OptionSelected, "#model-candidates")
     def _candidate_picked(self, event: OptionList.OptionSelected) -> None:
-        self.query_one("#model", Input).value = str(event.option.prompt)
+        self.query_one("#model", Input).value = event.option.id
         self.query_one("#metrics").focus()
 
     @on(Button.Pressed, ".preset")
@@ -267,3 +312,5 @@ class NewRunScreen(Screen):
             self.app.start_runs(self.configs())
         except UserError as error:
             self.notify(str(error), severity="error", timeout=8)
+            return
+        self.app.remember(new_run=self.values())

@@ -22,11 +22,12 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, S
 
 from acetui.app import summary
 from acetui.app.screens.common import RunListScreen, refill
+from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.export import comparison, export
+from acetui_core.metrics import METHODS
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.store import RunRecord
-from acetui_core.config import model_name
 
 
 def zeroshot_mean(run: RunRecord) -> float | None:
@@ -54,18 +55,37 @@ class Column:
     order: Callable[[RunRecord], object]
 
 
+def _calibration(run: RunRecord) -> str:
+    """Samples x window length, e.g. ``128×16`` (– for methods without calibration data)."""
+    method = METHODS.get(run.config.method)
+    if method is not None and not method.needs_activations:
+        return "–"
+    return f"{run.config.nsamples}×{run.config.seqlen}"
+
+
+def _windows(run: RunRecord) -> str:
+    """Perplexity windows x their length, e.g. ``16×512``."""
+    results = run.results
+    if results is None or results.ppl_windows is None:
+        return "–"
+    return f"{results.ppl_windows}×{results.ppl_seqlen}" if results.ppl_seqlen else str(results.ppl_windows)
+
+
 COLUMNS = [
     Column("Model", lambda r: model_name(r.config.model), lambda r: model_name(r.config.model)),
     Column("Method", lambda r: r.label, lambda r: r.label),
-    Column("Calib", lambda r: str(r.config.seqlen), _seqlen_order),
     Column("Sparsity", lambda r: r.config.sparsity, _sparsity_order),
-    Column("PPL", lambda r: ("–" if r.ppl is None else f"{r.ppl:.2f}") + ("†" if r.ppl_partial else ""),
-           lambda r: _missing_last(r.ppl)),
+    Column("PPL", summary.ppl_text, lambda r: _missing_last(r.ppl)),
     Column("Prune", lambda r: summary.fmt_seconds(r.prune_seconds), lambda r: _missing_last(r.prune_seconds)),
     Column("0-shot%", lambda r: "–" if zeroshot_mean(r) is None else f"{zeroshot_mean(r) * 100:.1f}",
            lambda r: -(zeroshot_mean(r) or -1)),
+    Column("Calib", _calibration, lambda r: (_seqlen_order(r), r.config.nsamples)),
+    Column("Seed", lambda r: str(r.config.seed), lambda r: r.config.seed),
+    Column("Eval", _windows, lambda r: _missing_last(r.results.ppl_windows if r.results else None)),
+    Column("Date", lambda r: summary.fmt_time(r.finished, "%m-%d %H:%M"), lambda r: r.finished or 0),
+    Column("Id", lambda r: r.id, lambda r: r.id),
 ]
-PPL_COLUMN = 4
+PPL_COLUMN = [c.title for c in COLUMNS].index("PPL")
 
 
 def export_dir() -> Path:
@@ -90,19 +110,20 @@ def new_file(folder: Path, stem: str, suffix: str) -> Path:
 
 class ResultsScreen(RunListScreen):
     AUTO_FOCUS = "#results"
-    # The footer shows the main keys; ``a``, ``r`` and ``o`` are in the keys panel (ctrl+p, "Keys").
+    # The footer shows the main keys; the others are in the help (?).
     BINDINGS = [
-        Binding("slash", "focus_filter", "Filter", show=False),  # the filter box says "(/)"
-        Binding("space", "toggle_select", "Select"),
-        Binding("a", "select_all", "Select all", show=False),
-        Binding("s", "sort", "Sort"),
-        Binding("r", "reverse", "Reverse sort", show=False),
-        Binding("v", "toggle_view", "Paper"),
-        Binding("e", "export('csv')", "CSV"),
-        Binding("l", "export('latex')", "LaTeX"),
-        Binding("y", "copy_latex", "Copy"),
-        Binding("o", "open_run", "Open run", show=False),
-        Binding("escape", "focus_table", "Table", show=False),
+        Binding("slash", "focus_filter", "Filter", show=False, tooltip="Filter by model (enter or escape: back)"),
+        Binding("space", "toggle_select", "Select", tooltip="Select the highlighted run (exports take the selection)"),
+        Binding("a", "select_all", "Select all", show=False, tooltip="Select every listed run, or none"),
+        Binding("s", "sort(1)", "Sort", tooltip="Sort by the next column (header clicks too)"),
+        Binding("S", "sort(-1)", "Sort back", show=False, tooltip="Sort by the previous column"),
+        Binding("r", "reverse", "Reverse sort", show=False, tooltip="Reverse the order"),
+        Binding("v", "toggle_view", "Paper", tooltip="The paper's layout: methods by sparsity"),
+        Binding("e", "export('csv')", "CSV", tooltip="Export the chosen runs as CSV"),
+        Binding("l", "export('latex')", "LaTeX", tooltip="Export the chosen runs as a LaTeX table"),
+        Binding("y", "copy_latex", "Copy", tooltip="Copy the LaTeX table (OSC 52, works over SSH)"),
+        Binding("o", "open_run", "Open run", show=False, tooltip="The highlighted run on the Run screen (also enter)"),
+        Binding("escape", "focus_table", "Table", show=False, tooltip="Back to the table from the filter"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -203,8 +224,8 @@ class ResultsScreen(RunListScreen):
         self.selected = set() if visible <= self.selected else self.selected | visible
         self.show_runs()
 
-    def action_sort(self) -> None:
-        self.sort_column = (self.sort_column + 1) % len(COLUMNS)
+    def action_sort(self, step: int) -> None:
+        self.sort_column = (self.sort_column + step) % len(COLUMNS)
         self.descending = False
         self.show_runs()
 

@@ -1,36 +1,48 @@
 """Run: one run's progress, live while it runs, whether this app, the CLI or another SSH session
-started it. The layers fill a table as they finish; plots show the selected layer's score histogram
-and the sparsity and activation variance along depth."""
+started it. The layers fill a table as they finish; the run's own log file is tailed under them; plots
+show the selected layer's score histogram and the sparsity and activation variance along depth; a
+panel shows the configuration the run was started with. A resource line shows what its process uses."""
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
+
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Log, ProgressBar, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Header, ProgressBar, RichLog, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from acetui.app import summary
-from acetui.app.messages import RunProgress, StoreFailed
+from acetui.app.messages import LogLines, RunProgress, StoreFailed
 from acetui.app.summary import STATUS_COLOR
-from acetui.app.watch import follow_run
-from acetui.app.widgets.plots import DepthPlot, ScoreHistogram, sparsity_series, variance_series
+from acetui.app.watch import follow_run, tail_log
+from acetui.app.widgets.plots import (DepthPlot, ScoreHistogram, histogram_caption, sparsity_series, sparsity_title,
+                                      variance_series)
+from acetui_core.config import model_name
+from acetui_core.liveness import HOST
 from acetui_core.records import LayerRecord
 from acetui_core.store import RunRecord
-from acetui_core.config import model_name
 
 NO_RUN = "No run to show yet: start one on New run (F1) or open one from Runs (F4)."
+STATUS_MARK = {"finished": "✓", "running": "▶", "queued": "·", "failed": "✗", "interrupted": "✗", "cancelled": "■"}
 
 
 def describe_stage(run: RunRecord) -> str:
     """Where the run is now, in a few words."""
     if run.status == "finished":
-        ppl = run.ppl
-        return "finished" + (f" · ppl {ppl:.2f}" if ppl is not None else "") + \
-            f" · prune {summary.fmt_seconds(run.prune_seconds)}"
+        text = "finished"
+        if run.ppl is not None:
+            text += f" · ppl {summary.ppl_text(run)}"
+            if run.ppl_partial and run.results.ppl_windows:
+                text += f" ({run.results.ppl_windows} windows)"
+        return text + f" · prune {summary.fmt_seconds(run.prune_seconds)}"
     if not run.active:
         return run.status
     if run.current_layer is not None and run.num_layers:
@@ -54,58 +66,92 @@ def layer_row(layer: LayerRecord) -> tuple[str, ...]:
     )
 
 
+def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None) -> str:
+    """Every run of a comparison with its status mark and, once finished, its perplexity (markup)."""
+    by_id = {run.id: run for run in runs}
+    parts = []
+    for place, run_id in enumerate(batch, 1):
+        run = by_id.get(run_id)
+        if run is None:
+            continue
+        result = summary.ppl_text(run) if run.status == "finished" else (
+            f"{run.layers_done}/{run.num_layers}" if run.status == "running" and run.num_layers else run.status)
+        text = escape(f"{place} {STATUS_MARK[run.status]} {run.label} {run.config.sparsity} {result}")
+        parts.append(f"[b]{text}[/b]" if run_id == shown else text)
+    return "  │  ".join(parts)
+
+
 class RunScreen(Screen):
     AUTO_FOCUS = "#layers"
     BINDINGS = [
-        Binding("c", "cancel_run", "Cancel"),
-        Binding("right_square_bracket", "linear(1)", "Next linear"),
-        Binding("left_square_bracket", "linear(-1)", "Prev linear", show=False),
-        Binding("n", "batch(1)", "Next run"),
-        Binding("p", "batch(-1)", "Prev run"),
-        Binding("h", "plot('scores')", "Scores", show=False),
-        Binding("s", "plot('sparsity')", "Sparsity", show=False),
-        Binding("v", "plot('variance')", "Variance", show=False),
+        Binding("c", "cancel_run", "Cancel", tooltip="Stop the run after its current layer (asks first)"),
+        Binding("right_square_bracket", "linear(1)", "Next linear", show=False,
+                tooltip="The histogram of the layer's next linear"),
+        Binding("left_square_bracket", "linear(-1)", "Prev linear", show=False,
+                tooltip="The histogram of the layer's previous linear"),
+        Binding("n", "batch(1)", "Next run", tooltip="The next run of this comparison"),
+        Binding("p", "batch(-1)", "Prev run", tooltip="The previous run of this comparison"),
+        Binding("h", "plot('scores')", "Scores", show=False, tooltip="Score histogram of the highlighted layer"),
+        Binding("s", "plot('sparsity')", "Sparsity", show=False, tooltip="Sparsity by layer and linear"),
+        Binding("v", "plot('variance')", "Variance", show=False, tooltip="Var[x²] of the inputs by layer"),
+        Binding("i", "plot('config')", "Config", show=False, tooltip="The configuration the run was started with"),
+        Binding("l", "log", "Log", tooltip="The run's log file, full screen (l or escape: back)"),
     ]
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(NO_RUN, id="run-title")
-        yield Static("", id="run-error", classes="error")
+        yield Static("", id="batch")
         with Horizontal(id="progress-row"):
             yield ProgressBar(id="progress", show_eta=False)
             yield Static("", id="stage")
+        yield Static("", id="resources")
+        yield Static("", id="run-error", classes="error")
         with Horizontal(id="run-body"):
             with Vertical(id="run-left"):
                 yield DataTable(id="layers", cursor_type="row", zebra_stripes=True)
-                yield Log(id="log")
+                yield RichLog(id="log", wrap=True, markup=False, highlight=False, max_lines=5000)
             with TabbedContent(id="plots"):
-                with TabPane(escape("Scores [h]"), id="scores"):
+                with TabPane("Scores", id="scores"):
+                    yield Static("", id="histogram-caption")
                     yield ScoreHistogram(id="histogram")
-                with TabPane(escape("Sparsity [s]"), id="sparsity"):
+                with TabPane("Sparsity", id="sparsity"):
                     yield DepthPlot("sparsity by layer", ylim=(0, 1), id="sparsity-plot")
-                with TabPane(escape("Var[x²] [v]"), id="variance"):
+                with TabPane(escape("Var[x²]"), id="variance"):
                     yield DepthPlot("Var[x²] of inputs by layer", log=True, id="variance-plot")
+                with TabPane("Config", id="config"):
+                    with VerticalScroll():
+                        yield Static("", id="config-text")
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         table = self.query_one("#layers", DataTable)
         table.add_columns("Layer", "Lin", "Time", "Sparsity", escape("Var[x²]"))
         self.query_one("#run-error").display = False
+        self.query_one("#batch").display = False
         self._run: RunRecord | None = None
         self._layers: list[LayerRecord] = []
         self._linear = 0
+        self._log_ended = threading.Event()
         self.watch(self.app, "followed", self._follow)
+        self.app.runs_signal.subscribe(self, lambda runs: self._show_batch())
+        self.set_interval(1.0, self._tick)
 
     # ---- following a run ----
 
     def _follow(self, run_id: str | None) -> None:
+        self._log_ended.set()  # the previous run's log tail reads what is left and stops
+        self._log_ended = threading.Event()
         self._run, self._layers, self._linear = None, [], 0
         self.query_one("#layers", DataTable).clear()
-        self.query_one("#log", Log).clear()
+        self.query_one("#log", RichLog).clear()
         self.query_one("#run-error").display = False
         self.query_one("#progress", ProgressBar).update(total=None, progress=0)
         self.query_one("#stage", Static).update("")
+        self.query_one("#resources", Static).update("")
+        self.query_one("#config-text", Static).update("")
         self.query_one("#run-title", Static).update(NO_RUN if run_id is None else f"run {run_id}")
+        self._show_batch()
         self._replot()
         if run_id is not None:
             self._poll(run_id)
@@ -113,6 +159,10 @@ class RunScreen(Screen):
     @work(thread=True, exclusive=True, group="follow")
     def _poll(self, run_id: str) -> None:
         follow_run(self.app.store, run_id, self.post_message, get_current_worker().cancelled_event)
+
+    @work(thread=True, exclusive=True, group="log")
+    def _tail(self, run_id: str, path: Path, ended: threading.Event) -> None:
+        tail_log(run_id, path, self.post_message, get_current_worker().cancelled_event, ended)
 
     def on_store_failed(self, message: StoreFailed) -> None:
         self._show_error(message.error)
@@ -122,12 +172,35 @@ class RunScreen(Screen):
         if run.id != self.app.followed:
             return  # a late message from the run shown before
         previous, self._run = self._run, run
-        self._log_changes(previous, run, message.new_layers)
+        if previous is None:
+            self._start_log(run)
+            self.query_one("#config-text", Static).update(summary.config_text(run, self.app.store.folder))
+        if not run.active:
+            self._log_ended.set()
         self._add_layers(message.new_layers)
         self._show_status(run)
         self.refresh_bindings()
         if previous is not None and previous.active and not run.active:
             self._advance_batch(run)
+
+    def _start_log(self, run: RunRecord) -> None:
+        log = self.query_one("#log", RichLog)
+        path = run.env.get("log")
+        if not path:
+            log.write("This run has no log file (it was recorded by an older acetui).")
+            return
+        self._tail(run.id, Path(path), self._log_ended)
+
+    def on_log_lines(self, message: LogLines) -> None:
+        if message.run_id != self.app.followed:
+            return
+        log = self.query_one("#log", RichLog)
+        if message.missing:
+            run = self._run
+            where = f" on {run.host}" if run and run.host and run.host != HOST else ""
+            log.write(f"No log file{where} yet: {run.env.get('log') if run else ''}")
+        for line in message.lines:
+            log.write(Text.from_ansi(line))
 
     def _add_layers(self, layers: list[LayerRecord]) -> None:
         if not layers:
@@ -150,31 +223,43 @@ class RunScreen(Screen):
         total = run.num_layers
         done = total if run.status == "finished" and total else run.layers_done
         self.query_one("#progress", ProgressBar).update(total=total, progress=done)
-        stage = describe_stage(run)
-        eta = summary.eta_seconds(self._layers, total or 0) if run.status == "running" else None
-        self.query_one("#stage", Static).update(stage + (f" · ETA {summary.fmt_seconds(eta)}" if eta else ""))
+        self._tick()
         if run.error and not run.active:
             self._show_error(f"{run.status}: {run.error}")
+        self._show_batch()
+
+    def _tick(self) -> None:
+        """The stage line with the time elapsed and left, and the resource line; every second (no store
+        reads: from the last record the poller posted)."""
+        run = self._run
+        if run is None:
+            return
+        now = time.time()
+        parts = [describe_stage(run)]
+        elapsed = summary.elapsed_seconds(run, now)
+        if elapsed is not None:
+            parts.append(f"{summary.fmt_seconds(elapsed)} elapsed" if run.active else f"took {summary.fmt_seconds(elapsed)}")
+        eta = summary.eta_seconds(self._layers, run.num_layers or 0) if run.status == "running" else None
+        if eta:
+            parts.append(f"ETA {summary.fmt_seconds(eta)}")
+        self.query_one("#stage", Static).update(" · ".join(parts))
+        self.query_one("#resources", Static).update(escape(summary.resource_line(run, HOST, now)))
 
     def _show_error(self, text: str) -> None:
         error = self.query_one("#run-error", Static)
         error.update(escape(text))
         error.display = True
 
-    def _log_changes(self, before: RunRecord | None, run: RunRecord, layers: list[LayerRecord]) -> None:
-        log = self.query_one("#log", Log)
-        if before is None:
-            log.write_line(f"{run.label} at {run.config.sparsity}: {run.status}")
-        elif run.active and run.stage != before.stage and run.current_layer is None:
-            log.write_line(describe_stage(run))
-        for layer in layers:
-            log.write_line(f"layer {layer.index}: {summary.fmt_seconds(layer.seconds)}, "
-                           f"sparsity {layer_row(layer)[3]}")
-        if not run.active and (before is None or before.active):
-            log.write_line(describe_stage(run) + (f": {run.error}" if run.error else ""))
+    def _show_batch(self) -> None:
+        batch = self.app.batch
+        line = self.query_one("#batch", Static)
+        line.display = len(batch) > 1
+        if len(batch) > 1:
+            line.update(batch_line(batch, self.app.runs, self.app.followed))
 
     def _advance_batch(self, run: RunRecord) -> None:
-        """When a run of a comparison ends, follow the next one of the batch."""
+        """When a run of a comparison ends, follow the next one of the batch (the batch line keeps each
+        run's result in view)."""
         batch = self.app.batch
         if run.id in batch and batch.index(run.id) + 1 < len(batch):
             self.app.followed = batch[batch.index(run.id) + 1]
@@ -187,28 +272,36 @@ class RunScreen(Screen):
 
     def _replot(self) -> None:
         total = (self._run.num_layers if self._run else None) or len(self._layers)
-        self.query_one("#sparsity-plot", DepthPlot).show(total, sparsity_series(self._layers))
+        series = sparsity_series(self._layers)
+        self.query_one("#sparsity-plot", DepthPlot).show(total, series, sparsity_title(series) if self._layers else None)
         self.query_one("#variance-plot", DepthPlot).show(total, variance_series(self._layers))
         self._replot_histogram()
 
     def _replot_histogram(self) -> None:
         plot = self.query_one("#histogram", ScoreHistogram)
+        caption = self.query_one("#histogram-caption", Static)
         table = self.query_one("#layers", DataTable)
         if not self._layers or table.row_count == 0:
             plot.show("no layer pruned yet", None)
+            caption.update("")
             return
         layer = self._layers[min(table.cursor_row, len(self._layers) - 1)]
         linears = layer.linears
+        if not linears:
+            plot.show(f"L{layer.index}: no linears recorded", None)
+            caption.update("")
+            return
         self._linear %= len(linears)
         linear = linears[self._linear]
         histogram = linear.histogram
-        threshold = histogram.threshold if histogram else None
         title = f"L{layer.index} {linear.name} ({self._linear + 1}/{len(linears)})"
         if histogram is None:
             title += ": no scores (solved, not scored)"
-        elif threshold is not None:
-            title += f" thr {threshold:.3g}"
+        elif histogram.threshold is not None:
+            title += f" thr {histogram.threshold:.3g}"
         plot.show(title, histogram)
+        config = self._run.config if self._run else None
+        caption.update(escape(histogram_caption(config.sparsity, config.group, histogram)) if config else "")
 
     # ---- actions ----
 
@@ -228,6 +321,13 @@ class RunScreen(Screen):
     def action_plot(self, tab: str) -> None:
         self.query_one("#plots", TabbedContent).active = tab
 
+    def action_log(self) -> None:
+        log = self.query_one("#log", RichLog)
+        if self.maximized is log:
+            self.minimize()
+        else:
+            self.maximize(log, container=False)
+
     # check_action has made sure these make sense before they run.
 
     def action_batch(self, step: int) -> None:
@@ -235,5 +335,4 @@ class RunScreen(Screen):
         self.app.followed = batch[batch.index(self.app.followed) + step]
 
     def action_cancel_run(self) -> None:
-        self.app.cancel_run(self.app.followed)
-
+        self.app.cancel_run(self._run)

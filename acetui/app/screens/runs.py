@@ -1,58 +1,47 @@
-"""Runs: every run in the store with its status; open (live when it runs), cancel, delete."""
+"""Runs: every run in the store with its status, progress, perplexity and duration; open (live when it
+runs), cancel, delete."""
 
 from __future__ import annotations
 
 import time
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
 from textual.markup import escape
-from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from acetui.app import summary
-from acetui.app.screens.common import RunListScreen, refill, status_text
+from acetui.app.screens.common import ConfirmScreen, RunListScreen, refill, status_text
 from acetui.app.summary import STATUS_COLOR
+from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.store import RunRecord
-from acetui_core.config import model_name
+
+BAR_WIDTH = 6
 
 
-def when(seconds: float | None, form: str = "%Y-%m-%d %H:%M") -> str:
-    return "–" if seconds is None else time.strftime(form, time.localtime(seconds))
+def progress(run: RunRecord) -> Text:
+    """Layers done: a bar while the run is active, the count after (it reads without colour too)."""
+    count = f"{run.layers_done}/{run.num_layers}" if run.num_layers else str(run.layers_done)
+    if not run.active or not run.num_layers:
+        return Text(count)
+    filled = round(BAR_WIDTH * min(run.layers_done / run.num_layers, 1))
+    return Text.assemble(("█" * filled, "bold"), ("░" * (BAR_WIDTH - filled), "dim"), " ", count)
 
 
-def progress(run: RunRecord) -> str:
-    return f"{run.layers_done}/{run.num_layers}" if run.num_layers else str(run.layers_done)
-
-
-class ConfirmScreen(ModalScreen[bool]):
-    """A yes/no question; ``y`` or ``n`` (escape is no)."""
-
-    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
-
-    def __init__(self, question: str) -> None:
-        super().__init__()
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="confirm"):
-            yield Static(self.question)
-            yield Static("[b]y[/b] yes   [b]n[/b] no", id="confirm-keys")
-        yield Footer(show_command_palette=False, compact=True)
-
-    def action_answer(self, yes: bool) -> None:
-        self.dismiss(yes)
+def duration(run: RunRecord) -> str:
+    """How long the run took, or has taken so far."""
+    return summary.fmt_seconds(summary.elapsed_seconds(run, time.time()))
 
 
 class RunsScreen(RunListScreen):
     AUTO_FOCUS = "#runs"
     BINDINGS = [
-        Binding("o", "open_run", "Open"),
-        Binding("c", "cancel_run", "Cancel"),
-        Binding("d", "delete_run", "Delete"),
+        Binding("o", "open_run", "Open", tooltip="The highlighted run on the Run screen (also enter)"),
+        Binding("c", "cancel_run", "Cancel", tooltip="Stop the highlighted run after its current layer (asks first)"),
+        Binding("d", "delete_run", "Delete", tooltip="Remove the highlighted ended run from the store (asks first)"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -62,29 +51,42 @@ class RunsScreen(RunListScreen):
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#runs", DataTable).add_columns("Run", "Status", "Method", "Sparsity", "Model", "Layers",
-                                                       "Created")
+        self.query_one("#runs", DataTable).add_columns("Run", "Status", "Method", "Sparsity", "Layers", "PPL", "Took",
+                                                       "Model", "Created")
         super().on_mount()
 
     def show_runs(self) -> None:
         newest_first = sorted(self.runs, key=lambda r: (r.created, r.id), reverse=True)
         refill(self.query_one("#runs", DataTable), [(r.id, (
-            r.id, status_text(self, r.status), r.label, r.config.sparsity,
-            model_name(r.config.model), progress(r), when(r.created, "%m-%d %H:%M"),
+            r.id, status_text(self, r.status), r.label, r.config.sparsity, progress(r), summary.ppl_text(r),
+            duration(r), model_name(r.config.model), summary.fmt_time(r.created, "%m-%d %H:%M"),
         )) for r in newest_first])
         self._show_detail()
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """Cancel only an active run, delete only an ended one, open only when there is a run."""
+        run = self.cursor_run(self.query_one("#runs", DataTable)) if self.is_mounted else None
+        if action == "cancel_run":
+            return run is not None and run.active
+        if action == "delete_run":
+            return run is not None and not run.active
+        if action == "open_run":
+            return run is not None
+        return True
 
     @on(DataTable.RowHighlighted, "#runs")
     def _show_detail(self) -> None:
         """The highlighted run in full: its model path, and its error in words when it has one."""
+        self.refresh_bindings()
         run = self.cursor_run(self.query_one("#runs", DataTable))
         detail = self.query_one("#run-detail", Static)
         if run is None:
-            detail.update("No runs yet: start one on New run (F1) or with `acetui prune`.")
+            detail.update("No runs yet: start one on New run (F1) or with `acetui prune`." if self.app.runs_listed
+                          else "Reading the run store…")
             return
-        took = f", took {summary.fmt_seconds(run.finished - run.started)}" if run.finished and run.started else ""
+        took = f", took {duration(run)}" if run.finished and run.started else ""
         text = (f"[b]{run.id}[/b] {escape(run.label)} at {run.config.sparsity} on {escape(run.config.model)}; "
-                f"created {when(run.created)}{took}")
+                f"created {summary.fmt_time(run.created)}{took}")
         if run.error:
             text += f"\n[${STATUS_COLOR[run.status]}]{run.status}:[/] {escape(run.error)}"
         detail.update(text)
@@ -104,7 +106,7 @@ class RunsScreen(RunListScreen):
     def action_cancel_run(self) -> None:
         run = self._current()
         if run is not None:
-            self.app.cancel_run(run.id)
+            self.app.cancel_run(run)
 
     def action_delete_run(self) -> None:
         run = self._current()
@@ -115,7 +117,7 @@ class RunsScreen(RunListScreen):
             if not yes:
                 return
             try:
-                self.app.store.delete_run(run.id)
+                self.app.store.delete_runs([run.id])
             except UserError as error:
                 self.notify(str(error), severity="error")
                 return

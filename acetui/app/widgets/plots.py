@@ -13,6 +13,7 @@ from textual_plotext import PlotextPlot
 
 from acetui.app import summary
 from acetui_core.records import Histogram, LayerRecord
+from acetui_core.sparsity import parse_sparsity
 
 
 def _ticks(lo: float, hi: float, count: int = 4) -> list[float]:
@@ -43,7 +44,8 @@ class Plot(PlotextPlot):
 
 
 class ScoreHistogram(Plot):
-    """The binned scores of one linear, with the pruning threshold as a vertical line."""
+    """The binned scores of one linear: pruned (red) over kept (blue) in each bin, and the threshold
+    as a vertical line where there is one."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -65,23 +67,49 @@ class ScoreHistogram(Plot):
         # Log-spaced bins are drawn on a log10 axis, labelled with the scores themselves.
         axis = (lambda v: math.log10(max(v, 1e-30))) if log else (lambda v: v)
         centres = [(axis(a) + axis(b)) / 2 for a, b in zip(edges, edges[1:])]
-        threshold = histogram.threshold
-        # Bins below the threshold were pruned: drawn red, the kept ones blue, the threshold a line.
-        pruned = [count if threshold is not None and centre < axis(threshold) else 0
-                  for count, centre in zip(counts, centres)]
-        plt.bar(centres, [c - p for c, p in zip(counts, pruned)], width=1, color="blue")
+        pruned = pruned_per_bin(histogram, centres, axis)
+        # Whole bins in red, then their kept part in blue over them: the red left showing was pruned.
         if any(pruned):
-            plt.bar(centres, pruned, width=1, color="red")
+            plt.bar(centres, counts, width=1, color="red", label="pruned")
+        plt.bar(centres, [c - p for c, p in zip(counts, pruned)], width=1, color="blue",
+                label="kept" if any(pruned) else None)
         ticks = _ticks(axis(edges[0]), axis(edges[-1]))
         plt.xticks(ticks, [f"{(10 ** t if log else t):.2g}" for t in ticks])
         plt.xlabel("score (log)" if log else "score")
-        if threshold is not None:
-            plt.vline(axis(threshold), "red")
+        if histogram.threshold is not None:
+            plt.vline(axis(histogram.threshold), "red")
+
+
+def pruned_per_bin(histogram: Histogram, centres: list[float], axis) -> list[int]:
+    """The pruned scores of each bin as recorded; runs recorded before the split was kept have only the
+    threshold, so every bin below it counts as pruned."""
+    if histogram.pruned is not None:
+        return histogram.pruned
+    threshold = histogram.threshold
+    return [count if threshold is not None and centre < axis(threshold) else 0
+            for count, centre in zip(histogram.counts, centres)]
+
+
+def histogram_caption(sparsity: str, group: str, histogram: Histogram | None) -> str:
+    """What the histogram's colours and line mean for this run's kind of sparsity."""
+    if histogram is None:
+        return ""
+    if summary.is_nm(sparsity):
+        spec = parse_sparsity(sparsity)
+        return (f"{spec}: each group of {spec.m} inputs keeps its {spec.n} highest scores, so N:M has no single "
+                "threshold; red = pruned within its group, blue = kept.")
+    if group == "row":
+        return "Red = pruned, blue = kept; each row has its own cut-off, the line is their median."
+    return "Red = pruned, blue = kept; the line is the layer's one threshold."
+
+
+SERIES_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "gray")
 
 
 class DepthPlot(Plot):
     """One or more per-layer series along depth; the x axis spans the whole model from the start,
-    so the lines grow to the right as layers finish."""
+    so the lines grow to the right as layers finish. ``log``: the values are drawn on a log10 axis
+    labelled in compact powers of ten (``1e3``), so long numbers never eat the plot."""
 
     def __init__(self, title: str, *, log: bool = False, ylim: tuple[float, float] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -91,9 +119,11 @@ class DepthPlot(Plot):
         self._total = 0
         self._series: dict[str, list[tuple[int, float]]] = {}
 
-    def show(self, total: int, series: dict[str, list[tuple[int, float]]]) -> None:
+    def show(self, total: int, series: dict[str, list[tuple[int, float]]], title: str | None = None) -> None:
         self._total = total
         self._series = series
+        if title is not None:
+            self._title = title
         self.replot()
 
     def draw(self) -> None:
@@ -106,17 +136,38 @@ class DepthPlot(Plot):
             plt.xticks([*range(0, last, max(1, math.ceil(last / 5))), last])
         if self._ylim:
             plt.ylim(*self._ylim)
-        if self._log:
-            plt.yscale("log")
-        for (label, points), color in zip(self._series.items(), ("cyan", "magenta", "green")):
-            points = [(x, y) for x, y in points if not self._log or y > 0]
+        series = {label: [(x, math.log10(y) if self._log else y) for x, y in points if not self._log or y > 0]
+                  for label, points in self._series.items()}
+        for (label, points), color in zip(series.items(), SERIES_COLORS):
             if points:
                 xs, ys = zip(*points)
-                plt.plot(xs, ys, marker="braille", color=color, label=label if len(self._series) > 1 else None)
+                plt.plot(xs, ys, marker="braille", color=color, label=label if len(series) > 1 else None)
+        values = [y for points in series.values() for _, y in points]
+        if self._log and values:
+            low, high = math.floor(min(values)), math.ceil(max(values))
+            decades = list(range(low, high + 1, max(1, math.ceil((high - low) / 4))))
+            plt.yticks(decades, [f"1e{d}" for d in decades])
+
+
+def linear_kind(name: str) -> str:
+    """A linear's short kind: ``self_attn.q_proj`` -> ``q``, ``mlp.down_proj`` -> ``down``, ``fc1`` -> ``fc1``."""
+    return name.rsplit(".", 1)[-1].removesuffix("_proj")
 
 
 def sparsity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:
-    return {"sparsity": [(layer.index, layer.sparsity) for layer in layers if layer.sparsity is not None]}
+    """The sparsity each kind of linear reached, layer by layer (q, k, v, o, gate, up, down)."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for layer in layers:
+        for linear in layer.linears:
+            series.setdefault(linear_kind(linear.name), []).append((layer.index, linear.sparsity))
+    return series
+
+
+def sparsity_title(series: dict[str, list[tuple[int, float]]]) -> str:
+    values = {round(y, 4) for points in series.values() for _, y in points}
+    if len(values) == 1:
+        return f"sparsity by layer: every linear {values.pop():.3f}"
+    return "sparsity by layer and linear"
 
 
 def variance_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:

@@ -1,0 +1,52 @@
+"""``?``: every key of the screen it was opened on (shown in the footer or not) and the keys that work
+everywhere, each with what it does; keys that do nothing right now are dimmed. Escape, ``?`` or ``q``
+close it."""
+
+from __future__ import annotations
+
+from textual.actions import parse as parse_action
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.markup import escape
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Static
+
+
+def key_rows(screen: Screen) -> list[tuple[str, list[tuple[str, str, bool]]]]:
+    """``(section, [(keys, what it does, available now)])`` for the screen's own keys and the app's."""
+    app = screen.app
+    sections = []
+    for title, node in ((f"{screen.__class__.__name__.removesuffix('Screen')} screen", screen), ("Everywhere", app)):
+        rows: dict[tuple[str, str], list[str]] = {}
+        available: dict[tuple[str, str], bool] = {}
+        for binding in Binding.make_bindings(node.BINDINGS):
+            if not binding.description:
+                continue
+            _, name, params = parse_action(binding.action)
+            what = binding.tooltip or binding.description
+            rows.setdefault((binding.action, what), []).append(app.get_key_display(binding))
+            available[(binding.action, what)] = node.check_action(name, params) is True
+        sections.append((title, [(" ".join(keys), what, available[key]) for key, keys in rows.items()]))
+    return sections
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+
+    def __init__(self, screen: Screen) -> None:
+        super().__init__()
+        self.sections = key_rows(screen)
+
+    def compose(self) -> ComposeResult:
+        lines = []
+        for title, rows in self.sections:
+            lines.append(f"[b]{escape(title)}[/b]")
+            width = max((len(keys) for keys, _, _ in rows), default=0)
+            for keys, what, now in rows:
+                line = f"  [b]{escape(keys.ljust(width))}[/b]  {escape(what)}"
+                lines.append(line if now else f"[dim]{line} (not now)[/dim]")
+            lines.append("")
+        lines.append("[dim]ctrl+p: the command palette (type to find any action) · escape closes this[/dim]")
+        with VerticalScroll(id="help"):
+            yield Static("\n".join(lines), id="help-keys")
