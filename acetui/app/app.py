@@ -141,6 +141,8 @@ class AceApp(App):
                 self.announce_end(run)
         if self.followed is None and self.current_mode == "run" and (pick := summary.run_to_show(self.runs, None)):
             self.follow(pick)
+        elif self.batch == (self.followed,) and (shown := next((r for r in self.runs if r.id == self.followed), None)):
+            self.batch = summary.owner_batch(self.runs, shown)  # attached before the list came: find its comparison
         self.runs_signal.publish(self.runs)
 
     def on_store_failed(self, message: StoreFailed) -> None:

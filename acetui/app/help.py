@@ -4,11 +4,11 @@ close it."""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.actions import parse as parse_action
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.markup import escape
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
@@ -27,7 +27,8 @@ def key_rows(screen: Screen) -> list[tuple[str, list[tuple[str, str, bool]]]]:
             what = binding.tooltip or binding.description
             rows.setdefault((binding.action, what), []).append(app.get_key_display(binding))
             available[(binding.action, what)] = node.check_action(name, params) is True
-        sections.append((title, [(" ".join(keys), what, available[key]) for key, keys in rows.items()]))
+        sections.append((title, [(" ".join(keys), what, available[(action, what)])
+                                 for (action, what), keys in rows.items()]))
     return sections
 
 
@@ -39,14 +40,14 @@ class HelpScreen(ModalScreen[None]):
         self.sections = key_rows(screen)
 
     def compose(self) -> ComposeResult:
-        lines = []
+        text = Text()
         for title, rows in self.sections:
-            lines.append(f"[b]{escape(title)}[/b]")
+            text.append(f"{title}\n", "bold")
             width = max((len(keys) for keys, _, _ in rows), default=0)
             for keys, what, now in rows:
-                line = f"  [b]{escape(keys.ljust(width))}[/b]  {escape(what)}"
-                lines.append(line if now else f"[dim]{line} (not now)[/dim]")
-            lines.append("")
-        lines.append("[dim]ctrl+p: the command palette (type to find any action) · escape closes this[/dim]")
+                text.append(f"  {keys.ljust(width)}  ", "bold" if now else "dim")
+                text.append(what + ("\n" if now else " (not now)\n"), "" if now else "dim")
+            text.append("\n")
+        text.append("ctrl+p: the command palette (type to find any action) · escape closes this", "dim")
         with VerticalScroll(id="help"):
-            yield Static("\n".join(lines), id="help-keys")
+            yield Static(text, id="help-keys")

@@ -24,6 +24,8 @@ STATUS_COLOR = {"finished": "success", "failed": "error", "interrupted": "error"
                 "running": "accent", "queued": "secondary"}
 STALE_SAMPLE = 10.0  # seconds: an older resource sample says how old it is
 
+clock = time.time  # "now" for elapsed times and sample ages (snapshot tests fix it)
+
 
 def layer_variance(layer: LayerRecord) -> Spread | None:
     """``Var[x^2]`` of the layer's inputs: the median over linears of the per-column median, and the
@@ -72,7 +74,7 @@ def elapsed_seconds(run: RunRecord, now: float) -> float | None:
     """Time since the run started: up to now while it runs, up to its end after."""
     if run.started is None:
         return None
-    return (run.finished if run.finished is not None and not run.active else now) - run.started
+    return max(0.0, (run.finished if run.finished is not None and not run.active else now) - run.started)
 
 
 def resource_line(run: RunRecord, here: str, now: float) -> str:

@@ -6,7 +6,6 @@ panel shows the configuration the run was started with. A resource line shows wh
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 from rich.text import Text
@@ -110,7 +109,7 @@ class RunScreen(Screen):
         with Horizontal(id="run-body"):
             with Vertical(id="run-left"):
                 yield DataTable(id="layers", cursor_type="row", zebra_stripes=True)
-                yield RichLog(id="log", wrap=True, markup=False, highlight=False, max_lines=5000)
+                yield RichLog(id="log", wrap=True, min_width=20, markup=False, highlight=False, max_lines=5000)
             with TabbedContent(id="plots"):
                 with TabPane("Scores", id="scores"):
                     yield Static("", id="histogram-caption")
@@ -234,7 +233,7 @@ class RunScreen(Screen):
         run = self._run
         if run is None:
             return
-        now = time.time()
+        now = summary.clock()
         parts = [describe_stage(run)]
         elapsed = summary.elapsed_seconds(run, now)
         if elapsed is not None:

@@ -3,8 +3,6 @@ runs), cancel, delete."""
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -33,7 +31,7 @@ def progress(run: RunRecord) -> Text:
 
 def duration(run: RunRecord) -> str:
     """How long the run took, or has taken so far."""
-    return summary.fmt_seconds(summary.elapsed_seconds(run, time.time()))
+    return summary.fmt_seconds(summary.elapsed_seconds(run, summary.clock()))
 
 
 class RunsScreen(RunListScreen):

@@ -69,15 +69,22 @@ class ScoreHistogram(Plot):
         centres = [(axis(a) + axis(b)) / 2 for a, b in zip(edges, edges[1:])]
         pruned = pruned_per_bin(histogram, centres, axis)
         # Whole bins in red, then their kept part in blue over them: the red left showing was pruned.
+        # Empty bars are left out: plotext draws a bar of height 0 as one row, which would hide the red.
         if any(pruned):
-            plt.bar(centres, counts, width=1, color="red", label="pruned")
-        plt.bar(centres, [c - p for c, p in zip(counts, pruned)], width=1, color="blue",
-                label="kept" if any(pruned) else None)
+            plt.bar(*_nonzero(centres, counts), width=1, color="red", label="pruned")
+        kept = _nonzero(centres, [c - p for c, p in zip(counts, pruned)])
+        if kept[0]:
+            plt.bar(*kept, width=1, color="blue", label="kept" if any(pruned) else None)
         ticks = _ticks(axis(edges[0]), axis(edges[-1]))
         plt.xticks(ticks, [f"{(10 ** t if log else t):.2g}" for t in ticks])
         plt.xlabel("score (log)" if log else "score")
         if histogram.threshold is not None:
             plt.vline(axis(histogram.threshold), "red")
+
+
+def _nonzero(xs: list[float], ys: list[int]) -> tuple[list[float], list[int]]:
+    points = [(x, y) for x, y in zip(xs, ys) if y > 0]
+    return [x for x, _ in points], [y for _, y in points]
 
 
 def pruned_per_bin(histogram: Histogram, centres: list[float], axis) -> list[int]:
@@ -96,11 +103,10 @@ def histogram_caption(sparsity: str, group: str, histogram: Histogram | None) ->
         return ""
     if summary.is_nm(sparsity):
         spec = parse_sparsity(sparsity)
-        return (f"{spec}: each group of {spec.m} inputs keeps its {spec.n} highest scores, so N:M has no single "
-                "threshold; red = pruned within its group, blue = kept.")
+        return f"{spec} keeps the top {spec.n} of every {spec.m}: no single threshold. Red pruned, blue kept."
     if group == "row":
-        return "Red = pruned, blue = kept; each row has its own cut-off, the line is their median."
-    return "Red = pruned, blue = kept; the line is the layer's one threshold."
+        return "Red pruned, blue kept; line: the rows' median cut-off."
+    return "Red pruned, blue kept; line: the layer's threshold."
 
 
 SERIES_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "gray")
