@@ -149,6 +149,12 @@ class NewRunScreen(Screen):
         self.find_candidates()
         self.check_all()
 
+    def _show_model_end(self) -> None:
+        """Once laid out, the end of the model path (its file name) in view, not its first folders."""
+        model = self.query_one("#model", Input)
+        model.action_end()
+        model.scroll_to(x=model.max_scroll_x, animate=False, immediate=True)
+
     # ---- remembered values ----
 
     def values(self) -> dict:
@@ -168,7 +174,7 @@ class NewRunScreen(Screen):
                 self.query_one(f"#{field_id}", Input).value = saved[field_id]
         model = self.query_one("#model", Input)
         model.value = default_model(saved.get("model"))
-        model.cursor_position = len(model.value)  # the end, the file name, in view
+        self.call_after_refresh(self._show_model_end)
         for choice in CHOICES:
             if saved.get(choice) is not None:
                 try:

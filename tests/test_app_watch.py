@@ -1,0 +1,408 @@
+"""The app as the place to watch runs: every key in every state, F2 following the active run, the end
+notification's bytes, the configuration panel, the log pane, help, remembered settings, cancel asking
+first, and the pure helpers behind them."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from textual.binding import Binding
+from textual.filter import Monochrome, NoColor
+from textual.widgets import Input, RichLog, SelectionList, Static
+
+import acetui_themes as themes
+from acetui import notify, settings
+from acetui.app import make_app, summary
+from acetui.app.app import AceApp
+from acetui.app.candidates import default_model, model_candidates
+from acetui.app.help import HelpScreen, key_rows
+from acetui.app.screens.common import ConfirmScreen
+from acetui.app.screens.new_run import NewRunScreen
+from acetui.app.screens.results import ResultsScreen
+from acetui.app.screens.run import RunScreen
+from acetui.app.screens.runs import RunsScreen
+from acetui.app.widgets.marks import Tick
+from acetui.app.widgets.plots import sparsity_series, sparsity_title
+from acetui_core.config import RunConfig
+from acetui_core.events import RunFinished, RunStarted
+from acetui_core.paths import bundled_model
+from acetui_core.store import Store
+from runhelpers import Clock, cli, insert_run, layer_event, result_for
+
+SIZE = (80, 24)
+SCREENS = {"new": NewRunScreen, "run": RunScreen, "results": ResultsScreen, "runs": RunsScreen}
+CONFIG = RunConfig(model="tiny-llama", method="ace", sparsity="2:4", nsamples=64, seqlen=32, seed=3, eval_limit=8,
+                   eval_seqlen=128, device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    yield store
+    for run in store.list_runs():  # no test leaves a worker process on the CPU
+        if run.pid not in (None, os.getpid(), 4242):
+            try:
+                psutil.Process(run.pid).wait(timeout=60)
+            except psutil.Error:
+                pass
+
+
+def running_run(store: Store, config: RunConfig = CONFIG, layers: int = 1) -> str:
+    """A run this test process owns (so it stays ``running``), with ``layers`` of 4 pruned."""
+    run_id = store.create_run(config)
+    store.claim(run_id)
+    store.record_event(run_id, RunStarted(config.model, config.method, config.sparsity, 4, "cpu"))
+    for index in range(layers):
+        store.record_event(run_id, layer_event(index, 4))
+    return run_id
+
+
+def finished_run(store: Store) -> str:
+    return insert_run(store, Clock(), "fin00001", RunConfig(model="tiny-llama", method="wanda", sparsity="0.5"),
+                      created=1_700_000_000.0, ppl=71.47)
+
+
+async def wait_for(pilot, condition, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.1)
+
+
+# ---- every key, every screen, every state ---------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("state", ["no runs", "one running", "one finished"])
+async def test_no_key_on_any_screen_raises(store, monkeypatch, state):
+    """Every key bound on each screen (shown in the footer or not) and every app key, pressed on every
+    screen: nothing raises. Modals it opens (confirm, help) are closed with escape, which is pressed too."""
+    started = []
+    monkeypatch.setattr(AceApp, "start_runs", lambda self, configs: started.append(configs) or [])
+    if state == "one running":
+        running_run(store)
+    elif state == "one finished":
+        finished_run(store)
+    app = make_app(store)
+    extra = ["enter", "up", "down", "tab", "escape"]
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.runs_listed, "the run list")
+        for mode, screen_class in SCREENS.items():
+            keys = [b.key for b in Binding.make_bindings([*screen_class.BINDINGS, *AceApp.BINDINGS])
+                    if b.key != "ctrl+q"]
+            for key in [*keys, *extra]:
+                await app.switch_mode(mode)
+                if mode == "run" and state != "no runs":
+                    await wait_for(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
+                await pilot.press(key)
+                await pilot.pause()
+                while isinstance(app.screen, (ConfirmScreen, HelpScreen)):
+                    await pilot.press("escape")
+                    await pilot.pause()
+                if app.screen.maximized is not None:
+                    app.screen.minimize()
+                if isinstance(app.focused, Input) and mode != "new":
+                    app.screen.query_one(screen_class.AUTO_FOCUS).focus()
+        assert app.is_running and app.return_code is None
+    assert app._exception is None
+    if state == "one running":
+        assert not store.get_run(store.list_runs()[0].id, layers=False).cancel_requested  # escape said no
+
+
+# ---- F2 follows the active run --------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_f2_opens_a_run_started_from_the_cli(store, make_tiny_model):
+    model = str(make_tiny_model("llama"))
+    finished_run(store)  # an older run: F2 must prefer the live one
+    command = [sys.executable, "-m", "acetui", "prune", model, "--method", "wanda", "--nsamples", "4", "--seqlen",
+               "16", "--eval-limit", "2", "--eval-seqlen", "64", "--device", "cpu", "--detach"]
+    env = {**os.environ, "ACETUI_HOME": str(store.path.parent)}
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        assert isinstance(app.screen, NewRunScreen) and app.followed is None
+        printed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert printed.returncode == 0, printed.stderr
+        run_id = next(r.id for r in store.list_runs() if r.id != "fin00001")
+        await wait_for(pilot, lambda: any(r.id == run_id and r.active for r in app.runs), "the CLI run in the list")
+        await pilot.press("f2")
+        assert isinstance(app.screen, RunScreen) and app.followed == run_id
+        await wait_for(pilot, lambda: store.get_run(run_id, layers=False).status == "finished", "the run to end", 120)
+
+
+def test_which_run_f2_shows():
+    """Active beats shown-and-ended; the shown run stays while active; with nothing active the shown one
+    stays; else the newest."""
+    def run(run_id, status, created):
+        return type("R", (), {"id": run_id, "status": status, "created": created,
+                              "active": status in ("queued", "running")})()
+
+    old, live, new = run("a", "finished", 1), run("b", "running", 2), run("c", "finished", 3)
+    assert summary.run_to_show([old, live, new], None) == "b"
+    assert summary.run_to_show([old, live, new], "a") == "b"
+    assert summary.run_to_show([old, new], "a") == "a"
+    assert summary.run_to_show([old, new], None) == "c"
+    assert summary.run_to_show([], None) is None
+
+
+def test_a_comparison_is_the_stretch_of_runs_one_process_owned():
+    def run(run_id, pid, created):
+        return type("R", (), {"id": run_id, "pid": pid, "host": "box", "created": created})()
+
+    runs = [run("a", 1, 1), run("b", 7, 2), run("c", 7, 3), run("d", 7, 4), run("e", 2, 5), run("f", 7, 6)]
+    assert summary.owner_batch(runs, runs[2]) == ("b", "c", "d")
+    assert summary.owner_batch(runs, runs[5]) == ("f",)  # the same pid later (reused) is another batch
+
+
+# ---- the end of a run is announced ----------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("mode, expected", [
+    ("osc", "\a\x1b]9;acetui: {body}\x07\x1b]777;notify;acetui;{body}\x07"),
+    ("bell", "\a"),
+    ("none", ""),
+])
+async def test_the_end_of_a_run_rings_and_notifies(store, monkeypatch, mode, expected):
+    for name in ("TMUX", "TERM_PROGRAM", "LC_TERMINAL", "VTE_VERSION", "WT_SESSION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    run_id = running_run(store)
+    app = make_app(store, notify_mode=mode)
+    async with app.run_test(size=SIZE) as pilot:
+        written = []
+        monkeypatch.setattr(app._driver, "write", written.append)
+        await wait_for(pilot, lambda: app.runs_listed, "the run list")
+        store.record_event(run_id, RunFinished(result_for(CONFIG, ppl=12.5, seconds=3.0)))
+        body = f"{CONFIG.label} at 2:4 (run {run_id}) finished: ppl 12.50"
+        await wait_for(pilot, lambda: any(body in str(n.message) for n in app._notifications), "the toast")
+        assert "".join(written) == expected.format(body=body)
+    assert settings.load().notify == mode  # remembered
+
+
+def test_osc_sequences_follow_the_terminal_and_tmux():
+    body = "ACE-16 at 2:4 finished"
+    assert notify.sequence("osc", "acetui", body, {"TERM_PROGRAM": "iTerm.app"}) == f"\a\x1b]9;acetui: {body}\x07"
+    assert notify.sequence("osc", "acetui", body, {"VTE_VERSION": "7600"}) == f"\a\x1b]777;notify;acetui;{body}\x07"
+    wrapped = notify.sequence("osc", "acetui", body, {"TERM_PROGRAM": "WezTerm", "TMUX": "/tmp/tmux-0/default"})
+    assert wrapped == f"\a\x1bPtmux;\x1b\x1b]9;acetui: {body}\x07\x1b\\"
+    assert notify.sequence("osc", "a\x1bb", "c\x07d", {"TERM_PROGRAM": "iTerm.app"}) == "\a\x1b]9;a b: c d\x07"
+
+
+def test_runs_watch_rings_on_exit_and_remembers(store, monkeypatch, capsys):
+    run_id = finished_run(store)
+    terminal = io.StringIO()
+    monkeypatch.setattr(notify, "terminal_stream", lambda: terminal)
+    code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run_id, "--store", store.path, "--notify", "bell")
+    assert code == 0 and "finished: ppl 71.470" in out
+    assert terminal.getvalue() == "\a"
+    assert settings.load().notify == "bell"
+    terminal.seek(0)
+    terminal.truncate()
+    cli(monkeypatch, capsys, "runs", "watch", run_id, "--store", store.path)  # remembered
+    assert terminal.getvalue() == "\a"
+
+
+def test_a_bad_notify_value_is_one_sentence(store, monkeypatch, capsys):
+    code, _, err = cli(monkeypatch, capsys, "runs", "watch", "x", "--store", store.path, "--notify", "loud")
+    assert code == 2 and err == "acetui: Unknown notification 'loud'; choose one of: bell, osc, none.\n"
+
+
+def test_runs_with_a_status_that_matches_nothing_says_so(store, monkeypatch, capsys):
+    finished_run(store)
+    code, out, _ = cli(monkeypatch, capsys, "runs", "--status", "running", "--store", store.path)
+    assert code == 0 and out == "No run matches --status running.\n"
+
+
+# ---- what the Run screen shows --------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_the_config_panel_shows_what_the_run_was_started_with(store):
+    run_id = running_run(store)
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.screen._run is not None, "the run")
+        await pilot.press("i")
+        text = str(app.screen.query_one("#config-text", Static).render())
+        for expected in ("tiny-llama", "CosP+VarP-32 (ace)", "2:4, N:M groups of inputs",
+                         "c4: 64 samples × 32 tokens, seed 3", "first 8 windows of 128 tokens", "cpu", "float32",
+                         f"logs/{run_id}.log (beside the run store)"):
+            assert expected in text, expected
+
+
+@pytest.mark.asyncio
+async def test_elapsed_time_and_the_resource_line_of_a_live_run(store):
+    run_id = running_run(store)
+    store.heartbeat(run_id, {"taken": time.time(), "rss_mb": 3072.0, "cpu_percent": 180.0})
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        resources = app.screen.query_one("#resources", Static)
+        await wait_for(pilot, lambda: "RSS" in str(resources.render()), "the resource line")
+        assert str(resources.render()) == "resources: RSS 3.0 GiB · CPU 180%"
+        assert " elapsed · ETA " in str(app.screen.query_one("#stage", Static).render())
+
+
+def test_resource_line_without_a_sample_says_why():
+    run = type("R", (), {"resources": None, "status": "running", "host": "gpu-7", "active": True})()
+    assert summary.resource_line(run, "laptop", 0.0) == "resources: no sample recorded yet (the run is on gpu-7)"
+    run.host = "laptop"
+    assert summary.resource_line(run, "laptop", 0.0) == "resources: no sample recorded yet"
+    run.resources = {"taken": 100.0, "rss_mb": 512.0, "cpu_percent": 99.0, "gpu": "cuda:0", "gpu_used_mb": 40960.0,
+                     "gpu_total_mb": 81920.0, "gpu_process_mb": 30000.0, "gpu_util_percent": 88.0}
+    assert summary.resource_line(run, "laptop", 160.0) == \
+        "resources: RSS 512 MiB · CPU 99% · cuda:0 40.0 GiB/80.0 GiB 88% (sampled 1m00s ago)"
+
+
+@pytest.mark.asyncio
+async def test_the_log_pane_shows_a_failed_runs_traceback(store):
+    config = RunConfig(model="tiny-llama", method="wanda", sparsity="0.5")
+    run_id = store.create_run(config)
+    store.log_path(run_id).parent.mkdir(parents=True, exist_ok=True)
+    store.log_path(run_id).write_text("12:00:01 load 0/1\nTraceback (most recent call last):\n"
+                                      "RuntimeError: mat1 and mat2 shapes cannot be multiplied\n")
+    store.set_status(run_id, "failed", error="RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.screen.query_one("#log", RichLog)
+        shown = lambda: " ".join(line.text.strip() for line in log.lines)  # noqa: E731  (lines wrap at 80 columns)
+        await wait_for(pilot, lambda: "multiplied" in shown(), "the log file's lines")
+        assert shown().endswith("Traceback (most recent call last): RuntimeError: mat1 and mat2 shapes cannot be "
+                                "multiplied")
+        await pilot.press("l")
+        assert app.screen.maximized is log  # full screen for a long traceback
+        await pilot.press("escape")
+        assert app.screen.maximized is None
+
+
+def test_the_sparsity_plot_has_one_line_per_kind_of_linear():
+    layers = [layer_event(i, 2).layer for i in range(2)]
+    series = sparsity_series(layers)
+    assert list(series) == ["q", "k", "v", "o", "gate", "up", "down"]
+    assert series["q"] == [(0, 0.5), (1, 0.5)]
+    assert sparsity_title(series) == "sparsity by layer: every linear 0.500"
+
+
+# ---- help, cancel, settings -----------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_question_mark_lists_every_key_of_the_screen(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f2", "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        (title, rows), (everywhere, app_rows) = app.screen.sections
+        assert title == "Run screen" and everywhere == "Everywhere"
+        listed = {keys for keys, _, _ in rows}
+        assert {"c", "]", "[", "n", "p", "h", "s", "v", "i", "l"} <= listed  # hidden ones too
+        assert dict((keys, now) for keys, _, now in rows)["c"] is False  # no run to cancel
+        assert {"f1", "f2", "f3", "f4", "?", "^q"} <= {keys for keys, _, _ in app_rows}
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunScreen)
+
+
+@pytest.mark.asyncio
+async def test_cancel_on_the_run_screen_asks_first(store):
+    run_id = running_run(store)
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.screen._run is not None, "the run")
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert not store.cancel_requested(run_id)
+        await pilot.press("c", "y")
+        await wait_for(pilot, lambda: store.cancel_requested(run_id), "the cancel request")
+
+
+@pytest.mark.asyncio
+async def test_settings_survive_a_restart(store, monkeypatch):
+    monkeypatch.setattr(AceApp, "start_runs", lambda self, configs: [])
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        screen.query_one("#model", Input).value = "org/some-model"
+        screen.query_one("#sparsity", Input).value = "2:4, 4:8"
+        screen.query_one("#seed", Input).value = "7"
+        metrics = screen.query_one("#metrics", SelectionList)
+        metrics.deselect_all()
+        metrics.select("wanda")
+        metrics.select("ria")
+        await pilot.pause()
+        await pilot.press("ctrl+r", "ctrl+t")
+        chosen_theme = app.theme
+        app.set_notify("bell")
+    assert chosen_theme != themes.DEFAULT_THEME
+
+    again = make_app(store)
+    async with again.run_test(size=SIZE) as pilot:
+        screen = again.screen
+        assert again.theme == chosen_theme and again.settings.notify == "bell"
+        assert screen.query_one("#model", Input).value == "org/some-model"
+        assert screen.query_one("#sparsity", Input).value == "2:4, 4:8"
+        assert screen.query_one("#seed", Input).value == "7"
+        assert sorted(screen.query_one("#metrics", SelectionList).selected) == ["ria", "wanda"]
+
+
+@pytest.mark.asyncio
+async def test_an_unreadable_settings_file_is_one_warning(store):
+    settings.settings_path().parent.mkdir(parents=True, exist_ok=True)
+    settings.settings_path().write_text("{not json")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert [str(n.message) for n in app._notifications] == [
+            f"The settings file {settings.settings_path()} could not be read (it is not valid JSON); using the defaults."]
+        await pilot.press("ctrl+t")
+    assert settings.load().theme == app.theme  # rewritten whole
+
+
+@pytest.mark.asyncio
+async def test_the_model_field_starts_with_the_bundled_model_and_shows_its_name(store, smollm_gguf):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.screen.query_one("#model", Input).value == str(smollm_gguf)
+        assert "Q4_1.gguf" in app.export_screenshot()  # the end of the path is in view at 80 columns
+
+
+def test_only_models_that_exist_are_suggested(tmp_path):
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    recent = [str(tmp_path / "gone.gguf"), "org/hub-model", str(checkpoint), str(tmp_path / "gone-folder")]
+    found = model_candidates(recent, root=tmp_path / "nothing-here")
+    assert found[:2] == ["org/hub-model", str(checkpoint)]
+    assert not any("gone" in candidate for candidate in found)
+    assert default_model(str(tmp_path / "gone.gguf")) == str(bundled_model() or "")
+    assert default_model(str(checkpoint)) == str(checkpoint)
+
+
+@pytest.mark.asyncio
+async def test_no_color_strips_colours_instead_of_drawing_black_on_black(store, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(store)
+    async with app.run_test(size=SIZE):
+        assert app.theme == "ansi"
+        filters = app.get_line_filters()
+        assert any(isinstance(f, NoColor) for f in filters)
+        assert not any(isinstance(f, Monochrome) for f in filters)
+
+
+@pytest.mark.asyncio
+async def test_an_unticked_box_is_empty(store):
+    app = make_app(store, theme="ansi")
+    async with app.run_test(size=SIZE):
+        ticks = {tick.id: str(tick.render()) for tick in app.screen.query(Tick)}
+        assert ticks["eval-wikitext2"].startswith("▐X▌")
+        assert ticks["eval-zeroshot"].startswith("▐ ▌")
