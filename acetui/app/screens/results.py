@@ -121,7 +121,7 @@ class ResultsScreen(RunListScreen):
         Binding("v", "toggle_view", "Paper", tooltip="The paper's layout: methods by sparsity"),
         Binding("e", "export('csv')", "CSV", tooltip="Export the chosen runs as CSV"),
         Binding("l", "export('latex')", "LaTeX", tooltip="Export the chosen runs as a LaTeX table"),
-        Binding("y", "copy_latex", "Copy", tooltip="Copy the LaTeX table (OSC 52, works over SSH)"),
+        Binding("y", "copy_latex", "Copy", show=False, tooltip="Copy the LaTeX table (OSC 52, works over SSH)"),
         Binding("o", "open_run", "Open run", show=False, tooltip="The highlighted run on the Run screen (also enter)"),
         Binding("escape", "focus_table", "Table", show=False, tooltip="Back to the table from the filter"),
     ]
