@@ -406,3 +406,36 @@ async def test_an_unticked_box_is_empty(store):
         ticks = {tick.id: str(tick.render()) for tick in app.screen.query(Tick)}
         assert ticks["eval-wikitext2"].startswith("▐X▌")
         assert ticks["eval-zeroshot"].startswith("▐ ▌")
+
+
+@pytest.mark.asyncio
+async def test_the_command_palette_holds_the_apps_actions(store):
+    run_id = running_run(store)
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.runs_listed, "the run list")
+        titles = {command.title for command in app.get_system_commands(app.screen)}
+        assert {"New run", "Show the active run", "Export results as CSV", "Export results as LaTeX",
+                "Copy the LaTeX table", f"Cancel run {run_id}", "Next theme", "Help"} <= titles
+        app.switch_mode("new")
+        await pilot.press("ctrl+p")
+        await pilot.press(*f"open run {run_id}")
+        await wait_for(pilot, lambda: any(f"Open run {run_id}" in str(option.prompt)
+                                          for option in app.screen.query("CommandList").first().options),
+                       "the run among the palette's commands")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen")
+        assert app.followed == run_id
+
+
+@pytest.mark.asyncio
+async def test_escape_closes_the_keys_panel(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        app.action_show_help_panel()
+        await pilot.pause()
+        assert app.screen.query("HelpPanel")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not app.screen.query("HelpPanel")
