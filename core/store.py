@@ -144,6 +144,16 @@ class Store:
         """The run's own log file: its events, warnings, and its traceback when it fails."""
         return self.folder / LOG_FOLDER / f"{run_id}.log"
 
+    def check_log_folder(self) -> None:
+        """Make sure runs can write their logs beside the store, before any run is recorded."""
+        folder = self.folder / LOG_FOLDER
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError as error:
+            raise UserError(f"Runs cannot keep their logs in {folder}: {error.strerror or error}.") from None
+        if not os.access(folder, os.W_OK):
+            raise UserError(f"Runs cannot keep their logs in {folder}: it is not writable.")
+
     # ---- opening, schema, migration ----------------------------------------------------------
 
     def _open(self) -> None:

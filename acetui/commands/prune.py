@@ -90,7 +90,7 @@ def prune(
 ) -> None:
     """Prune MODEL with one method and sparsity; evaluate and optionally save it."""
     from acetui.progress import EventProgress
-    from acetui_core.launch import InProcess, LocalProcesses, launch
+    from acetui_core.launch import InProcess, LocalProcesses, launch, queue
     from acetui_core.store import Store
 
     config = RunConfig(model=model or default_model(), method=method, sparsity=sparsity, seqlen=seqlen, seed=seed,
@@ -99,9 +99,12 @@ def prune(
     if detach:
         print(launch([config], LocalProcesses(detach=True, gpus=0), opened)[0])
         return
+    executor = InProcess()
+    [run_id] = queue([config], opened, executor)  # every check before a progress bar appears
     with EventProgress() as progress:
+        executor.on_event = lambda run_id, event: progress(event)
         try:
-            [run_id] = launch([config], InProcess(on_event=lambda run_id, event: progress(event)), opened)
+            executor.start(opened, [run_id])
         except Cancelled:  # Ctrl-C or SIGTERM: the run stopped between layers and is recorded
             typer.echo("acetui: cancelled; the run is recorded as cancelled (acetui runs).", err=True)
             raise typer.Exit(130) from None

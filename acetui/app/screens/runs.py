@@ -115,7 +115,7 @@ class RunsScreen(RunListScreen):
             if not yes:
                 return
             try:
-                self.app.store.delete_run(run.id)
+                self.app.store.delete_runs([run.id])
             except UserError as error:
                 self.notify(str(error), severity="error")
                 return
