@@ -86,6 +86,10 @@ def prune(
         help="Allow --save to replace a checkpoint folder acetui wrote before.")] = False,
     as_json: options.JsonOption = False,
     detach: options.Detach = False,
+    executor: options.Executor = "local",
+    partition: options.Partition = None,
+    gpus_per_job: options.GpusPerJob = 1,
+    time_limit: options.TimeLimit = "2:00:00",
     store: options.StoreOption = None,
 ) -> None:
     """Prune MODEL with one method and sparsity; evaluate and optionally save it."""
@@ -96,14 +100,15 @@ def prune(
     config = RunConfig(model=model or default_model(), method=method, sparsity=sparsity, seqlen=seqlen, seed=seed,
                        save=str(save) if save else None, overwrite=overwrite, **options.run_settings(locals()))
     opened = Store(store)
-    if detach:
-        print(launch([config], LocalProcesses(detach=True, gpus=0), opened)[0])
+    cluster = options.slurm_executor(executor, partition, gpus_per_job, time_limit)
+    if cluster is not None or detach:
+        print(launch([config], cluster or LocalProcesses(detach=True, gpus=0), opened)[0])
         return
-    executor = InProcess()
-    [run_id] = queue([config], opened, executor)  # every check before a progress bar appears
+    in_process = InProcess()
+    [run_id] = queue([config], opened, in_process)  # every check before a progress bar appears
     with EventProgress() as progress:
-        executor.on_event = lambda run_id, event: progress(event)
-        executor.start(opened, [run_id])  # Ctrl-C: Cancelled, recorded; acetui.cli says so
+        in_process.on_event = lambda run_id, event: progress(event)
+        in_process.start(opened, [run_id])  # Ctrl-C: Cancelled, recorded; acetui.cli says so
     run = opened.get_run(run_id, layers=False)
     if run.status != "finished":
         raise UserError(run.error or f"Run {run_id} {run.status}.")
