@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import slurm_cluster as cluster_module
 from slurm_cluster import KILL_WAIT_S, SlurmCluster
 
 # sacct states of a job not finished yet (submitit's list).
@@ -43,6 +44,16 @@ def beat_until_killed(folder: str) -> None:
         draft.write_text(str(time.time()))
         draft.replace(beat)  # atomic, so the test never reads a half-written beat
         time.sleep(0.1)
+
+
+def test_missing_slurm_binaries_are_named_with_the_script_that_installs_them(monkeypatch, tmp_path):
+    monkeypatch.setattr(cluster_module, "SEARCH_PATH", str(tmp_path))  # a folder with no binaries
+
+    problem = cluster_module.missing_requirements()
+
+    assert problem.startswith("the Slurm test cluster needs mungekey, munged, mariadb-install-db, mariadbd, "
+                              "slurmdbd, slurmctld, slurmd, sinfo, squeue, sbatch, sacct, scancel")
+    assert problem.endswith(": run .ci/slurm-deps (as root)")
 
 
 def test_a_job_array_of_two_functions_returns_both_results(slurm_cluster, request):
