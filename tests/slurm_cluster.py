@@ -117,14 +117,14 @@ def one_node_cluster(root: Path) -> Iterator[SlurmCluster]:
         node = node_line.split()[0].removeprefix("NodeName=")
         _write_confs(layout, node_line, node, ports)
 
-        _run(["mungekey", "--create", "--keyfile", str(layout.munge_key)], "mungekey", layout)
+        _run(layout, "mungekey", "--create", "--keyfile", str(layout.munge_key))
         daemons.start("munged", ["munged", "--foreground", f"--key-file={layout.munge_key}",
                                  f"--socket={layout.munge_socket}", f"--pid-file={layout.run / 'munged.pid'}",
                                  f"--seed-file={layout.munge / 'munged.seed'}"], env)
         daemons.wait_until("munged", layout.munge_socket.exists)
 
-        _run(["mariadb-install-db", *_mariadb_options(layout), "--auth-root-authentication-method=normal",
-              "--skip-test-db"], "mariadb-install-db", layout)
+        _run(layout, "mariadb-install-db", *_mariadb_options(layout), "--auth-root-authentication-method=normal",
+             "--skip-test-db")
         daemons.start("mariadbd", ["mariadbd", *_mariadb_options(layout), f"--port={ports.mariadb}",
                                    "--bind-address=127.0.0.1", "--skip-name-resolve",
                                    f"--socket={layout.run / 'mariadb.sock'}", f"--init-file={layout.db_init}"],
@@ -252,8 +252,8 @@ StorageLoc=slurm_acct_db
 
 
 def _mariadb_options(layout: _Layout) -> list[str]:
-    """Shared by the database's creation and its server: no my.cnf, small InnoDB files (MariaDB's
-    default 96 MB redo log is most of a fresh database's size)."""
+    """Shared by the database's creation and its server: no my.cnf, a small redo log and buffer pool
+    (defaults 96 MB and 128 MB). The database still grows to about 100 MB as slurmdbd makes its tables."""
     return ["--no-defaults", f"--datadir={layout.db}", f"--user={getpass.getuser()}",
             "--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M"]
 
@@ -305,8 +305,9 @@ def _log_tail(log_dir: Path, name: str, lines: int = 15) -> str:
     return "its logs end:\n" + "\n".join(tails) if tails else f"it wrote no log under {log_dir}"
 
 
-def _run(command: list[str], name: str, layout: _Layout) -> None:
-    done = subprocess.run([_binary(command[0]), *command[1:]], capture_output=True, text=True)
+def _run(layout: _Layout, name: str, *arguments: str) -> None:
+    """Run a one-off set-up command; its output goes to log/<name>.out only when it fails."""
+    done = subprocess.run([_binary(name), *arguments], capture_output=True, text=True)
     if done.returncode != 0:
         (layout.log / f"{name}.out").write_text(done.stdout + done.stderr)
         raise ClusterError(f"{name} failed with code {done.returncode}; {_log_tail(layout.log, name)}")
