@@ -1,11 +1,15 @@
-"""The ``acetui`` command: headless subcommands, and the app when run with no subcommand."""
+"""The ``acetui`` command: every subcommand is registered here, in one place, and the app opens when no
+subcommand is given. Command modules define plain functions; none of them imports this module."""
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
 
+from acetui.commands import app as workbench
+from acetui.commands import evaluate, export, grid, methods, prune, runs
 from acetui_core.errors import UserError
 
 app = typer.Typer(
@@ -14,6 +18,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="A terminal workbench for post-training pruning of LLMs (ACE, Wanda, RIA, SparseGPT, magnitude).",
 )
+app.callback(invoke_without_command=True)(workbench.workbench)
+app.command()(prune.prune)
+app.command()(grid.compare)
+app.command()(grid.sweep)
+app.command("export")(export.export_runs)
+app.command("eval")(evaluate.eval_command)
+app.command()(methods.methods)
+app.command()(workbench.attach)
+app.add_typer(runs.runs_app, name="runs")
 
 
 def fail(message: str) -> None:
@@ -22,13 +35,33 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def main() -> None:
-    from acetui import commands  # noqa: F401  (registers the subcommands on ``app``)
+def _usage_sentence(error: typer.TyperException) -> str:
+    """Typer's usage errors (unknown option, missing value...) as one sentence, without its boxed help."""
+    message = " ".join(error.format_message().split())
+    ctx = getattr(error, "ctx", None)
+    command = ctx.command_path if ctx is not None else "acetui"
+    return f"{message.rstrip('.')}; see {command} --help."
 
+
+def _os_sentence(error: OSError) -> str:
+    """An OS refusal on any path a user gave (a full disk, a file where a folder should be...)."""
+    reason = error.strerror or str(error)
+    return f"Cannot use {error.filename}: {reason}." if error.filename else f"{reason}."
+
+
+def main() -> None:
     try:
-        app(prog_name="acetui")
+        code = app(prog_name="acetui", standalone_mode=False)
+    except typer.TyperException as error:
+        fail(_usage_sentence(error))
+    except typer.Abort:
+        fail("interrupted.")
     except UserError as error:
         fail(str(error))
+    except OSError as error:
+        fail(_os_sentence(error))
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not turn this into a traceback
         print("acetui: interrupted.", file=sys.stderr)
-        raise SystemExit(130)
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

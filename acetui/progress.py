@@ -40,6 +40,7 @@ class EventProgress:
         elif isinstance(event, LayerStarted):
             self.progress.update(self.tasks["layers"], description=f"layer {event.index + 1}/{event.total}")
         elif isinstance(event, LayerPruned):
-            sparsity = sum(r.sparsity * r.d_in * r.d_out for r in event.linears) / max(1, sum(r.d_in * r.d_out for r in event.linears))
-            self.progress.update(self.tasks["layers"], completed=event.index + 1)
-            self.progress.console.print(f"layer {event.index:>3}  {len(event.linears)} linears  sparsity {sparsity:.4f}  {event.seconds:.2f}s")
+            layer = event.layer
+            self.progress.update(self.tasks["layers"], completed=layer.index + 1)
+            self.progress.console.print(f"layer {layer.index:>3}  {len(layer.linears)} linears  "
+                                        f"sparsity {layer.sparsity or 0:.4f}  {layer.seconds:.2f}s")

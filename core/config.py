@@ -55,3 +55,8 @@ class RunConfig:
 
 
 FULL_CONTEXT_CAP = 4096
+
+
+def model_name(model: str) -> str:
+    """A short display name: the last component of a path or hub id, without ``.gguf``."""
+    return model.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf")

@@ -14,6 +14,9 @@ from acetui_core.errors import UserError
 from acetui_core.paths import data_dir
 
 C4_SHARD = "en/c4-train.00000-of-01024.json.gz"
+# Where each source lives inside ACETUI_DATA_DIR (the layout of shared/data).
+LOCAL_C4 = "c4/c4_calib_merged.jsonl"
+LOCAL_WIKITEXT2 = {"train": "wikitext-2-raw/hf_rows/train.json", "test": "wikitext-2-raw/hf_rows/test.json"}
 HUB_HINT = "set ACETUI_DATA_DIR to a local data folder (the layout of shared/data) or pass --calib PATH"
 
 
@@ -38,10 +41,16 @@ def _read_records(path: Path) -> list[str]:
                 raise UserError(f"Calibration file {path} must be .txt, .jsonl or .json(.gz).")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError) as error:
         raise UserError(f"Could not read {path}: {error}.") from None
-    try:
-        return [row["text"] for row in rows]
-    except (KeyError, TypeError):
-        raise UserError(f"{path} has records without a 'text' field.") from None
+    texts = []
+    for number, row in enumerate(rows, 1):
+        text = row.get("text") if isinstance(row, dict) else None
+        if not isinstance(text, str):
+            what = "without a 'text' field" if not isinstance(row, dict) or "text" not in row else "whose 'text' is not a string"
+            raise UserError(f"{path} has records {what} (record {number}).")
+        texts.append(text)
+    if not any(text.strip() for text in texts):
+        raise UserError(f"{path} holds no text to calibrate on.")
+    return texts
 
 
 def _hub_texts(what: str, loader) -> list[str]:
@@ -56,7 +65,7 @@ def calibration_documents(source: str) -> tuple[list[str], str]:
     local = data_dir()
     if source == "c4":
         if local:
-            path = local / "c4" / "c4_calib_merged.jsonl"
+            path = local / LOCAL_C4
             if not path.is_file():
                 raise UserError(f"ACETUI_DATA_DIR has no C4 sample at {path}.")
             return _read_records(path), str(path)
@@ -69,7 +78,7 @@ def calibration_documents(source: str) -> tuple[list[str], str]:
         return _hub_texts("C4", hub), f"allenai/c4 {C4_SHARD}"
     if source == "wikitext2":
         if local:
-            path = local / "wikitext-2-raw" / "hf_rows" / "train.json"
+            path = local / LOCAL_WIKITEXT2["train"]
             if not path.is_file():
                 raise UserError(f"ACETUI_DATA_DIR has no WikiText-2 train split at {path} (the test split is for evaluation only); use --calib c4 or a file.")
             return ["\n\n".join(_read_records(path))], str(path)
@@ -135,7 +144,7 @@ def wikitext2_test_text() -> tuple[str, str]:
     """The ``wikitext-2-raw-v1`` test split joined with two newlines, as Wanda and SparseGPT evaluate it."""
     local = data_dir()
     if local:
-        path = local / "wikitext-2-raw" / "hf_rows" / "test.json"
+        path = local / LOCAL_WIKITEXT2["test"]
         if not path.is_file():
             raise UserError(f"ACETUI_DATA_DIR has no WikiText-2 test split at {path}.")
         return "\n\n".join(_read_records(path)), str(path)

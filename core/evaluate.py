@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from acetui_core.events import Stage
 
 EVAL_TOKENS_PER_BATCH = 4096  # windows per forward pass = this // window length (at least 1)
+MAX_EXP = math.log(sys.float_info.max)
 
 
 @torch.no_grad()
@@ -23,6 +25,8 @@ def perplexity(model, ids: torch.Tensor, seqlen: int, limit: int | None = None, 
     device = device or next(model.parameters()).device
     batch = max(1, EVAL_TOKENS_PER_BATCH // seqlen)
     nll = 0.0
+    if on_event:  # before the first batch, so the stage shows for the whole evaluation
+        on_event(Stage("wikitext2", 0, windows))
     for start in range(0, windows, batch):
         if cancel is not None and cancel.is_set():
             from acetui_core.errors import Cancelled
@@ -37,4 +41,6 @@ def perplexity(model, ids: torch.Tensor, seqlen: int, limit: int | None = None, 
         nll += (loss.mean(dim=1) * seqlen).sum().item()
         if on_event:
             on_event(Stage("wikitext2", stop, windows))
-    return math.exp(nll / (windows * seqlen)), windows, total
+    mean_nll = nll / (windows * seqlen)
+    # A model pruned to noise can exceed exp's range: its perplexity is reported as infinite, not a crash.
+    return (math.exp(mean_nll) if mean_nll < MAX_EXP else math.inf), windows, total

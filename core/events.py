@@ -1,36 +1,15 @@
 """Typed progress events the pipeline hands to a callback; it knows nothing of who listens.
 
-Every event is a plain dataclass of JSON-friendly values, so a store can persist it and a UI
-can render it without the model.
+Every event is a plain dataclass of JSON-friendly values (``acetui_core.records``), so a store or a job
+folder can persist it and a UI can render it without the model.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-
-@dataclass
-class Histogram:
-    """Scores of one linear, binned; ``log`` when the edges are log-spaced (scores spanning decades)."""
-
-    edges: list[float]
-    counts: list[int]
-    threshold: float | None  # the score below which weights were pruned (None for N:M and SparseGPT)
-    log: bool
-    stride: int = 1  # counts are of every stride-th score (1: all of them)
-
-
-@dataclass
-class LinearRecord:
-    name: str  # e.g. "self_attn.q_proj"
-    d_out: int
-    d_in: int
-    sparsity: float  # achieved fraction of zeros
-    seconds: float
-    # Summary of per-column activation statistics E[x^2] and Var[x^2] over calibration tokens:
-    # {"x2_mean": {"min":..,"median":..,"max":..}, "x2_var": {...}}
-    act_stats: dict = field(default_factory=dict)
-    histogram: Histogram | None = None
+from acetui_core import records
+from acetui_core.records import LayerRecord, RunResult
 
 
 @dataclass
@@ -39,7 +18,8 @@ class RunStarted:
     method: str
     sparsity: str
     num_layers: int
-    device: str
+    device: str  # e.g. "cuda:0"
+    device_name: str = ""  # the hardware, e.g. "NVIDIA H100 80GB HBM3"
 
 
 @dataclass
@@ -59,12 +39,22 @@ class LayerStarted:
 
 @dataclass
 class LayerPruned:
-    index: int
-    total: int
-    seconds: float
-    linears: list[LinearRecord]
+    layer: LayerRecord
 
 
 @dataclass
 class RunFinished:
-    result: dict  # the same object ``acetui prune --json`` prints
+    result: RunResult
+
+
+EVENTS = {cls.__name__: cls for cls in (RunStarted, Stage, LayerStarted, LayerPruned, RunFinished)}
+
+
+def event_to_dict(event) -> dict:
+    """An event as one JSON object, tagged with its type (a job folder's events file holds one per line)."""
+    return {"event": type(event).__name__, **records.to_dict(event)}
+
+
+def event_from_dict(data: dict):
+    data = dict(data)
+    return records.from_dict(EVENTS[data.pop("event")], data)

@@ -3,8 +3,11 @@ Markdown laid out like the paper's: one row per method with its calibration leng
 ``CosP+VarP-16``, ``Wanda-FL``: ``RunConfig.label``), one column per sparsity pattern (grouped by
 model when there are several), cells = WikiText-2 perplexity, best (lowest) per column in bold.
 
-Several runs landing in one cell (seeds, repeats) show their mean ``± sd``. A perplexity measured on
-part of the test set (``--eval-limit``) carries a dagger and a note: it is not comparable to the paper.
+Runs share a cell only when every setting that can change its number is equal (``settings``): only
+seeds may differ, and the cell then shows their mean ``± sd`` and ``(n=...)``. Runs that differ in
+anything else get rows of their own, labelled with the difference (``Wanda-16 (32 samples)``). A
+perplexity measured on part of the test set (``--eval-limit``) carries a dagger and a note: it is not
+comparable to the paper.
 The layout can instead put calibration lengths (``columns="seqlen"``, the paper's appendix study) or
 seeds (``columns="seed"``) in the columns.
 """
@@ -15,14 +18,15 @@ import csv
 import io
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.sparsity import parse_sparsity
-from acetui_core.store import RunRecord, model_name
-from acetui_core.zeroshot import is_partial, mean_accuracy
+from acetui_core.config import model_name
+from acetui_core.records import any_partial, mean_accuracy
+from acetui_core.store import RunRecord
 
 FORMATS = ("csv", "latex", "markdown")
 # ppl: WikiText-2 perplexity (lower is better); zeroshot: accuracy per task with Avg. last (the paper's
@@ -98,7 +102,7 @@ def to_csv(records: list[RunRecord]) -> str:
 
 @dataclass
 class Cell:
-    values: list[float]  # perplexities, or accuracies in percent
+    values: list[float]  # perplexities, or accuracies in percent: one per seed
     seconds: list[float]
     partial: bool
 
@@ -127,6 +131,11 @@ class Comparison:
     def partial(self) -> bool:
         return any(cell.partial for cell in self.cells.values())
 
+    @property
+    def seeds(self) -> bool:
+        """Whether some cell is a mean over several seeds."""
+        return any(len(cell.values) > 1 for cell in self.cells.values())
+
     def text(self, row: str, column: tuple[str, str], bold, dagger: str, bar: str, pm: str) -> str:
         """A cell as text, with the markup of the target format; ``--`` where no run is."""
         cell = self.cells.get((row, column))
@@ -137,6 +146,8 @@ class Comparison:
             value = bold(value)
         if cell.sd is not None:
             value += f" {pm} {cell.sd:.2f}"
+        if len(cell.values) > 1:
+            value += f" (n={len(cell.values)})"
         if cell.partial:
             value += dagger
         if self.cell_format == "ppl-time":
@@ -153,37 +164,113 @@ def _paper_name(method: str) -> str:
     return METHODS[method].paper_name if method in METHODS else method
 
 
-def _zeroshot(record: RunRecord) -> dict:
-    return (record.results or {}).get("zeroshot") or {}
-
-
 def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tuple[str, str, float, bool]]:
     """(row, column header, value, partial) entries one run adds to the grid."""
+    result = record.results
     if measure == "ppl":
-        return [(row, header, record.ppl, bool(record.results.get("ppl_partial")))]
-    tasks = _zeroshot(record)
-    partial = is_partial(tasks)
+        return [(row, header, result.ppl_wikitext2, result.ppl_partial)]
+    tasks = result.zeroshot
     mean = 100 * mean_accuracy(tasks)
     if measure == "zeroshot-mean":
-        return [(row, header, mean, partial)]
-    return [(row, task, 100 * entry["acc"], partial) for task, entry in tasks.items()] + [(row, "Avg.", mean, partial)]
+        return [(row, header, mean, any_partial(tasks))]
+    return ([(row, task, 100 * (entry.acc or 0.0), entry.partial) for task, entry in tasks.items()]
+            + [(row, "Avg.", mean, any_partial(tasks))])
+
+
+# ---- which runs may share a cell ----------------------------------------------------------------
+
+# Settings that cannot change a measured number: runs differing only in these share a cell. Seeds are
+# the repeats a cell averages over; the table's own axes (sparsity, or the chosen columns) are not rows.
+_NEVER_SPLIT = {"seed", "device", "save", "overwrite", "evals", "batch_size", "sparsity"}
+_PPL_ONLY = {"eval_seqlen", "eval_limit"}
+_ZEROSHOT_ONLY = {"tasks", "zeroshot_limit"}
+_CALIBRATION = {"calib", "nsamples", "seqlen"}
+
+
+def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]:
+    """Every setting of a finished run that can change the number a table shows, except its seed and the
+    table's column axis: the configuration, with what the run resolved (window lengths, windows counted,
+    dtype) and the identity of the files it read (model, calibration)."""
+    config, result = record.config, record.results
+    skip = _NEVER_SPLIT | (_ZEROSHOT_ONLY if measure == "ppl" else _PPL_ONLY) | {columns}
+    if result.calibration is None:  # no calibration data: its settings cannot matter
+        skip |= _CALIBRATION
+    values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
+    values["dtype"] = result.dtype
+    values["model file"] = result.model_fingerprint
+    if result.calibration is not None:
+        values["calibration file"] = result.calibration.fingerprint
+        if "seqlen" in values:
+            values["seqlen"] = result.calibration.seqlen
+    if measure == "ppl":
+        values["eval_seqlen"], values["eval_limit"] = result.ppl_seqlen, result.ppl_windows
+    else:
+        values["tasks"] = tuple((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
+        values.pop("zeroshot_limit", None)
+    return values
+
+
+_DESCRIBE = {
+    "nsamples": lambda v: f"{v} samples",
+    "seqlen": lambda v: f"{v}-token calibration",
+    "calib": lambda v: f"calib {str(v).rsplit('/', 1)[-1]}",
+    "eval_seqlen": lambda v: f"eval {v} tokens",
+    "eval_limit": lambda v: f"{v} windows",
+    "group": lambda v: f"{v} groups",
+    "squared_weight": lambda v: "|W|^2" if v else "|W|",
+    "ria_alpha": lambda v: f"alpha {v}",
+    "dtype": str,
+    "model": str,
+    "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),
+}
+
+
+def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, columns: str) -> dict[str, str]:
+    """Each run's row label: its base label, plus the settings in which it differs from the other runs of
+    the same base label and model column (for example ``Wanda-16 (32 samples)``), so that runs with
+    different settings never share a cell. File identities that differ are numbered in order of
+    appearance (``model file 2``)."""
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for record in records:
+        groups.setdefault((base[record.id], model_name(record.config.model)), []).append(record)
+    labels = {}
+    for (label, _), group in groups.items():
+        values = {record.id: settings(record, measure, columns) for record in group}
+        names = list(dict.fromkeys(name for v in values.values() for name in v))
+        differing = [name for name in names if len({repr(v.get(name)) for v in values.values()}) > 1]
+        versions = {name: list(dict.fromkeys(repr(v.get(name)) for v in values.values())) for name in differing}
+        for record in group:
+            parts = []
+            for name in differing:
+                value = values[record.id].get(name)
+                if name.endswith(" file"):
+                    parts.append(f"{name} {versions[name].index(repr(value)) + 1}")
+                else:
+                    parts.append(_DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")(value))
+            labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
+    return labels
 
 
 def comparison(records: list[RunRecord], *, cells: str = "ppl", columns: str = "sparsity",
                measure: str = "ppl") -> Comparison:
     """Arrange the finished runs into the paper's grid: perplexity (best = lowest) or zero-shot accuracy
-    in percent (best = highest), per task with Avg. last or as the mean of the tasks."""
+    in percent (best = highest), per task with Avg. last or as the mean of the tasks.
+
+    Runs share a cell only when every setting that can change the number is equal (``settings``); seeds
+    may differ, and the cell is then their mean ± sd with n. Runs that differ in anything else get rows
+    of their own whose labels name the difference."""
     if cells not in CELLS:
         raise UserError(f"Unknown --cells '{cells}'; choose one of: {', '.join(CELLS)}.")
     if columns not in COLUMNS:
         raise UserError(f"Unknown --columns '{columns}'; choose one of: {', '.join(COLUMNS)}.")
     if measure not in MEASURES:
         raise UserError(f"Unknown --table '{measure}'; choose one of: {', '.join(MEASURES)}.")
+    finished = [r for r in records if r.status == "finished" and r.results is not None]
     if measure == "ppl":
-        usable = [r for r in records if r.status == "finished" and r.ppl is not None]
+        usable = [r for r in finished if r.ppl is not None]
         what = "a WikiText-2 perplexity"
     else:
-        usable = [r for r in records if r.status == "finished" and _zeroshot(r)]
+        usable = [r for r in finished if r.results.zeroshot]
         what = "zero-shot results (prune --eval zeroshot)"
     if not usable:
         raise UserError(f"None of the {len(records)} selected run(s) has finished with {what}, "
@@ -201,13 +288,15 @@ def comparison(records: list[RunRecord], *, cells: str = "ppl", columns: str = "
             return record.label + suffix, f"seed {config.seed}"
         return record.label + suffix, ""  # per-task table: the tasks are the columns
 
+    axis = "sparsity" if columns == "sparsity" and measure != "zeroshot" else columns
+    row_labels = _row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)
     models = list(dict.fromkeys(model_name(r.config.model) for r in usable))
     headers: dict[str, list[str]] = {m: [] for m in models}
     rows: list[str] = []
     grid: dict = {}
     for record in usable:
         model = model_name(record.config.model)
-        for row, header, value, partial in _values(record, measure, *keys(record)):
+        for row, header, value, partial in _values(record, measure, row_labels[record.id], keys(record)[1]):
             rows.append(row)
             headers[model].append(header)
             cell = grid.setdefault((row, (model, header)), Cell([], [], False))

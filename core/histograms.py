@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from acetui_core.events import Histogram
+from acetui_core.records import Histogram
 
 BINS = 32
 LOG_SPAN = 1e3  # scores spanning more than three decades get log-spaced bins

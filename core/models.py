@@ -3,7 +3,9 @@ linears for each supported family, and device/dtype choices."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from torch import nn
 
 from acetui_core.config import FULL_CONTEXT_CAP
 from acetui_core.errors import UserError
+from acetui_core.paths import file_identity
 
 SUPPORTED = "the LLaMA family (LLaMA 1/2/3, Mistral, Qwen2/3, Gemma 2/3, SmolLM), OPT and GPT-2"
 
@@ -29,6 +32,20 @@ def resolve_device(name: str) -> torch.device:
     if name == "cpu":
         return torch.device("cpu")
     raise UserError(f"Unknown device '{name}'; use auto, cpu or cuda[:i].")
+
+
+def device_name(device: torch.device) -> str:
+    """The hardware behind ``device``: the GPU's name, or the CPU's model name."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -82,6 +99,7 @@ class Loaded:
     device: torch.device
     dtype: torch.dtype
     context_length: int
+    fingerprint: str | None = None  # the model files' identity, or the hub revision
     _dense: dict = field(default_factory=dict, repr=False)
 
     def snapshot(self) -> None:
@@ -132,12 +150,10 @@ def _load_gguf(path: Path, dtype: torch.dtype):
 
 
 def _load_folder(path: Path, dtype: torch.dtype):
-    if not (path / "config.json").is_file():
-        raise UserError(f"{path} is a folder but not a Hugging Face model (it has no config.json).")
     try:
         return _from_pretrained(str(path), dtype)
-    except (OSError, ValueError, KeyError) as error:
-        raise UserError(f"{path} could not be loaded as a model: {str(error).splitlines()[0]}") from None
+    except Exception as error:  # a damaged checkpoint fails in many ways: truncated shards, bad config values, shapes
+        raise UserError(f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)}).") from None
 
 
 def _load_hub(repo_id: str, dtype: torch.dtype):
@@ -154,23 +170,105 @@ def _looks_like_path(source: str) -> bool:
     return source.startswith((".", "/", "~")) or source.endswith(".gguf") or source.count("/") > 1
 
 
+def model_source(source: str) -> tuple[str, Path | str]:
+    """What ``source`` names, checked without loading anything: ``("gguf", file)``, ``("folder", dir)`` or
+    ``("hub", repo id)``; a missing or unusable path is a UserError."""
+    path = Path(source).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return "gguf", path
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UserError(f"{path} is a folder but not a Hugging Face model (it has no config.json).")
+        return "folder", path
+    if path.exists():
+        raise UserError(f"{source} is neither a model folder nor a .gguf file.")
+    if _looks_like_path(source) or not source.strip():
+        raise UserError(f"Model path {source} does not exist.")
+    return "hub", source
+
+
+def preflight(source: str) -> int | None:
+    """Read what a model's files say without loading its weights, so a damaged model is refused before any
+    run is recorded: its configuration, its family, its weights' headers and shapes (a GGUF file's
+    metadata). Returns the context length, or None for a hub model not in the local cache (checked when
+    it loads)."""
+    kind, path = model_source(source)
+    identity = file_identity(path) if kind != "hub" else None
+    return _preflight(kind, str(path), identity)
+
+
+@functools.lru_cache(maxsize=8)
+def _preflight(kind: str, path: str, _identity: str | None) -> int | None:
+    if kind == "gguf":
+        return _gguf_context(Path(path))
+    if kind == "hub":
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(path, "config.json")
+        if not isinstance(cached, str):
+            return None
+        path = str(Path(cached).parent)
+    try:
+        from accelerate import init_empty_weights
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(path)
+        with init_empty_weights():
+            skeleton = AutoModelForCausalLM.from_config(config)
+        expected = {name: tuple(tensor.shape) for name, tensor in skeleton.state_dict().items()}
+        _check_shards(Path(path), expected)
+    except UserError:
+        raise
+    except Exception as error:  # a damaged configuration fails in many ways
+        raise UserError(f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)}).") from None
+    decoder_layers(skeleton)  # an unsupported family is refused here too
+    return _context_length(config)
+
+
+def _check_shards(folder: Path, expected: dict[str, tuple]) -> None:
+    """Every safetensors shard must have a readable header whose tensors fit the configuration."""
+    from safetensors import safe_open
+
+    for shard in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(shard), "pt") as tensors:
+                shapes = {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()}
+        except Exception as error:  # truncated or not safetensors at all
+            raise UserError(f"The checkpoint folder {folder} could not be loaded as a model: {shard.name} is damaged "
+                            f"({_first_line(error)}).") from None
+        for name, shape in shapes.items():
+            want = expected.get(name) or expected.get(name.removeprefix("model."))
+            if want is not None and want != shape:
+                raise UserError(f"The checkpoint folder {folder} could not be loaded as a model: {name} in "
+                                f"{shard.name} has shape {list(shape)}, its config.json says {list(want)}.")
+
+
+def _gguf_context(path: Path) -> int | None:
+    try:
+        from gguf import GGUFReader
+
+        fields = GGUFReader(str(path)).fields
+        field = fields["general.architecture"]
+        architecture = bytes(field.parts[field.data[0]]).decode()
+        context = fields.get(f"{architecture}.context_length")
+        return int(context.parts[context.data[0]][0]) if context is not None else None
+    except Exception as error:  # the gguf reader raises many kinds on a damaged file
+        raise UserError(f"{path} is not a readable GGUF model file ({type(error).__name__}); "
+                        f"it may be corrupt or truncated.") from None
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
 def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_event=None) -> Loaded:
     """Load a causal LM on CPU (decoder layers move to ``device`` one at a time while pruning)."""
     from acetui_core.events import Stage
 
     compute_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, compute_device)
-    path = Path(source).expanduser()
-    if path.is_file() and path.suffix == ".gguf":
-        load = _load_gguf
-    elif path.is_dir():
-        load = _load_folder
-    elif path.exists():
-        raise UserError(f"{source} is neither a model folder nor a .gguf file.")
-    elif _looks_like_path(source):
-        raise UserError(f"Model path {source} does not exist.")
-    else:
-        load, path = _load_hub, source
+    kind, path = model_source(source)
+    load = {"gguf": _load_gguf, "folder": _load_folder, "hub": _load_hub}[kind]
     if on_event:  # only now: a bad path is reported without a progress bar in front of it
         on_event(Stage("load", 0, 1))
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -181,5 +279,6 @@ def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_eve
         tokenizer.pad_token = tokenizer.eos_token
     if on_event:
         on_event(Stage("load", 1, 1))
+    fingerprint = file_identity(path) if kind != "hub" else getattr(model.config, "_commit_hash", None)
     return Loaded(model, tokenizer, source, model.config.model_type, compute_device, torch_dtype,
-                  _context_length(model.config))
+                  _context_length(model.config), fingerprint)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 from pathlib import Path
@@ -30,3 +31,18 @@ def data_dir() -> Path | None:
     """``ACETUI_DATA_DIR`` (the layout of shared/data), or None to use the hub."""
     value = os.environ.get("ACETUI_DATA_DIR")
     return Path(value).expanduser().resolve() if value else None
+
+
+def file_identity(source: str | os.PathLike | None) -> str | None:
+    """Size and modification time of a file, or of a folder's files: tells two versions of "the same"
+    model or calibration file apart. None for what is not a local path (a hub id)."""
+    if source is None:
+        return None
+    path = Path(source).expanduser()
+    if path.is_file():
+        stat = path.stat()
+        return f"{stat.st_size}:{stat.st_mtime_ns}"
+    if path.is_dir():
+        entries = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file())
+        return hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
+    return None

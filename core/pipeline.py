@@ -8,21 +8,25 @@ from __future__ import annotations
 import resource
 import threading
 import time
+from dataclasses import dataclass, fields, replace
 
 import torch
 
 from acetui_core import histograms
-from acetui_core.checkpoint import check_save_dir, save_checkpoint
-from acetui_core.config import FULL_CONTEXT_CAP, RunConfig
+from acetui_core.checkpoint import save_checkpoint
+from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration, wikitext2_test_ids
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.evaluate import perplexity
-from acetui_core.events import LayerPruned, LayerStarted, LinearRecord, RunFinished, RunStarted, Stage
+from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.masks import check_nm_fits, prune_mask
 from acetui_core.metrics import get_method
-from acetui_core.models import Loaded, decoder_layers, load_model, prunable_linears, set_weight_matrix, weight_matrix
+from acetui_core.models import Loaded, decoder_layers, device_name, load_model, prunable_linears, set_weight_matrix, weight_matrix
+from acetui_core.paths import file_identity
+from acetui_core.records import Calibration, LayerRecord, LinearRecord, LinearSparsity, RunResult, TaskAccuracy
 from acetui_core.sparsegpt import sparsegpt_prune
 from acetui_core.stats import ColumnStats
+from acetui_core.validate import check_against_model, check_config, resolve_seqlen
 
 CALIB_TOKENS_PER_BATCH = 4096  # calibration windows go through a layer in batches of about this many tokens
 
@@ -135,19 +139,21 @@ def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, Co
 def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event):
     """Gather statistics over every calibration token, then score, mask and write back each linear."""
     linears = prunable_linears(layer)
-    for name, module in linears.items():
-        check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
     stats: dict[str, ColumnStats] = {}
     if method.needs_activations:
         stats = _gather_stats(layer, linears, inputs, device, hessian=method.score is None)
         for name, s in stats.items():
             if not s.is_finite():
+                hint = "" if loaded.dtype == torch.float32 else " (try --dtype float32)"
                 raise UserError(f"Calibration activations entering layer {index} {name} contain NaN or inf; "
-                                f"nothing was pruned there (try --dtype float32).")
+                                f"nothing was pruned there{hint}.")
     records = []
     for name, module in linears.items():
         start = time.perf_counter()
         W = weight_matrix(module).float()  # the weight itself when it is float32, else a float32 copy
+        if not torch.isfinite(W).all():
+            raise UserError(f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "
+                            f"and nothing was pruned there.")
         histogram = None
         if method.score is None:
             W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
@@ -162,7 +168,7 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
         records.append(LinearRecord(
             name=name, d_out=W.shape[0], d_in=W.shape[1], sparsity=achieved,
             seconds=time.perf_counter() - start,
-            act_stats=stats[name].summary() if name in stats else {},
+            act_stats=stats[name].summary() if name in stats else None,
             histogram=histogram,
         ))
     return records, stats
@@ -174,48 +180,46 @@ def _peak_memory(device: torch.device) -> tuple[float, float | None]:
     return rss_mb, gpu_mb
 
 
-def resolve_seqlen(seqlen, context_length: int, what: str = "--seqlen") -> int:
-    if seqlen in (None, "full"):
-        return min(context_length, FULL_CONTEXT_CAP)
-    seqlen = int(seqlen)
-    if seqlen < 2:
-        raise UserError(f"{what} must be at least 2 tokens.")
-    if seqlen > context_length:
-        raise UserError(f"{what} {seqlen} is longer than the model's context of {context_length} tokens.")
-    return seqlen
+@dataclass
+class Pruned:
+    """What the layer loop reports: the fields of ``RunResult`` it knows."""
+
+    layers: list[LinearSparsity]
+    overall_sparsity: float
+    prune_seconds: float
+    calibration: Calibration | None
 
 
-def validate(config: RunConfig) -> None:
-    """Reject bad settings before any model is loaded."""
-    get_method(config.method)
-    config.sparsity_spec  # noqa: B018  (parsing raises the user's sentence)
-    if config.group not in ("row", "layer"):
-        raise UserError(f"--group must be row or layer, not '{config.group}'.")
-    if config.nsamples < 1:
-        raise UserError("--nsamples must be at least 1.")
-    if config.seqlen != "full" and not str(config.seqlen).isdigit():
-        raise UserError(f"--seqlen must be a number of tokens or 'full', not '{config.seqlen}'.")
-    check_save_dir(config.save, config.overwrite)
-    if config.eval_limit is not None and config.eval_limit < 1:
-        raise UserError("--eval-limit must be at least 1.")
-    unknown = set(config.evals) - {"wikitext2", "zeroshot"}
-    if unknown:
-        raise UserError(f"Unknown evaluation '{sorted(unknown)[0]}'; use wikitext2, zeroshot or none.")
+@dataclass
+class Evaluation:
+    """What evaluation reports: the fields of ``RunResult`` it knows."""
+
+    ppl_wikitext2: float | None = None
+    ppl_windows: int | None = None
+    ppl_partial: bool = False
+    ppl_seqlen: int | None = None
+    zeroshot: dict[str, TaskAccuracy] | None = None
 
 
-def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Event | None = None) -> dict:
-    """Prune ``loaded.model`` in place; return the per-linear records and timing."""
+def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Event | None = None) -> Pruned:
+    """Prune ``loaded.model`` in place; return the per-linear sparsities and timing."""
     emit = on_event or (lambda event: None)
     method, sparsity = get_method(config.method), config.sparsity_spec
     layers = decoder_layers(loaded.model)
-    seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
-    emit(RunStarted(config.model, config.method, config.sparsity, len(layers), str(loaded.device)))
+    for index, layer in enumerate(layers):  # an N:M pattern that does not fit fails here, before calibration
+        for name, module in prunable_linears(layer).items():
+            check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
+    emit(RunStarted(config.model, config.method, config.sparsity, len(layers), str(loaded.device),
+                    device_name(loaded.device)))
 
-    windows, source = None, None
+    windows, calibration = None, None
     if method.needs_activations:
+        seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
         emit(Stage("calibration", 0, config.nsamples))
         ids, source = tokenized_calibration(loaded.tokenizer, config.calib)
         windows = calibration_windows(ids, config.nsamples, seqlen, config.seed)
+        calibration = Calibration(source=source, nsamples=config.nsamples, seqlen=seqlen, seed=config.seed,
+                                  fingerprint=file_identity(source))
         emit(Stage("calibration", config.nsamples, config.nsamples))
 
     started = time.perf_counter()
@@ -223,10 +227,10 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
     if windows is not None:
         hidden_size = loaded.model.get_input_embeddings().weight.shape[1]
         keep_on = _activation_device(loaded, windows, hidden_size)
-        batch = max(1, CALIB_TOKENS_PER_BATCH // seqlen)
+        batch = max(1, CALIB_TOKENS_PER_BATCH // windows.shape[1])
         inputs = _capture_layer0_inputs(loaded, windows, batch, keep_on)
 
-    records, tokens_seen = [], None
+    summaries: list[LinearSparsity] = []
     for index, layer in enumerate(layers):
         if cancel is not None and cancel.is_set():
             raise Cancelled()
@@ -239,23 +243,18 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
         if inputs:
             with torch.no_grad():
                 inputs = [(_layer_forward(layer, h, kw, device).to(h.device), kw) for h, kw in inputs]
-            tokens_seen = {name: s.tokens for name, s in stats.items()}
+            if calibration is not None:
+                calibration.tokens_per_linear = max(s.tokens for s in stats.values())
         layer.to(home)
-        emit(LayerPruned(index, len(layers), time.perf_counter() - layer_start, linears))
-        records += [{"layer": index, **{k: getattr(r, k) for k in ("name", "sparsity", "seconds")}} for r in linears]
+        emit(LayerPruned(LayerRecord(index, len(layers), time.perf_counter() - layer_start, linears)))
+        summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds) for r in linears]
     prune_seconds = time.perf_counter() - started
     if loaded.device.type == "cuda":
         torch.cuda.synchronize(loaded.device)
 
-    zeros = sum(r["sparsity"] * p for r, p in zip(records, _linear_sizes(layers)))
-    return {
-        "layers": records,
-        "overall_sparsity": zeros / sum(_linear_sizes(layers)),
-        "prune_seconds": prune_seconds,
-        "calibration": {"source": source, "nsamples": config.nsamples if windows is not None else 0,
-                        "seqlen": seqlen, "seed": config.seed,
-                        "tokens_per_linear": (max(tokens_seen.values()) if tokens_seen else 0)},
-    }
+    sizes = _linear_sizes(layers)
+    zeros = sum(summary.sparsity * size for summary, size in zip(summaries, sizes))
+    return Pruned(summaries, zeros / sum(sizes), prune_seconds, calibration)
 
 
 def _linear_sizes(layers) -> list[int]:
@@ -279,8 +278,8 @@ def place_for_eval(loaded: Loaded) -> None:
         dispatch_model(model, device_map=device_map)
 
 
-def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> dict:
-    results = {"ppl_wikitext2": None, "ppl_windows": None, "ppl_partial": False, "ppl_seqlen": None, "zeroshot": None}
+def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> Evaluation:
+    results = Evaluation()
     if not config.evals:
         return results
     place_for_eval(loaded)
@@ -289,46 +288,48 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> d
         seqlen = resolve_seqlen(config.eval_seqlen, loaded.context_length, "--eval-seqlen")
         ppl, used, total = perplexity(loaded.model, wikitext2_test_ids(loaded.tokenizer), seqlen, config.eval_limit,
                                       device, on_event, cancel)
-        results.update(ppl_wikitext2=ppl, ppl_windows=used, ppl_partial=used < total, ppl_seqlen=seqlen)
+        results = replace(results, ppl_wikitext2=ppl, ppl_windows=used, ppl_partial=used < total, ppl_seqlen=seqlen)
     if "zeroshot" in config.evals:
         from acetui_core.zeroshot import evaluate_zeroshot
 
-        results["zeroshot"] = evaluate_zeroshot(loaded.model, loaded.tokenizer, config.tasks,
-                                                limit=config.zeroshot_limit, batch_size=config.batch_size,
-                                                on_event=on_event, cancel=cancel)
+        results.zeroshot = evaluate_zeroshot(loaded.model, loaded.tokenizer, config.tasks,
+                                             limit=config.zeroshot_limit, batch_size=config.batch_size,
+                                             on_event=on_event, cancel=cancel)
     return results
 
 
-def run(config: RunConfig, on_event=None, cancel: threading.Event | None = None, loaded: Loaded | None = None) -> dict:
-    """Load (unless given), prune, evaluate; emit ``RunFinished`` and return the result object."""
-    validate(config)
-    if config.evals and "zeroshot" in config.evals:
-        from acetui_core.zeroshot import validate_tasks
-
-        validate_tasks(config.tasks, config.zeroshot_limit)
+def run(config: RunConfig, on_event=None, cancel: threading.Event | None = None,
+        loaded: Loaded | None = None) -> RunResult:
+    """Check, load (unless given), prune, save, evaluate; emit ``RunFinished`` and return the result."""
+    config = check_config(config)
     if loaded is None:
         loaded = load_model(config.model, device=config.device, dtype=config.dtype, on_event=on_event)
+    check_against_model(config, loaded.context_length)
     pruned = prune(loaded, config, on_event, cancel)
     # Saved before evaluation, so a failed or cancelled evaluation never loses the pruned model.
     saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite) if config.save else None
-    scores = evaluate(loaded, config, on_event, cancel)
+    try:
+        scores = evaluate(loaded, config, on_event, cancel)
+    except Cancelled:
+        raise
+    except Exception as error:  # the layers are recorded; say where the pruned weights are, or how to keep them
+        what = str(error) if isinstance(error, UserError) else f"Evaluation failed ({type(error).__name__}: {error})."
+        kept = (f"The pruned model is saved in {saved_to}." if saved_to
+                else "The pruned weights were not kept; pass --save DIR to keep them next time.")
+        raise UserError(f"{what} {kept}") from error
     rss_mb, gpu_mb = _peak_memory(loaded.device)
-    result = {
-        "model": config.model,
-        "method": config.method,
-        "label": config.label,
-        "sparsity": config.sparsity,
-        "group": config.group,
-        **pruned,
-        **scores,
-        "peak_rss_mb": rss_mb,
-        "peak_gpu_mb": gpu_mb,
-        "device": str(loaded.device),
-        "dtype": str(loaded.dtype).removeprefix("torch."),
-        "saved_to": saved_to,
-        "config": config.to_dict(),
-    }
+    result = RunResult(
+        model=config.model, method=config.method, label=config.label, sparsity=config.sparsity, group=config.group,
+        **_fields(pruned), **_fields(scores),
+        peak_rss_mb=rss_mb, peak_gpu_mb=gpu_mb, device=str(loaded.device),
+        dtype=str(loaded.dtype).removeprefix("torch."), saved_to=saved_to,
+        model_fingerprint=loaded.fingerprint, config=config,
+    )
     if on_event:
         on_event(RunFinished(result))
     return result
 
+
+def _fields(record) -> dict:
+    """A dataclass's fields as keyword arguments, nested records kept as they are."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}

@@ -1,43 +1,59 @@
-"""Running configurations as recorded runs: every run, from the CLI, the app or a script, goes through here.
+"""Executing recorded runs, wherever they were queued: in this process, in a local worker process
+(``acetui_core.worker``) or in a Slurm job (``acetui_core.slurm``).
 
-- :func:`run_recorded` runs one configuration in this process and records it in the store as it goes.
-- :func:`run_queue` runs queued runs one after another, loading each model once per process.
-- :func:`start_detached` / :func:`spawn_worker` start runs in a new process (its own session, so it
-  outlives the terminal and SSH connection that started it), logging next to the store.
-- ``python -m acetui_core.runner --store PATH RUN_ID...`` is that process.
+A run reports to a *recorder*: the run store itself, or, for a cluster job that must not write the
+user's SQLite file over a network file system, its job folder (imported into the store later). Both
+offer the same four calls: ``claim``, ``heartbeat``, ``record_event`` and ``set_status``.
 
-Stopping: SIGINT or SIGTERM (or ``Store.request_cancel``) stops a run between layers and records it
-``cancelled``; a second SIGINT stops at once. SIGKILL cannot be caught: readers then find the
-process gone and show the run ``interrupted`` (see ``acetui_core.store``).
+Stopping: SIGINT or SIGTERM (or a cancel request in the store) stops a run between layers and records
+it ``cancelled``; a second SIGINT stops at once. SIGKILL cannot be caught: readers then find the process
+gone and show the run ``interrupted`` (``acetui_core.liveness``).
+
+Every run writes its own log file (``logs/<run id>.log`` beside the store, or in the job folder): its
+events, warnings, and the traceback when it fails.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
+import logging
 import os
 import platform
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
+import traceback
+import warnings
 from contextlib import ExitStack, contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Protocol
 
 import acetui_core
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
-from acetui_core.events import LayerPruned, RunFinished, RunStarted, Stage
-from acetui_core.store import Store
+from acetui_core.events import LayerPruned, RunFinished, Stage
 
-HEARTBEAT_SECONDS = 1.0  # how often a run tells the store it is alive
-STAGE_WRITE_SECONDS = 0.5  # zero-shot reports thousands of steps: store a stage's progress at most this often
+HEARTBEAT_SECONDS = 1.0  # how often a run tells its recorder it is alive
+STAGE_WRITE_SECONDS = 0.5  # zero-shot reports thousands of steps: record a stage's progress at most this often
 POLL_SECONDS = 0.2  # how soon a stop signal or a stored cancel request reaches the pipeline's cancel flag
-LOG_FOLDER = "logs"  # beside the store: one log per detached process
+
+
+class Recorder(Protocol):
+    """Where a run reports: ``acetui_core.store.Store`` or a Slurm job folder."""
+
+    def claim(self, run_id: str, env: dict | None = None) -> None: ...
+
+    def heartbeat(self, run_id: str, resources: dict | None = None) -> bool: ...
+
+    def cancel_requested(self, run_id: str) -> bool: ...
+
+    def record_event(self, run_id: str, event) -> None: ...
+
+    def set_status(self, run_id: str, status: str, error: str | None = None) -> bool: ...
 
 
 def _version(package: str) -> str | None:
@@ -53,22 +69,9 @@ def collect_env() -> dict:
            "torch": _version("torch"), "transformers": _version("transformers"), "acetui": acetui_core.__version__}
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         env["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    if os.environ.get("SLURM_JOB_ID"):
+        env["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
     return env
-
-
-def _device_name(device: str) -> str:
-    if device.startswith("cuda"):
-        import torch
-
-        return torch.cuda.get_device_name(torch.device(device))
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 @contextmanager
@@ -94,8 +97,8 @@ def stop_signals(stop: threading.Event):
 
 
 @contextmanager
-def _heartbeat(store: Store, run_id: str, stop: threading.Event, cancel: threading.Event):
-    """A thread that beats for the run and turns a stop signal or a stored cancel request into ``cancel``."""
+def _heartbeat(recorder: Recorder, run_id: str, stop: threading.Event, cancel: threading.Event):
+    """A thread that beats for the run and turns a stop signal or a cancel request into ``cancel``."""
     done = threading.Event()
 
     def beat():
@@ -104,11 +107,11 @@ def _heartbeat(store: Store, run_id: str, stop: threading.Event, cancel: threadi
             try:
                 if time.monotonic() - last >= HEARTBEAT_SECONDS:
                     last = time.monotonic()
-                    requested = store.heartbeat(run_id)
+                    requested = recorder.heartbeat(run_id)
                 else:
-                    requested = store.cancel_requested(run_id)  # a read: cheap enough for every poll
+                    requested = recorder.cancel_requested(run_id)
             except UserError:
-                requested = False  # the store stayed locked for BUSY_TIMEOUT; the next poll tries again
+                requested = False  # the store stayed locked for its busy timeout; the next poll tries again
             if stop.is_set() or requested:
                 cancel.set()
 
@@ -121,78 +124,73 @@ def _heartbeat(store: Store, run_id: str, stop: threading.Event, cancel: threadi
         thread.join()
 
 
-def _execute(store: Store, run_id: str, on_event, stop: threading.Event | None, work) -> dict:
-    """Claim ``run_id``, run ``work(record, cancel)`` and record how it ended.
+@contextmanager
+def run_log(path: Path | None, redirect_output: bool = False):
+    """Write the run's log to ``path``: its warnings and log records, and its traceback if it fails.
 
-    ``record`` stores each event before forwarding it to ``on_event``, so whatever a listener is told
-    is already committed. The result gains a ``run_id`` key.
-    """
-    store.claim(run_id)
-    store.update_env(run_id, **collect_env())  # the executing process's facts (host, visible GPUs)
-
-    last_stage_write = [0.0]
-
-    def record(event):
-        if isinstance(event, Stage) and event.done not in (0, event.total):
-            if time.monotonic() - last_stage_write[0] < STAGE_WRITE_SECONDS:
-                if on_event is not None:
-                    on_event(event)
-                return
-            last_stage_write[0] = time.monotonic()
-        store.record_event(run_id, event)
-        if isinstance(event, RunStarted):
-            store.update_env(run_id, device_name=_device_name(event.device))
-        if on_event is not None:
-            on_event(event)
-
-    cancel = threading.Event()
-    with ExitStack() as stack:
-        if stop is None:
-            stop = threading.Event()
-            stack.enter_context(stop_signals(stop))
-        stack.enter_context(_heartbeat(store, run_id, stop, cancel))
+    ``redirect_output`` (a worker process, which has no terminal) also sends the process's own
+    stdout/stderr there, so whatever a library prints lands in the run's log."""
+    if path is None:
+        yield None
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", buffering=1, encoding="utf-8") as log:
+        saved = None
+        if redirect_output:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            saved = os.dup(1), os.dup(2)
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+        handler = logging.StreamHandler(log)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s", "%H:%M:%S"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        show = warnings.showwarning
+        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: log.write(
+            warnings.formatwarning(message, category, filename, lineno, line))
         try:
-            result = work(record, cancel)
-        except Cancelled:
-            store.set_status(run_id, "cancelled", error="Stopped on request between layers.")
-            raise
-        except KeyboardInterrupt:
-            store.set_status(run_id, "cancelled", error="Stopped at once by a second interrupt.")
-            raise
-        except UserError as error:
-            store.set_status(run_id, "failed", error=str(error))
-            raise
+            yield log
         except BaseException as error:
-            store.set_status(run_id, "failed", error=f"{type(error).__name__}: {error}")
+            if not isinstance(error, (Cancelled, KeyboardInterrupt)):
+                log.write("".join(traceback.format_exception(error)))
             raise
-    store.finish(run_id, result)  # already done by RunFinished unless the pipeline skipped it; idempotent
-    return {**result, "run_id": run_id}
+        finally:
+            warnings.showwarning = show
+            root.removeHandler(handler)
+            if saved is not None:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                os.close(saved[0])
+                os.close(saved[1])
 
 
-def run_recorded(config: RunConfig, on_event=None, store: Store | None = None, *, run_id: str | None = None,
-                 loaded=None, stop: threading.Event | None = None) -> dict:
-    """Run ``config`` in this process, recorded in ``store`` (default: ``Store()``) as it goes.
+def log_line(log, event) -> None:
+    """One line per event worth reading in a run's log."""
+    if log is None:
+        return
+    stamp = time.strftime("%H:%M:%S")
+    if isinstance(event, Stage) and (event.done == 0 or event.done == event.total):
+        line = f"{event.name} {event.done}/{event.total if event.total is not None else '?'}"
+    elif isinstance(event, LayerPruned):
+        line = f"layer {event.layer.index + 1}/{event.layer.total} pruned in {event.layer.seconds:.2f} s"
+    elif isinstance(event, RunFinished):
+        ppl = event.result.ppl_wikitext2
+        line = f"finished: prune {event.result.prune_seconds:.1f} s, ppl {'-' if ppl is None else f'{ppl:.3f}'}"
+    else:
+        return
+    log.write(f"{stamp} {line}\n")
 
-    Creates the run unless ``run_id`` names a queued one. Events go to the store, then to
-    ``on_event``. SIGINT/SIGTERM stop it between layers (``cancelled``; ``Cancelled`` is raised)
-    when called from the main thread and ``stop`` is None; otherwise set ``stop`` (or call
-    ``store.request_cancel``). Failures are recorded ``failed`` with their text and re-raised.
-    Returns the pipeline's result object plus ``run_id``.
-    """
-    store = store or Store()
-    if run_id is None:
-        run_id = store.create_run(config, env=collect_env())
-    return _execute(store, run_id, on_event, stop,
-                    lambda record, cancel: pipeline.run(config, record, cancel, loaded=loaded))
 
-
-class _ModelCache:
+class ModelCache:
     """The model of consecutive runs, loaded once and reset to its dense weights between runs."""
 
     def __init__(self):
         self.key, self.loaded = None, None
 
-    def get(self, config: RunConfig, on_event):
+    def get(self, config: RunConfig, on_event=None):
         from acetui_core.models import load_model
 
         key = (config.model, config.device, config.dtype)
@@ -207,14 +205,63 @@ class _ModelCache:
         return loaded
 
 
-def run_queue(store: Store, run_ids: list[str], on_event=None, stop: threading.Event | None = None) -> None:
-    """Run the queued runs ``run_ids`` one after another in this process, reusing a loaded model.
+def execute(recorder: Recorder, run_id: str, config: RunConfig, *, on_event=None, stop: threading.Event | None = None,
+            models: ModelCache | None = None, log: Path | None = None, redirect_output: bool = False) -> None:
+    """Claim ``run_id``, load the model (from ``models`` when consecutive runs share it), run ``config``
+    and record how it ended.
 
-    A run cancelled from outside (``Store.request_cancel``) or failing does not stop the queue. A
-    stop signal (or ``stop``) cancels the current run and every run still queued, then raises
-    ``Cancelled``. ``on_event(run_id, event)`` sees every event.
+    Each event is recorded before it is forwarded to ``on_event``, so whatever a listener is told is
+    already committed. Cancelled, KeyboardInterrupt and failures are recorded, then re-raised.
     """
-    cache = _ModelCache()
+    recorder.claim(run_id, collect_env())
+    last_stage_write = [0.0]
+    cancel = threading.Event()
+    with ExitStack() as stack:
+        log_file = stack.enter_context(run_log(log, redirect_output))
+
+        def record(event):
+            log_line(log_file, event)
+            throttled = isinstance(event, Stage) and event.done not in (0, event.total)
+            if not throttled or time.monotonic() - last_stage_write[0] >= STAGE_WRITE_SECONDS:
+                if throttled:
+                    last_stage_write[0] = time.monotonic()
+                if isinstance(event, RunFinished):
+                    event.result.run_id = run_id
+                recorder.record_event(run_id, event)
+            if on_event is not None:
+                on_event(event)
+
+        if stop is None:
+            stop = threading.Event()
+            stack.enter_context(stop_signals(stop))
+        stack.enter_context(_heartbeat(recorder, run_id, stop, cancel))
+        try:
+            pipeline.run(config, record, cancel, loaded=models.get(config, record) if models else None)
+        except Cancelled:
+            recorder.set_status(run_id, "cancelled", error="Stopped on request between layers.")
+            raise
+        except KeyboardInterrupt:
+            recorder.set_status(run_id, "cancelled", error="Stopped at once by a second interrupt.")
+            raise
+        except UserError as error:
+            recorder.set_status(run_id, "failed", error=str(error))
+            raise
+        except BaseException as error:
+            where = f" (traceback in {log})" if log else ""
+            recorder.set_status(run_id, "failed", error=f"{type(error).__name__}: {error}{where}")
+            raise
+
+
+def run_queue(store, run_ids: list[str], *, on_event=None, stop: threading.Event | None = None,
+              redirect_output: bool = False) -> None:
+    """Run the queued runs ``run_ids`` of ``store`` one after another in this process, loading each
+    model once.
+
+    A run cancelled from outside (``Store.request_cancel``) or failing does not stop the queue. A stop
+    signal (or ``stop``) cancels the current run and every run still queued, then raises ``Cancelled``.
+    ``on_event(run_id, event)`` sees every event.
+    """
+    models = ModelCache()
     with ExitStack() as stack:
         if stop is None:
             stop = threading.Event()
@@ -228,14 +275,12 @@ def run_queue(store: Store, run_ids: list[str], on_event=None, stop: threading.E
                     continue  # cancelled while it waited
                 forward = None if on_event is None else (lambda event, run_id=run_id: on_event(run_id, event))
                 try:
-                    _execute(store, run_id, forward, stop,
-                             lambda record, cancel, config=run.config:
-                             pipeline.run(config, record, cancel, loaded=cache.get(config, record)))
+                    execute(store, run_id, run.config, on_event=forward, stop=stop, models=models,
+                            log=store.log_path(run_id), redirect_output=redirect_output)
                 except Cancelled:
                     pass  # recorded; the queue goes on unless it was stopped as a whole
-                except Exception as error:  # recorded as failed; one broken configuration must not sink the grid
-                    text = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
-                    print(f"acetui: run {run_id} failed: {text}", file=sys.stderr, flush=True)
+                except Exception:  # noqa: S112  recorded as failed; one broken configuration must not sink the grid
+                    continue
         except KeyboardInterrupt:
             stop.set()
             raise
@@ -245,83 +290,3 @@ def run_queue(store: Store, run_ids: list[str], on_event=None, stop: threading.E
                     store.set_status(run_id, "cancelled", error="The queue was stopped before this run started.")
     if stop.is_set():
         raise Cancelled()
-
-
-def visible_gpus() -> int:
-    """How many CUDA GPUs this process can use (0 without torch CUDA)."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def log_path(store: Store, run_id: str) -> Path:
-    return store.path.parent / LOG_FOLDER / f"{run_id}.log"
-
-
-def spawn_worker(store: Store, run_ids: list[str], *, detach: bool = True, env: dict | None = None) -> subprocess.Popen:
-    """Start ``python -m acetui_core.runner`` for the queued ``run_ids`` and hand the runs to it.
-
-    ``detach``: a new session (no controlling terminal: SIGHUP and the terminal closing do not reach
-    it). Its output goes to ``logs/<first id>.log`` beside the store; each run's ``env["log"]`` says so.
-    """
-    log = log_path(store, run_ids[0])
-    log.parent.mkdir(parents=True, exist_ok=True)
-    environment = {**os.environ, **(env or {})}
-    with open(log, "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "acetui_core.runner", "--store", str(store.path), *run_ids],
-                                   stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=detach, env=environment, close_fds=True)
-    for run_id in run_ids:
-        store.set_owner(run_id, process.pid)
-        store.update_env(run_id, log=str(log))
-    return process
-
-
-def start_detached(config: RunConfig, store: Store | None = None) -> str:
-    """Queue ``config`` and run it in a detached process; return the run id at once."""
-    store = store or Store()
-    pipeline.validate(config)
-    run_id = store.create_run(config, env=collect_env())
-    spawn_worker(store, [run_id])
-    return run_id
-
-
-def _log_event(run_id: str, event) -> None:
-    """One line per event worth reading in a detached run's log."""
-    stamp = time.strftime("%H:%M:%S")
-    if isinstance(event, Stage) and (event.done == 0 or event.done == event.total):
-        line = f"{event.name} {event.done}/{event.total if event.total is not None else '?'}"
-    elif isinstance(event, LayerPruned):
-        line = f"layer {event.index + 1}/{event.total} pruned in {event.seconds:.2f} s"
-    elif isinstance(event, RunFinished):
-        ppl = event.result.get("ppl_wikitext2")
-        line = f"finished: prune {event.result.get('prune_seconds', 0):.1f} s, ppl {ppl if ppl is None else f'{ppl:.3f}'}"
-    else:
-        return
-    print(f"{stamp} {run_id} {line}", flush=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The detached process: run the given queued runs from the store, one after another."""
-    parser = argparse.ArgumentParser(prog="python -m acetui_core.runner", description=main.__doc__)
-    parser.add_argument("--store", required=True)
-    parser.add_argument("run_ids", nargs="+")
-    args = parser.parse_args(argv)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # belt and braces: a new session has no terminal to hang up
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()} runs {' '.join(args.run_ids)}", flush=True)
-    try:
-        store = Store(args.store)
-        run_queue(store, args.run_ids, on_event=_log_event)
-    except Cancelled:
-        print("stopped by a signal; the current and queued runs are recorded cancelled.", flush=True)
-        return 130
-    except UserError as error:
-        print(f"acetui: {error}", flush=True)
-        return 2
-    statuses = [store.get_run(run_id, layers=False).status for run_id in args.run_ids]
-    print(f"done: {', '.join(f'{i} {s}' for i, s in zip(args.run_ids, statuses))}", flush=True)
-    return 0 if all(s == "finished" for s in statuses) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from acetui_core.records import ActStats, Spread
+
 
 class ColumnStats:
     """Accumulates ``sq_j = sum_t x_tj^2``, ``q_j = sum_t x_tj^4`` and the token count ``T``.
@@ -57,11 +59,11 @@ class ColumnStats:
         """SparseGPT's ``H = 2/T X^T X`` (its scale cancels in OBS; the 1% damping is relative)."""
         return self.xtx * (2 / self.tokens)
 
-    def summary(self) -> dict:
+    def summary(self) -> ActStats:
         """min/median/max over columns of ``E[x^2]`` and ``Var[x^2] = E[x^4] - E[x^2]^2``."""
 
-        def describe(values: torch.Tensor) -> dict:
+        def spread(values: torch.Tensor) -> Spread:
             values = values.double().cpu()
-            return {"min": values.min().item(), "median": values.median().item(), "max": values.max().item()}
+            return Spread(min=values.min().item(), median=values.median().item(), max=values.max().item())
 
-        return {"x2_mean": describe(self.e2), "x2_var": describe((self.e4 - self.e2**2).clamp_min(0))}
+        return ActStats(x2_mean=spread(self.e2), x2_var=spread((self.e4 - self.e2**2).clamp_min(0)))

@@ -3,40 +3,22 @@
 Every face reads and writes runs through :class:`Store`; a run is a process and the app is a window
 onto the store. Several processes may write (one per run) and any number may read at the same time:
 each operation opens its own short connection, and writes are single ``BEGIN IMMEDIATE`` transactions,
-so a reader sees a layer or a result either whole or not at all.
+so a reader sees a layer or a result either whole or not at all. What is stored are the typed records
+of ``acetui_core.records`` as JSON; what is read back are those records again.
 
 Where it lives: ``Store(path)``; else ``$ACETUI_HOME/runs.db``; else ``runs.db`` in the user's data
-directory (platformdirs). The schema is versioned (``PRAGMA user_version``) and tagged
-(``PRAGMA application_id``); an older acetui store is migrated on open, and a file that is not an
-acetui store, is corrupt, or comes from a newer acetui is refused with one sentence, never written.
+directory (platformdirs). The schema is versioned (``acetui_core.store_schema``); an older acetui store
+is migrated on open, and a file that is not an acetui store, is corrupt, or comes from a newer acetui is
+refused with one sentence, never written. One damaged row never hides the others: it is read as a run
+marked ``damaged``.
 
 A run's life::
 
     queued -> running -> finished | failed | cancelled
                       \\-> interrupted   (its process died: SIGKILL, OOM killer, reboot)
 
-``interrupted`` is decided by readers: a queued or running run whose process is gone (same host: the
-pid is dead, a zombie, or a different process with a reused pid) or, for a run on another host, whose
-heartbeat is older than ``STALE_AFTER`` seconds, is marked interrupted when the store is read. The
-layers it finished stay recorded.
-
-Usage by a face (the app, the CLI)::
-
-    store = Store()
-    for run in store.list_runs():              # RunRecord, without .layers (cheap)
-        print(run.id, run.status, run.label, run.ppl)
-    run = store.get_run("3fa9")                # a unique id prefix is enough; has .layers
-    store.request_cancel(run.id)               # the run stops after its current layer
-    new = store.layers_since(run.id, after=3)  # incremental polling for live views
-
-Recording (what ``acetui_core.runner`` does)::
-
-    run_id = store.create_run(config, env=...)   # queued, owned by this process
-    store.claim(run_id)                          # running, started now, pid/host of this process
-    store.record_event(run_id, event)            # each pipeline event; LayerPruned is one transaction
-    store.heartbeat(run_id)                      # every second or so; returns True when cancel asked
-    store.cancel_requested(run_id)               # a cheap read, for polling more often than that
-    store.finish(run_id, result)  or  store.set_status(run_id, "failed", error="...")
+``interrupted`` is decided by readers (``acetui_core.liveness``) for local runs; a Slurm run's fate is
+imported from its job folder (``acetui_core.slurm``).
 """
 
 from __future__ import annotations
@@ -45,80 +27,27 @@ import json
 import os
 import re
 import secrets
-import socket
 import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import psutil
-
-from acetui_core.config import RunConfig
+from acetui_core import liveness, store_schema
+from acetui_core.config import RunConfig, model_name
 from acetui_core.errors import UserError
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.paths import home
+from acetui_core.records import LayerRecord, LinearRecord, RunResult, from_dict, to_dict
+from acetui_core.store_schema import APPLICATION_ID, SCHEMA_VERSION, STATUSES
 
-SCHEMA_VERSION = 1
-APPLICATION_ID = 0x41434554  # "ACET": marks the file as an acetui store
 STORE_FILENAME = "runs.db"
-
-STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted")
+LOG_FOLDER = "logs"  # beside the store: one log file per run
 ACTIVE = ("queued", "running")
 TERMINAL = ("finished", "failed", "cancelled", "interrupted")
-
-STALE_AFTER = 60.0  # seconds without a heartbeat before a run on another host counts as interrupted
 BUSY_TIMEOUT = 30.0  # seconds a write waits for another writer's transaction
-PID_START_TOLERANCE = 1.0  # seconds: psutil's create_time is rounded differently across calls
 
 INTERRUPTED_ERROR = "The process running it stopped without finishing (killed, or its machine restarted)."
-
-_HOST = socket.gethostname()
-
-_SCHEMA = """
-CREATE TABLE runs (
-    id TEXT PRIMARY KEY,
-    status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'finished', 'failed', 'cancelled', 'interrupted')),
-    created REAL NOT NULL,
-    started REAL,
-    finished REAL,
-    heartbeat REAL,
-    host TEXT,
-    pid INTEGER,
-    pid_started REAL,       -- the process's start time: tells our process from a later one with the same pid
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    config TEXT NOT NULL,   -- RunConfig.to_dict() as JSON
-    env TEXT NOT NULL DEFAULT '{}',
-    error TEXT,
-    num_layers INTEGER,
-    current_layer INTEGER,  -- the layer being pruned now (NULL between layers and after the loop)
-    stage TEXT,             -- the last Stage event as JSON: progress outside the layer loop
-    results TEXT            -- the pipeline's result object as JSON
-);
-CREATE INDEX runs_created ON runs (created);
-CREATE TABLE layers (
-    run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    layer INTEGER NOT NULL,
-    total INTEGER,
-    seconds REAL NOT NULL,
-    recorded REAL NOT NULL,
-    PRIMARY KEY (run_id, layer)
-);
-CREATE TABLE linears (
-    run_id TEXT NOT NULL,
-    layer INTEGER NOT NULL,
-    position INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    d_out INTEGER,
-    d_in INTEGER,
-    sparsity REAL,
-    seconds REAL,
-    act_stats TEXT,         -- JSON: {"x2_mean": {"min", "median", "max"}, "x2_var": {...}}
-    histogram TEXT,         -- JSON: {"edges", "counts", "threshold", "log"} or NULL
-    PRIMARY KEY (run_id, layer, position),
-    FOREIGN KEY (run_id, layer) REFERENCES layers (run_id, layer) ON DELETE CASCADE
-);
-"""
 
 
 def default_store_path() -> Path:
@@ -135,12 +64,9 @@ def default_store_path() -> Path:
 class RunRecord:
     """One run as the store holds it. Times are POSIX seconds (``None`` until they happen).
 
-    ``layers`` is filled by :meth:`Store.get_run` (and ``list_runs(layers=True)``): one dict per
-    finished decoder layer, ``{"layer", "total", "seconds", "recorded", "sparsity", "linears": [
-    {"name", "d_out", "d_in", "sparsity", "seconds", "act_stats", "histogram"}]}`` where
-    ``histogram`` is ``{"edges", "counts", "threshold", "log"}`` or ``None``. ``layers_done`` counts
-    them even when ``layers`` was not loaded. ``results`` is the pipeline's result object (the JSON
-    ``acetui prune --json`` prints), ``{}`` until the run finishes.
+    ``layers`` is filled by :meth:`Store.get_run` (and ``list_runs(layers=True)``); ``layers_done``
+    counts them even when they were not loaded. ``results`` is set once the run finished.
+    ``damaged`` says what could not be read when part of the stored row is corrupt.
     """
 
     id: str
@@ -157,10 +83,14 @@ class RunRecord:
     cancel_requested: bool = False
     num_layers: int | None = None
     current_layer: int | None = None
-    stage: dict | None = None
-    results: dict = field(default_factory=dict)
+    stage: Stage | None = None
+    results: RunResult | None = None
     layers_done: int = 0
-    layers: list[dict] = field(default_factory=list)
+    layers: list[LayerRecord] = field(default_factory=list)
+    executor: str = "local"
+    job: dict | None = None  # a Slurm run's job: {"job_id", "folder", "imported"}
+    resources: dict | None = None  # the last resource sample of the run's process
+    damaged: str | None = None
 
     @property
     def label(self) -> str:
@@ -173,56 +103,19 @@ class RunRecord:
 
     @property
     def ppl(self) -> float | None:
-        return self.results.get("ppl_wikitext2")
+        return self.results.ppl_wikitext2 if self.results else None
+
+    @property
+    def ppl_partial(self) -> bool:
+        return bool(self.results and self.results.ppl_partial)
 
     @property
     def prune_seconds(self) -> float | None:
-        return self.results.get("prune_seconds")
+        return self.results.prune_seconds if self.results else None
 
     def to_dict(self) -> dict:
-        """JSON-ready: every field, ``config`` as a dict, plus ``label``."""
-        data = asdict(self)
-        data["config"] = self.config.to_dict()
-        data["label"] = self.label
-        return data
-
-
-def _dumps(value) -> str | None:
-    return None if value is None else json.dumps(value)
-
-
-def _loads(text, default=None):
-    return default if text is None else json.loads(text)
-
-
-def _process_start(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
-def process_alive(pid: int | None, pid_started: float | None) -> bool:
-    """Whether ``pid`` on this machine is still the live process that started at ``pid_started``."""
-    if pid is None:
-        return False
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:  # killed, not yet reaped by its parent
-            return False
-        return pid_started is None or abs(process.create_time() - pid_started) <= PID_START_TOLERANCE
-    except psutil.AccessDenied:  # another user's live process: it exists, and we cannot say more
-        return True
-    except psutil.Error:
-        return False
-
-
-def _layer_sparsity(linears: list[dict]) -> float | None:
-    """Zeros over weights across the layer's linears."""
-    sizes = [(l["d_out"] or 0) * (l["d_in"] or 0) for l in linears]
-    if not sum(sizes):
-        return None
-    return sum(l["sparsity"] * size for l, size in zip(linears, sizes)) / sum(sizes)
+        """JSON-ready: every field, plus ``label``."""
+        return {**asdict(self), "label": self.label}
 
 
 class Store:
@@ -241,6 +134,25 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r})"
+
+    @property
+    def folder(self) -> Path:
+        """The folder of the store, where runs keep their files (logs, job folders)."""
+        return self.path.parent
+
+    def log_path(self, run_id: str) -> Path:
+        """The run's own log file: its events, warnings, and its traceback when it fails."""
+        return self.folder / LOG_FOLDER / f"{run_id}.log"
+
+    def check_log_folder(self) -> None:
+        """Make sure runs can write their logs beside the store, before any run is recorded."""
+        folder = self.folder / LOG_FOLDER
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError as error:
+            raise UserError(f"Runs cannot keep their logs in {folder}: {error.strerror or error}.") from None
+        if not os.access(folder, os.W_OK):
+            raise UserError(f"Runs cannot keep their logs in {folder}: it is not writable.")
 
     # ---- opening, schema, migration ----------------------------------------------------------
 
@@ -279,15 +191,15 @@ class Store:
                 raise UserError(f"The run store {self.path} was written by a newer acetui (schema {version}, "
                                 f"this one knows {SCHEMA_VERSION}); upgrade acetui to open it.")
         elif not tables:
-            _create_schema(db)
-            version = SCHEMA_VERSION
-        elif app_id == 0 and _is_version0(db, tables):
+            store_schema.create(db)
+            version = 1
+        elif app_id == 0 and store_schema.is_version0(db, tables):
             version = 0
         else:
             raise UserError(f"{self.path} is not an acetui run store; it was left untouched "
                             f"(choose another file with --store or ACETUI_HOME).")
         while version < SCHEMA_VERSION:
-            MIGRATIONS[version](db)
+            store_schema.MIGRATIONS[version](db)
             version += 1
         db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -327,10 +239,10 @@ class Store:
     # ---- writing -----------------------------------------------------------------------------
 
     def create_run(self, config: RunConfig, *, env: dict | None = None, run_id: str | None = None,
-                   owner_pid: int | None = None) -> str:
+                   owner_pid: int | None = None, executor: str = "local") -> str:
         """Record a new ``queued`` run and return its id (8 hex digits unless ``run_id`` is given).
 
-        The run is owned by ``owner_pid`` (default: this process) until a process claims it: if the
+        A local run is owned by ``owner_pid`` (default: this process) until a process claims it: if the
         owner dies first, readers mark the run interrupted.
         """
         pid = owner_pid if owner_pid is not None else os.getpid()
@@ -339,39 +251,51 @@ class Store:
                 candidate = secrets.token_hex(4)
                 if not db.execute("SELECT 1 FROM runs WHERE id = ?", (candidate,)).fetchone():
                     run_id = candidate
+            env = {**(env or {}), "log": str(self.log_path(run_id))}
             db.execute(
-                "INSERT INTO runs (id, status, created, heartbeat, host, pid, pid_started, config, env)"
-                " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, self.clock(), self.clock(), _HOST, pid, _process_start(pid),
-                 json.dumps(config.to_dict()), json.dumps(env or {})))
+                "INSERT INTO runs (id, status, created, heartbeat, host, pid, pid_started, config, env, executor)"
+                " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, self.clock(), self.clock(), liveness.HOST, pid, liveness.process_start(pid),
+                 json.dumps(config.to_dict()), json.dumps(env), executor))
         return run_id
 
     def set_owner(self, run_id: str, pid: int) -> None:
-        """Hand a queued run to process ``pid`` on this host (a detached child), so liveness checks follow it."""
+        """Hand a queued run to process ``pid`` on this host (a worker child), so liveness checks follow it."""
         with self._db(write=True) as db:
             db.execute("UPDATE runs SET pid = ?, pid_started = ?, host = ?, heartbeat = ? WHERE id = ?",
-                       (pid, _process_start(pid), _HOST, self.clock(), run_id))
+                       (pid, liveness.process_start(pid), liveness.HOST, self.clock(), run_id))
 
-    def claim(self, run_id: str) -> None:
-        """This process starts executing the run: status ``running``, ``started`` now, its pid and host."""
-        now, pid = self.clock(), os.getpid()
+    def set_job(self, run_id: str, job: dict) -> None:
+        """Record (or update) the Slurm job that executes a run."""
         with self._db(write=True) as db:
-            changed = db.execute(
-                "UPDATE runs SET status = 'running', started = ?, heartbeat = ?, host = ?, pid = ?, pid_started = ?"
-                " WHERE id = ? AND status = 'queued'",
-                (now, now, _HOST, pid, _process_start(pid), run_id)).rowcount
-            if not changed:
-                status = db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
-                raise UserError(f"Run {run_id} cannot start: it is {status[0] if status else 'not in the store'}.")
+            db.execute("UPDATE runs SET job = ? WHERE id = ?", (json.dumps(job), run_id))
 
-    def heartbeat(self, run_id: str) -> bool:
-        """Note that the run's process is alive; return True when a cancel was requested."""
+    def claim(self, run_id: str, env: dict | None = None, *, pid: int | None = None, host: str | None = None,
+              when: float | None = None) -> None:
+        """A process starts executing the run: status ``running``, ``started`` now, its pid and host, and
+        the facts of where it executes merged into the run's environment (once)."""
+        now = when if when is not None else self.clock()
+        pid = pid if pid is not None else os.getpid()
+        host = host or liveness.HOST
+        with self._db(write=True) as db:
+            row = db.execute("SELECT status, env FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None or row["status"] != "queued":
+                raise UserError(f"Run {run_id} cannot start: it is {row['status'] if row else 'not in the store'}.")
+            started = liveness.process_start(pid) if host == liveness.HOST else None
+            db.execute("UPDATE runs SET status = 'running', started = ?, heartbeat = ?, host = ?, pid = ?,"
+                       " pid_started = ?, env = ? WHERE id = ?",
+                       (now, now, host, pid, started, json.dumps({**json.loads(row["env"]), **(env or {})}), run_id))
+
+    def heartbeat(self, run_id: str, resources: dict | None = None, *, when: float | None = None) -> bool:
+        """Note that the run's process is alive (with its latest resource sample); return True when a
+        cancel was requested."""
         with self._db(write=True) as db:
             # A run wrongly presumed dead (a stale heartbeat from another host) comes back to life.
-            db.execute("UPDATE runs SET heartbeat = ?, status = CASE status WHEN 'interrupted' THEN 'running' "
-                       "ELSE status END, error = CASE status WHEN 'interrupted' THEN NULL ELSE error END, "
-                       "finished = CASE status WHEN 'interrupted' THEN NULL ELSE finished END WHERE id = ?",
-                       (self.clock(), run_id))
+            db.execute("UPDATE runs SET heartbeat = ?, resources = COALESCE(?, resources),"
+                       " status = CASE status WHEN 'interrupted' THEN 'running' ELSE status END,"
+                       " error = CASE status WHEN 'interrupted' THEN NULL ELSE error END,"
+                       " finished = CASE status WHEN 'interrupted' THEN NULL ELSE finished END WHERE id = ?",
+                       (when if when is not None else self.clock(), _dumps(resources), run_id))
         return self.cancel_requested(run_id)
 
     def cancel_requested(self, run_id: str) -> bool:
@@ -381,7 +305,7 @@ class Store:
         return bool(row and row[0])
 
     def update_env(self, run_id: str, **values) -> None:
-        """Merge ``values`` into the run's environment record (e.g. the device name once known)."""
+        """Merge ``values`` into the run's environment record (e.g. its log file)."""
         with self._db(write=True) as db:
             row = db.execute("SELECT env FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row:
@@ -389,15 +313,12 @@ class Store:
 
     def record_event(self, run_id: str, event) -> None:
         """Persist one pipeline event (``acetui_core.events``). Each call is one transaction: a layer is
-        written with all its linears or not at all; ``RunFinished`` stores the results and marks the
-        run finished together (see :meth:`finish`)."""
-        if isinstance(event, RunFinished):
-            self.finish(run_id, event.result)
-            return
+        written with all its linears or not at all; ``RunFinished`` stores the result and marks the run
+        finished together."""
         with self._db(write=True) as db:
             if isinstance(event, RunStarted):
                 row = db.execute("SELECT env FROM runs WHERE id = ?", (run_id,)).fetchone()
-                env = {**json.loads(row[0]), "device": event.device} if row else {}
+                env = {**json.loads(row[0]), "device": event.device, "device_name": event.device_name} if row else {}
                 db.execute("UPDATE runs SET num_layers = ?, env = ? WHERE id = ?",
                            (event.num_layers, json.dumps(env), run_id))
             elif isinstance(event, Stage):
@@ -406,27 +327,23 @@ class Store:
                 db.execute("UPDATE runs SET current_layer = ?, num_layers = ? WHERE id = ?",
                            (event.index, event.total, run_id))
             elif isinstance(event, LayerPruned):
-                self._write_layer(db, run_id, event)
+                self._write_layer(db, run_id, event.layer)
+            elif isinstance(event, RunFinished):
+                db.execute("UPDATE runs SET results = ?, status = 'finished', finished = ?, current_layer = NULL,"
+                           " error = NULL WHERE id = ? AND status IN ('queued', 'running', 'interrupted')",
+                           (json.dumps(to_dict(event.result)), self.clock(), run_id))
 
-    def _write_layer(self, db: sqlite3.Connection, run_id: str, event: LayerPruned) -> None:
-        db.execute("DELETE FROM layers WHERE run_id = ? AND layer = ?", (run_id, event.index))
+    def _write_layer(self, db: sqlite3.Connection, run_id: str, layer: LayerRecord) -> None:
+        db.execute("DELETE FROM layers WHERE run_id = ? AND layer = ?", (run_id, layer.index))
         db.execute("INSERT INTO layers (run_id, layer, total, seconds, recorded) VALUES (?, ?, ?, ?, ?)",
-                   (run_id, event.index, event.total, event.seconds, self.clock()))
+                   (run_id, layer.index, layer.total, layer.seconds, layer.recorded or self.clock()))
         db.executemany(
             "INSERT INTO linears (run_id, layer, position, name, d_out, d_in, sparsity, seconds, act_stats, histogram)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(run_id, event.index, position, record.name, record.d_out, record.d_in, record.sparsity, record.seconds,
-              json.dumps(record.act_stats or {}),
-              _dumps(asdict(record.histogram) if record.histogram is not None else None))
-             for position, record in enumerate(event.linears)])
+            [(run_id, layer.index, position, linear.name, linear.d_out, linear.d_in, linear.sparsity, linear.seconds,
+              _dumps(_as_dict(linear.act_stats)), _dumps(_as_dict(linear.histogram)))
+             for position, linear in enumerate(layer.linears)])
         db.execute("UPDATE runs SET current_layer = NULL WHERE id = ?", (run_id,))
-
-    def finish(self, run_id: str, results: dict) -> None:
-        """Store the results and mark the run ``finished`` in one transaction (idempotent)."""
-        with self._db(write=True) as db:
-            db.execute("UPDATE runs SET results = ?, status = 'finished', finished = ?, current_layer = NULL,"
-                       " error = NULL WHERE id = ? AND status IN ('queued', 'running', 'interrupted')",
-                       (json.dumps(results), self.clock(), run_id))
 
     def set_status(self, run_id: str, status: str, error: str | None = None) -> bool:
         """Move an active run to ``status`` (with the error text for ``failed``); a run that already
@@ -453,13 +370,16 @@ class Store:
                        (self.clock(), run.id))
             return db.execute("SELECT status FROM runs WHERE id = ?", (run.id,)).fetchone()[0]
 
-    def delete_run(self, run_id: str) -> None:
-        """Remove a run and its layers. A run still queued or running is refused (cancel it first)."""
-        run = self.get_run(run_id, layers=False)
-        if run.active:
-            raise UserError(f"Run {run.id} is {run.status}; cancel it first (acetui runs cancel {run.id}).")
+    def delete_runs(self, run_ids: list[str]) -> list[str]:
+        """Remove runs and their layers; every id is resolved and checked before any is deleted. A run
+        still queued or running is refused (cancel it first). Returns the full ids."""
+        runs = [self.get_run(run_id, layers=False) for run_id in run_ids]
+        for run in runs:
+            if run.active:
+                raise UserError(f"Run {run.id} is {run.status}; cancel it first (acetui runs cancel {run.id}).")
         with self._db(write=True) as db:
-            db.execute("DELETE FROM runs WHERE id = ?", (run.id,))
+            db.executemany("DELETE FROM runs WHERE id = ?", [(run.id,) for run in runs])
+        return [run.id for run in runs]
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -483,10 +403,9 @@ class Store:
         full = self.resolve(run_id)
         self.reap()
         with self._db() as db:
-            row = db.execute(f"{_SELECT_RUNS} WHERE id = ?", (full,)).fetchone()
-            record = _record(row)
+            record = _record(db.execute(f"{_SELECT_RUNS} WHERE id = ?", (full,)).fetchone())
             if layers:
-                record.layers = _layers(db, [full])[full]
+                _attach_layers(db, [record])
         return record
 
     def list_runs(self, *, ids: list[str] | None = None, model: str | None = None, status: str | None = None,
@@ -513,37 +432,27 @@ class Store:
                 order = {run_id: i for i, run_id in enumerate(full)}
                 records.sort(key=lambda r: order[r.id])
             if layers and records:
-                by_run = _layers(db, [r.id for r in records])
-                for record in records:
-                    record.layers = by_run[record.id]
+                _attach_layers(db, records)
         return records
 
-    def layers_since(self, run_id: str, after: int = -1) -> list[dict]:
+    def layers_since(self, run_id: str, after: int = -1) -> list[LayerRecord]:
         """The run's recorded layers with index above ``after``: for live views that poll."""
         full = self.resolve(run_id)
         with self._db() as db:
-            return [layer for layer in _layers(db, [full])[full] if layer["layer"] > after]
+            return [layer for layer in _layers(db, [full])[full] if layer.index > after]
 
     def reap(self) -> list[str]:
-        """Mark active runs whose process is gone as ``interrupted``; return their ids.
+        """Mark active local runs whose process is gone as ``interrupted``; return their ids.
 
-        Same host: the recorded pid must be alive, not a zombie, and started when recorded. Another
-        host: the heartbeat must be fresher than ``STALE_AFTER``. Readers call this, so no run shows
-        ``running`` forever after a SIGKILL or a reboot.
+        Readers call this, so no run shows ``running`` forever after a SIGKILL or a reboot. A Slurm run's
+        end is imported from its job folder instead (``acetui_core.slurm.sync``).
         """
         now = self.clock()
         with self._db() as db:
             rows = db.execute("SELECT id, host, pid, pid_started, heartbeat, started, created FROM runs"
-                              " WHERE status IN ('queued', 'running')").fetchall()
-        dead = []
-        for row in rows:
-            if row["host"] == _HOST:
-                alive = process_alive(row["pid"], row["pid_started"])
-            else:
-                last_sign = row["heartbeat"] or row["started"] or row["created"]
-                alive = now - last_sign <= STALE_AFTER
-            if not alive:
-                dead.append(row)
+                              " WHERE status IN ('queued', 'running') AND executor = 'local'").fetchall()
+        dead = [row for row in rows if not liveness.owner_alive(
+            row["host"], row["pid"], row["pid_started"], row["heartbeat"] or row["started"] or row["created"], now)]
         if dead:
             with self._db(write=True) as db:
                 for row in dead:
@@ -559,9 +468,16 @@ _SELECT_RUNS = ("SELECT runs.*, (SELECT COUNT(*) FROM layers WHERE layers.run_id
                 " FROM runs")
 
 
-def model_name(model: str) -> str:
-    """A short display name: the last component of a path or hub id, without ``.gguf``."""
-    return model.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf")
+def _dumps(value) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _loads(text, default=None):
+    return default if text is None else json.loads(text)
+
+
+def _as_dict(record) -> dict | None:
+    return None if record is None else to_dict(record)
 
 
 def _names(model: str) -> set[str]:
@@ -570,80 +486,61 @@ def _names(model: str) -> set[str]:
 
 
 def _record(row: sqlite3.Row) -> RunRecord:
-    return RunRecord(
-        id=row["id"], status=row["status"], config=RunConfig.from_dict(json.loads(row["config"])),
+    """A stored row as a record. A part that does not parse marks the record damaged instead of failing
+    the whole listing."""
+    problems = []
+
+    def read(column: str, parse, default=None):
+        try:
+            return parse(row[column]) if row[column] is not None else default
+        except Exception as error:  # JSON or validation: any failure means that column is damaged
+            problems.append(f"{column} ({type(error).__name__})")
+            return default
+
+    config = read("config", lambda text: RunConfig.from_dict(json.loads(text)))
+    record = RunRecord(
+        id=row["id"], status=row["status"],
+        config=config or RunConfig(model="?", method="?", sparsity="?"),
         created=row["created"], started=row["started"], finished=row["finished"], heartbeat=row["heartbeat"],
-        env=_loads(row["env"], {}), error=row["error"], pid=row["pid"], host=row["host"],
+        env=read("env", json.loads, {}), error=row["error"], pid=row["pid"], host=row["host"],
         cancel_requested=bool(row["cancel_requested"]), num_layers=row["num_layers"],
-        current_layer=row["current_layer"], stage=_loads(row["stage"]), results=_loads(row["results"], {}),
-        layers_done=row["layers_done"])
+        current_layer=row["current_layer"], stage=read("stage", lambda text: from_dict(Stage, json.loads(text))),
+        results=read("results", lambda text: from_dict(RunResult, json.loads(text))),
+        layers_done=row["layers_done"], executor=row["executor"], job=read("job", json.loads),
+        resources=read("resources", json.loads))
+    if problems:
+        record.damaged = f"unreadable {', '.join(problems)}"
+    return record
 
 
-def _layers(db: sqlite3.Connection, run_ids: list[str]) -> dict[str, list[dict]]:
+def _attach_layers(db: sqlite3.Connection, records: list[RunRecord]) -> None:
+    by_run = _layers(db, [r.id for r in records], damaged := {})
+    for record in records:
+        record.layers = by_run[record.id]
+        if record.id in damaged and not record.damaged:
+            record.damaged = damaged[record.id]
+
+
+def _layers(db: sqlite3.Connection, run_ids: list[str], damaged: dict | None = None) -> dict[str, list[LayerRecord]]:
+    """The recorded layers of each run; a linear that does not parse is left out and noted in ``damaged``."""
     marks = ",".join("?" * len(run_ids))
-    by_run: dict[str, list[dict]] = {run_id: [] for run_id in run_ids}
-    index: dict[tuple[str, int], dict] = {}
+    by_run: dict[str, list[LayerRecord]] = {run_id: [] for run_id in run_ids}
+    index: dict[tuple[str, int], LayerRecord] = {}
     for row in db.execute(f"SELECT * FROM layers WHERE run_id IN ({marks}) ORDER BY run_id, layer", run_ids):
-        layer = {"layer": row["layer"], "total": row["total"], "seconds": row["seconds"],
-                 "recorded": row["recorded"], "sparsity": None, "linears": []}
+        layer = LayerRecord(index=row["layer"], total=row["total"], seconds=row["seconds"], linears=[],
+                            recorded=row["recorded"])
         by_run[row["run_id"]].append(layer)
         index[(row["run_id"], row["layer"])] = layer
     for row in db.execute(f"SELECT * FROM linears WHERE run_id IN ({marks}) ORDER BY run_id, layer, position", run_ids):
-        index[(row["run_id"], row["layer"])]["linears"].append({
-            "name": row["name"], "d_out": row["d_out"], "d_in": row["d_in"], "sparsity": row["sparsity"],
-            "seconds": row["seconds"], "act_stats": _loads(row["act_stats"], {}), "histogram": _loads(row["histogram"])})
-    for layer in index.values():
-        layer["sparsity"] = _layer_sparsity(layer["linears"])
+        try:
+            act_stats = _loads(row["act_stats"]) or None  # magnitude's runs stored {}
+            histogram = _loads(row["histogram"])
+            linear = LinearRecord(name=row["name"], d_out=row["d_out"], d_in=row["d_in"], sparsity=row["sparsity"],
+                                  seconds=row["seconds"])
+            linear = from_dict(LinearRecord, {**to_dict(linear), "act_stats": act_stats, "histogram": histogram})
+        except Exception as error:  # a damaged linear must not hide the rest of the run
+            if damaged is not None:
+                damaged[row["run_id"]] = f"unreadable linear {row['name']} of layer {row['layer']} ({type(error).__name__})"
+            continue
+        index[(row["run_id"], row["layer"])].linears.append(linear)
     return by_run
-
-
-def _create_schema(db: sqlite3.Connection) -> None:
-    # Statement by statement: ``executescript`` would commit the caller's open transaction first.
-    for statement in _SCHEMA.split(";"):
-        if statement.strip():
-            db.execute(statement)
-
-
-# ---- migrations: MIGRATIONS[v] turns a version-v store into version v+1, inside the open transaction ----
-
-_V0_COLUMNS = {"id", "status", "created", "config", "results"}
-
-
-def _is_version0(db: sqlite3.Connection, tables: set[str]) -> bool:
-    """acetui 0.0 wrote no application id; recognise its two tables by their columns."""
-    if tables != {"runs", "layers"}:
-        return False
-    columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
-    layer_columns = {row[1] for row in db.execute("PRAGMA table_info(layers)")}
-    return _V0_COLUMNS <= columns and {"run_id", "layer", "seconds", "linears"} <= layer_columns
-
-
-def _migrate_0_to_1(db: sqlite3.Connection) -> None:
-    """Version 0 kept each layer's linears as one JSON list and had no heartbeat, host, environment or
-    cancel flag. Its runs move over unchanged; its layers are split into the ``linears`` table."""
-    old_runs = [dict(row) for row in db.execute("SELECT * FROM runs")]
-    old_layers = [dict(row) for row in db.execute("SELECT * FROM layers")]
-    db.execute("DROP TABLE layers")
-    db.execute("ALTER TABLE runs RENAME TO runs_v0")
-    _create_schema(db)
-    for run in old_runs:
-        status = run["status"] if run["status"] in STATUSES else "failed"
-        db.execute("INSERT INTO runs (id, status, created, started, finished, pid, config, error, results)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   (run["id"], status, run["created"], run.get("started"), run.get("finished"), run.get("pid"),
-                    run["config"], run.get("error"), run.get("results")))
-    db.execute("DROP TABLE runs_v0")
-    for layer in old_layers:
-        linears = json.loads(layer["linears"])
-        db.execute("INSERT INTO layers (run_id, layer, total, seconds, recorded) VALUES (?, ?, NULL, ?, ?)",
-                   (layer["run_id"], layer["layer"], layer["seconds"], 0.0))
-        db.executemany(
-            "INSERT INTO linears (run_id, layer, position, name, d_out, d_in, sparsity, seconds, act_stats, histogram)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(layer["run_id"], layer["layer"], position, linear["name"], linear.get("d_out"), linear.get("d_in"),
-              linear.get("sparsity"), linear.get("seconds"), json.dumps(linear.get("act_stats") or {}),
-              _dumps(linear.get("histogram")))
-             for position, linear in enumerate(linears)])
-
-
-MIGRATIONS = {0: _migrate_0_to_1}

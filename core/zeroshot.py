@@ -23,6 +23,7 @@ from acetui_core.config import ZEROSHOT_TASKS
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import Stage
 from acetui_core.paths import data_dir, home
+from acetui_core.records import TaskAccuracy
 
 # Where each task's YAML lives inside ``lm_eval/tasks`` (looking it up avoids the harness's
 # TaskManager, which indexes ~15k configs in several seconds on every call).
@@ -131,18 +132,6 @@ def _local_file(task: str) -> Path | None:
     root = data_dir()
     path = root / "zeroshot" / LOCAL_COPIES[task].file if root else None
     return path if path is not None and path.is_file() else None
-
-
-def mean_accuracy(zeroshot: dict) -> float:
-    """The paper's summary: the plain mean of ``acc`` over the evaluated tasks."""
-    if not zeroshot:
-        raise ValueError("no zero-shot results to average")
-    return sum(entry["acc"] for entry in zeroshot.values()) / len(zeroshot)
-
-
-def is_partial(zeroshot: dict) -> bool:
-    """Whether any task was cut short by ``--limit`` (stored results may predate the flag)."""
-    return any(entry.get("partial") for entry in zeroshot.values())
 
 
 def _cache_dir() -> Path:
@@ -267,11 +256,10 @@ def _metric(results: dict, name: str) -> float | None:
 
 
 def evaluate_zeroshot(model, tokenizer, tasks, *, limit: int | None = None, batch_size: int = 8,
-                      on_event=None, cancel=None) -> dict[str, dict]:
+                      on_event=None, cancel=None) -> dict[str, TaskAccuracy]:
     """Evaluate ``model`` (a loaded ``transformers`` causal LM, evaluated where it is) on each task.
 
-    Returns ``{task: {acc, acc_stderr, acc_norm, acc_norm_stderr, n, total, partial, source[, note]}}``
-    (``acc_norm`` is None for tasks the harness scores by ``acc`` only). Emits
+    Returns ``{task: TaskAccuracy}`` (``acc_norm`` is None for tasks the harness scores by ``acc`` only). Emits
     ``Stage("zeroshot:<task>", done, total)`` over the task's scored requests, and stops with
     ``Cancelled`` between slices when ``cancel`` is set.
     """
@@ -292,7 +280,7 @@ def evaluate_zeroshot(model, tokenizer, tasks, *, limit: int | None = None, batc
         lm = _make_lm(model, tokenizer, batch_size, report)
         # An empty index: our tasks arrive as full configs, so the ~15k built-in ones need no scan.
         manager = TaskManager(include_defaults=False)
-        out: dict[str, dict] = {}
+        out: dict[str, TaskAccuracy] = {}
         for task in tasks:
             stage = f"zeroshot:{task}"
             report(0, None)
@@ -313,17 +301,9 @@ def evaluate_zeroshot(model, tokenizer, tasks, *, limit: int | None = None, batc
             evaluated = evaluate(lm=lm, task_dict=loaded, limit=limit, log_samples=False)
             metrics = evaluated["results"][task]
             counts = evaluated["n-samples"][task]
-            entry = {
-                "acc": _metric(metrics, "acc"),
-                "acc_stderr": _metric(metrics, "acc_stderr"),
-                "acc_norm": _metric(metrics, "acc_norm"),
-                "acc_norm_stderr": _metric(metrics, "acc_norm_stderr"),
-                "n": counts["effective"],
-                "total": counts["original"],
-                "partial": counts["effective"] < counts["original"],
-                "source": source,
-            }
-            if note:
-                entry["note"] = note
-            out[task] = entry
+            out[task] = TaskAccuracy(
+                acc=_metric(metrics, "acc"), acc_stderr=_metric(metrics, "acc_stderr"),
+                acc_norm=_metric(metrics, "acc_norm"), acc_norm_stderr=_metric(metrics, "acc_norm_stderr"),
+                n=counts["effective"], total=counts["original"], partial=counts["effective"] < counts["original"],
+                source=source, note=note)
     return out

@@ -96,7 +96,7 @@ async def test_form_flags_bad_values_with_the_cli_sentence(store):
         assert str(sparsity_error.render()) == ("Sparsity '3:2' is not a valid N:M pattern; N must be at least 1 "
                                                 "and smaller than M (for example 2:4).")
         assert screen.query_one("#sparsity", Input).has_class("-invalid")
-        assert str(screen.query_one("#nsamples-error", Static).render()) == "--nsamples must be at least 1."
+        assert str(screen.query_one("#nsamples-error", Static).render()) == "--nsamples must be at least 1 (got 0)."
 
         chosen = screen.query_one("#metrics", SelectionList)
         chosen.deselect_all()
@@ -131,19 +131,11 @@ async def test_zero_shot_fields_are_checked_only_when_zero_shot_is_on(store):
         assert (config.evals, config.tasks) == (["wikitext2", "zeroshot"], ["boolq", "rte"])
 
 
-def test_grid_runs_magnitude_once_per_sparsity():
-    grid = configs(model="m", methods=["magnitude", "wanda"], sparsities=["0.5", "2:4"], seqlens=[16, "full"],
-                   evals=["wikitext2"])
-    assert [(c.method, c.sparsity, c.seqlen) for c in grid] == [
-        ("magnitude", "0.5", 16), ("magnitude", "2:4", 16),
-        ("wanda", "0.5", 16), ("wanda", "0.5", "full"), ("wanda", "2:4", 16), ("wanda", "2:4", "full")]
-
-
 @pytest.mark.asyncio
 async def test_model_field_completes_from_recent_models(store, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     recent = "org/recent-model"
-    store.create_run(configs(model=recent, methods=["wanda"], sparsities=["0.5"], seqlens=[16], evals=[])[0])
+    store.create_run(configs(model=recent, methods=["wanda"], sparsities=["0.5"], seqlens=[16], seed=0, evals=[])[0])
     store.set_status(store.list_runs()[0].id, "failed", error="test")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
@@ -278,24 +270,54 @@ async def test_cancel_a_run_and_see_it_cancelled(store, make_tiny_model):
 
 
 @pytest.mark.asyncio
-async def test_a_failing_run_shows_its_error(store, tmp_path):
+async def test_a_failing_run_shows_its_error(store, tmp_path, make_tiny_model):
+    short = tmp_path / "short.txt"
+    short.write_text("only a few words here")  # passes every check; too short once tokenized
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill_form(pilot, str(make_tiny_model("llama")), ["wanda"], calib=str(short))
+        await pilot.press("ctrl+r")
+        error = app.screen.query_one("#run-error", Static)
+        await wait_for(pilot, lambda: error.display, "the run's error")
+        recorded = store.list_runs()[0].error
+        assert recorded.startswith("The calibration data does not hold 4 windows of 16 tokens")
+        assert str(error.render()) == f"failed: {recorded}"
+
+        await pilot.press("f4")
+        table = app.screen.query_one("#runs", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 1, "the Runs list")
+        assert cell_texts(table)[0][1] == "failed"
+        assert recorded in str(app.screen.query_one("#run-detail", Static).render())
+
+
+@pytest.mark.asyncio
+async def test_a_damaged_checkpoint_is_refused_before_any_run(store, tmp_path):
+    damaged = tmp_path / "damaged-model"
+    damaged.mkdir()
+    (damaged / "config.json").write_text('{"model_type": "llama", "hidden_size": "wide"}')
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await fill_form(pilot, str(damaged), ["wanda"])
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(app.screen, NewRunScreen) and store.list_runs() == []
+        assert any(f"The checkpoint folder {damaged} could not be loaded as a model" in str(n.message)
+                   for n in app._notifications)
+
+
+@pytest.mark.asyncio
+async def test_a_folder_that_is_not_a_model_is_refused_before_any_run(store, tmp_path):
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await fill_form(pilot, str(not_a_model), ["wanda"])
         await pilot.press("ctrl+r")
-        error = app.screen.query_one("#run-error", Static)
-        await wait_for(pilot, lambda: error.display, "the run's error")
-        expected = f"{not_a_model} is a folder but not a Hugging Face model (it has no config.json)."
-        assert str(error.render()) == f"failed: {expected}"
-        assert store.list_runs()[0].error == expected
-
-        await pilot.press("f4")
-        table = app.screen.query_one("#runs", DataTable)
-        await wait_for(pilot, lambda: table.row_count == 1, "the Runs list")
-        assert cell_texts(table)[0][1] == "failed"
-        assert expected in str(app.screen.query_one("#run-detail", Static).render())
+        await pilot.pause()
+        assert isinstance(app.screen, NewRunScreen)
+        assert str(app.screen.query_one("#model-error", Static).render()) == \
+            f"{not_a_model} is a folder but not a Hugging Face model (it has no config.json)."
+        assert store.list_runs() == []
 
 
 @pytest.mark.asyncio

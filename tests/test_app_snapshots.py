@@ -16,7 +16,8 @@ import pytest
 
 from acetui.app import make_app
 from acetui_core.config import RunConfig
-from acetui_core.events import Histogram, LayerPruned, LayerStarted, LinearRecord, RunStarted, Stage
+from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
+from acetui_core.records import ActStats, Histogram, LayerRecord, LinearRecord, RunResult, Spread, TaskAccuracy, from_dict
 from acetui_core.store import Store
 
 T0 = 1_714_564_800.0  # 2024-05-01 12:00 UTC
@@ -57,12 +58,12 @@ def layer_event(index: int, sparsity: float, activations: bool = True) -> LayerP
     linears = []
     for position, (name, d_out, d_in) in enumerate(LINEARS):
         scale = 1 + index * 0.8 + position * 0.1
-        act = {"x2_mean": {"min": 0.01 * scale, "median": 0.2 * scale, "max": 4.0 * scale},
-               "x2_var": {"min": 0.001 * scale, "median": 0.05 * scale ** 2, "max": 30.0 * scale ** 3}}
+        act = ActStats(x2_mean=Spread(min=0.01 * scale, median=0.2 * scale, max=4.0 * scale),
+                       x2_var=Spread(min=0.001 * scale, median=0.05 * scale ** 2, max=30.0 * scale ** 3))
         linears.append(LinearRecord(name=name, d_out=d_out, d_in=d_in, sparsity=sparsity, seconds=0.1 + 0.01 * position,
-                                    act_stats=act if activations else {},
+                                    act_stats=act if activations else None,
                                     histogram=histogram(index, position, sparsity)))
-    return LayerPruned(index=index, total=NUM_LAYERS, seconds=1.5 + 0.25 * index, linears=linears)
+    return LayerPruned(LayerRecord(index=index, total=NUM_LAYERS, seconds=1.5 + 0.25 * index, linears=linears))
 
 
 def add_run(store: Store, method: str, sparsity: str, *, seqlen=16, layers: int = NUM_LAYERS, ppl: float | None = None,
@@ -77,12 +78,17 @@ def add_run(store: Store, method: str, sparsity: str, *, seqlen=16, layers: int 
         store.record_event(run_id, LayerStarted(index, NUM_LAYERS))
         store.record_event(run_id, layer_event(index, fraction, activations=method != "magnitude"))
     if status == "finished":
-        result = {"model": model, "method": method, "label": config.label, "sparsity": sparsity,
-                  "prune_seconds": 9.75 + len(method), "ppl_wikitext2": ppl, "ppl_windows": 166, "ppl_partial": False,
-                  "zeroshot": None if zeroshot is None else {"boolq": {"acc": zeroshot}, "rte": {"acc": zeroshot - 0.1}},
-                  "peak_rss_mb": 2048.0, "peak_gpu_mb": 14000.0, "device": "cuda:0", "dtype": "float16",
-                  "config": config.to_dict()}
-        store.finish(run_id, result)
+        def task(acc: float) -> TaskAccuracy:
+            return TaskAccuracy(acc=acc, acc_stderr=0.01, acc_norm=None, acc_norm_stderr=None, n=100, total=100,
+                                partial=False, source="hub")
+
+        result = from_dict(RunResult, {
+            "model": model, "method": method, "label": config.label, "sparsity": sparsity, "group": "row",
+            "prune_seconds": 9.75 + len(method), "ppl_wikitext2": ppl, "ppl_windows": 166, "ppl_partial": False,
+            "peak_rss_mb": 2048.0, "peak_gpu_mb": 14000.0, "device": "cuda:0", "dtype": "float16",
+            "config": config.to_dict()})
+        result.zeroshot = None if zeroshot is None else {"boolq": task(zeroshot), "rte": task(zeroshot - 0.1)}
+        store.record_event(run_id, RunFinished(result))
     elif status == "running":
         store.record_event(run_id, LayerStarted(layers, NUM_LAYERS))
     else:

@@ -166,3 +166,69 @@ def test_zeroshot_tables_bold_the_highest_accuracy(store):
                           ("CosP+VarP-16", (table.models[0], "Avg."))}
     mean = comparison(store.list_runs(model=LLAMA), measure="zeroshot-mean")
     assert [header for _, header in mean.columns] == ["50%"]
+
+
+# ---- runs with different settings never share a cell ----------------------------------------------------
+
+BASE = RunConfig(model=LLAMA, method="wanda", sparsity="2:4", seqlen=16, seed=0)
+CALIBRATION = {"source": "c4", "nsamples": 128, "seqlen": 16, "seed": 0, "fingerprint": "6553273:1"}
+# setting -> (config changes, result changes) of a second run that differs from BASE in that setting alone
+ONE_SETTING_APART = {
+    "model file": ({}, {"model_fingerprint": "13476839424:2"}),
+    "group": ({"group": "layer"}, {}),
+    "squared weight": ({"method": "ace", "squared_weight": True}, {}),
+    "calibration source": ({"calib": "wikitext2"}, {}),
+    "calibration file": ({}, {"calibration": {**CALIBRATION, "fingerprint": "6553273:2"}}),
+    "samples": ({"nsamples": 32}, {"calibration": {**CALIBRATION, "nsamples": 32}}),
+    "calibration length": ({"seqlen": 17}, {"calibration": {**CALIBRATION, "seqlen": 17}}),
+    "eval window length": ({"eval_seqlen": 1024}, {"ppl_seqlen": 1024}),
+    "eval windows": ({"eval_limit": 4}, {"ppl_windows": 4, "ppl_partial": True}),
+    "dtype": ({}, {"dtype": "bfloat16"}),
+}
+
+
+def two_runs(tmp_path, changes: tuple[dict, dict], seed: int = 0) -> list:
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    config_changes, result_changes = changes
+    first = BASE if "method" not in config_changes else RunConfig(**{**BASE.to_dict(), "method": "ace"})
+    insert_run(store, clock, "c0000001", first, created=1_700_000_000.0, ppl=11.70,
+               result={"calibration": CALIBRATION, "model_fingerprint": "13476839424:1"})
+    second = RunConfig(**{**first.to_dict(), **config_changes, "seed": seed})
+    insert_run(store, clock, "c0000002", second, created=1_700_003_600.0, ppl=12.30,
+               result={"calibration": CALIBRATION, "model_fingerprint": "13476839424:1", **result_changes})
+    return store.list_runs()
+
+
+@pytest.mark.parametrize("setting", list(ONE_SETTING_APART))
+def test_runs_that_differ_in_one_setting_get_rows_of_their_own(tmp_path, setting):
+    table = comparison(two_runs(tmp_path, ONE_SETTING_APART[setting]))
+    assert len(table.rows) == 2, table.rows
+    assert all(len(cell.values) == 1 for cell in table.cells.values())
+    assert len(set(table.rows)) == 2  # two labels: the mixed-selection golden shows how they name the difference
+
+
+def test_runs_that_differ_only_in_their_seed_share_a_cell(tmp_path):
+    table = comparison(two_runs(tmp_path, ({}, {}), seed=1))
+    assert table.rows == ["Wanda-16"]
+    [cell] = table.cells.values()
+    assert cell.values == [11.70, 12.30] and cell.sd == pytest.approx(0.4243, rel=1e-3)
+    assert "| Wanda-16 | **12.00** ± 0.42 (n=2) |" in to_markdown(table)
+
+
+def test_a_mixed_selection_in_every_format(tmp_path, monkeypatch, capsys):
+    """The issue's case: Wanda-16 at 2:4 with 128 samples over 2 windows and with 32 samples over 4 windows,
+    plus a second seed of the first: three runs, two rows, one of them a mean over two seeds."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for position, (run_id, nsamples, limit, seed, ppl) in enumerate(
+            [("d0000001", 128, 2, 0, 180.50), ("d0000002", 32, 4, 0, 231.52), ("d0000003", 128, 2, 1, 182.10)]):
+        config = RunConfig(model=LLAMA, method="wanda", sparsity="2:4", nsamples=nsamples, eval_limit=limit, seed=seed)
+        insert_run(store, clock, run_id, config, created=1_700_000_000.0 + 3600 * position, ppl=ppl, partial=True,
+                   result={"ppl_windows": limit, "calibration": {**CALIBRATION, "nsamples": nsamples}})
+    for name, fmt in (("mixed.md", "markdown"), ("mixed.tex", "latex"), ("mixed.csv", "csv")):
+        code, out, err = cli(monkeypatch, capsys, "export", "--store", str(store.path), "--format", fmt)
+        assert (code, err) == (0, "")
+        check_golden(name, out)
+    table = comparison(store.list_runs())
+    assert table.rows == ["Wanda-16 (128 samples, 2 windows)", "Wanda-16 (32 samples, 4 windows)"]

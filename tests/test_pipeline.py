@@ -11,6 +11,7 @@ from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import LayerPruned, RunFinished
 from acetui_core.metrics import METHODS
 from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+from acetui_core.records import RunResult, from_dict, to_dict
 
 NSAMPLES, SEQLEN = 8, 16
 
@@ -62,20 +63,20 @@ def test_every_linear_reaches_target_and_the_rest_stays_dense(loaded, method, sp
                 assert ((W == 0).sum(dim=1) >= W.shape[1] // 2).all(), name
     for name, before in outside.items():
         assert torch.equal(before, dict(loaded.model.named_parameters())[name]), f"{name} changed"
-    assert result["overall_sparsity"] == pytest.approx(0.5, abs=0.01)
+    assert result.overall_sparsity == pytest.approx(0.5, abs=0.01)
     pruned_events = [e for e in events if isinstance(e, LayerPruned)]
-    assert [e.index for e in pruned_events] == list(range(len(decoder_layers(loaded.model))))
+    assert [e.layer.index for e in pruned_events] == list(range(len(decoder_layers(loaded.model))))
     assert isinstance(events[-1], RunFinished) and events[-1].result is result
-    json.dumps(result)  # the --json object is serialisable
+    assert from_dict(RunResult, json.loads(json.dumps(to_dict(result)))) == result  # the --json object round-trips
 
 
 def test_statistics_use_every_calibration_token(loaded, calib_file):
     loaded.reset()
     events = []
     result = pipeline.run(config(loaded.source, "wanda", calib=calib_file), events.append, loaded=loaded)
-    assert result["calibration"]["tokens_per_linear"] == NSAMPLES * SEQLEN
-    record = next(e for e in events if isinstance(e, LayerPruned)).linears[0]
-    assert set(record.act_stats) == {"x2_mean", "x2_var"}
+    assert result.calibration.tokens_per_linear == NSAMPLES * SEQLEN
+    record = next(e for e in events if isinstance(e, LayerPruned)).layer.linears[0]
+    assert record.act_stats.x2_mean.min <= record.act_stats.x2_mean.median <= record.act_stats.x2_mean.max
     h = record.histogram
     assert sum(h.counts) == len(range(0, record.d_out * record.d_in, h.stride))  # every stride-th score, binned once
     assert h.threshold is not None and h.edges[0] <= h.threshold <= h.edges[-1]

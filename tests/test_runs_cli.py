@@ -93,9 +93,9 @@ def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, 
     result = json.loads(out)
     run = Store(store_path).get_run(result["run_id"])
     assert (run.status, run.label, run.layers_done, run.num_layers) == ("finished", "Wanda-16", 2, 2)
-    assert all(len(layer["linears"]) == 7 and layer["linears"][0]["histogram"]["counts"] for layer in run.layers)
-    assert run.layers[0]["linears"][0]["act_stats"]
-    assert run.ppl == result["ppl_wikitext2"] and run.results["ppl_windows"] == 2
+    assert all(len(layer.linears) == 7 and layer.linears[0].histogram.counts for layer in run.layers)
+    assert run.layers[0].linears[0].act_stats
+    assert run.ppl == result["ppl_wikitext2"] and run.results.ppl_windows == 2
     assert run.env["device"] == "cpu" and run.env["torch"] and run.env["acetui"]
 
     code, out, _ = cli(monkeypatch, capsys, "runs", "--store", store_path)
@@ -122,7 +122,7 @@ def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, 
     (["runs", "--store", "{tmp}/notes.txt/runs.db"], "Cannot create the folder"),
     (["compare", "m", "--methods", "wanda,nope"], "Unknown method 'nope'"),
     (["compare", "m", "--sparsity", "0.5,half"], "Sparsity 'half'"),
-    (["sweep", "m", "--seeds", "0,one"], "--seeds must be whole numbers"),
+    (["sweep", "m", "--seeds", "0,one"], "--seeds must be a whole number, not 'one'"),
     (["runs", "--status", "done"], "Unknown status 'done'"),
 ])
 def test_bad_input_gets_one_sentence(tmp_path, monkeypatch, capsys, args, message):
@@ -139,7 +139,7 @@ def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(slow_model, slow, 
     assert process.wait(timeout=120) == 130
     run = Store(store_path).get_run(run.id)
     assert run.status == "cancelled" and 1 <= run.layers_done < LAYERS
-    assert [layer["layer"] for layer in run.layers] == list(range(run.layers_done))
+    assert [layer.index for layer in run.layers] == list(range(run.layers_done))
     err = (tmp_path / "err.txt").read_text()
     assert "cancelled" in err and "Traceback" not in err
 
@@ -151,7 +151,7 @@ def test_sigkill_leaves_an_interrupted_run_with_its_finished_layers(slow_model, 
     process.wait(timeout=60)
     run = Store(store_path).get_run(run.id)
     assert run.status == "interrupted" and 1 <= run.layers_done < LAYERS
-    assert all(len(layer["linears"]) == 7 for layer in run.layers)
+    assert all(len(layer.linears) == 7 for layer in run.layers)
 
 
 def test_a_detached_run_outlives_its_parent_and_can_be_watched(make_tiny_model, fast, store_path, tmp_path,
@@ -221,9 +221,9 @@ def test_sweep_puts_calibration_lengths_in_columns(make_tiny_model, fast, store_
 
 
 def test_compare_runs_one_worker_per_gpu(make_tiny_model, fast, store_path, monkeypatch, capsys):
-    import acetui_core.runner
+    import acetui_core.launch
 
-    monkeypatch.setattr(acetui_core.runner, "visible_gpus", lambda: 2)  # this machine has none; the workers run on CPU
+    monkeypatch.setattr(acetui_core.launch, "visible_gpus", lambda: 2)  # this machine has none; the workers run on CPU
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     code, out, _ = cli(monkeypatch, capsys, "compare", make_tiny_model("llama"), "--methods", "wanda",
                        "--sparsity", "0.5,2:4", *fast, "--store", store_path)
@@ -234,14 +234,14 @@ def test_compare_runs_one_worker_per_gpu(make_tiny_model, fast, store_path, monk
 
 
 def test_the_grid_is_split_over_the_gpus_the_user_made_visible(tmp_path, monkeypatch):
-    import acetui_core.runner
-    from acetui.commands.runs import _spawn_per_gpu
+    import acetui_core.worker
+    from acetui_core.launch import LocalProcesses
 
     spawned = []
-    monkeypatch.setattr(acetui_core.runner, "spawn_worker", lambda store, ids, detach, env=None: spawned.append((ids, env)))
+    monkeypatch.setattr(acetui_core.worker, "spawn", lambda store, ids, detach, env=None: spawned.append((ids, env)))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    _spawn_per_gpu(Store(tmp_path / "runs.db"), ["r1", "r2", "r3"], 2, detach=True)
+    LocalProcesses(gpus=2).start(Store(tmp_path / "runs.db"), ["r1", "r2", "r3"])
     assert spawned == [(["r1", "r2"], {"CUDA_VISIBLE_DEVICES": "2"}), (["r3"], {"CUDA_VISIBLE_DEVICES": "3"})]
     spawned.clear()
-    _spawn_per_gpu(Store(tmp_path / "runs.db"), ["r1", "r2"], 1, detach=True)
+    LocalProcesses(gpus=1).start(Store(tmp_path / "runs.db"), ["r1", "r2"])
     assert spawned == [(["r1", "r2"], None)]  # one GPU or none: one worker, the environment left alone

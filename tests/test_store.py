@@ -14,9 +14,12 @@ import pytest
 
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
-from acetui_core.events import LayerStarted, RunStarted, Stage
-from acetui_core.store import APPLICATION_ID, SCHEMA_VERSION, STALE_AFTER, Store
-from runhelpers import Clock, insert_run, layer_event
+from acetui_core.events import LayerStarted, RunFinished, RunStarted, Stage
+from acetui_core.liveness import STALE_AFTER
+from acetui_core.records import Histogram
+from acetui_core.store import Store
+from acetui_core.store_schema import APPLICATION_ID, SCHEMA_VERSION
+from runhelpers import Clock, insert_run, layer_event, result_for
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -47,20 +50,22 @@ def test_a_run_is_recorded_layer_by_layer_with_its_statistics(tmp_path):
 
     run = store.get_run(run_id[:4])  # a unique prefix is enough
     assert (run.id, run.status, run.num_layers, run.current_layer) == (run_id, "running", 3, None)
-    assert run.env == {"torch": "2.4.0", "device": "cpu"}
-    assert run.stage == {"name": "calibration", "done": 4, "total": 4}
-    assert [layer["layer"] for layer in run.layers] == [0, 1] and run.layers_done == 2
-    assert run.layers[0]["sparsity"] == pytest.approx(0.25)
-    linear = run.layers[0]["linears"][0]
-    assert linear["name"] == "self_attn.q_proj" and linear["d_in"] == 64
-    assert linear["act_stats"]["x2_var"]["max"] == 90.0
-    assert linear["histogram"] == {"edges": [0.001, 0.01, 0.1, 1.0, 10.0], "counts": [3, 40, 50, 7],
-                                   "threshold": 0.1, "log": True, "stride": 1}
-    assert store.layers_since(run_id, after=0)[0]["layer"] == 1
+    assert run.env == {"torch": "2.4.0", "device": "cpu", "device_name": "", "log": str(store.log_path(run_id))}
+    assert run.stage == Stage("calibration", 4, 4)
+    assert [layer.index for layer in run.layers] == [0, 1] and run.layers_done == 2
+    assert run.layers[0].sparsity == pytest.approx(0.25)
+    linear = run.layers[0].linears[0]
+    assert linear.name == "self_attn.q_proj" and linear.d_in == 64
+    assert linear.act_stats.x2_var.max == 90.0
+    assert linear.histogram == Histogram(edges=[0.001, 0.01, 0.1, 1.0, 10.0], counts=[3, 40, 50, 7],
+                                         threshold=0.1, log=True, stride=1)
+    assert store.layers_since(run_id, after=0)[0].index == 1
 
-    store.finish(run_id, {"ppl_wikitext2": 21.5, "prune_seconds": 3.0})
+    result = result_for(config(), ppl=21.5, seconds=3.0)
+    store.record_event(run_id, RunFinished(result))
     run = store.get_run(run_id)
     assert (run.status, run.ppl, run.prune_seconds) == ("finished", 21.5, 3.0)
+    assert run.results == result  # the typed record comes back as it went in
     assert run.finished >= run.started >= run.created
     assert run.to_dict()["label"] == "CosP+VarP-16"
 
@@ -69,7 +74,7 @@ def test_an_ended_run_keeps_its_status(tmp_path):
     store = Store(tmp_path / "runs.db")
     run_id = store.create_run(config())
     store.claim(run_id)
-    store.finish(run_id, {"ppl_wikitext2": 9.0})
+    store.record_event(run_id, RunFinished(result_for(config(), ppl=9.0, seconds=1.0)))
     assert not store.set_status(run_id, "failed", error="late")
     assert store.get_run(run_id).status == "finished"
     with pytest.raises(UserError, match="already ended"):
@@ -106,10 +111,10 @@ def test_cancel_and_delete(tmp_path):
     assert store.request_cancel(running) == "running"
     assert store.heartbeat(running) is True  # the run's process learns it on its next beat
     with pytest.raises(UserError, match="cancel it first"):
-        store.delete_run(running)
+        store.delete_runs([running])
     store.record_event(running, layer_event(0, 2))
     store.set_status(running, "cancelled")
-    store.delete_run(running)
+    store.delete_runs([running])
     assert [r.id for r in store.list_runs()] == [queued]
     assert raw(store, "SELECT COUNT(*) FROM linears") == [(0,)]
 
@@ -118,14 +123,16 @@ WRITER = """
 import sys
 from acetui_core.config import RunConfig
 from acetui_core.store import Store
-from runhelpers import layer_event
+from acetui_core.events import RunFinished
+from runhelpers import layer_event, result_for
 store, layers = Store(sys.argv[1]), int(sys.argv[2])
-run_id = store.create_run(RunConfig(model="m", method="wanda", sparsity="0.5"))
+config = RunConfig(model="m", method="wanda", sparsity="0.5")
+run_id = store.create_run(config)
 store.claim(run_id)
 for index in range(layers):
     store.record_event(run_id, layer_event(index, layers))
     store.heartbeat(run_id)
-store.finish(run_id, {"ppl_wikitext2": 5.0})
+store.record_event(run_id, RunFinished(result_for(config, ppl=5.0, seconds=1.0)))
 """
 
 
@@ -138,8 +145,8 @@ def test_two_writers_and_a_reader_share_one_store(tmp_path):
     while any(w.poll() is None for w in writers) or reads < 3:
         for run in reader.list_runs(layers=True):
             # A reader never sees half a layer, nor a gap, nor a finished run without its results.
-            assert [layer["layer"] for layer in run.layers] == list(range(len(run.layers)))
-            assert all(len(layer["linears"]) == 7 for layer in run.layers)
+            assert [layer.index for layer in run.layers] == list(range(len(run.layers)))
+            assert all(len(layer.linears) == 7 for layer in run.layers)
             assert run.status != "finished" or (run.ppl == 5.0 and len(run.layers) == layers)
             mid += 0 < len(run.layers) < layers
         reads += 1
@@ -244,10 +251,12 @@ def test_a_version_0_store_is_migrated(tmp_path):
     assert raw(store, "PRAGMA application_id") == [(APPLICATION_ID,)]
     old = store.get_run("0ld0run1")
     assert (old.status, old.ppl, old.config.method, old.config.model) == ("finished", 38.96, "wanda", "facebook/opt-125m")
-    assert [layer["layer"] for layer in old.layers] == [0, 1]
-    q_proj = old.layers[0]["linears"][0]
-    assert (q_proj["name"], q_proj["d_out"], q_proj["histogram"]["threshold"]) == ("self_attn.q_proj", 768, 1.0)
-    assert old.layers[0]["linears"][1]["histogram"] is None
+    assert old.damaged is None and old.results.label == "Wanda-16" and old.results.overall_sparsity is None
+    assert [layer.index for layer in old.layers] == [0, 1]
+    q_proj = old.layers[0].linears[0]
+    assert (q_proj.name, q_proj.d_out, q_proj.histogram.threshold) == ("self_attn.q_proj", 768, 1.0)
+    assert q_proj.act_stats.x2_mean.max == 3.0 and q_proj.act_stats.x2_var is None
+    assert old.layers[0].linears[1].histogram is None and old.layers[0].linears[1].act_stats is None
     failed = store.get_run("0ld0run2")
     assert (failed.status, failed.error, failed.config.seqlen, failed.label) == ("failed", "CUDA out of memory.", "full", "CosP+VarP-FL")
     store.create_run(config())  # and it takes new runs

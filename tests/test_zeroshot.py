@@ -13,7 +13,8 @@ import pytest
 from acetui_core.config import ZEROSHOT_TASKS, RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import Stage
-from acetui_core.zeroshot import LOCAL_COPIES, TASK_YAMLS, evaluate_zeroshot, mean_accuracy, task_source, validate_tasks
+from acetui_core.records import TaskAccuracy, mean_accuracy
+from acetui_core.zeroshot import LOCAL_COPIES, TASK_YAMLS, evaluate_zeroshot, task_source, validate_tasks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACC_NORM_TASKS = {"hellaswag", "arc_easy", "arc_challenge", "openbookqa"}  # the harness scores these by acc_norm too
@@ -71,7 +72,11 @@ def test_core_zeroshot_imports_without_the_harness():
 
 
 def test_mean_accuracy_is_the_plain_mean_of_acc():
-    assert mean_accuracy({"a": {"acc": 0.5, "acc_norm": 0.9}, "b": {"acc": 0.25, "acc_norm": None}}) == 0.375
+    def task(acc, acc_norm):
+        return TaskAccuracy(acc=acc, acc_stderr=0.01, acc_norm=acc_norm, acc_norm_stderr=None, n=10, total=10,
+                            partial=False, source="hub")
+
+    assert mean_accuracy({"a": task(0.5, 0.9), "b": task(0.25, None)}) == 0.375
 
 
 # ---------------------------------------------------------------- the harness's configs, local data
@@ -138,13 +143,13 @@ def test_each_local_task_reports_the_harness_fields(tiny_results, shared_data):
     results, _ = tiny_results
     assert list(results) == list(ZEROSHOT_TASKS)
     for task, entry in results.items():
-        assert entry["n"] == 3 and entry["partial"] is True
-        assert entry["total"] == len(_rows(shared_data / "zeroshot" / LOCAL_COPIES[task].file))
-        assert entry["source"] == str(shared_data / "zeroshot" / LOCAL_COPIES[task].file)
-        assert 0 <= entry["acc"] <= 1 and entry["acc_stderr"] >= 0
-        assert (entry["acc_norm"] is not None) == (task in ACC_NORM_TASKS)
-        assert ("note" in entry) == (task == "hellaswag")
-    assert "leading space" in results["hellaswag"]["note"]
+        assert entry.n == 3 and entry.partial is True
+        assert entry.total == len(_rows(shared_data / "zeroshot" / LOCAL_COPIES[task].file))
+        assert entry.source == str(shared_data / "zeroshot" / LOCAL_COPIES[task].file)
+        assert 0 <= entry.acc <= 1 and entry.acc_stderr >= 0
+        assert (entry.acc_norm is not None) == (task in ACC_NORM_TASKS)
+        assert (entry.note is not None) == (task == "hellaswag")
+    assert "leading space" in results["hellaswag"].note
 
 
 def test_progress_is_reported_per_task_until_done(tiny_results):
@@ -172,8 +177,8 @@ def test_pipeline_runs_zeroshot_on_the_pruned_model(make_tiny_model):
     config = RunConfig(model=str(make_tiny_model("llama")), method="magnitude", sparsity="0.5", evals=["zeroshot"],
                        tasks=["arc_easy", "boolq"], zeroshot_limit=2)
     result = pipeline.run(config)
-    assert list(result["zeroshot"]) == ["arc_easy", "boolq"]
-    assert all(entry["n"] == 2 for entry in result["zeroshot"].values())
+    assert list(result.zeroshot) == ["arc_easy", "boolq"]
+    assert all(entry.n == 2 for entry in result.zeroshot.values())
 
 
 # ---------------------------------------------------------------- acetui eval
@@ -189,7 +194,7 @@ def test_eval_json_on_stdout_and_progress_on_stderr(make_tiny_model):
     result = json.loads(done.stdout)
     assert list(result["zeroshot"]) == ["arc_easy", "rte"]
     assert result["zeroshot"]["arc_easy"]["n"] == 2 and result["limit"] == 2
-    assert result["mean_acc"] == mean_accuracy(result["zeroshot"])
+    assert result["mean_acc"] == pytest.approx(sum(entry["acc"] for entry in result["zeroshot"].values()) / 2)
     assert "zero-shot arc_easy" in done.stderr
 
 
@@ -202,9 +207,9 @@ def test_eval_table(make_tiny_model):
 
 @pytest.mark.parametrize("args, env, message", [
     (["--tasks", "arc_easy,piqa"], {}, "Unknown zero-shot task 'piqa'; choose from: boolq, rte"),
-    (["--limit", "0"], {}, "--limit must be a whole number of examples per task, at least 1 (got 0)"),
+    (["--limit", "0"], {}, "--limit must be at least 1 (got 0)."),
     (["--tasks", "winogrande"], {"ACETUI_DATA_DIR": "EMPTY"}, "'winogrande' has no local data and the hub is switched off"),
-    (["--batch-size", "0"], {}, "--batch-size must be a whole number, at least 1 (got 0)"),
+    (["--batch-size", "0"], {}, "--batch-size must be at least 1 (got 0)."),
 ])
 def test_eval_bad_input_is_one_sentence_and_exit_2(args, env, message, make_tiny_model, tmp_path):
     env = {k: str(tmp_path) if v == "EMPTY" else v for k, v in env.items()}
@@ -231,11 +236,11 @@ def dense_and_pruned(smollm, module_env):
              **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT)}
     # Pruned and scored on ARC-Easy by `acetui prune --eval zeroshot`'s path; HellaSwag on the same pruned weights.
     config = RunConfig(model=smollm.source, method="wanda", sparsity="0.5", evals=["zeroshot"], tasks=["arc_easy"])
-    pruned = {**pipeline.run(config, loaded=smollm)["zeroshot"],
+    pruned = {**pipeline.run(config, loaded=smollm).zeroshot,
               **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT)}
     smollm.reset()
     print("\nSmolLM2-135M zero-shot acc (dense, Wanda 50%)",
-          {t: (dense[t]["n"], round(dense[t]["acc"], 4), round(pruned[t]["acc"], 4)) for t in SLOW_TASKS})
+          {t: (dense[t].n, round(dense[t].acc, 4), round(pruned[t].acc, 4)) for t in SLOW_TASKS})
     return dense, pruned
 
 
@@ -243,14 +248,14 @@ def dense_and_pruned(smollm, module_env):
 def test_smollm_is_well_above_chance_on_arc_easy(dense_and_pruned):
     dense, _ = dense_and_pruned
     # Chance is 0.25 (four choices); on the full split (n=2376) the standard error is ~0.01.
-    assert dense["arc_easy"]["n"] == dense["arc_easy"]["total"] == 2376 and dense["arc_easy"]["partial"] is False
-    assert dense["arc_easy"]["acc"] > 0.25 + 5 * dense["arc_easy"]["acc_stderr"]
+    assert dense["arc_easy"].n == dense["arc_easy"].total == 2376 and dense["arc_easy"].partial is False
+    assert dense["arc_easy"].acc > 0.25 + 5 * dense["arc_easy"].acc_stderr
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", SLOW_TASKS)
 def test_wanda_50_scores_lower_than_dense(dense_and_pruned, task):
     dense, pruned = dense_and_pruned
-    assert pruned[task]["n"] == dense[task]["n"] == (2376 if task == "arc_easy" else HELLASWAG_LIMIT)
+    assert pruned[task].n == dense[task].n == (2376 if task == "arc_easy" else HELLASWAG_LIMIT)
     # Lower by more than one standard error of the dense accuracy, not by a hair.
-    assert pruned[task]["acc"] < dense[task]["acc"] - dense[task]["acc_stderr"]
+    assert pruned[task].acc < dense[task].acc - dense[task].acc_stderr

@@ -1,6 +1,6 @@
 """The acetui workbench: a Textual app over the run store.
 
-It holds no pruning logic: runs start as their own processes through ``acetui_core.runner`` (so closing the
+It holds no pruning logic: runs start as their own processes through ``acetui_core.launch`` (so closing the
 app or losing SSH does not stop them) and every screen reads the store. ``make_app`` is the one
 factory the CLI and the tests share.
 """
@@ -19,7 +19,7 @@ from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
-from acetui_core.runner import collect_env, spawn_worker
+from acetui_core.launch import LocalProcesses, gpus_for, launch
 from acetui_core.store import Store
 
 
@@ -80,10 +80,9 @@ class AceApp(App):
         self.switch_mode("run")
 
     def start_runs(self, configs: list[RunConfig]) -> list[str]:
-        """Queue ``configs`` in the store and start one detached process that runs them in turn
-        (loading the model once); then follow the first."""
-        ids = [self.store.create_run(config, env=collect_env()) for config in configs]
-        spawn_worker(self.store, ids)
+        """Start ``configs`` through the launcher as detached worker processes (one per visible GPU, each
+        loading its model once), then follow the first."""
+        ids = launch(configs, LocalProcesses(detach=True, gpus=gpus_for(configs[0].device)), self.store)
         self.follow(ids[0], tuple(ids))
         return ids
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from textual.message import Message
 
+from acetui_core.records import LayerRecord
 from acetui_core.store import RunRecord
 
 
 class RunProgress(Message):
     """The followed run changed: its record (without layers) and the layers recorded since the last message."""
 
-    def __init__(self, run: RunRecord, new_layers: list[dict]) -> None:
+    def __init__(self, run: RunRecord, new_layers: list[LayerRecord]) -> None:
         super().__init__()
         self.run = run
         self.new_layers = new_layers

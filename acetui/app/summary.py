@@ -1,25 +1,27 @@
 """Plain summaries of stored run data for the screens: no widgets, no model, just numbers.
 
-A stored layer is what ``acetui_core.store`` returns: ``{"layer", "total", "seconds", "sparsity",
-"linears": [LinearRecord as a dict]}``.
+A stored layer is an ``acetui_core.records.LayerRecord``.
 """
 
 from __future__ import annotations
 
 from statistics import median
 
+from acetui_core.records import LayerRecord, Spread
+
 # The theme colour of each run status (a theme variable, so every theme, ANSI too, has it).
 STATUS_COLOR = {"finished": "success", "failed": "error", "interrupted": "error", "cancelled": "warning",
                 "running": "accent", "queued": "secondary"}
 
 
-def layer_variance(layer: dict) -> dict | None:
+def layer_variance(layer: LayerRecord) -> Spread | None:
     """``Var[x^2]`` of the layer's inputs: the median over linears of the per-column median, and the
     largest column; None when the method gathered no activations (magnitude)."""
-    stats = [lin["act_stats"]["x2_var"] for lin in layer["linears"] if lin.get("act_stats")]
-    if not stats:
+    spreads = [linear.act_stats.x2_var for linear in layer.linears if linear.act_stats]
+    if not spreads:
         return None
-    return {"median": median(s["median"] for s in stats), "max": max(s["max"] for s in stats)}
+    return Spread(min=min(s.min for s in spreads), median=median(s.median for s in spreads),
+                  max=max(s.max for s in spreads))
 
 
 def fmt_seconds(seconds: float | None) -> str:
@@ -32,9 +34,9 @@ def fmt_seconds(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def eta_seconds(layers: list[dict], total: int) -> float | None:
+def eta_seconds(layers: list[LayerRecord], total: int) -> float | None:
     """Time left for the layer loop at the mean pace so far (deterministic: from recorded seconds)."""
     if not layers or not total:
         return None
-    mean = sum(layer["seconds"] for layer in layers) / len(layers)
+    mean = sum(layer.seconds for layer in layers) / len(layers)
     return mean * max(total - len(layers), 0)

@@ -53,7 +53,7 @@ def follow_run(store: Store, run_id: str, post, stop: threading.Event, interval:
         seen["key"] = key
         layers = store.layers_since(run_id, after=seen["last_layer"])
         if layers:
-            seen["last_layer"] = layers[-1]["layer"]
+            seen["last_layer"] = layers[-1].index
         return RunProgress(run, layers), not run.active
 
     _poll(read, post, stop, interval)

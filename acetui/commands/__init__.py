@@ -1,7 +1,1 @@
-"""Each module registers its subcommands on ``acetui.cli.app`` when imported."""
-
-from acetui.commands import prune  # noqa: F401
-from acetui.commands import methods  # noqa: F401
-from acetui.commands import evaluate  # noqa: F401
-from acetui.commands import runs  # noqa: F401
-from acetui.commands import app  # noqa: F401
+"""The subcommands of ``acetui``, one module per topic; ``acetui.cli`` registers them."""

@@ -7,12 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from acetui.cli import app
+from acetui.options import StoreOption as StorePath
 
 Theme = Annotated[Optional[str], typer.Option(
     "--theme", help="dark, light, ansi (16 terminal colours, for SSH and 256-colour terminals) or a Textual theme.")]
-StorePath = Annotated[Optional[Path], typer.Option(
-    "--store", help="The run store file (default: $ACETUI_HOME/runs.db or the user data folder).")]
 
 
 def open_app(theme: str | None, store: Path | None, attach: str | None = None) -> None:
@@ -22,7 +20,6 @@ def open_app(theme: str | None, store: Path | None, attach: str | None = None) -
     make_app(Store(store), theme=theme, attach=attach).run()
 
 
-@app.callback(invoke_without_command=True)
 def workbench(ctx: typer.Context, theme: Theme = None, store: StorePath = None) -> None:
     """Without a subcommand: open the workbench (pick a model and metrics, watch runs, compare results)."""
     ctx.obj = {"theme": theme, "store": store}
@@ -30,7 +27,6 @@ def workbench(ctx: typer.Context, theme: Theme = None, store: StorePath = None) 
         open_app(theme, store)
 
 
-@app.command()
 def attach(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="A run id or a unique prefix of one (acetui runs lists them).")],

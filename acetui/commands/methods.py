@@ -6,11 +6,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from acetui.cli import app
 from acetui_core.metrics import METHODS
 
 
-@app.command()
 def methods() -> None:
     """List the pruning methods with a one-line description and the paper's name for each."""
     table = Table(title="Pruning methods (unstructured sparsity competes per output row unless --group layer)")

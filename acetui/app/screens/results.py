@@ -25,13 +25,12 @@ from acetui.app.screens.common import RunListScreen, refill
 from acetui_core.errors import UserError
 from acetui_core.export import comparison, export
 from acetui_core.sparsity import parse_sparsity
-from acetui_core.store import RunRecord, model_name
-from acetui_core.zeroshot import mean_accuracy
+from acetui_core.store import RunRecord
+from acetui_core.config import model_name
 
 
 def zeroshot_mean(run: RunRecord) -> float | None:
-    zeroshot = run.results.get("zeroshot")
-    return mean_accuracy(zeroshot) if zeroshot else None
+    return run.results.zeroshot_mean if run.results else None
 
 
 def _seqlen_order(run: RunRecord) -> float:
@@ -60,7 +59,7 @@ COLUMNS = [
     Column("Method", lambda r: r.label, lambda r: r.label),
     Column("Calib", lambda r: str(r.config.seqlen), _seqlen_order),
     Column("Sparsity", lambda r: r.config.sparsity, _sparsity_order),
-    Column("PPL", lambda r: ("–" if r.ppl is None else f"{r.ppl:.2f}") + ("†" if r.results.get("ppl_partial") else ""),
+    Column("PPL", lambda r: ("–" if r.ppl is None else f"{r.ppl:.2f}") + ("†" if r.ppl_partial else ""),
            lambda r: _missing_last(r.ppl)),
     Column("Prune", lambda r: summary.fmt_seconds(r.prune_seconds), lambda r: _missing_last(r.prune_seconds)),
     Column("0-shot%", lambda r: "–" if zeroshot_mean(r) is None else f"{zeroshot_mean(r) * 100:.1f}",
@@ -143,7 +142,7 @@ class ResultsScreen(RunListScreen):
                [(r.id, ("✓" if r.id in self.selected else " ", *(c.cell(r) for c in COLUMNS))) for r in visible])
         picked = len([r for r in visible if r.id in self.selected])
         arrow = "↓" if self.descending else "↑"
-        partial = " · † partial ppl" if any(r.results.get("ppl_partial") for r in visible) else ""
+        partial = " · † partial ppl" if any(r.ppl_partial for r in visible) else ""
         self.query_one("#results-info", Static).update(
             f"{len(visible)} run(s) · {picked} selected · by {COLUMNS[self.sort_column].title} {arrow}{partial}")
         self.query_one("#paper-table", Static).update(self.paper_table())

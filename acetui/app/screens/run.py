@@ -18,7 +18,9 @@ from acetui.app.messages import RunProgress, StoreFailed
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.watch import follow_run
 from acetui.app.widgets.plots import DepthPlot, ScoreHistogram, sparsity_series, variance_series
-from acetui_core.store import RunRecord, model_name
+from acetui_core.records import LayerRecord
+from acetui_core.store import RunRecord
+from acetui_core.config import model_name
 
 NO_RUN = "No run to show yet: start one on New run (F1) or open one from Runs (F4)."
 
@@ -34,21 +36,21 @@ def describe_stage(run: RunRecord) -> str:
     if run.current_layer is not None and run.num_layers:
         return f"layer {run.current_layer + 1}/{run.num_layers}"
     if run.stage:
-        total = run.stage["total"]
-        return f"{run.stage['name']} {run.stage['done']}/{total if total is not None else '?'}"
+        total = run.stage.total
+        return f"{run.stage.name} {run.stage.done}/{total if total is not None else '?'}"
     return "waiting to start" if run.status == "queued" else "starting"
 
 
-def layer_row(layer: dict) -> tuple[str, ...]:
+def layer_row(layer: LayerRecord) -> tuple[str, ...]:
     """Index, linears, seconds, sparsity and the median Var[x²] of the layer's inputs (the Var[x²]
     plot adds the largest column's)."""
     variance = summary.layer_variance(layer)
     return (
-        str(layer["layer"]),
-        str(len(layer["linears"])),
-        summary.fmt_seconds(layer["seconds"]),
-        "–" if layer["sparsity"] is None else f"{layer['sparsity']:.3f}",
-        "–" if variance is None else f"{variance['median']:.3g}",
+        str(layer.index),
+        str(len(layer.linears)),
+        summary.fmt_seconds(layer.seconds),
+        "–" if layer.sparsity is None else f"{layer.sparsity:.3f}",
+        "–" if variance is None else f"{variance.median:.3g}",
     )
 
 
@@ -90,7 +92,7 @@ class RunScreen(Screen):
         table.add_columns("Layer", "Lin", "Time", "Sparsity", escape("Var[x²]"))
         self.query_one("#run-error").display = False
         self._run: RunRecord | None = None
-        self._layers: list[dict] = []
+        self._layers: list[LayerRecord] = []
         self._linear = 0
         self.watch(self.app, "followed", self._follow)
 
@@ -127,14 +129,14 @@ class RunScreen(Screen):
         if previous is not None and previous.active and not run.active:
             self._advance_batch(run)
 
-    def _add_layers(self, layers: list[dict]) -> None:
+    def _add_layers(self, layers: list[LayerRecord]) -> None:
         if not layers:
             return
         table = self.query_one("#layers", DataTable)
         at_end = table.row_count == 0 or table.cursor_row == table.row_count - 1
         self._layers += layers
         for layer in layers:
-            table.add_row(*layer_row(layer), key=str(layer["layer"]))
+            table.add_row(*layer_row(layer), key=str(layer.index))
         if at_end:  # keep showing the newest layer unless the user moved away
             table.move_cursor(row=table.row_count - 1)
         self._replot()
@@ -159,14 +161,14 @@ class RunScreen(Screen):
         error.update(escape(text))
         error.display = True
 
-    def _log_changes(self, before: RunRecord | None, run: RunRecord, layers: list[dict]) -> None:
+    def _log_changes(self, before: RunRecord | None, run: RunRecord, layers: list[LayerRecord]) -> None:
         log = self.query_one("#log", Log)
         if before is None:
             log.write_line(f"{run.label} at {run.config.sparsity}: {run.status}")
         elif run.active and run.stage != before.stage and run.current_layer is None:
             log.write_line(describe_stage(run))
         for layer in layers:
-            log.write_line(f"layer {layer['layer']}: {summary.fmt_seconds(layer['seconds'])}, "
+            log.write_line(f"layer {layer.index}: {summary.fmt_seconds(layer.seconds)}, "
                            f"sparsity {layer_row(layer)[3]}")
         if not run.active and (before is None or before.active):
             log.write_line(describe_stage(run) + (f": {run.error}" if run.error else ""))
@@ -196,12 +198,12 @@ class RunScreen(Screen):
             plot.show("no layer pruned yet", None)
             return
         layer = self._layers[min(table.cursor_row, len(self._layers) - 1)]
-        linears = layer["linears"]
+        linears = layer.linears
         self._linear %= len(linears)
         linear = linears[self._linear]
-        histogram = linear["histogram"]
-        threshold = histogram.get("threshold") if histogram else None
-        title = f"L{layer['layer']} {linear['name']} ({self._linear + 1}/{len(linears)})"
+        histogram = linear.histogram
+        threshold = histogram.threshold if histogram else None
+        title = f"L{layer.index} {linear.name} ({self._linear + 1}/{len(linears)})"
         if histogram is None:
             title += ": no scores (solved, not scored)"
         elif threshold is not None:

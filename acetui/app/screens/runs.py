@@ -16,7 +16,8 @@ from acetui.app import summary
 from acetui.app.screens.common import RunListScreen, refill, status_text
 from acetui.app.summary import STATUS_COLOR
 from acetui_core.errors import UserError
-from acetui_core.store import RunRecord, model_name
+from acetui_core.store import RunRecord
+from acetui_core.config import model_name
 
 
 def when(seconds: float | None, form: str = "%Y-%m-%d %H:%M") -> str:
@@ -114,7 +115,7 @@ class RunsScreen(RunListScreen):
             if not yes:
                 return
             try:
-                self.app.store.delete_run(run.id)
+                self.app.store.delete_runs([run.id])
             except UserError as error:
                 self.notify(str(error), severity="error")
                 return

@@ -12,6 +12,7 @@ import math
 from textual_plotext import PlotextPlot
 
 from acetui.app import summary
+from acetui_core.records import Histogram, LayerRecord
 
 
 def _ticks(lo: float, hi: float, count: int = 4) -> list[float]:
@@ -47,9 +48,9 @@ class ScoreHistogram(Plot):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._title = "no layer pruned yet"
-        self._histogram: dict | None = None
+        self._histogram: Histogram | None = None
 
-    def show(self, title: str, histogram: dict | None) -> None:
+    def show(self, title: str, histogram: Histogram | None) -> None:
         self._title = title
         self._histogram = histogram
         self.replot()
@@ -58,13 +59,13 @@ class ScoreHistogram(Plot):
         plt = self.plt
         plt.title(self._title)
         histogram = self._histogram
-        if not histogram or not histogram.get("counts"):
+        if not histogram or not histogram.counts:
             return
-        edges, counts, log = histogram["edges"], histogram["counts"], histogram.get("log", False)
+        edges, counts, log = histogram.edges, histogram.counts, histogram.log
         # Log-spaced bins are drawn on a log10 axis, labelled with the scores themselves.
         axis = (lambda v: math.log10(max(v, 1e-30))) if log else (lambda v: v)
         centres = [(axis(a) + axis(b)) / 2 for a, b in zip(edges, edges[1:])]
-        threshold = histogram.get("threshold")
+        threshold = histogram.threshold
         # Bins below the threshold were pruned: drawn red, the kept ones blue, the threshold a line.
         pruned = [count if threshold is not None and centre < axis(threshold) else 0
                   for count, centre in zip(counts, centres)]
@@ -114,13 +115,13 @@ class DepthPlot(Plot):
                 plt.plot(xs, ys, marker="braille", color=color, label=label if len(self._series) > 1 else None)
 
 
-def sparsity_series(layers: list[dict]) -> dict[str, list[tuple[int, float]]]:
-    return {"sparsity": [(layer["layer"], layer["sparsity"]) for layer in layers if layer["sparsity"] is not None]}
+def sparsity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:
+    return {"sparsity": [(layer.index, layer.sparsity) for layer in layers if layer.sparsity is not None]}
 
 
-def variance_series(layers: list[dict]) -> dict[str, list[tuple[int, float]]]:
-    stats = [(layer["layer"], summary.layer_variance(layer)) for layer in layers]
+def variance_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:
+    stats = [(layer.index, summary.layer_variance(layer)) for layer in layers]
     return {
-        "median": [(i, v["median"]) for i, v in stats if v],
-        "max": [(i, v["max"]) for i, v in stats if v],
+        "median": [(i, v.median) for i, v in stats if v],
+        "max": [(i, v.max) for i, v in stats if v],
     }

@@ -1,0 +1,167 @@
+"""Grids of runs: ``acetui compare`` (methods x sparsities x lengths, the paper's tables) and ``acetui
+sweep`` (the appendix studies: calibration length, seed). Both go through the launcher."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from acetui import options
+from acetui.commands.prune import default_model
+from acetui.commands.runs import Follower, run_summary
+from acetui_core import parse
+from acetui_core.config import model_name
+from acetui_core.errors import Cancelled
+from acetui_core.export import comparison, to_markdown
+from acetui_core.launch import Grid, InProcess, LocalProcesses, gpus_for, launch, queue
+from acetui_core.runner import stop_signals
+from acetui_core.store import Store
+
+
+class QueueProgress:
+    """In-process grid progress: the prune command's bars, one set per run."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.current, self.progress, self.count = None, None, 0
+
+    def __call__(self, run_id: str, event) -> None:
+        from acetui.progress import EventProgress
+
+        if run_id != self.current:
+            self.close()
+            self.count += 1
+            run = self.store.get_run(run_id, layers=False)
+            print(f"[{self.count}] run {run_id}: {run.label} at {run.config.sparsity} on "
+                  f"{model_name(run.config.model)}", file=sys.stderr, flush=True)
+            self.current, self.progress = run_id, EventProgress().__enter__()
+        self.progress(event)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.__exit__(None, None, None)
+            self.progress = None
+
+
+def _follow_workers(store: Store, run_ids: list[str], workers: list) -> None:
+    """Workers on every GPU, followed from here. They share this terminal's process group, so Ctrl-C
+    reaches them; SIGTERM is passed on."""
+    print(f"{len(run_ids)} runs on {len(workers)} GPUs (logs in {store.folder / 'logs'}).", file=sys.stderr)
+    stop = threading.Event()
+    with stop_signals(stop):
+        follower = Follower(store, run_ids, err=True)
+        while not follower.poll() and any(w.poll() is None for w in workers):
+            if stop.is_set():
+                for worker in workers:
+                    worker.terminate()
+            time.sleep(0.5)
+        for worker in workers:
+            worker.wait()
+        follower.poll()
+    if stop.is_set():
+        raise Cancelled()
+
+
+def _execute(store: Store, configs: list, executor: LocalProcesses) -> tuple[list[str], bool]:
+    """Queue the grid and run it from this terminal: one worker per GPU when there are several (followed
+    here), else in this process with a progress bar per run. Returns the run ids and whether a stop
+    signal cut it short."""
+    if len(executor.devices()) > 1 and len(configs) > 1:
+        executor.detach = False
+        run_ids = queue(configs, store, executor)
+        try:
+            executor.start(store, run_ids)
+            _follow_workers(store, run_ids, executor.workers)
+        except Cancelled:
+            return run_ids, True
+        return run_ids, False
+    progress = QueueProgress(store)
+    in_process = InProcess(on_event=progress)
+    run_ids = queue(configs, store, in_process)
+    try:
+        in_process.start(store, run_ids)
+    except Cancelled:
+        return run_ids, True
+    finally:
+        progress.close()
+    return run_ids, False
+
+
+def run_grid(grid: Grid, *, device: str, columns: str, detach: bool, store: Optional[str], as_json: bool,
+             cells: str) -> None:
+    """Launch every run of the grid, wait for them (unless detached), and print the comparison table."""
+    opened = Store(store)
+    configs = grid.configs()
+    executor = LocalProcesses(detach=True, gpus=gpus_for(device))
+    if detach:
+        run_ids = launch(configs, executor, opened)
+        print("\n".join(run_ids))
+        print(f"{len(run_ids)} runs queued in the background; follow one with: acetui runs watch ID; "
+              f"table with: acetui export --format markdown --last {len(run_ids)}", file=sys.stderr)
+        return
+    run_ids, interrupted = _execute(opened, configs, executor)
+    records = opened.list_runs(ids=run_ids)
+    if as_json:
+        print(json.dumps([r.to_dict() for r in records], indent=2))
+    else:
+        for record in records:
+            if record.status != "finished":
+                print(run_summary(record), file=sys.stderr)
+        if any(r.status == "finished" and r.ppl is not None for r in records):
+            print(to_markdown(comparison(records, cells=cells, columns=columns)), end="")
+    if interrupted:
+        raise typer.Exit(130)
+    if any(r.status != "finished" for r in records):
+        raise typer.Exit(1)
+
+
+def compare(
+    models: options.Models = None,
+    methods: options.Methods = "wanda,ria,ace",
+    sparsity: options.Sparsities = "0.5,4:8,2:4",
+    seqlen: options.Seqlens = "16",
+    seeds: options.Seeds = "0",
+    group: options.Group = "row", calib: options.Calib = "c4", nsamples: options.Nsamples = 128,
+    evals: options.Evals = "wikitext2", eval_seqlen: options.EvalSeqlen = None, eval_limit: options.EvalLimit = None,
+    tasks: options.Tasks = options.DEFAULT_TASKS, zeroshot_limit: options.ZeroshotLimit = None,
+    batch_size: options.BatchSize = 8, device: options.Device = "auto", dtype: options.Dtype = "auto",
+    squared_weight: options.SquaredWeight = False,
+    detach: options.Detach = False, store: options.StoreOption = None, as_json: options.JsonOption = False,
+    cells: options.Cells = "ppl",
+) -> None:
+    """Run every method x sparsity x calibration length on MODELS and print the paper-style table."""
+    grid = Grid(models or [default_model()], parse.some(methods, "--methods"), parse.some(sparsity, "--sparsity"),
+                options.seqlens(seqlen), options.seeds(seeds), common=options.run_settings(locals()))
+    run_grid(grid, device=device, columns="sparsity", detach=detach, store=store, as_json=as_json, cells=cells)
+
+
+PAPER_SEQLENS = "16,32,128,512,1024,2048"
+
+
+def sweep(
+    models: options.Models = None,
+    methods: Annotated[str, typer.Option("--method", help="Method(s), comma-separated.")] = "ace",
+    seqlen: Annotated[Optional[str], typer.Option(
+        help=f"Calibration lengths (default: the paper's {PAPER_SEQLENS}, or 16 when several --seeds are given).")] = None,
+    seeds: options.Seeds = "0",
+    sparsity: options.Sparsities = "0.5",
+    group: options.Group = "row", calib: options.Calib = "c4", nsamples: options.Nsamples = 128,
+    evals: options.Evals = "wikitext2", eval_seqlen: options.EvalSeqlen = None, eval_limit: options.EvalLimit = None,
+    tasks: options.Tasks = options.DEFAULT_TASKS, zeroshot_limit: options.ZeroshotLimit = None,
+    batch_size: options.BatchSize = 8, device: options.Device = "auto", dtype: options.Dtype = "auto",
+    squared_weight: options.SquaredWeight = False,
+    detach: options.Detach = False, store: options.StoreOption = None, as_json: options.JsonOption = False,
+    cells: options.Cells = "ppl",
+) -> None:
+    """The paper's appendix studies: perplexity against calibration length (--seqlen) or sampler seed (--seeds)."""
+    seed_list = options.seeds(seeds)
+    lengths = options.seqlens(seqlen if seqlen is not None else ("16" if len(seed_list) > 1 else PAPER_SEQLENS))
+    columns = "seqlen" if len(lengths) > 1 else "seed" if len(seed_list) > 1 else "sparsity"
+    grid = Grid(models or [default_model()], parse.some(methods, "--method"), parse.some(sparsity, "--sparsity"),
+                lengths, seed_list, common=options.run_settings(locals()))
+    run_grid(grid, device=device, columns=columns, detach=detach, store=store, as_json=as_json, cells=cells)

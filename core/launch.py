@@ -1,0 +1,147 @@
+"""The one door for starting runs. The CLI (prune, compare, sweep), the app and scripts all come here.
+
+A grid (models x methods x sparsities x calibration lengths x seeds) becomes run configurations; every
+one is checked (``acetui_core.validate``) before anything is recorded or queued; the runs are recorded
+in the store; an *executor* executes them:
+
+- ``InProcess``: in this process, one after another (tests, scripts, ``acetui prune``);
+- ``LocalProcesses``: worker processes on this machine, one per visible GPU (one on a CPU machine),
+  detached from the terminal or not (the app, ``--detach``, compare on several GPUs);
+- ``acetui_core.slurm.Slurm``: a Slurm job array through submitit.
+
+Usage::
+
+    ids = launch(Grid(["model"], ["wanda", "ace"], ["0.5", "2:4"]).configs(), LocalProcesses(), store)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from acetui_core import parse
+from acetui_core.config import RunConfig
+from acetui_core.metrics import get_method
+from acetui_core.runner import collect_env, run_queue
+from acetui_core.store import Store
+from acetui_core.validate import check_config
+
+
+@dataclass
+class Grid:
+    """Every combination of the lists, each with the ``common`` settings (any other ``RunConfig`` field).
+
+    One rule for methods without calibration data (magnitude): they run once per model and sparsity,
+    whatever the calibration lengths and seeds, since neither can change their result."""
+
+    models: list[str]
+    methods: list[str]
+    sparsities: list[str]
+    seqlens: list[int | str] = field(default_factory=lambda: [16])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    common: dict = field(default_factory=dict)
+
+    def configs(self) -> list[RunConfig]:
+        grid: dict[tuple, RunConfig] = {}
+        for model in self.models:
+            for method in self.methods:
+                calibrated = get_method(method).needs_activations
+                for seqlen in self.seqlens if calibrated else self.seqlens[:1]:
+                    for seed in self.seeds if calibrated else self.seeds[:1]:
+                        for sparsity in self.sparsities:
+                            config = RunConfig(model=model, method=method, sparsity=sparsity, seqlen=seqlen, seed=seed,
+                                               **self.common)
+                            grid.setdefault((model, method, str(seqlen), seed, sparsity), config)
+        return list(grid.values())
+
+
+class Executor(Protocol):
+    kind: str  # what the store records: "local" or "slurm"
+    local_device: bool  # runs execute on this machine, so --device is checked here
+
+    def start(self, store: Store, run_ids: list[str]) -> None: ...
+
+
+def check(configs: list[RunConfig], *, local_device: bool = True) -> list[RunConfig]:
+    """Every configuration checked and in normal form; the first problem raises its UserError."""
+    return [check_config(config, local_device=local_device) for config in configs]
+
+
+def queue(configs: list[RunConfig], store: Store, executor: Executor) -> list[str]:
+    """Check every configuration and record the runs, queued for ``executor``; return their ids.
+
+    Nothing is recorded when any configuration is bad."""
+    configs = check(configs, local_device=executor.local_device)
+    store.check_log_folder()
+    env = collect_env()
+    return [store.create_run(config, env=env, executor=executor.kind) for config in configs]
+
+
+def launch(configs: list[RunConfig], executor: Executor, store: Store | None = None) -> list[str]:
+    """``queue`` the runs, then hand them to ``executor``; return their ids."""
+    store = store or Store()
+    run_ids = queue(configs, store, executor)
+    executor.start(store, run_ids)
+    return run_ids
+
+
+@dataclass
+class InProcess:
+    """Runs in this process, one after another; ``on_event(run_id, event)`` sees every event. A stop
+    signal (or ``stop``) cancels the current run and the ones still queued (``Cancelled`` is raised)."""
+
+    on_event: object = None
+    stop: threading.Event | None = None
+    kind: str = "local"
+    local_device: bool = True
+
+    def start(self, store: Store, run_ids: list[str]) -> None:
+        run_queue(store, run_ids, on_event=self.on_event, stop=self.stop)
+
+
+@dataclass
+class LocalProcesses:
+    """Worker processes on this machine: one per visible GPU, each with a contiguous share of the runs
+    (so runs of one model stay together and each worker loads it once); one worker without GPUs.
+
+    ``detach``: the workers outlive this process and the terminal (their own session). ``workers``
+    holds the started processes."""
+
+    detach: bool = True
+    gpus: int | None = None  # None: count the visible GPUs
+    kind: str = "local"
+    local_device: bool = True
+    workers: list = field(default_factory=list)
+
+    def start(self, store: Store, run_ids: list[str]) -> None:
+        from acetui_core.worker import spawn
+
+        devices = self.devices()
+        share = -(-len(run_ids) // max(1, len(devices)))
+        if len(devices) < 2:
+            self.workers = [spawn(store, run_ids, detach=self.detach)]
+            return
+        chunks = [run_ids[i:i + share] for i in range(0, len(run_ids), share)]
+        self.workers = [spawn(store, chunk, detach=self.detach, env={"CUDA_VISIBLE_DEVICES": device})
+                        for device, chunk in zip(devices, chunks)]
+
+    def devices(self) -> list[str]:
+        """The GPUs to spread over, as CUDA_VISIBLE_DEVICES entries (respecting the user's own list)."""
+        gpus = visible_gpus() if self.gpus is None else self.gpus
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return parse.items(visible)[:gpus] if visible else [str(i) for i in range(gpus)]
+
+
+def gpus_for(device: str) -> int | None:
+    """How many GPUs a grid may spread over for ``--device``: all visible ones for auto/cuda (None: count
+    them), none for cpu or one chosen GPU."""
+    return None if device in ("auto", "cuda") else 0
+
+
+def visible_gpus() -> int:
+    """How many CUDA GPUs this process can use (0 without torch CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -1,0 +1,193 @@
+"""The typed records of a run, end to end: the pipeline emits them, the store persists them (as JSON of
+these very shapes), and the CLI, the app and the exports read them by attribute.
+
+They are plain dataclasses of JSON-friendly values. ``to_dict`` gives the JSON shape (what
+``acetui prune --json`` prints); ``from_dict`` reads it back, validated, through pydantic, so a stored
+record that does not fit its type is refused as damaged instead of failing later in a screen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+
+from acetui_core.config import RunConfig
+
+
+@dataclass
+class Spread:
+    """Minimum, median and maximum of a per-column statistic."""
+
+    min: float
+    median: float
+    max: float
+
+
+@dataclass
+class ActStats:
+    """Per-column statistics of a linear's calibration inputs: ``E[x^2]`` and ``Var[x^2] = E[x^4] - E[x^2]^2``."""
+
+    x2_mean: Spread
+    x2_var: Spread | None = None  # None in runs recorded before acetui 0.1 kept it
+
+
+@dataclass
+class Histogram:
+    """Scores of one linear, binned; ``log`` when the edges are log-spaced (scores spanning decades)."""
+
+    edges: list[float]
+    counts: list[int]
+    threshold: float | None  # the score below which weights were pruned (None for N:M and SparseGPT)
+    log: bool
+    stride: int = 1  # counts are of every stride-th score (1: all of them)
+
+
+@dataclass
+class LinearRecord:
+    name: str  # e.g. "self_attn.q_proj"
+    d_out: int
+    d_in: int
+    sparsity: float  # achieved fraction of zeros
+    seconds: float
+    act_stats: ActStats | None = None  # None when the method reads no activations (magnitude)
+    histogram: Histogram | None = None  # None when the method solves rather than scores (SparseGPT)
+
+    @property
+    def size(self) -> int:
+        return self.d_out * self.d_in
+
+
+@dataclass
+class LayerRecord:
+    """One pruned decoder layer: its linears, and when the store recorded it."""
+
+    index: int
+    total: int | None  # decoder layers in the model
+    seconds: float
+    linears: list[LinearRecord]
+    recorded: float | None = None
+
+    @property
+    def sparsity(self) -> float | None:
+        """Zeros over weights across the layer's linears."""
+        size = sum(linear.size for linear in self.linears)
+        return sum(linear.sparsity * linear.size for linear in self.linears) / size if size else None
+
+
+@dataclass
+class LinearSparsity:
+    """The sparsity one linear reached: the per-linear summary a result carries."""
+
+    layer: int
+    name: str
+    sparsity: float
+    seconds: float
+
+
+@dataclass
+class Calibration:
+    """The calibration data a run used."""
+
+    source: str  # a local file, or the hub dataset
+    nsamples: int
+    seqlen: int  # the window length in tokens ("full" resolved against the model's context)
+    seed: int
+    tokens_per_linear: int = 0
+    fingerprint: str | None = None  # identity of the source file (size and modification time)
+
+
+@dataclass
+class TaskAccuracy:
+    """One zero-shot task as lm-evaluation-harness scored it."""
+
+    acc: float | None
+    acc_stderr: float | None
+    acc_norm: float | None  # None for tasks the harness scores by acc only
+    acc_norm_stderr: float | None
+    n: int  # examples scored
+    total: int  # examples in the task
+    partial: bool  # cut short by --limit
+    source: str  # a local file, or "hub"
+    note: str | None = None  # how the local copy differs from the hub's
+
+
+@dataclass
+class RunResult:
+    """What a finished run measured: the object ``acetui prune --json`` prints."""
+
+    model: str
+    method: str
+    label: str  # the paper's row name, e.g. "CosP+VarP-16"
+    sparsity: str
+    group: str
+    # The fields below are always set by this acetui; None only in results recorded by early versions.
+    layers: list[LinearSparsity] = field(default_factory=list)
+    overall_sparsity: float | None = None
+    prune_seconds: float | None = None  # first calibration forward pass to last mask
+    calibration: Calibration | None = None  # None for methods without calibration data (magnitude)
+    device: str | None = None
+    dtype: str | None = None
+    ppl_wikitext2: float | None = None
+    ppl_windows: int | None = None  # windows evaluated
+    ppl_partial: bool = False  # fewer windows than the test set holds (--eval-limit)
+    ppl_seqlen: int | None = None  # evaluation window length
+    zeroshot: dict[str, TaskAccuracy] | None = None
+    peak_rss_mb: float | None = None
+    peak_gpu_mb: float | None = None
+    saved_to: str | None = None
+    model_fingerprint: str | None = None  # identity of the model's files (or the hub revision)
+    config: RunConfig | None = None
+    run_id: str | None = None
+
+    @property
+    def zeroshot_partial(self) -> bool:
+        return any_partial(self.zeroshot or {})
+
+    @property
+    def zeroshot_mean(self) -> float | None:
+        return mean_accuracy(self.zeroshot) if self.zeroshot else None
+
+
+@dataclass
+class ZeroshotReport:
+    """What ``acetui eval --json`` prints: zero-shot accuracy of a model as it is (no pruning)."""
+
+    model: str
+    family: str
+    device: str
+    dtype: str
+    limit: int | None
+    batch_size: int
+    zeroshot: dict[str, TaskAccuracy]
+    mean_acc: float
+    eval_seconds: float
+
+
+def mean_accuracy(tasks: dict[str, TaskAccuracy]) -> float:
+    """The paper's summary: the plain mean of ``acc`` over the evaluated tasks."""
+    if not tasks:
+        raise ValueError("no zero-shot results to average")
+    return sum(task.acc or 0.0 for task in tasks.values()) / len(tasks)
+
+
+def any_partial(tasks: dict[str, TaskAccuracy]) -> bool:
+    """Whether any task was cut short by ``--limit``."""
+    return any(task.partial for task in tasks.values())
+
+
+def to_dict(record) -> dict:
+    """The JSON shape of a record."""
+    return dataclasses.asdict(record)
+
+
+def from_dict(cls, data):
+    """Read a record of type ``cls`` back from its JSON shape; ``pydantic.ValidationError`` when it does not fit."""
+    return _adapter(cls).validate_python(data)
+
+
+@functools.cache
+def _adapter(cls):
+    from pydantic import TypeAdapter  # imported on first use: most commands never read a record
+
+    return TypeAdapter(cls)

@@ -1,0 +1,116 @@
+"""Every check of a run's settings, in one place, before anything is recorded, loaded or queued.
+
+``check_config`` needs no model: it is what the launcher runs on every configuration of a grid, what the
+New run form runs as the user types, and it returns the configuration in its normal form. What only the
+loaded model can tell (its context length) is checked by ``check_against_model`` right after loading,
+before any calibration data is read.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from acetui_core import parse
+from acetui_core.checkpoint import check_save_dir
+from acetui_core.config import FULL_CONTEXT_CAP, RunConfig
+from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents
+from acetui_core.errors import UserError
+from acetui_core.metrics import get_method
+from acetui_core.models import model_source, preflight, resolve_device, resolve_dtype
+from acetui_core.paths import data_dir, file_identity
+from acetui_core.sparsity import parse_sparsity
+
+GROUPS = ("row", "layer")
+
+
+def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
+    """The configuration with its values in normal form, or the first problem as a UserError.
+
+    ``local_device``: the run executes on this machine, so ``--device cuda`` needs a GPU here (a Slurm
+    job checks on its own node)."""
+    model_source(_model(config.model))  # a missing path first: the most common mistake, and cheap to see
+    config = replace(config, method=get_method(config.method).name, sparsity=str(parse_sparsity(config.sparsity)))
+    if config.group not in GROUPS:
+        raise UserError(f"--group must be row or layer, not '{config.group}'.")
+    config = replace(config, nsamples=parse.whole(config.nsamples, "--nsamples", minimum=1),
+                     seqlen=parse.seqlen(config.seqlen), seed=parse.whole(config.seed, "--seed"),
+                     batch_size=parse.whole(config.batch_size, "--batch-size", minimum=1),
+                     evals=parse.evals(",".join(config.evals)))
+    if get_method(config.method).needs_activations:
+        check_calibration_source(config.calib)
+    if "wikitext2" in config.evals:
+        config = replace(config, eval_seqlen=_optional_seqlen(config.eval_seqlen),
+                         eval_limit=parse.optional_whole(config.eval_limit, "--eval-limit", minimum=1))
+        _local_file("WikiText-2 test split", LOCAL_WIKITEXT2["test"])
+    if "zeroshot" in config.evals:
+        from acetui_core.zeroshot import validate_tasks
+
+        config = replace(config, tasks=validate_tasks(config.tasks, config.zeroshot_limit))
+    if local_device:
+        resolve_device(config.device)
+    elif config.device not in ("auto", "cpu") and not config.device.startswith("cuda"):
+        raise UserError(f"Unknown device '{config.device}'; use auto, cpu or cuda[:i].")
+    resolve_dtype(config.dtype, torch.device("cpu"))  # checks the name; "auto" is decided where the run executes
+    check_save_dir(config.save, config.overwrite)
+    context = preflight(config.model.strip())  # last: it reads the model's files
+    if context is not None:
+        check_against_model(config, context)
+    return replace(config, model=config.model.strip())
+
+
+def check_against_model(config: RunConfig, context_length: int) -> None:
+    """What the loaded model decides: calibration and evaluation windows must fit its context."""
+    if get_method(config.method).needs_activations:
+        resolve_seqlen(config.seqlen, context_length, "--seqlen")
+    if "wikitext2" in config.evals:
+        resolve_seqlen(config.eval_seqlen, context_length, "--eval-seqlen")
+
+
+def resolve_seqlen(seqlen, context_length: int, flag: str = "--seqlen") -> int:
+    """A window length in tokens: ``full``/None is the context capped at ``FULL_CONTEXT_CAP``."""
+    if seqlen in (None, "full"):
+        return min(context_length, FULL_CONTEXT_CAP)
+    seqlen = parse.whole(seqlen, flag, minimum=2)
+    if seqlen > context_length:
+        raise UserError(f"{flag} {seqlen} is longer than the model's context of {context_length} tokens.")
+    return seqlen
+
+
+def _model(source: str) -> str:
+    source = str(source or "").strip()
+    if not source:
+        raise UserError("Choose a model: a Hugging Face id, a checkpoint folder or a .gguf file.")
+    return source
+
+
+def _optional_seqlen(value) -> int | None:
+    return None if value is None or str(value).strip() == "" else parse.whole(value, "--eval-seqlen", minimum=2)
+
+
+def _local_file(what: str, relative: str) -> None:
+    root = data_dir()
+    if root is not None and not (root / relative).is_file():
+        raise UserError(f"ACETUI_DATA_DIR ({root}) has no {what} at {root / relative}.")
+
+
+def check_calibration_source(source: str) -> None:
+    """A built-in source must be present in the local data folder when one is set; a file must hold text."""
+    if source == "c4":
+        _local_file("C4 sample", LOCAL_C4)
+    elif source == "wikitext2":
+        _local_file("WikiText-2 train split (the test split is for evaluation only; use --calib c4 or a file)",
+                    LOCAL_WIKITEXT2["train"])
+    else:
+        path = Path(source).expanduser()
+        _holds_text(source, file_identity(path) if path.is_file() else None)
+
+
+@functools.lru_cache(maxsize=16)
+def _holds_text(source: str, _identity: str | None) -> None:
+    """Reading the file is the only way to know it holds text; done once per version of the file (the
+    New run form checks on every keystroke)."""
+    calibration_documents(source)
