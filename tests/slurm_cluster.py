@@ -3,8 +3,9 @@
 Five daemons run in the foreground as children of this process, with every key, socket, database,
 spool, state and log file under that folder and every port picked free: munged (a key of its own),
 mariadbd and slurmdbd (accounting, without which `sacct` fails and submitit never learns a job's
-state), slurmctld and slurmd. Nothing under /etc or /run is used, so several clusters can run side by
-side. The daemons run as root (Slurm needs root to start jobs); `.ci/slurm-deps` installs the packages.
+state), slurmctld and slurmd. No system-wide configuration, service or port is used, so several
+clusters can run side by side. The daemons run as root (Slurm needs root to start jobs); `.ci/slurm-deps`
+installs the packages.
 
 The session fixture `slurm_cluster` starts one cluster when ACETUI_TEST_SLURM=1 and skips otherwise.
 Running this file prints how long the cluster takes to start and a job to start once submitted:
@@ -68,10 +69,10 @@ class SlurmCluster:
 def missing_requirements() -> str | None:
     """Why this machine cannot run the cluster (one sentence), or None when it can."""
     missing = [name for name in BINARIES if shutil.which(name, path=SEARCH_PATH) is None]
-    if importlib.util.find_spec("submitit") is None:
-        missing.append("the Python package submitit")
     if missing:
         return f"the Slurm test cluster needs {', '.join(missing)}: run .ci/slurm-deps (as root)"
+    if importlib.util.find_spec("submitit") is None:
+        return "the Slurm tests need submitit, one of acetui's dependencies: pip install -e '.[test]'"
     if os.geteuid() != 0:
         return f"the Slurm test cluster runs its daemons as root, and this is {getpass.getuser()}"
     return None
@@ -307,7 +308,7 @@ def _log_tail(log_dir: Path, name: str, lines: int = 15) -> str:
 
 def _run(layout: _Layout, name: str, *arguments: str) -> None:
     """Run a one-off set-up command; its output goes to log/<name>.out only when it fails."""
-    done = subprocess.run([_binary(name), *arguments], capture_output=True, text=True)
+    done = subprocess.run([_binary(name), *arguments], check=False, capture_output=True, text=True)
     if done.returncode != 0:
         (layout.log / f"{name}.out").write_text(done.stdout + done.stderr)
         raise ClusterError(f"{name} failed with code {done.returncode}; {_log_tail(layout.log, name)}")
@@ -328,17 +329,19 @@ def _listening(port: int) -> bool:
 
 def _node_state(node: str, env: dict[str, str]) -> str:
     done = subprocess.run([_binary("sinfo"), "--noheader", "--Node", "--nodes", node, "--format=%T"],
-                          env={**os.environ, **env}, capture_output=True, text=True)
+                          check=False, env={**os.environ, **env}, capture_output=True, text=True)
     return done.stdout.strip()
 
 
 def _cancel_all_jobs(env: dict[str, str]) -> None:
     """Cancel what the tests left running and wait for it to end, so no job step outlives the cluster."""
     full_env = {**os.environ, **env}
-    subprocess.run([_binary("scancel"), "--user", getpass.getuser()], env=full_env, capture_output=True)
+    subprocess.run([_binary("scancel"), "--user", getpass.getuser()], check=False, env=full_env,
+                   capture_output=True)
     deadline = time.monotonic() + KILL_WAIT_S + 30
     while time.monotonic() < deadline:
-        queue = subprocess.run([_binary("squeue"), "--noheader"], env=full_env, capture_output=True, text=True)
+        queue = subprocess.run([_binary("squeue"), "--noheader"], check=False, env=full_env, capture_output=True,
+                               text=True)
         if queue.returncode != 0 or not queue.stdout.strip():
             return
         time.sleep(0.5)

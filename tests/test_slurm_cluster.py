@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 import slurm_cluster as cluster_module
 from slurm_cluster import KILL_WAIT_S, SlurmCluster
 
