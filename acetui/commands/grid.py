@@ -115,7 +115,7 @@ def run_grid(grid: Grid, *, device: str, columns: str, detach: bool, store: Opti
         if any(r.status == "finished" and r.ppl is not None for r in records):
             print(to_markdown(comparison(records, cells=cells, columns=columns)), end="")
     if interrupted:
-        raise typer.Exit(130)
+        raise Cancelled()
     if any(r.status != "finished" for r in records):
         raise typer.Exit(1)
 

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from acetui import options
 from acetui_core.config import RunConfig
-from acetui_core.errors import Cancelled, UserError
+from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.paths import bundled_model
 from acetui_core.records import RunResult, any_partial, mean_accuracy, to_dict
@@ -103,11 +103,7 @@ def prune(
     [run_id] = queue([config], opened, executor)  # every check before a progress bar appears
     with EventProgress() as progress:
         executor.on_event = lambda run_id, event: progress(event)
-        try:
-            executor.start(opened, [run_id])
-        except Cancelled:  # Ctrl-C or SIGTERM: the run stopped between layers and is recorded
-            typer.echo("acetui: cancelled; the run is recorded as cancelled (acetui runs).", err=True)
-            raise typer.Exit(130) from None
+        executor.start(opened, [run_id])  # Ctrl-C: Cancelled, recorded; acetui.cli says so
     run = opened.get_run(run_id, layers=False)
     if run.status != "finished":
         raise UserError(run.error or f"Run {run_id} {run.status}.")
