@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from slurm_cluster import slurm_cluster  # noqa: F401  (a one-node Slurm cluster when ACETUI_TEST_SLURM=1)
 
 from acetui_core.paths import bundled_model
-from slurm_cluster import slurm_cluster  # noqa: F401  (a one-node Slurm cluster when ACETUI_TEST_SLURM=1)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("ACETUI_DATA_DIR", REPO.parent / "shared" / "data")).resolve()

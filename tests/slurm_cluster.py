@@ -41,8 +41,20 @@ KILL_WAIT_S = 5
 START_TIMEOUT_S = 120  # per daemon: the shared 2-core machine can be slow
 # Debian installs the daemons in /usr/sbin, which is on root's PATH but not always on others'.
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-BINARIES = ("mungekey", "munged", "mariadb-install-db", "mariadbd", "slurmdbd", "slurmctld", "slurmd",
-            "sinfo", "squeue", "sbatch", "sacct", "scancel")
+BINARIES = (
+    "mungekey",
+    "munged",
+    "mariadb-install-db",
+    "mariadbd",
+    "slurmdbd",
+    "slurmctld",
+    "slurmd",
+    "sinfo",
+    "squeue",
+    "sbatch",
+    "sacct",
+    "scancel",
+)
 
 
 class ClusterError(RuntimeError):
@@ -62,8 +74,9 @@ class SlurmCluster:
 
     def run(self, *command: str) -> str:
         """Run a Slurm client command against this cluster; its stdout."""
-        return subprocess.run(command, env={**os.environ, **self.env}, check=True, capture_output=True,
-                              text=True).stdout
+        return subprocess.run(
+            command, env={**os.environ, **self.env}, check=True, capture_output=True, text=True
+        ).stdout
 
 
 def missing_requirements() -> str | None:
@@ -119,17 +132,40 @@ def one_node_cluster(root: Path) -> Iterator[SlurmCluster]:
         _write_confs(layout, node_line, node, ports)
 
         _run(layout, "mungekey", "--create", "--keyfile", str(layout.munge_key))
-        daemons.start("munged", ["munged", "--foreground", f"--key-file={layout.munge_key}",
-                                 f"--socket={layout.munge_socket}", f"--pid-file={layout.run / 'munged.pid'}",
-                                 f"--seed-file={layout.munge / 'munged.seed'}"], env)
+        daemons.start(
+            "munged",
+            [
+                "munged",
+                "--foreground",
+                f"--key-file={layout.munge_key}",
+                f"--socket={layout.munge_socket}",
+                f"--pid-file={layout.run / 'munged.pid'}",
+                f"--seed-file={layout.munge / 'munged.seed'}",
+            ],
+            env,
+        )
         daemons.wait_until("munged", layout.munge_socket.exists)
 
-        _run(layout, "mariadb-install-db", *_mariadb_options(layout), "--auth-root-authentication-method=normal",
-             "--skip-test-db")
-        daemons.start("mariadbd", ["mariadbd", *_mariadb_options(layout), f"--port={ports.mariadb}",
-                                   "--bind-address=127.0.0.1", "--skip-name-resolve",
-                                   f"--socket={layout.run / 'mariadb.sock'}", f"--init-file={layout.db_init}"],
-                      env)
+        _run(
+            layout,
+            "mariadb-install-db",
+            *_mariadb_options(layout),
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        )
+        daemons.start(
+            "mariadbd",
+            [
+                "mariadbd",
+                *_mariadb_options(layout),
+                f"--port={ports.mariadb}",
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                f"--socket={layout.run / 'mariadb.sock'}",
+                f"--init-file={layout.db_init}",
+            ],
+            env,
+        )
         daemons.wait_until("mariadbd", lambda: _listening(ports.mariadb))
 
         daemons.start("slurmdbd", ["slurmdbd", "-D"], env)
@@ -139,8 +175,14 @@ def one_node_cluster(root: Path) -> Iterator[SlurmCluster]:
         daemons.start("slurmd", ["slurmd", "-D"], env)
         daemons.wait_until("slurmd", lambda: _node_state(node, env) == "idle")
 
-        yield SlurmCluster(root=root, env=env, partition=PARTITION, work_dir=layout.work, gpus=FAKE_GPUS,
-                           startup_s=time.monotonic() - started)
+        yield SlurmCluster(
+            root=root,
+            env=env,
+            partition=PARTITION,
+            work_dir=layout.work,
+            gpus=FAKE_GPUS,
+            startup_s=time.monotonic() - started,
+        )
     finally:
         if daemons.running("slurmctld"):
             _cancel_all_jobs(env)
@@ -211,10 +253,10 @@ AccountingStoragePass={layout.munge_socket}
 JobAcctGatherType=jobacct_gather/linux
 StateSaveLocation={layout.state}
 SlurmdSpoolDir={layout.spool}
-SlurmctldPidFile={layout.run / 'slurmctld.pid'}
-SlurmdPidFile={layout.run / 'slurmd.pid'}
-SlurmctldLogFile={layout.log / 'slurmctld.log'}
-SlurmdLogFile={layout.log / 'slurmd.log'}
+SlurmctldPidFile={layout.run / "slurmctld.pid"}
+SlurmdPidFile={layout.run / "slurmd.pid"}
+SlurmctldLogFile={layout.log / "slurmctld.log"}
+SlurmdLogFile={layout.log / "slurmd.log"}
 # No cgroups and no systemd in a container: track job processes through /proc.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -229,8 +271,9 @@ GresTypes=gpu
 {node_line} Gres=gpu:{FAKE_GPUS} NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP
 """)
-    layout.gres_conf.write_text("AutoDetect=off\n" + "".join(f"NodeName={node} Name=gpu File={device}\n"
-                                                               for device in FAKE_GPU_DEVICES))
+    layout.gres_conf.write_text(
+        "AutoDetect=off\n" + "".join(f"NodeName={node} Name=gpu File={device}\n" for device in FAKE_GPU_DEVICES)
+    )
     layout.slurmdbd_conf.write_text(f"""\
 AuthType=auth/munge
 AuthInfo=socket={layout.munge_socket}
@@ -238,8 +281,8 @@ DbdHost=localhost
 DbdAddr=127.0.0.1
 DbdPort={ports.slurmdbd}
 SlurmUser={user}
-PidFile={layout.run / 'slurmdbd.pid'}
-LogFile={layout.log / 'slurmdbd.log'}
+PidFile={layout.run / "slurmdbd.pid"}
+LogFile={layout.log / "slurmdbd.log"}
 StorageType=accounting_storage/mysql
 StorageHost=127.0.0.1
 StoragePort={ports.mariadb}
@@ -248,15 +291,22 @@ StoragePass=slurm
 StorageLoc=slurm_acct_db
 """)
     layout.slurmdbd_conf.chmod(0o600)  # slurmdbd refuses a conf (it holds a password) others can read
-    layout.db_init.write_text("CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';\n"
-                              "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';\n")
+    layout.db_init.write_text(
+        "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';\n"
+        "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';\n"
+    )
 
 
 def _mariadb_options(layout: _Layout) -> list[str]:
     """Shared by the database's creation and its server: no my.cnf, a small redo log and buffer pool
     (defaults 96 MB and 128 MB). The database still grows to about 100 MB as slurmdbd makes its tables."""
-    return ["--no-defaults", f"--datadir={layout.db}", f"--user={getpass.getuser()}",
-            "--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M"]
+    return [
+        "--no-defaults",
+        f"--datadir={layout.db}",
+        f"--user={getpass.getuser()}",
+        "--innodb-log-file-size=8M",
+        "--innodb-buffer-pool-size=32M",
+    ]
 
 
 class _Daemons:
@@ -269,9 +319,14 @@ class _Daemons:
     def start(self, name: str, command: list[str], env: dict[str, str]) -> None:
         with open(self.log_dir / f"{name}.out", "wb") as log:
             # A session of its own, so a Ctrl-C in the terminal reaches pytest, which stops them in order.
-            self.started[name] = subprocess.Popen([_binary(command[0]), *command[1:]], stdin=subprocess.DEVNULL,
-                                                  stdout=log, stderr=subprocess.STDOUT,
-                                                  env={**os.environ, **env}, start_new_session=True)
+            self.started[name] = subprocess.Popen(
+                [_binary(command[0]), *command[1:]],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env},
+                start_new_session=True,
+            )
 
     def running(self, name: str) -> bool:
         return name in self.started and self.started[name].poll() is None
@@ -281,8 +336,7 @@ class _Daemons:
         while not ready():
             code = self.started[name].poll()
             if code is not None:
-                raise ClusterError(f"{name} exited with code {code} while starting; "
-                                   f"{_log_tail(self.log_dir, name)}")
+                raise ClusterError(f"{name} exited with code {code} while starting; {_log_tail(self.log_dir, name)}")
             if time.monotonic() > deadline:
                 raise ClusterError(f"{name} was not ready after {START_TIMEOUT_S} s; {_log_tail(self.log_dir, name)}")
             time.sleep(0.1)
@@ -328,20 +382,25 @@ def _listening(port: int) -> bool:
 
 
 def _node_state(node: str, env: dict[str, str]) -> str:
-    done = subprocess.run([_binary("sinfo"), "--noheader", "--Node", "--nodes", node, "--format=%T"],
-                          check=False, env={**os.environ, **env}, capture_output=True, text=True)
+    done = subprocess.run(
+        [_binary("sinfo"), "--noheader", "--Node", "--nodes", node, "--format=%T"],
+        check=False,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
     return done.stdout.strip()
 
 
 def _cancel_all_jobs(env: dict[str, str]) -> None:
     """Cancel what the tests left running and wait for it to end, so no job step outlives the cluster."""
     full_env = {**os.environ, **env}
-    subprocess.run([_binary("scancel"), "--user", getpass.getuser()], check=False, env=full_env,
-                   capture_output=True)
+    subprocess.run([_binary("scancel"), "--user", getpass.getuser()], check=False, env=full_env, capture_output=True)
     deadline = time.monotonic() + KILL_WAIT_S + 30
     while time.monotonic() < deadline:
-        queue = subprocess.run([_binary("squeue"), "--noheader"], check=False, env=full_env, capture_output=True,
-                               text=True)
+        queue = subprocess.run(
+            [_binary("squeue"), "--noheader"], check=False, env=full_env, capture_output=True, text=True
+        )
         if queue.returncode != 0 or not queue.stdout.strip():
             return
         time.sleep(0.5)
@@ -359,8 +418,14 @@ def _report_timings(samples: int = 5) -> None:
         for index in range(samples):
             stamp = cluster.work_dir / f"sbatch-{index}"
             submitted = time.time()
-            cluster.run("sbatch", "--quiet", f"--partition={cluster.partition}", f"--output={stamp}.log",
-                        "--wrap", f"date +%s.%N > {stamp}")
+            cluster.run(
+                "sbatch",
+                "--quiet",
+                f"--partition={cluster.partition}",
+                f"--output={stamp}.log",
+                "--wrap",
+                f"date +%s.%N > {stamp}",
+            )
             sbatch_waits.append(_wait_for_stamp(stamp) - submitted)
         executor = submitit.SlurmExecutor(folder=cluster.work_dir / "submitit")
         executor.update_parameters(partition=cluster.partition, time=5)
@@ -376,8 +441,9 @@ def _report_timings(samples: int = 5) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
     def row(label: str, seconds: list[float]) -> str:
-        return (f"| {label} | {len(seconds)} | {min(seconds):.2f} | {statistics.median(seconds):.2f} "
-                f"| {max(seconds):.2f} |")
+        return (
+            f"| {label} | {len(seconds)} | {min(seconds):.2f} | {statistics.median(seconds):.2f} | {max(seconds):.2f} |"
+        )
 
     print("| measure (s) | n | min | median | max |")
     print("|---|---|---|---|---|")

@@ -20,7 +20,12 @@ UNFINISHED = {"READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING"
 
 
 def square_on_a_gpu(x: int) -> tuple[int, str, str, str]:
-    return x * x, os.environ["SLURM_ARRAY_JOB_ID"], os.environ["SLURM_ARRAY_TASK_ID"], os.environ["CUDA_VISIBLE_DEVICES"]
+    return (
+        x * x,
+        os.environ["SLURM_ARRAY_JOB_ID"],
+        os.environ["SLURM_ARRAY_TASK_ID"],
+        os.environ["CUDA_VISIBLE_DEVICES"],
+    )
 
 
 def wait_for_sigterm(folder: str) -> str:
@@ -50,8 +55,10 @@ def test_missing_slurm_binaries_are_named_with_the_script_that_installs_them(mon
 
     problem = cluster_module.missing_requirements()
 
-    assert problem.startswith("the Slurm test cluster needs mungekey, munged, mariadb-install-db, mariadbd, "
-                              "slurmdbd, slurmctld, slurmd, sinfo, squeue, sbatch, sacct, scancel")
+    assert problem.startswith(
+        "the Slurm test cluster needs mungekey, munged, mariadb-install-db, mariadbd, "
+        "slurmdbd, slurmctld, slurmd, sinfo, squeue, sbatch, sacct, scancel"
+    )
     assert problem.endswith(": run .ci/slurm-deps (as root)")
 
 
@@ -137,8 +144,7 @@ def final_state(job, timeout: float = 60) -> str:
 
 def step_exit_code(cluster: SlurmCluster, job_id: str) -> str:
     """sacct's "exit code:signal" of the job's first step (the srun running the function); "" before it starts."""
-    lines = cluster.run("sacct", "--jobs", job_id, "--format=JobID,ExitCode", "--parsable2",
-                        "--noheader").splitlines()
+    lines = cluster.run("sacct", "--jobs", job_id, "--format=JobID,ExitCode", "--parsable2", "--noheader").splitlines()
     codes = dict(line.split("|") for line in lines)
     return codes.get(f"{job_id}.0", "")
 
