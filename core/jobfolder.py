@@ -22,6 +22,7 @@ from acetui_core.events import event_from_dict, event_to_dict
 from acetui_core.store import Store
 
 ENDED_WITHOUT_FINISHING = "The Slurm job {job} ended without finishing ({state})."
+STILL_THERE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
 
 
 class JobFolder:
@@ -101,7 +102,8 @@ def queued_jobs(job_ids: list[str]) -> set[str] | None:
     if not job_ids:
         return set()
     try:
-        done = subprocess.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True,
+        # -r: one line per array task (a pending array is otherwise one line, "12_[0-1]")
+        done = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True,
                               text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -141,6 +143,8 @@ def sync(store: Store) -> int:
         if _job_alive(run, queued) is False:  # gone without saying how it ended
             imported += import_run(store, run.id, store.get_run(run.id, layers=False).job)  # its last words
             state = ended_state(run.job["job_id"])
+            if state in STILL_THERE:  # squeue and scontrol disagree for a moment: ask again next time
+                continue
             if state == "CANCELLED" or run.cancel_requested:
                 store.set_status(run.id, "cancelled", error=f"The Slurm job {run.job['job_id']} was cancelled.")
             else:

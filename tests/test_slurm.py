@@ -65,16 +65,7 @@ def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny
 
 
 def test_acetui_runs_cancel_stops_a_cluster_run_between_layers(tmp_path, tokenizer_dir, calib, monkeypatch, capsys):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    model = tmp_path / "deep"
-    AutoModelForCausalLM.from_config(LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=16, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256)).save_pretrained(model)
-    tokenizer.save_pretrained(model)
+    model = deep_model(tmp_path / "deep", tokenizer_dir)
     store = Store(tmp_path / "runs.db")
     config = RunConfig(model=str(model), method="ace", sparsity="0.5", calib=str(calib), nsamples=128, seqlen=64,
                        evals=[])
@@ -90,6 +81,47 @@ def test_acetui_runs_cancel_stops_a_cluster_run_between_layers(tmp_path, tokeniz
     assert run.status == "cancelled" and 1 <= run.layers_done < 16
 
 
-@pytest.mark.skipif("ACETUI_TEST_SLURM" not in __import__("os").environ, reason="set ACETUI_TEST_SLURM=1 (README)")
-def test_a_two_run_grid_on_a_real_slurm_cluster(slurm_cluster, tmp_path, make_tiny_model, calib):
-    pytest.skip("wired in with the cluster fixture")
+def deep_model(folder: Path, tokenizer_dir: Path, layers: int = 16) -> Path:
+    """A tiny llama with many layers: a run long enough to stop part-way."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    AutoModelForCausalLM.from_config(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_two_run_grid_on_a_real_slurm_cluster(slurm_cluster, tmp_path, make_tiny_model, tokenizer_dir, calib,
+                                                monkeypatch, capsys):
+    """The issue's check: a two-run grid through the door runs as one job array on a real Slurm, its
+    progress shows in `acetui runs watch`, both results land in the store, and a job cancelled with
+    `scancel` is marked cancelled."""
+    store = Store(tmp_path / "runs.db")
+    executor = Slurm(partition=slurm_cluster.partition, gpus_per_job=1, time="10", folder=slurm_cluster.work_dir)
+    grid = Grid([str(make_tiny_model("llama"))], ["wanda", "ria"], ["0.5"],
+                common={"calib": str(calib), "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2})
+    run_ids = launch(grid.configs(), executor, store)
+    jobs = [run.job["job_id"] for run in store.list_runs(ids=run_ids)]
+    assert [job.split("_")[1] for job in jobs] == ["0", "1"] and len({job.split("_")[0] for job in jobs}) == 1
+
+    code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run_ids[1], "--store", store.path, "--interval", "0.2")
+    assert code == 0 and "layer 2/2" in out and f"run {run_ids[1]} finished: ppl" in out
+    runs = wait_until_ended(store, run_ids)
+    assert [(run.status, run.layers_done) for run in runs] == [("finished", 2), ("finished", 2)]
+    assert all(run.env.get("slurm_job_id") for run in runs)
+
+    slow = RunConfig(model=str(deep_model(tmp_path / "deep", tokenizer_dir)), method="ace", sparsity="0.5",
+                     calib=str(calib), nsamples=128, seqlen=64, evals=[])
+    [slow_id] = launch([slow], executor, store)
+    deadline = time.monotonic() + 240
+    while store.get_run(slow_id, layers=False).layers_done < 1:
+        assert time.monotonic() < deadline, "the Slurm run never finished a layer"
+        sync(store)
+        time.sleep(0.2)
+    slurm_cluster.run("scancel", store.get_run(slow_id, layers=False).job["job_id"])
+    [run] = wait_until_ended(store, [slow_id])
+    assert run.status == "cancelled" and run.layers_done < 16
