@@ -10,7 +10,7 @@ import typer
 
 from acetui.commands import app as workbench
 from acetui.commands import evaluate, export, grid, methods, prune, runs
-from acetui_core.errors import UserError
+from acetui_core.errors import Cancelled, UserError
 
 app = typer.Typer(
     add_completion=False,
@@ -49,9 +49,17 @@ def _os_sentence(error: OSError) -> str:
     return f"Cannot use {error.filename}: {reason}." if error.filename else f"{reason}."
 
 
+def _interrupted(message: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # one more Ctrl-C must not turn this into a traceback
+    print(f"acetui: {message}", file=sys.stderr)
+    raise SystemExit(130)
+
+
 def main() -> None:
     try:
         code = app(prog_name="acetui", standalone_mode=False)
+    except Cancelled:  # the first Ctrl-C or SIGTERM: the run stopped between layers
+        _interrupted("stopped; the run is recorded as cancelled (acetui runs lists it).")
     except typer.TyperException as error:
         fail(_usage_sentence(error))
     except typer.Abort:
@@ -60,8 +68,6 @@ def main() -> None:
         fail(str(error))
     except OSError as error:
         fail(_os_sentence(error))
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not turn this into a traceback
-        print("acetui: interrupted.", file=sys.stderr)
-        raise SystemExit(130) from None
+    if code == 130:  # Typer's answer to KeyboardInterrupt: a second Ctrl-C, or one outside a run
+        _interrupted("interrupted; a run in progress is recorded as cancelled.")
     raise SystemExit(code if isinstance(code, int) else 0)

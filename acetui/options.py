@@ -10,6 +10,7 @@ import typer
 
 from acetui_core import parse
 from acetui_core.config import ZEROSHOT_TASKS
+from acetui_core.errors import UserError
 from acetui_core.export import CELLS
 from acetui_core.metrics import METHODS
 
@@ -54,6 +55,11 @@ Device = Annotated[str, typer.Option(help="auto, cpu or cuda[:i]; with auto and 
 Dtype = Annotated[str, typer.Option(help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.")]
 SquaredWeight = Annotated[bool, typer.Option(help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md).")]
 Detach = Annotated[bool, typer.Option(help="Run in the background, detached from this terminal; print the run id(s).")]
+Executor = Annotated[str, typer.Option(
+    help="Where the runs execute: local (this machine) or slurm (one job array through submitit; implies --detach).")]
+Partition = Annotated[Optional[str], typer.Option(help="Slurm partition (--executor slurm).")]
+GpusPerJob = Annotated[int, typer.Option(parser=_whole("--gpus-per-job"), metavar="N", help="GPUs per Slurm job.")]
+TimeLimit = Annotated[str, typer.Option("--time", help="Slurm time limit per job: 120, 2:00:00, 1-00:00:00.")]
 
 # The lists of a grid, comma-separated (parsed by the commands through acetui_core.parse).
 Methods = Annotated[str, typer.Option(help=f"Methods, comma-separated: {', '.join(METHODS)}.")]
@@ -83,6 +89,17 @@ def run_settings(values: dict) -> dict:
     if "tasks" in settings:
         settings["tasks"] = parse.some(settings["tasks"], "--tasks")
     return settings
+
+
+def slurm_executor(executor: str, partition: str | None, gpus_per_job: int, time: str):
+    """The Slurm executor for ``--executor slurm``, None for ``local``; anything else is refused."""
+    if executor == "local":
+        return None
+    if executor != "slurm":
+        raise UserError(f"Unknown --executor '{executor}'; use local or slurm.")
+    from acetui_core.slurm import Slurm
+
+    return Slurm(partition=partition, gpus_per_job=gpus_per_job, time=time)
 
 
 def seqlens(text: str) -> list[int | str]:

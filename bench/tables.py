@@ -63,7 +63,7 @@ def main() -> None:
     dense = pipeline.evaluate(loaded, RunConfig(model=args.model, method="magnitude", sparsity="0.5", **evaluation))
     print(f"| method | {' | '.join(c if ':' in c else f'{float(c):.0%}' for c in COLUMNS)} |")
     print(f"|---|{'---|' * len(COLUMNS)}")
-    dense_cell = f"{dense['ppl_wikitext2']:.2f}"
+    dense_cell = f"{dense.ppl_wikitext2:.2f}"
     print(f"| dense | {' | '.join(dense_cell for _ in COLUMNS)} |", flush=True)
     seconds = {}
     for label, method, length in ROWS:
@@ -75,8 +75,8 @@ def main() -> None:
             config = RunConfig(model=args.model, method=method, sparsity=sparsity, nsamples=args.nsamples,
                                seqlen=args.full_length if length == "FL" else 16, **evaluation)
             result = pipeline.run(config, loaded=loaded)
-            seconds[(label, sparsity)] = result["prune_seconds"]
-            cells.append(f"{result['ppl_wikitext2']:.2f} \\| {result['prune_seconds']:.1f}")
+            seconds[(label, sparsity)] = result.prune_seconds
+            cells.append(f"{result.ppl_wikitext2:.2f} \\| {result.prune_seconds:.1f}")
         print(f"| {label} | {' | '.join(cells)} |", flush=True)
 
     floor = forward_floor(loaded, 16, args.nsamples)

@@ -20,7 +20,8 @@ from acetui_core import pipeline  # noqa: E402
 from acetui_core.config import ZEROSHOT_TASKS, RunConfig  # noqa: E402
 from acetui_core.models import load_model  # noqa: E402
 from acetui_core.paths import bundled_model  # noqa: E402
-from acetui_core.zeroshot import evaluate_zeroshot, mean_accuracy, validate_tasks  # noqa: E402
+from acetui_core.records import mean_accuracy  # noqa: E402
+from acetui_core.zeroshot import evaluate_zeroshot, validate_tasks  # noqa: E402
 
 SHORT = {"arc_easy": "arc_e", "arc_challenge": "arc_c", "openbookqa": "obqa", "winogrande": "wino", "hellaswag": "hswag"}
 
@@ -30,7 +31,7 @@ def markdown(rows: list[tuple[str, dict]], tasks: list[str]) -> str:
     header = ["model", *(SHORT.get(t, t) for t in tasks), "mean"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, zeroshot in rows:
-        cells = [f"{100 * zeroshot[t]['acc']:.1f}" for t in tasks] + [f"{100 * mean_accuracy(zeroshot):.1f}"]
+        cells = [f"{100 * zeroshot[t].acc:.1f}" for t in tasks] + [f"{100 * mean_accuracy(zeroshot):.1f}"]
         lines.append("| " + " | ".join([name, *cells]) + " |")
     return "\n".join(lines)
 
@@ -61,18 +62,18 @@ def main() -> None:
         config = RunConfig(model=model, method=method, sparsity=args.sparsity, seqlen=seqlen, evals=["zeroshot"],
                            tasks=tasks, zeroshot_limit=args.limit, batch_size=args.batch_size, device=args.device)
         result = pipeline.run(config, loaded=loaded)
-        rows.append((f"{config.label} ({args.sparsity})", result["zeroshot"]))
+        rows.append((f"{config.label} ({args.sparsity})", result.zeroshot))
         print(f"{config.label} done in {time.perf_counter() - started:.0f}s", file=sys.stderr)
 
     first = rows[0][1]
     scope = f"first {args.limit} examples per task" if args.limit else "full splits"
     print(f"Zero-shot acc (%) of {Path(model).name}, lm-evaluation-harness, {scope}; "
-          f"sources: {', '.join(sorted({'hub' if e['source'] == 'hub' else 'local' for e in first.values()}))}; "
+          f"sources: {', '.join(sorted({'hub' if e.source == 'hub' else 'local' for e in first.values()}))}; "
           f"{time.perf_counter() - started:.0f}s on {loaded.device}.\n")
     print(markdown(rows, tasks))
     for task, entry in first.items():
-        if entry.get("note"):
-            print(f"\nNote ({task}): {entry['note']}.")
+        if entry.note:
+            print(f"\nNote ({task}): {entry.note}.")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from acetui_core.errors import UserError
@@ -21,6 +22,10 @@ def check_save_dir(save: str | None, overwrite: bool) -> None:
     existing = path if path.is_dir() else next((p for p in path.parents if p.exists()), None)
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--save folder {save} cannot be written.")
+    try:  # access() says yes to root everywhere; making a folder is the real test
+        os.rmdir(tempfile.mkdtemp(prefix=".acetui-check-", dir=existing))
+    except OSError as error:
+        raise UserError(f"--save folder {save} cannot be written ({error.strerror or error}).") from None
 
 
 def save_checkpoint(model, tokenizer, save: str, overwrite: bool) -> str:

@@ -74,6 +74,7 @@ def queue(configs: list[RunConfig], store: Store, executor: Executor) -> list[st
 
     Nothing is recorded when any configuration is bad."""
     configs = check(configs, local_device=executor.local_device)
+    store.check_log_folder()
     env = collect_env()
     return [store.create_run(config, env=env, executor=executor.kind) for config in configs]
 

@@ -3,6 +3,7 @@ linears for each supported family, and device/dtype choices."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import platform
 from dataclasses import dataclass, field
@@ -152,8 +153,7 @@ def _load_folder(path: Path, dtype: torch.dtype):
     try:
         return _from_pretrained(str(path), dtype)
     except Exception as error:  # a damaged checkpoint fails in many ways: truncated shards, bad config values, shapes
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        raise UserError(f"The checkpoint folder {path} could not be loaded as a model ({first_line}).") from None
+        raise UserError(f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)}).") from None
 
 
 def _load_hub(repo_id: str, dtype: torch.dtype):
@@ -185,6 +185,80 @@ def model_source(source: str) -> tuple[str, Path | str]:
     if _looks_like_path(source) or not source.strip():
         raise UserError(f"Model path {source} does not exist.")
     return "hub", source
+
+
+def preflight(source: str) -> int | None:
+    """Read what a model's files say without loading its weights, so a damaged model is refused before any
+    run is recorded: its configuration, its family, its weights' headers and shapes (a GGUF file's
+    metadata). Returns the context length, or None for a hub model not in the local cache (checked when
+    it loads)."""
+    kind, path = model_source(source)
+    identity = file_identity(path) if kind != "hub" else None
+    return _preflight(kind, str(path), identity)
+
+
+@functools.lru_cache(maxsize=8)
+def _preflight(kind: str, path: str, _identity: str | None) -> int | None:
+    if kind == "gguf":
+        return _gguf_context(Path(path))
+    if kind == "hub":
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(path, "config.json")
+        if not isinstance(cached, str):
+            return None
+        path = str(Path(cached).parent)
+    try:
+        from accelerate import init_empty_weights
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(path)
+        with init_empty_weights():
+            skeleton = AutoModelForCausalLM.from_config(config)
+        expected = {name: tuple(tensor.shape) for name, tensor in skeleton.state_dict().items()}
+        _check_shards(Path(path), expected)
+    except UserError:
+        raise
+    except Exception as error:  # a damaged configuration fails in many ways
+        raise UserError(f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)}).") from None
+    decoder_layers(skeleton)  # an unsupported family is refused here too
+    return _context_length(config)
+
+
+def _check_shards(folder: Path, expected: dict[str, tuple]) -> None:
+    """Every safetensors shard must have a readable header whose tensors fit the configuration."""
+    from safetensors import safe_open
+
+    for shard in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(shard), "pt") as tensors:
+                shapes = {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()}
+        except Exception as error:  # truncated or not safetensors at all
+            raise UserError(f"The checkpoint folder {folder} could not be loaded as a model: {shard.name} is damaged "
+                            f"({_first_line(error)}).") from None
+        for name, shape in shapes.items():
+            want = expected.get(name) or expected.get(name.removeprefix("model."))
+            if want is not None and want != shape:
+                raise UserError(f"The checkpoint folder {folder} could not be loaded as a model: {name} in "
+                                f"{shard.name} has shape {list(shape)}, its config.json says {list(want)}.")
+
+
+def _gguf_context(path: Path) -> int | None:
+    try:
+        from gguf import GGUFReader
+
+        fields = GGUFReader(str(path)).fields
+        field = fields["general.architecture"]
+        architecture = bytes(field.parts[field.data[0]]).decode()
+        context = fields.get(f"{architecture}.context_length")
+        return int(context.parts[context.data[0]][0]) if context is not None else None
+    except Exception as error:  # the gguf reader raises many kinds on a damaged file
+        raise UserError(f"{path} is not a readable GGUF model file ({type(error).__name__}); "
+                        f"it may be corrupt or truncated.") from None
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_event=None) -> Loaded:

@@ -139,8 +139,6 @@ def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, Co
 def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event):
     """Gather statistics over every calibration token, then score, mask and write back each linear."""
     linears = prunable_linears(layer)
-    for name, module in linears.items():
-        check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
     stats: dict[str, ColumnStats] = {}
     if method.needs_activations:
         stats = _gather_stats(layer, linears, inputs, device, hessian=method.score is None)
@@ -208,6 +206,9 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
     emit = on_event or (lambda event: None)
     method, sparsity = get_method(config.method), config.sparsity_spec
     layers = decoder_layers(loaded.model)
+    for index, layer in enumerate(layers):  # an N:M pattern that does not fit fails here, before calibration
+        for name, module in prunable_linears(layer).items():
+            check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
     emit(RunStarted(config.model, config.method, config.sparsity, len(layers), str(loaded.device),
                     device_name(loaded.device)))
 

@@ -144,6 +144,16 @@ class Store:
         """The run's own log file: its events, warnings, and its traceback when it fails."""
         return self.folder / LOG_FOLDER / f"{run_id}.log"
 
+    def check_log_folder(self) -> None:
+        """Make sure runs can write their logs beside the store, before any run is recorded."""
+        folder = self.folder / LOG_FOLDER
+        try:
+            folder.mkdir(exist_ok=True)
+        except OSError as error:
+            raise UserError(f"Runs cannot keep their logs in {folder}: {error.strerror or error}.") from None
+        if not os.access(folder, os.W_OK):
+            raise UserError(f"Runs cannot keep their logs in {folder}: it is not writable.")
+
     # ---- opening, schema, migration ----------------------------------------------------------
 
     def _open(self) -> None:
@@ -399,9 +409,10 @@ class Store:
         return record
 
     def list_runs(self, *, ids: list[str] | None = None, model: str | None = None, status: str | None = None,
-                  last: int | None = None, layers: bool = False) -> list[RunRecord]:
+                  last: int | None = None, layers: bool = False, active_on: str | None = None) -> list[RunRecord]:
         """Runs oldest first, optionally only these ids (prefixes allowed, in the given order), one
-        model (matched exactly or by its last path component), one status, or the ``last`` N."""
+        model (matched exactly or by its last path component), one status, the ``last`` N, or only the
+        queued and running runs of one executor (``active_on="slurm"``)."""
         self.reap()
         where, params = [], []
         if ids is not None:
@@ -411,6 +422,9 @@ class Store:
         if status is not None:
             where.append("status = ?")
             params.append(status)
+        if active_on is not None:
+            where.append("executor = ? AND status IN ('queued', 'running')")
+            params.append(active_on)
         sql = _SELECT_RUNS + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY created, id"
         with self._db() as db:
             records = [_record(row) for row in db.execute(sql, params)]

@@ -20,7 +20,7 @@ from acetui_core.config import FULL_CONTEXT_CAP, RunConfig
 from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents
 from acetui_core.errors import UserError
 from acetui_core.metrics import get_method
-from acetui_core.models import model_source, resolve_device, resolve_dtype
+from acetui_core.models import model_source, preflight, resolve_device, resolve_dtype
 from acetui_core.paths import data_dir, file_identity
 from acetui_core.sparsity import parse_sparsity
 
@@ -32,8 +32,8 @@ def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
 
     ``local_device``: the run executes on this machine, so ``--device cuda`` needs a GPU here (a Slurm
     job checks on its own node)."""
-    config = replace(config, model=_model(config.model), method=get_method(config.method).name,
-                     sparsity=str(parse_sparsity(config.sparsity)))
+    model_source(_model(config.model))  # a missing path first: the most common mistake, and cheap to see
+    config = replace(config, method=get_method(config.method).name, sparsity=str(parse_sparsity(config.sparsity)))
     if config.group not in GROUPS:
         raise UserError(f"--group must be row or layer, not '{config.group}'.")
     config = replace(config, nsamples=parse.whole(config.nsamples, "--nsamples", minimum=1),
@@ -56,7 +56,10 @@ def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
         raise UserError(f"Unknown device '{config.device}'; use auto, cpu or cuda[:i].")
     resolve_dtype(config.dtype, torch.device("cpu"))  # checks the name; "auto" is decided where the run executes
     check_save_dir(config.save, config.overwrite)
-    return config
+    context = preflight(config.model.strip())  # last: it reads the model's files
+    if context is not None:
+        check_against_model(config, context)
+    return replace(config, model=config.model.strip())
 
 
 def check_against_model(config: RunConfig, context_length: int) -> None:
@@ -81,7 +84,6 @@ def _model(source: str) -> str:
     source = str(source or "").strip()
     if not source:
         raise UserError("Choose a model: a Hugging Face id, a checkpoint folder or a .gguf file.")
-    model_source(source)
     return source
 
 

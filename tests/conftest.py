@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from slurm_cluster import slurm_cluster  # noqa: F401  (a one-node Slurm cluster when ACETUI_TEST_SLURM=1)
 
 from acetui_core.paths import bundled_model
 

@@ -67,6 +67,12 @@ def test_table_without_json(cli, make_tiny_model, tiny_calib):
     assert "Wanda-16" in out and "partial" in out
 
 
+def test_magnitude_says_it_reads_no_calibration_data(cli, make_tiny_model):
+    code, out, err = cli("prune", make_tiny_model("llama"), "--method", "magnitude", "--eval", "none")
+    assert code == 0, err
+    assert "none (magnitude uses no calibration data)" in " ".join(out.split())
+
+
 def test_methods_lists_paper_names(cli):
     code, out, _ = cli("methods")
     assert code == 0

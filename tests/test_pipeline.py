@@ -1,6 +1,7 @@
 """Tiny random LLaMA, Qwen2, OPT and GPT-2 models pruned end to end with every method."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
-from acetui_core.events import LayerPruned, RunFinished
+from acetui_core.events import LayerPruned, RunFinished, Stage
 from acetui_core.metrics import METHODS
 from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
 from acetui_core.records import RunResult, from_dict, to_dict
@@ -163,3 +164,12 @@ def test_same_seed_same_windows(tokenizer_dir):
 
     corpus = [joined(doc) for doc in ids]
     assert all(any(joined(w.tolist()) in doc for doc in corpus) for w in a)
+
+
+def test_the_evaluation_stage_is_announced_before_its_first_batch(make_tiny_model, calib_file):
+    events = []
+    run = config(str(make_tiny_model("llama")), "wanda", calib=calib_file)
+    pipeline.run(replace(run, evals=["wikitext2"], eval_seqlen=64, eval_limit=3), events.append)
+    stages = [(e.name, e.done) for e in events if isinstance(e, Stage)]
+    first = stages.index(("wikitext2", 0))
+    assert first > stages.index(("calibration", NSAMPLES)) and all(done > 0 for _, done in stages[first + 1:])

@@ -144,6 +144,18 @@ def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(slow_model, slow, 
     assert "cancelled" in err and "Traceback" not in err
 
 
+def test_a_second_ctrl_c_stops_at_once_and_still_says_one_sentence(slow_model, slow, store_path, tmp_path):
+    process = spawn("prune", slow_model, *slow, "--store", store_path, tmp_path=tmp_path)
+    run = wait_for(store_path, running_with_layers)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=120) == 130
+    err = (tmp_path / "err.txt").read_text()
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("acetui: ")
+    assert Store(store_path).get_run(run.id).status == "cancelled"
+
+
 def test_sigkill_leaves_an_interrupted_run_with_its_finished_layers(slow_model, slow, store_path, tmp_path):
     process = spawn("prune", slow_model, *slow, "--store", store_path, tmp_path=tmp_path)
     run = wait_for(store_path, running_with_layers)

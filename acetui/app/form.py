@@ -77,7 +77,7 @@ def zeroshot_limit(text: str) -> int | None:
     return parse.optional_whole(text, "--limit", minimum=1)
 
 
-def configs(*, model: str, methods: list[str], sparsities: list[str], seqlens: list, seed: int,
+def configs(*, model: str, methods: list[str], sparsities: list[str], seqlens: list, seed: int = 0,
             **common) -> list[RunConfig]:
     """The comparison grid, built by the launcher as for ``acetui compare``."""
     return Grid([model], methods, sparsities, seqlens, [seed], common=common).configs()

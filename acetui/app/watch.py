@@ -11,6 +11,7 @@ from typing import Callable
 from textual.message import Message
 
 from acetui.app.messages import LogLines, RunProgress, RunsListed, StoreFailed
+from acetui_core import jobfolder
 from acetui_core.errors import UserError
 from acetui_core.store import RunRecord, Store
 
@@ -49,6 +50,7 @@ def follow_run(store: Store, run_id: str, post, stop: threading.Event, interval:
     seen = {"key": None, "last_layer": -1}
 
     def read():
+        jobfolder.sync(store)  # a cluster run reports through its job folder
         run = store.get_run(run_id, layers=False)
         key = _run_key(run)
         if key == seen["key"]:
@@ -67,6 +69,7 @@ def watch_runs(store: Store, post, stop: threading.Event, interval: float = LIST
     seen = {"key": None}
 
     def read():
+        jobfolder.sync(store)
         runs = store.list_runs()
         key = tuple((run.id, run.status, run.layers_done, run.error, run.cancel_requested) for run in runs)
         if key == seen["key"]:

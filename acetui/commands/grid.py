@@ -92,14 +92,15 @@ def _execute(store: Store, configs: list, executor: LocalProcesses) -> tuple[lis
     return run_ids, False
 
 
-def run_grid(grid: Grid, *, device: str, columns: str, detach: bool, store: Optional[str], as_json: bool,
+def run_grid(grid: Grid, *, device: str, columns: str, detach: bool, cluster, store: Optional[str], as_json: bool,
              cells: str) -> None:
-    """Launch every run of the grid, wait for them (unless detached), and print the comparison table."""
+    """Launch every run of the grid, wait for them (unless detached or on a cluster), and print the
+    comparison table."""
     opened = Store(store)
     configs = grid.configs()
     executor = LocalProcesses(detach=True, gpus=gpus_for(device))
-    if detach:
-        run_ids = launch(configs, executor, opened)
+    if detach or cluster is not None:
+        run_ids = launch(configs, cluster or executor, opened)
         print("\n".join(run_ids))
         print(f"{len(run_ids)} runs queued in the background; follow one with: acetui runs watch ID; "
               f"table with: acetui export --format markdown --last {len(run_ids)}", file=sys.stderr)
@@ -115,7 +116,7 @@ def run_grid(grid: Grid, *, device: str, columns: str, detach: bool, store: Opti
         if any(r.status == "finished" and r.ppl is not None for r in records):
             print(to_markdown(comparison(records, cells=cells, columns=columns)), end="")
     if interrupted:
-        raise typer.Exit(130)
+        raise Cancelled()
     if any(r.status != "finished" for r in records):
         raise typer.Exit(1)
 
@@ -131,13 +132,15 @@ def compare(
     tasks: options.Tasks = options.DEFAULT_TASKS, zeroshot_limit: options.ZeroshotLimit = None,
     batch_size: options.BatchSize = 8, device: options.Device = "auto", dtype: options.Dtype = "auto",
     squared_weight: options.SquaredWeight = False,
-    detach: options.Detach = False, store: options.StoreOption = None, as_json: options.JsonOption = False,
-    cells: options.Cells = "ppl",
+    detach: options.Detach = False, executor: options.Executor = "local", partition: options.Partition = None,
+    gpus_per_job: options.GpusPerJob = 1, time_limit: options.TimeLimit = "2:00:00",
+    store: options.StoreOption = None, as_json: options.JsonOption = False, cells: options.Cells = "ppl",
 ) -> None:
     """Run every method x sparsity x calibration length on MODELS and print the paper-style table."""
     grid = Grid(models or [default_model()], parse.some(methods, "--methods"), parse.some(sparsity, "--sparsity"),
                 options.seqlens(seqlen), options.seeds(seeds), common=options.run_settings(locals()))
-    run_grid(grid, device=device, columns="sparsity", detach=detach, store=store, as_json=as_json, cells=cells)
+    run_grid(grid, device=device, columns="sparsity", detach=detach, store=store, as_json=as_json, cells=cells,
+             cluster=options.slurm_executor(executor, partition, gpus_per_job, time_limit))
 
 
 PAPER_SEQLENS = "16,32,128,512,1024,2048"
@@ -155,8 +158,9 @@ def sweep(
     tasks: options.Tasks = options.DEFAULT_TASKS, zeroshot_limit: options.ZeroshotLimit = None,
     batch_size: options.BatchSize = 8, device: options.Device = "auto", dtype: options.Dtype = "auto",
     squared_weight: options.SquaredWeight = False,
-    detach: options.Detach = False, store: options.StoreOption = None, as_json: options.JsonOption = False,
-    cells: options.Cells = "ppl",
+    detach: options.Detach = False, executor: options.Executor = "local", partition: options.Partition = None,
+    gpus_per_job: options.GpusPerJob = 1, time_limit: options.TimeLimit = "2:00:00",
+    store: options.StoreOption = None, as_json: options.JsonOption = False, cells: options.Cells = "ppl",
 ) -> None:
     """The paper's appendix studies: perplexity against calibration length (--seqlen) or sampler seed (--seeds)."""
     seed_list = options.seeds(seeds)
@@ -164,4 +168,5 @@ def sweep(
     columns = "seqlen" if len(lengths) > 1 else "seed" if len(seed_list) > 1 else "sparsity"
     grid = Grid(models or [default_model()], parse.some(methods, "--method"), parse.some(sparsity, "--sparsity"),
                 lengths, seed_list, common=options.run_settings(locals()))
-    run_grid(grid, device=device, columns=columns, detach=detach, store=store, as_json=as_json, cells=cells)
+    run_grid(grid, device=device, columns=columns, detach=detach, store=store, as_json=as_json, cells=cells,
+             cluster=options.slurm_executor(executor, partition, gpus_per_job, time_limit))

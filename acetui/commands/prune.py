@@ -12,7 +12,7 @@ from rich.table import Table
 
 from acetui import options
 from acetui_core.config import RunConfig
-from acetui_core.errors import Cancelled, UserError
+from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.paths import bundled_model
 from acetui_core.records import RunResult, any_partial, mean_accuracy, to_dict
@@ -86,25 +86,29 @@ def prune(
         help="Allow --save to replace a checkpoint folder acetui wrote before.")] = False,
     as_json: options.JsonOption = False,
     detach: options.Detach = False,
+    executor: options.Executor = "local",
+    partition: options.Partition = None,
+    gpus_per_job: options.GpusPerJob = 1,
+    time_limit: options.TimeLimit = "2:00:00",
     store: options.StoreOption = None,
 ) -> None:
     """Prune MODEL with one method and sparsity; evaluate and optionally save it."""
     from acetui.progress import EventProgress
-    from acetui_core.launch import InProcess, LocalProcesses, launch
+    from acetui_core.launch import InProcess, LocalProcesses, launch, queue
     from acetui_core.store import Store
 
     config = RunConfig(model=model or default_model(), method=method, sparsity=sparsity, seqlen=seqlen, seed=seed,
                        save=str(save) if save else None, overwrite=overwrite, **options.run_settings(locals()))
     opened = Store(store)
-    if detach:
-        print(launch([config], LocalProcesses(detach=True, gpus=0), opened)[0])
+    cluster = options.slurm_executor(executor, partition, gpus_per_job, time_limit)
+    if cluster is not None or detach:
+        print(launch([config], cluster or LocalProcesses(detach=True, gpus=0), opened)[0])
         return
+    in_process = InProcess()
+    [run_id] = queue([config], opened, in_process)  # every check before a progress bar appears
     with EventProgress() as progress:
-        try:
-            [run_id] = launch([config], InProcess(on_event=lambda run_id, event: progress(event)), opened)
-        except Cancelled:  # Ctrl-C or SIGTERM: the run stopped between layers and is recorded
-            typer.echo("acetui: cancelled; the run is recorded as cancelled (acetui runs).", err=True)
-            raise typer.Exit(130) from None
+        in_process.on_event = lambda run_id, event: progress(event)
+        in_process.start(opened, [run_id])  # Ctrl-C: Cancelled, recorded; acetui.cli says so
     run = opened.get_run(run_id, layers=False)
     if run.status != "finished":
         raise UserError(run.error or f"Run {run_id} {run.status}.")

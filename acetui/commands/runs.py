@@ -11,6 +11,7 @@ import typer
 
 from acetui import notify as notifications
 from acetui import options
+from acetui_core import jobfolder
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.store import STATUSES, TERMINAL, RunRecord, Store
@@ -76,7 +77,9 @@ def runs(
         return
     if status is not None and status not in STATUSES:
         raise UserError(f"Unknown status '{status}'; choose one of: {', '.join(STATUSES)}.")
-    records = Store(store).list_runs(status=status, model=model, last=last)
+    opened = Store(store)
+    jobfolder.sync(opened)
+    records = opened.list_runs(status=status, model=model, last=last)
     if as_json:
         print(json.dumps([r.to_dict() for r in records], indent=2))
         return
@@ -143,6 +146,7 @@ class Follower:
 
     def poll(self) -> bool:
         """Print what happened since the last poll; True once every run has ended."""
+        jobfolder.sync(self.store)  # cluster runs report through their job folders
         for run_id in self.after:
             if run_id in self.done:
                 continue
@@ -192,10 +196,23 @@ def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
     """Stop runs: a queued run is cancelled at once, a running one after its current layer."""
     opened = Store(store)
     for full in [opened.resolve(run_id) for run_id in run_ids]:  # every id resolved before any is touched
+        if opened.get_run(full, layers=False).executor == "slurm":
+            from acetui_core.slurm import cancel as cancel_job
+
+            cancel_job(opened, full)
         if opened.request_cancel(full) == "cancelled":
             print(f"Run {full} cancelled before it started.")
         else:
             print(f"Run {full}: cancel requested; it stops after its current layer.")
+
+
+@runs_app.command("sync")
+def sync(store: options.StoreOption = None) -> None:
+    """Import what cluster jobs wrote to their job folders (progress, results, how they ended)."""
+    opened = Store(store)
+    imported = jobfolder.sync(opened)
+    active = [run for run in opened.list_runs() if run.executor == "slurm" and run.active]
+    print(f"Imported {imported} event(s); {len(active)} Slurm run(s) still active.")
 
 
 @runs_app.command("rm")

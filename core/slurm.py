@@ -1,0 +1,123 @@
+"""The Slurm executor: a grid of runs submitted as one job array through submitit.
+
+Each job executes one run with a ``JobFolder`` recorder (``acetui_core.jobfolder``): it writes its
+events and log to the job folder on the shared file system, never to the user's SQLite store, which
+imports them (``acetui runs sync``, ``acetui runs watch``, the app). ``scancel`` sends the job SIGTERM,
+which stops the run between layers and records it cancelled, as Ctrl-C does on a workstation.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from acetui_core.config import RunConfig
+from acetui_core.errors import Cancelled, UserError
+from acetui_core.jobfolder import JobFolder
+from acetui_core.store import Store
+
+JOB_NAME = "acetui"
+
+
+# Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+_TIME = re.compile(r"(?:(?P<days>[0-9]+)-)?(?P<a>[0-9]+)(?::(?P<b>[0-9]+))?(?::(?P<c>[0-9]+))?")
+
+
+def minutes(text: str) -> int:
+    """A Slurm time limit in whole minutes (rounded up)."""
+    value = str(text).strip()
+    match = _TIME.fullmatch(value)
+    if not match:
+        raise UserError(f"--time must be a Slurm time limit such as 120, 2:00:00 or 1-00:00:00, not '{value}'.")
+    days, a, b, c = (int(group) if group else None for group in match.group("days", "a", "b", "c"))
+    if days is not None:  # D-H[:M[:S]]
+        seconds = ((days * 24 + a) * 60 + (b or 0)) * 60 + (c or 0)
+    elif c is not None:  # H:M:S
+        seconds = (a * 60 + b) * 60 + c
+    else:  # M[:S]
+        seconds = a * 60 + (b or 0)
+    if seconds < 60:
+        raise UserError(f"--time must be at least one minute, not '{value}'.")
+    return -(-seconds // 60)
+
+
+@dataclass
+class Slurm:
+    """Submit the runs as one job array; ``folder`` holds the job folders (default: beside the store)."""
+
+    partition: str | None = None
+    gpus_per_job: int = 1
+    time: str = "2:00:00"
+    folder: Path | None = None
+    cluster: str = "slurm"  # submitit's cluster; "local" runs the same jobs as local processes (tests)
+    kind: str = "slurm"
+    local_device: bool = False  # a GPU is needed on the node, not here
+
+    def __post_init__(self) -> None:
+        self.timeout_min = minutes(self.time)
+        try:
+            import submitit  # noqa: F401  (checked here, before any run is recorded)
+        except ImportError:
+            raise UserError("--executor slurm needs submitit (pip install submitit).") from None
+
+    def start(self, store: Store, run_ids: list[str]) -> None:
+        import submitit
+
+        folder = (self.folder or store.folder / "slurm") / f"{time.strftime('%Y%m%d-%H%M%S')}-{run_ids[0]}"
+        folder.mkdir(parents=True, exist_ok=True)
+        executor = submitit.AutoExecutor(folder=folder / "%j", cluster=self.cluster)
+        parameters = {"name": JOB_NAME, "timeout_min": self.timeout_min, "slurm_array_parallelism": len(run_ids),
+                      "gpus_per_node": self.gpus_per_job, "tasks_per_node": 1, "nodes": 1}
+        if self.cluster == "local":
+            parameters = {"timeout_min": self.timeout_min, "gpus_per_node": self.gpus_per_job}
+        if self.partition:
+            parameters["slurm_partition"] = self.partition
+        executor.update_parameters(**parameters)
+        runs = store.list_runs(ids=run_ids)
+        try:
+            with executor.batch():  # one job array for the grid
+                jobs = [executor.submit(run_job, str(folder), run.id, run.config.to_dict()) for run in runs]
+        except (subprocess.CalledProcessError, OSError, RuntimeError) as error:
+            for run in runs:
+                store.set_status(run.id, "failed", error=f"sbatch refused the job array: {error}")
+            raise UserError(f"Slurm refused the job array ({_first_line(error)}).") from None
+        recorder = JobFolder(folder)
+        for run, job in zip(runs, jobs):
+            store.set_job(run.id, {"job_id": str(job.job_id), "folder": str(folder), "imported": 0,
+                                   "cluster": self.cluster})
+            store.update_env(run.id, log=str(recorder.log_path(run.id)))
+
+
+def run_job(folder: str, run_id: str, config: dict) -> str:
+    """What one job of the array executes on its node: the run, recorded in the job folder."""
+    from acetui_core.runner import execute
+
+    recorder = JobFolder(Path(folder))
+    try:
+        execute(recorder, run_id, RunConfig.from_dict(config), log=recorder.log_path(run_id))
+    except (Cancelled, KeyboardInterrupt):
+        return "cancelled"
+    except Exception:  # noqa: BLE001  recorded in the job folder with its traceback in the run's log
+        return "failed"
+    return "finished"
+
+
+def cancel(store: Store, run_id: str) -> None:
+    """Ask a Slurm run to stop: the flag in its job folder (seen within a second), and scancel."""
+    run = store.get_run(run_id, layers=False)
+    if run.job is None:
+        return
+    JobFolder(Path(run.job["folder"])).cancel_path(run.id).touch()
+    try:
+        subprocess.run(["scancel", "--signal=TERM", run.job["job_id"]], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # no Slurm here (submitit's local cluster): the flag alone stops the run
+
+
+def _first_line(error: Exception) -> str:
+    text = getattr(error, "stderr", None) or str(error)
+    text = text.decode() if isinstance(text, bytes) else text
+    return (text.strip().splitlines() or [type(error).__name__])[0][:200]

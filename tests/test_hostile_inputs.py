@@ -1,0 +1,164 @@
+"""Hostile inputs: one sentence on stderr, exit 2, never a traceback, and nothing recorded in the store.
+
+The table names the command, how to prepare the place it reads, and a fragment of the sentence a user
+must see. Causes are fixed, not cases: one parser for numbers and lists, one guard for OS errors on
+paths, model loading that turns any loader failure into a sentence, checks before any work.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from acetui_core.errors import UserError
+from acetui_core.store import Store
+from runhelpers import cli
+
+
+def _calib(tmp: Path, name: str, text: str) -> Path:
+    path = tmp / name
+    path.write_text(text)
+    return path
+
+
+def _broken_checkpoint(tmp: Path, model: Path, how: str) -> Path:
+    folder = tmp / f"broken-{how}"
+    shutil.copytree(model, folder)
+    weights = folder / "model.safetensors"
+    if how == "truncated":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    else:
+        config = json.loads((folder / "config.json").read_text())
+        config["hidden_size"] = "wide" if how == "wrong-type" else 32
+        (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+# case -> (arguments, a function (tmp, model) -> {placeholder: value}, the sentence's fragment)
+CASES = {
+    "empty calibration file": (["prune", "{model}", "--calib", "{empty}"], "holds no text to calibrate on"),
+    "text that is a number": (["prune", "{model}", "--calib", "{number}"], "whose 'text' is not a string (record 2)"),
+    "text that is null": (["prune", "{model}", "--calib", "{null}"], "whose 'text' is not a string (record 1)"),
+    "unicode digit": (["prune", "{model}", "--seqlen", "²"], "--seqlen must be a number of tokens or 'full', not '²'"),
+    "letters for a number": (["prune", "{model}", "--nsamples", "abc"], "--nsamples must be a whole number, not 'abc'"),
+    "unicode digit in a list": (["compare", "{model}", "--seeds", "0,³"], "--seeds must be a whole number, not '³'"),
+    "unknown option": (["prune", "{model}", "--nsampels", "4"], "No such option: --nsampels"),
+    "option without its value": (["prune", "{model}", "--nsamples"], "requires an argument"),
+    "truncated safetensors": (["prune", "{truncated}"], "could not be loaded as a model"),
+    "config value of the wrong type": (["prune", "{wrong-type}"], "could not be loaded as a model"),
+    "weights that do not fit the config": (["prune", "{wrong-shape}"], "could not be loaded as a model"),
+    "evaluation window too short": (["prune", "{model}", "--eval-seqlen", "1"], "--eval-seqlen must be at least 2"),
+    "evaluation window too long": (["prune", "{model}", "--eval-seqlen", "4096"], "longer than the model's context"),
+    "zero-shot batch size 0": (["prune", "{model}", "--eval", "zeroshot", "--batch-size", "0"],
+                               "--batch-size must be at least 1"),
+    "save where the OS refuses": (["prune", "{model}", "--save", "/proc/acetui-out"], "cannot be written"),
+    "a file where the logs folder goes": (["prune", "{model}", "--store", "{blocked}/runs.db"],
+                                          "Runs cannot keep their logs in"),
+    "sparsity 1.3": (["compare", "{model}", "--sparsity", "0.5,1.3"], "out of range"),
+    "3:2": (["sweep", "{model}", "--sparsity", "3:2"], "smaller than M"),
+    "unknown metric": (["compare", "{model}", "--methods", "wanda,cosine"], "Unknown method 'cosine'"),
+    "export of no run": (["export", "--runs", "ffff"], "There is no run 'ffff'"),
+    "last 0": (["export", "--last", "0"], "--last must be at least 1"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(case, tmp_path, make_tiny_model,
+                                                                               monkeypatch, capsys):
+    model = make_tiny_model("llama")
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "logs").write_text("a file where a folder should be")
+    places = {
+        "model": model, "blocked": blocked,
+        "empty": _calib(tmp_path, "empty.jsonl", ""),
+        "number": _calib(tmp_path, "number.jsonl", '{"text": "words"}\n{"text": 42}\n'),
+        "null": _calib(tmp_path, "null.jsonl", '{"text": null}\n'),
+        **{how: _broken_checkpoint(tmp_path, model, how) for how in ("truncated", "wrong-type", "wrong-shape")},
+    }
+    args, fragment = CASES[case]
+    args = [arg.format(**places) for arg in args]
+    store = tmp_path / "store" / "runs.db"
+    if "--store" not in args:
+        args = [*args[:1], "--store", str(store), *args[1:]]
+    capsys.readouterr()  # what building the fixtures printed
+    code, out, err = cli(monkeypatch, capsys, *args)
+    assert code == 2, err
+    assert err.startswith("acetui: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert fragment in err, err
+    for path in (store, blocked / "runs.db"):
+        if path.exists():
+            assert Store(path).list_runs() == []
+
+
+def test_nan_in_a_weight_is_reported_with_the_layer(make_tiny_model, tmp_path):
+    from acetui_core import pipeline
+    from acetui_core.config import RunConfig
+    from acetui_core.models import decoder_layers, load_model
+
+    loaded = load_model(str(make_tiny_model("llama")), device="cpu")
+    with torch.no_grad():
+        decoder_layers(loaded.model)[1].mlp.up_proj.weight[3, 5] = float("nan")
+    with pytest.raises(UserError, match="The weights of layer 1 mlp.up_proj contain NaN or inf"):
+        pipeline.run(RunConfig(model=loaded.source, method="magnitude", sparsity="0.5", evals=[]), loaded=loaded)
+
+
+def test_a_float32_run_is_not_told_to_use_float32(make_tiny_model):
+    from acetui_core import pipeline
+    from acetui_core.config import RunConfig
+    from acetui_core.models import decoder_layers, load_model
+
+    loaded = load_model(str(make_tiny_model("llama")), device="cpu")
+    with torch.no_grad():
+        decoder_layers(loaded.model)[0].input_layernorm.weight.fill_(float("inf"))
+    with pytest.raises(UserError) as error:
+        pipeline.run(RunConfig(model=loaded.source, method="wanda", sparsity="0.5", nsamples=2, evals=[]),
+                     loaded=loaded)
+    assert "contain NaN or inf" in str(error.value) and "--dtype float32" not in str(error.value)
+
+
+def test_a_perplexity_beyond_floats_is_infinite_not_a_crash():
+    from acetui_core.evaluate import perplexity
+
+    class Noise(torch.nn.Module):
+        """Puts all probability on token 0 with a margin no float can exponentiate back."""
+
+        def __init__(self):
+            super().__init__()
+            self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, input_ids, use_cache=False):
+            logits = torch.full((*input_ids.shape, 8), -1e4)
+            logits[..., 0] = 1e4
+            return type("Out", (), {"logits": logits})()
+
+    ppl, used, total = perplexity(Noise(), torch.ones(64, dtype=torch.long), seqlen=16)
+    assert ppl == math.inf and (used, total) == (4, 4)
+
+
+def test_one_damaged_row_does_not_hide_the_others(tmp_path, monkeypatch, capsys):
+    import sqlite3
+
+    from acetui_core.config import RunConfig
+    from runhelpers import Clock, insert_run
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for number in range(3):
+        insert_run(store, clock, f"e000000{number}",
+                   RunConfig(model="org/m", method="wanda", sparsity="0.5", seed=number),
+                   created=1_700_000_000.0 + number, ppl=10.0 + number)
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE runs SET results = '{\"ppl_wikitext2\": \"many\"' WHERE id = 'e0000001'")
+    db.close()
+    code, out, err = cli(monkeypatch, capsys, "runs", "--store", store.path)
+    assert code == 0, err
+    assert all(f"e000000{n}" in out for n in range(3))
+    assert "finished (damaged)" in out and "run e0000001 is damaged in the store: unreadable results" in out
+    code, out, err = cli(monkeypatch, capsys, "export", "--format", "markdown", "--store", store.path)
+    assert code == 0 and "| Wanda-16 | **11.00** ± 1.41 (n=2) |" in out  # the two readable runs, seeds 0 and 2

@@ -1,0 +1,127 @@
+"""Runs on a cluster through the door: submitit jobs report to their job folders and the store imports
+them. The fast tests use submitit's local executor (the same job folders and jobs, as local processes);
+``ACETUI_TEST_SLURM=1`` runs the same grid on a real one-node Slurm cluster started by the fixture."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.jobfolder import sync
+from acetui_core.launch import Grid, launch
+from acetui_core.slurm import Slurm, minutes
+from acetui_core.store import TERMINAL, Store
+from runhelpers import cli
+
+pytest.importorskip("submitit")
+
+
+@pytest.fixture(scope="module")
+def calib(tmp_path_factory, shared_data) -> Path:
+    source = shared_data / "c4" / "c4-train.00000-of-01024.first1000.jsonl"
+    path = tmp_path_factory.mktemp("calib") / "c4-30.jsonl"
+    path.write_text("".join(source.read_text().splitlines(keepends=True)[:30]))
+    return path
+
+
+def wait_until_ended(store: Store, run_ids: list[str], timeout: float = 240.0) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sync(store)
+        runs = store.list_runs(ids=run_ids)
+        if all(run.status in TERMINAL for run in runs):
+            return runs
+        time.sleep(0.5)
+    raise AssertionError(f"runs still active: {[(r.id, r.status) for r in store.list_runs(ids=run_ids)]}")
+
+
+@pytest.mark.parametrize("text, expected", [("120", 120), ("2:00:00", 120), ("1-00:00:00", 1440), ("90:30", 91)])
+def test_slurm_time_limits(text, expected):
+    assert minutes(text) == expected
+
+
+def test_a_bad_time_limit_is_one_sentence():
+    with pytest.raises(UserError, match="--time must be a Slurm time limit"):
+        Slurm(time="two hours")
+
+
+def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny_model, calib):
+    store = Store(tmp_path / "runs.db")
+    grid = Grid([str(make_tiny_model("llama"))], ["wanda", "ace"], ["0.5"],
+                common={"calib": str(calib), "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2})
+    run_ids = launch(grid.configs(), Slurm(cluster="local", gpus_per_job=0), store)
+    queued = store.list_runs(ids=run_ids)
+    assert [run.executor for run in queued] == ["slurm", "slurm"] and all(run.job for run in queued)
+    runs = wait_until_ended(store, run_ids)
+    assert [(run.status, run.layers_done, run.label) for run in runs] == [("finished", 2, "Wanda-16"),
+                                                                          ("finished", 2, "CosP+VarP-16")]
+    assert all(run.results.ppl_wikitext2 > 1 and run.results.run_id == run.id for run in runs)
+    assert all("layer 2/2 pruned" in Path(run.env["log"]).read_text() for run in runs)
+    assert sync(store) == 0  # everything was imported once
+
+
+def test_acetui_runs_cancel_stops_a_cluster_run_between_layers(tmp_path, tokenizer_dir, calib, monkeypatch, capsys):
+    model = deep_model(tmp_path / "deep", tokenizer_dir)
+    store = Store(tmp_path / "runs.db")
+    config = RunConfig(model=str(model), method="ace", sparsity="0.5", calib=str(calib), nsamples=128, seqlen=64,
+                       evals=[])
+    [run_id] = launch([config], Slurm(cluster="local", gpus_per_job=0), store)
+    deadline = time.monotonic() + 240
+    while store.get_run(run_id, layers=False).layers_done < 1:
+        assert time.monotonic() < deadline, "the cluster run never finished a layer"
+        sync(store)
+        time.sleep(0.2)
+    code, out, _ = cli(monkeypatch, capsys, "runs", "cancel", run_id, "--store", store.path)
+    assert code == 0 and "stops after its current layer" in out
+    [run] = wait_until_ended(store, [run_id])
+    assert run.status == "cancelled" and 1 <= run.layers_done < 16
+
+
+def deep_model(folder: Path, tokenizer_dir: Path, layers: int = 16) -> Path:
+    """A tiny llama with many layers: a run long enough to stop part-way."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    AutoModelForCausalLM.from_config(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_two_run_grid_on_a_real_slurm_cluster(slurm_cluster, tmp_path, make_tiny_model, tokenizer_dir, calib,
+                                                monkeypatch, capsys):
+    """The issue's check: a two-run grid through the door runs as one job array on a real Slurm, its
+    progress shows in `acetui runs watch`, both results land in the store, and a job cancelled with
+    `scancel` is marked cancelled."""
+    store = Store(tmp_path / "runs.db")
+    executor = Slurm(partition=slurm_cluster.partition, gpus_per_job=1, time="10", folder=slurm_cluster.work_dir)
+    grid = Grid([str(make_tiny_model("llama"))], ["wanda", "ria"], ["0.5"],
+                common={"calib": str(calib), "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2})
+    run_ids = launch(grid.configs(), executor, store)
+    jobs = [run.job["job_id"] for run in store.list_runs(ids=run_ids)]
+    assert [job.split("_")[1] for job in jobs] == ["0", "1"] and len({job.split("_")[0] for job in jobs}) == 1
+
+    code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run_ids[1], "--store", store.path, "--interval", "0.2")
+    assert code == 0 and "layer 2/2" in out and f"run {run_ids[1]} finished: ppl" in out
+    runs = wait_until_ended(store, run_ids)
+    assert [(run.status, run.layers_done) for run in runs] == [("finished", 2), ("finished", 2)]
+    assert all(run.env.get("slurm_job_id") for run in runs)
+
+    slow = RunConfig(model=str(deep_model(tmp_path / "deep", tokenizer_dir)), method="ace", sparsity="0.5",
+                     calib=str(calib), nsamples=128, seqlen=64, evals=[])
+    [slow_id] = launch([slow], executor, store)
+    deadline = time.monotonic() + 240
+    while store.get_run(slow_id, layers=False).layers_done < 1:
+        assert time.monotonic() < deadline, "the Slurm run never finished a layer"
+        sync(store)
+        time.sleep(0.2)
+    slurm_cluster.run("scancel", store.get_run(slow_id, layers=False).job["job_id"])
+    [run] = wait_until_ended(store, [slow_id])
+    assert run.status == "cancelled" and run.layers_done < 16
