@@ -150,6 +150,7 @@ class RunScreen(Screen):
         self.query_one("#resources", Static).update("")
         self.query_one("#config-text", Static).update("")
         self.query_one("#run-title", Static).update(NO_RUN if run_id is None else f"run {run_id}")
+        self.query_one("#progress-row").display = run_id is not None  # no bouncing bar for no run
         self._show_batch()
         self._replot()
         if run_id is not None:
