@@ -82,9 +82,10 @@ async def wait_for(pilot, condition, what: str, timeout: float = 30.0):
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("state", ["no runs", "one running", "one finished"])
-async def test_no_key_on_any_screen_raises(store, monkeypatch, state):
+async def test_no_key_on_any_screen_raises(store, monkeypatch, tmp_path, state):
     """Every key bound on each screen (shown in the footer or not) and every app key, pressed on every
     screen: nothing raises. Modals it opens (confirm, help) are closed with escape, which is pressed too."""
+    monkeypatch.setenv("ACETUI_EXPORT_DIR", str(tmp_path / "exports"))  # e and l export the finished run
     started = []
     monkeypatch.setattr(AceApp, "start_runs", lambda self, configs: started.append(configs) or [])
     if state == "one running":
