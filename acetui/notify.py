@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Callable, Mapping, TextIO
+from collections.abc import Callable, Mapping
+from typing import TextIO
 
 from acetui_core.errors import UserError
 

@@ -51,7 +51,7 @@ def _gpu_fields() -> dict:
     free, total = torch.cuda.mem_get_info(device)
     try:
         util = float(torch.cuda.utilization(device))  # through NVML, which is optional
-    except Exception:  # noqa: BLE001  no nvidia-ml-py, or NVML refuses: the line shows memory only
+    except Exception:  # no nvidia-ml-py, or NVML refuses: the line shows memory only
         util = None
     return {"gpu": f"cuda:{device}", "gpu_used_mb": (total - free) / 2**20, "gpu_total_mb": total / 2**20,
             "gpu_process_mb": torch.cuda.memory_reserved(device) / 2**20, "gpu_util_percent": util}

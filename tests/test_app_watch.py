@@ -9,10 +9,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
+from runhelpers import Clock, cli, insert_run, layer_event, result_for
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
 from textual.widgets import Input, RichLog, SelectionList, Static
@@ -22,7 +22,7 @@ from acetui import notify, settings
 from acetui.app import make_app, summary
 from acetui.app.app import AceApp
 from acetui.app.candidates import default_model, model_candidates
-from acetui.app.help import HelpScreen, key_rows
+from acetui.app.help import HelpScreen
 from acetui.app.screens.common import ConfirmScreen
 from acetui.app.screens.new_run import NewRunScreen
 from acetui.app.screens.results import ResultsScreen
@@ -34,7 +34,6 @@ from acetui_core.config import RunConfig
 from acetui_core.events import RunFinished, RunStarted
 from acetui_core.paths import bundled_model
 from acetui_core.store import Store
-from runhelpers import Clock, cli, insert_run, layer_event, result_for
 
 SIZE = (80, 24)
 SCREENS = {"new": NewRunScreen, "run": RunScreen, "results": ResultsScreen, "runs": RunsScreen}

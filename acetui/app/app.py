@@ -96,9 +96,7 @@ class AceApp(App):
         # The key of the screen already shown is hidden: the footer has no room to spare at 80 columns.
         if action == "switch_mode" and parameters and parameters[0] == self.current_mode:
             return False
-        if action == "show_run" and self.current_mode == "run":
-            return False
-        return True
+        return not (action == "show_run" and self.current_mode == "run")
 
     def register_themes(self) -> None:
         for theme in themes.THEMES.values():

@@ -87,7 +87,7 @@ def resource_line(run: RunRecord, here: str, now: float) -> str:
         return "resources: no sample recorded" + (" yet" if run.active else " for this run")
     try:
         sample = from_dict(ResourceSample, run.resources)
-    except Exception:  # noqa: BLE001  a sample from a newer acetui, or damaged: say so, never fail the screen
+    except Exception:  # a sample from a newer acetui, or damaged: say so, never fail the screen
         return "resources: the recorded sample cannot be read"
     parts = [f"RSS {fmt_mb(sample.rss_mb)}", f"CPU {sample.cpu_percent:.0f}%"]
     if sample.gpu is not None:

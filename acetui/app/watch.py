@@ -5,8 +5,8 @@ that owns them goes away, or starts following another run)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from textual.message import Message
 

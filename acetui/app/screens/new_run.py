@@ -7,8 +7,9 @@ of the last start are remembered (``acetui.settings``) and come back at the next
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
-from typing import Callable
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -177,10 +178,8 @@ class NewRunScreen(Screen):
         self.call_after_refresh(self._show_model_end)
         for choice in CHOICES:
             if saved.get(choice) is not None:
-                try:
+                with suppress(InvalidSelectValueError):  # e.g. a GPU this machine does not have: the default stays
                     self.query_one(f"#{choice}", Select).value = saved[choice]
-                except InvalidSelectValueError:
-                    pass  # e.g. a GPU this machine does not have: the default stays
         for tick in TICKS:
             if isinstance(saved.get(tick), bool):
                 self.query_one(f"#{tick}", Checkbox).value = saved[tick]

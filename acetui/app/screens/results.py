@@ -7,9 +7,9 @@ import io
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from rich.console import Group
 from rich.table import Table

@@ -22,8 +22,14 @@ from acetui.app import summary
 from acetui.app.messages import LogLines, RunProgress, StoreFailed
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.watch import follow_run, tail_log
-from acetui.app.widgets.plots import (DepthPlot, ScoreHistogram, histogram_caption, sparsity_series, sparsity_title,
-                                      variance_series)
+from acetui.app.widgets.plots import (
+    DepthPlot,
+    ScoreHistogram,
+    histogram_caption,
+    sparsity_series,
+    sparsity_title,
+    variance_series,
+)
 from acetui_core.config import model_name
 from acetui_core.liveness import HOST
 from acetui_core.records import LayerRecord
@@ -118,9 +124,8 @@ class RunScreen(Screen):
                     yield DepthPlot("sparsity by layer", ylim=(0, 1), id="sparsity-plot")
                 with TabPane(escape("Var[x²]"), id="variance"):
                     yield DepthPlot("Var[x²] of inputs by layer", log=True, id="variance-plot")
-                with TabPane("Config", id="config"):
-                    with VerticalScroll():
-                        yield Static("", id="config-text")
+                with TabPane("Config", id="config"), VerticalScroll():
+                    yield Static("", id="config-text")
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:

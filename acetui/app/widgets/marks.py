@@ -14,7 +14,7 @@ EMPTY = " "
 
 class Tick(Checkbox):
     @property
-    def BUTTON_INNER(self) -> str:  # noqa: N802  Textual's name for the mark
+    def BUTTON_INNER(self) -> str:  # Textual's name for the mark
         return ToggleButton.BUTTON_INNER if self.value else EMPTY
 
 
