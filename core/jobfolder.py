@@ -112,11 +112,11 @@ def queued_jobs(job_ids: list[str]) -> set[str] | None:
     return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
 
 
-def _job_alive(run, queued: set[str] | None) -> bool | None:
-    """Whether the run's job may still report: True, False, or None when it cannot be told."""
-    if run.job.get("cluster") == "local":  # submitit's local cluster: the job id is the process id
-        return liveness.process_alive(int(run.job["job_id"]), None)
-    return None if queued is None else run.job["job_id"] in queued
+def _job_alive(job: dict, queued: set[str] | None) -> bool | None:
+    """Whether a job may still report: True, False, or None when it cannot be told."""
+    if job.get("cluster") == "local":  # submitit's local cluster: the job id is the process id
+        return liveness.process_alive(int(job["job_id"]), None)
+    return None if queued is None else job["job_id"] in queued
 
 
 def ended_state(job_id: str) -> str:
@@ -135,19 +135,20 @@ def ended_state(job_id: str) -> str:
 def sync(store: Store) -> int:
     """Import every active Slurm run's new events; a run whose job is gone without saying how it ended is
     marked cancelled (when a cancel was asked) or interrupted. Returns the number of events imported."""
-    active = [run for run in store.list_runs(active_on="slurm") if run.job]
-    imported = sum(import_run(store, run.id, run.job) for run in active)
-    still = [run for run in (store.get_run(run.id, layers=False) for run in active) if run.active]
-    queued = queued_jobs([run.job["job_id"] for run in still if run.job.get("cluster") != "local"])
-    for run in still:
-        if _job_alive(run, queued) is False:  # gone without saying how it ended
-            imported += import_run(store, run.id, store.get_run(run.id, layers=False).job)  # its last words
-            state = ended_state(run.job["job_id"])
-            if state in STILL_THERE:  # squeue and scontrol disagree for a moment: ask again next time
-                continue
-            if state == "CANCELLED" or run.cancel_requested:
-                store.set_status(run.id, "cancelled", error=f"The Slurm job {run.job['job_id']} was cancelled.")
-            else:
-                store.set_status(run.id, "interrupted", error=ENDED_WITHOUT_FINISHING.format(job=run.job["job_id"],
-                                                                                              state=state))
+    jobs = {run.id: run.job for run in store.list_runs(active_on="slurm") if run.job}
+    imported = sum(import_run(store, run_id, job) for run_id, job in jobs.items())
+    still = {run.id: run for run in store.list_runs(active_on="slurm") if run.id in jobs and run.job}
+    queued = queued_jobs([run.job["job_id"] for run in still.values() if run.job and run.job.get("cluster") != "local"])
+    for run in still.values():
+        job = run.job or {}
+        if _job_alive(job, queued) is not False:
+            continue
+        imported += import_run(store, run.id, job)  # its last words, if it had time to write them
+        state = ended_state(job["job_id"])
+        if state in STILL_THERE:  # squeue and scontrol disagree for a moment: ask again next time
+            continue
+        if state == "CANCELLED" or run.cancel_requested:
+            store.set_status(run.id, "cancelled", error=f"The Slurm job {job['job_id']} was cancelled.")
+        else:
+            store.set_status(run.id, "interrupted", error=ENDED_WITHOUT_FINISHING.format(job=job["job_id"], state=state))
     return imported

@@ -151,8 +151,10 @@ def run_log(path: Path | None, redirect_output: bool = False):
         root = logging.getLogger()
         root.addHandler(handler)
         show = warnings.showwarning
-        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: log.write(
-            warnings.formatwarning(message, category, filename, lineno, line))
+        def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+            log.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+        warnings.showwarning = show_warning
         try:
             yield log
         except BaseException as error:

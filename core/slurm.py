@@ -32,13 +32,13 @@ def minutes(text: str) -> int:
     match = _TIME.fullmatch(value)
     if not match:
         raise UserError(f"--time must be a Slurm time limit such as 120, 2:00:00 or 1-00:00:00, not '{value}'.")
-    days, a, b, c = (int(group) if group else None for group in match.group("days", "a", "b", "c"))
-    if days is not None:  # D-H[:M[:S]]
-        seconds = ((days * 24 + a) * 60 + (b or 0)) * 60 + (c or 0)
-    elif c is not None:  # H:M:S
+    days, a, b, c = (int(group or 0) for group in match.group("days", "a", "b", "c"))
+    if match.group("days") is not None:  # D-H[:M[:S]]
+        seconds = ((days * 24 + a) * 60 + b) * 60 + c
+    elif match.group("c") is not None:  # H:M:S
         seconds = (a * 60 + b) * 60 + c
     else:  # M[:S]
-        seconds = a * 60 + (b or 0)
+        seconds = a * 60 + b
     if seconds < 60:
         raise UserError(f"--time must be at least one minute, not '{value}'.")
     return -(-seconds // 60)
