@@ -34,7 +34,11 @@ def osc_codes(environ: Mapping[str, str]) -> tuple[int, ...]:
     """Which notification sequences the terminal understands, where the environment names it; both
     when it does not (over SSH it rarely does; a terminal ignores the OSC codes it does not know)."""
     term, program = environ.get("TERM", ""), environ.get("TERM_PROGRAM", "") or environ.get("LC_TERMINAL", "")
-    if program in ("iTerm.app", "iTerm2", "WezTerm", "ghostty", "vscode") or "kitty" in term or environ.get("WT_SESSION"):
+    if (
+        program in ("iTerm.app", "iTerm2", "WezTerm", "ghostty", "vscode")
+        or "kitty" in term
+        or environ.get("WT_SESSION")
+    ):
         return (9,)
     if environ.get("VTE_VERSION") or term.startswith(("foot", "rxvt")):
         return (777,)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,15 +23,27 @@ def _optional_whole(flag: str, minimum: int = 0):
     return lambda text: parse.optional_whole(text, flag, minimum)
 
 
-StoreOption = Annotated[Optional[Path], typer.Option(
-    "--store", help="The run store file (default: $ACETUI_HOME/runs.db or the user data folder).")]
+StoreOption = Annotated[
+    Path | None,
+    typer.Option("--store", help="The run store file (default: $ACETUI_HOME/runs.db or the user data folder)."),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout, for scripts.")]
-Model = Annotated[Optional[str], typer.Argument(
-    help="Hub id, local checkpoint folder, or .gguf file (default: the bundled SmolLM2-135M).", show_default=False)]
-Models = Annotated[Optional[list[str]], typer.Argument(
-    help="Models: hub ids, checkpoint folders or .gguf files (default: the bundled SmolLM2-135M).", show_default=False)]
-Last = Annotated[Optional[int], typer.Option(
-    parser=_optional_whole("--last", 1), metavar="N", help="Only the N most recent runs.")]
+Model = Annotated[
+    str | None,
+    typer.Argument(
+        help="Hub id, local checkpoint folder, or .gguf file (default: the bundled SmolLM2-135M).", show_default=False
+    ),
+]
+Models = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Models: hub ids, checkpoint folders or .gguf files (default: the bundled SmolLM2-135M).",
+        show_default=False,
+    ),
+]
+Last = Annotated[
+    int | None, typer.Option(parser=_optional_whole("--last", 1), metavar="N", help="Only the N most recent runs.")
+]
 RunId = Annotated[str, typer.Argument(help="A run id or a unique prefix of one.")]
 RunIds = Annotated[list[str], typer.Argument(help="Run ids or unique prefixes.")]
 
@@ -41,23 +53,42 @@ Calib = Annotated[str, typer.Option(help="c4, wikitext2, or a .txt/.jsonl/.json(
 Nsamples = Annotated[int, typer.Option(parser=_whole("--nsamples", 1), metavar="N", help="Calibration windows.")]
 Seed = Annotated[int, typer.Option(parser=_whole("--seed"), metavar="N", help="Seed of the window sampler.")]
 Evals = Annotated[str, typer.Option("--eval", help="wikitext2, zeroshot, both comma-separated, or none.")]
-EvalSeqlen = Annotated[Optional[int], typer.Option(
-    parser=_optional_whole("--eval-seqlen", 2), metavar="N",
-    help="Perplexity window length (default: the context, capped at 4096).")]
-EvalLimit = Annotated[Optional[int], typer.Option(
-    parser=_optional_whole("--eval-limit", 1), metavar="N", help="Evaluate the first N perplexity windows only.")]
+EvalSeqlen = Annotated[
+    int | None,
+    typer.Option(
+        parser=_optional_whole("--eval-seqlen", 2),
+        metavar="N",
+        help="Perplexity window length (default: the context, capped at 4096).",
+    ),
+]
+EvalLimit = Annotated[
+    int | None,
+    typer.Option(
+        parser=_optional_whole("--eval-limit", 1), metavar="N", help="Evaluate the first N perplexity windows only."
+    ),
+]
 Tasks = Annotated[str, typer.Option(help="Zero-shot tasks, comma-separated.")]
-ZeroshotLimit = Annotated[Optional[int], typer.Option(
-    "--limit", parser=_optional_whole("--limit", 1), metavar="N",
-    help="Zero-shot examples per task (a partial result).")]
+ZeroshotLimit = Annotated[
+    int | None,
+    typer.Option(
+        "--limit",
+        parser=_optional_whole("--limit", 1),
+        metavar="N",
+        help="Zero-shot examples per task (a partial result).",
+    ),
+]
 BatchSize = Annotated[int, typer.Option(parser=_whole("--batch-size", 1), metavar="N", help="Zero-shot batch size.")]
 Device = Annotated[str, typer.Option(help="auto, cpu or cuda[:i]; with auto and several GPUs a grid runs one per GPU.")]
 Dtype = Annotated[str, typer.Option(help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.")]
 SquaredWeight = Annotated[bool, typer.Option(help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md).")]
 Detach = Annotated[bool, typer.Option(help="Run in the background, detached from this terminal; print the run id(s).")]
-Executor = Annotated[str, typer.Option(
-    help="Where the runs execute: local (this machine) or slurm (one job array through submitit; implies --detach).")]
-Partition = Annotated[Optional[str], typer.Option(help="Slurm partition (--executor slurm).")]
+Executor = Annotated[
+    str,
+    typer.Option(
+        help="Where the runs execute: local (this machine) or slurm (one job array through submitit; implies --detach)."
+    ),
+]
+Partition = Annotated[str | None, typer.Option(help="Slurm partition (--executor slurm).")]
 GpusPerJob = Annotated[int, typer.Option(parser=_whole("--gpus-per-job"), metavar="N", help="GPUs per Slurm job.")]
 TimeLimit = Annotated[str, typer.Option("--time", help="Slurm time limit per job: 120, 2:00:00, 1-00:00:00.")]
 
@@ -65,20 +96,39 @@ TimeLimit = Annotated[str, typer.Option("--time", help="Slurm time limit per job
 Methods = Annotated[str, typer.Option(help=f"Methods, comma-separated: {', '.join(METHODS)}.")]
 Sparsities = Annotated[str, typer.Option("--sparsity", help="Sparsities, comma-separated: ratios and N:M patterns.")]
 Seqlens = Annotated[str, typer.Option("--seqlen", help="Calibration lengths, comma-separated; 'full' for the context.")]
-Seeds = Annotated[str, typer.Option("--seeds", "--seed", help="Sampler seeds, comma-separated (the seed study: 0,1,2).")]
+Seeds = Annotated[
+    str, typer.Option("--seeds", "--seed", help="Sampler seeds, comma-separated (the seed study: 0,1,2).")
+]
 
-Notify = Annotated[Optional[str], typer.Option(
-    "--notify", metavar="bell|osc|none",
-    help="When a run ends: the terminal bell, the bell and a desktop notification (OSC 9/777), or nothing; "
-         "remembered (default: osc).")]
+Notify = Annotated[
+    str | None,
+    typer.Option(
+        "--notify",
+        metavar="bell|osc|none",
+        help="When a run ends: the terminal bell, the bell and a desktop notification (OSC 9/777), or nothing; "
+        "remembered (default: osc).",
+    ),
+]
 
 Cells = Annotated[str, typer.Option(help=f"Table cells: {' or '.join(CELLS)} (perplexity | pruning seconds).")]
 
 DEFAULT_TASKS = ",".join(ZEROSHOT_TASKS)
 
 # The command parameters that are RunConfig fields of the same name.
-RUN_SETTINGS = ("group", "calib", "nsamples", "evals", "eval_seqlen", "eval_limit", "tasks", "zeroshot_limit",
-                "batch_size", "device", "dtype", "squared_weight")
+RUN_SETTINGS = (
+    "group",
+    "calib",
+    "nsamples",
+    "evals",
+    "eval_seqlen",
+    "eval_limit",
+    "tasks",
+    "zeroshot_limit",
+    "batch_size",
+    "device",
+    "dtype",
+    "squared_weight",
+)
 
 
 def run_settings(values: dict) -> dict:

@@ -15,8 +15,15 @@ class EventProgress:
 
     def __init__(self, console: Console | None = None):
         self.console = console or Console(stderr=True)
-        self.progress = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False)
+        self.progress = Progress(
+            TextColumn("{task.description:<24}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
         self.tasks: dict[str, int] = {}
 
     def __enter__(self):
@@ -42,5 +49,7 @@ class EventProgress:
         elif isinstance(event, LayerPruned):
             layer = event.layer
             self.progress.update(self.tasks["layers"], completed=layer.index + 1)
-            self.progress.console.print(f"layer {layer.index:>3}  {len(layer.linears)} linears  "
-                                        f"sparsity {layer.sparsity or 0:.4f}  {layer.seconds:.2f}s")
+            self.progress.console.print(
+                f"layer {layer.index:>3}  {len(layer.linears)} linears  "
+                f"sparsity {layer.sparsity or 0:.4f}  {layer.seconds:.2f}s"
+            )

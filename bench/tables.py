@@ -21,9 +21,16 @@ from acetui_core.models import decoder_layers, load_model
 from acetui_core.paths import bundled_model
 
 # (row label, method, calibration length: "16" or "FL")
-ROWS = [("magnitude", "magnitude", "16"), ("wanda-FL", "wanda", "FL"), ("wanda-16", "wanda", "16"),
-        ("ria-16", "ria", "16"), ("sparsegpt-FL", "sparsegpt", "FL"), ("cosp-FL", "cosp", "FL"),
-        ("varp-16", "varp", "16"), ("ace-16", "ace", "16")]
+ROWS = [
+    ("magnitude", "magnitude", "16"),
+    ("wanda-FL", "wanda", "FL"),
+    ("wanda-16", "wanda", "16"),
+    ("ria-16", "ria", "16"),
+    ("sparsegpt-FL", "sparsegpt", "FL"),
+    ("cosp-FL", "cosp", "FL"),
+    ("varp-16", "varp", "16"),
+    ("ace-16", "ace", "16"),
+]
 COLUMNS = ["0.5", "4:8", "2:4"]
 
 
@@ -38,7 +45,7 @@ def forward_floor(loaded, seqlen: int, nsamples: int) -> float:
         for layer in decoder_layers(loaded.model):
             for _ in range(2):
                 outputs = [pipeline._layer_forward(layer, h, kw, loaded.device) for h, kw in inputs]
-            inputs = [(o, kw) for o, (_, kw) in zip(outputs, inputs)]
+            inputs = [(o, kw) for o, (_, kw) in zip(outputs, inputs, strict=False)]
     return time.perf_counter() - start
 
 
@@ -56,9 +63,12 @@ def main() -> None:
 
     loaded = load_model(args.model, device="auto")
     loaded.snapshot()
-    print(f"model {args.model}\ncalibration: {args.nsamples} C4 windows of 16 or FL={args.full_length} tokens, seed 0; "
-          f"WikiText-2: first {args.eval_limit} windows of {args.eval_seqlen} tokens; device {loaded.device}, "
-          f"{torch.get_num_threads()} threads\n", flush=True)
+    print(
+        f"model {args.model}\ncalibration: {args.nsamples} C4 windows of 16 or FL={args.full_length} tokens, seed 0; "
+        f"WikiText-2: first {args.eval_limit} windows of {args.eval_seqlen} tokens; device {loaded.device}, "
+        f"{torch.get_num_threads()} threads\n",
+        flush=True,
+    )
     evaluation = dict(eval_seqlen=args.eval_seqlen, eval_limit=args.eval_limit)
     dense = pipeline.evaluate(loaded, RunConfig(model=args.model, method="magnitude", sparsity="0.5", **evaluation))
     print(f"| method | {' | '.join(c if ':' in c else f'{float(c):.0%}' for c in COLUMNS)} |")
@@ -72,18 +82,28 @@ def main() -> None:
         cells = []
         for sparsity in COLUMNS:
             loaded.reset()
-            config = RunConfig(model=args.model, method=method, sparsity=sparsity, nsamples=args.nsamples,
-                               seqlen=args.full_length if length == "FL" else 16, **evaluation)
+            config = RunConfig(
+                model=args.model,
+                method=method,
+                sparsity=sparsity,
+                nsamples=args.nsamples,
+                seqlen=args.full_length if length == "FL" else 16,
+                **evaluation,
+            )
             result = pipeline.run(config, loaded=loaded)
             seconds[(label, sparsity)] = result.prune_seconds
             cells.append(f"{result.ppl_wikitext2:.2f} \\| {result.prune_seconds:.1f}")
         print(f"| {label} | {' | '.join(cells)} |", flush=True)
 
     floor = forward_floor(loaded, 16, args.nsamples)
-    print(f"\nfloor: two plain forward passes of {args.nsamples}x16 calibration tokens through the decoder stack: {floor:.1f} s")
+    print(
+        f"\nfloor: two plain forward passes of {args.nsamples}x16 calibration tokens through the decoder stack: {floor:.1f} s"
+    )
     for sparsity in COLUMNS:
         if ("ace-16", sparsity) in seconds:
-            print(f"ace-16 {sparsity}: {seconds[('ace-16', sparsity)]:.1f} s = {seconds[('ace-16', sparsity)] / floor:.2f} x floor (target <= 1.3)")
+            print(
+                f"ace-16 {sparsity}: {seconds[('ace-16', sparsity)]:.1f} s = {seconds[('ace-16', sparsity)] / floor:.2f} x floor (target <= 1.3)"
+            )
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB", file=sys.stdout)
 
 

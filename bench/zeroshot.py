@@ -16,14 +16,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from acetui_core import pipeline  # noqa: E402
-from acetui_core.config import ZEROSHOT_TASKS, RunConfig  # noqa: E402
-from acetui_core.models import load_model  # noqa: E402
-from acetui_core.paths import bundled_model  # noqa: E402
-from acetui_core.records import mean_accuracy  # noqa: E402
-from acetui_core.zeroshot import evaluate_zeroshot, validate_tasks  # noqa: E402
+from acetui_core import pipeline
+from acetui_core.config import ZEROSHOT_TASKS, RunConfig
+from acetui_core.models import load_model
+from acetui_core.paths import bundled_model
+from acetui_core.records import mean_accuracy
+from acetui_core.zeroshot import evaluate_zeroshot, validate_tasks
 
-SHORT = {"arc_easy": "arc_e", "arc_challenge": "arc_c", "openbookqa": "obqa", "winogrande": "wino", "hellaswag": "hswag"}
+SHORT = {
+    "arc_easy": "arc_e",
+    "arc_challenge": "arc_c",
+    "openbookqa": "obqa",
+    "winogrande": "wino",
+    "hellaswag": "hswag",
+}
 
 
 def markdown(rows: list[tuple[str, dict]], tasks: list[str]) -> str:
@@ -55,21 +61,37 @@ def main() -> None:
     seqlen = args.seqlen if args.seqlen == "full" else int(args.seqlen)
 
     started = time.perf_counter()
-    rows = [("Dense", evaluate_zeroshot(loaded.model, loaded.tokenizer, tasks, limit=args.limit, batch_size=args.batch_size))]
+    rows = [
+        (
+            "Dense",
+            evaluate_zeroshot(loaded.model, loaded.tokenizer, tasks, limit=args.limit, batch_size=args.batch_size),
+        )
+    ]
     print(f"dense done in {time.perf_counter() - started:.0f}s", file=sys.stderr)
     for method in args.methods.split(","):
         loaded.reset()
-        config = RunConfig(model=model, method=method, sparsity=args.sparsity, seqlen=seqlen, evals=["zeroshot"],
-                           tasks=tasks, zeroshot_limit=args.limit, batch_size=args.batch_size, device=args.device)
+        config = RunConfig(
+            model=model,
+            method=method,
+            sparsity=args.sparsity,
+            seqlen=seqlen,
+            evals=["zeroshot"],
+            tasks=tasks,
+            zeroshot_limit=args.limit,
+            batch_size=args.batch_size,
+            device=args.device,
+        )
         result = pipeline.run(config, loaded=loaded)
         rows.append((f"{config.label} ({args.sparsity})", result.zeroshot))
         print(f"{config.label} done in {time.perf_counter() - started:.0f}s", file=sys.stderr)
 
     first = rows[0][1]
     scope = f"first {args.limit} examples per task" if args.limit else "full splits"
-    print(f"Zero-shot acc (%) of {Path(model).name}, lm-evaluation-harness, {scope}; "
-          f"sources: {', '.join(sorted({'hub' if e.source == 'hub' else 'local' for e in first.values()}))}; "
-          f"{time.perf_counter() - started:.0f}s on {loaded.device}.\n")
+    print(
+        f"Zero-shot acc (%) of {Path(model).name}, lm-evaluation-harness, {scope}; "
+        f"sources: {', '.join(sorted({'hub' if e.source == 'hub' else 'local' for e in first.values()}))}; "
+        f"{time.perf_counter() - started:.0f}s on {loaded.device}.\n"
+    )
     print(markdown(rows, tasks))
     for task, entry in first.items():
         if entry.note:

@@ -45,7 +45,11 @@ def _read_records(path: Path) -> list[str]:
     for number, row in enumerate(rows, 1):
         text = row.get("text") if isinstance(row, dict) else None
         if not isinstance(text, str):
-            what = "without a 'text' field" if not isinstance(row, dict) or "text" not in row else "whose 'text' is not a string"
+            what = (
+                "without a 'text' field"
+                if not isinstance(row, dict) or "text" not in row
+                else "whose 'text' is not a string"
+            )
             raise UserError(f"{path} has records {what} (record {number}).")
         texts.append(text)
     if not any(text.strip() for text in texts):
@@ -57,7 +61,9 @@ def _hub_texts(what: str, loader) -> list[str]:
     try:
         return loader()
     except Exception as error:  # datasets raises many kinds when offline
-        raise UserError(f"Could not fetch {what} from the Hugging Face hub ({type(error).__name__}); {HUB_HINT}.") from None
+        raise UserError(
+            f"Could not fetch {what} from the Hugging Face hub ({type(error).__name__}); {HUB_HINT}."
+        ) from None
 
 
 def calibration_documents(source: str) -> tuple[list[str], str]:
@@ -80,7 +86,9 @@ def calibration_documents(source: str) -> tuple[list[str], str]:
         if local:
             path = local / LOCAL_WIKITEXT2["train"]
             if not path.is_file():
-                raise UserError(f"ACETUI_DATA_DIR has no WikiText-2 train split at {path} (the test split is for evaluation only); use --calib c4 or a file.")
+                raise UserError(
+                    f"ACETUI_DATA_DIR has no WikiText-2 train split at {path} (the test split is for evaluation only); use --calib c4 or a file."
+                )
             return ["\n\n".join(_read_records(path))], str(path)
 
         def hub():

@@ -15,8 +15,9 @@ MAX_EXP = math.log(sys.float_info.max)
 
 
 @torch.no_grad()
-def perplexity(model, ids: torch.Tensor, seqlen: int, limit: int | None = None, device=None,
-               on_event=None, cancel=None) -> tuple[float, int, int]:
+def perplexity(
+    model, ids: torch.Tensor, seqlen: int, limit: int | None = None, device=None, on_event=None, cancel=None
+) -> tuple[float, int, int]:
     """Cut the token ids into ``numel // seqlen`` windows (the first ``limit`` if given) and return
     ``(ppl, windows_used, windows_total)`` with ``ppl = exp(sum of window NLL / (windows * seqlen))``,
     where a window's NLL is its mean next-token loss times ``seqlen`` (Wanda's convention)."""

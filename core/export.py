@@ -21,11 +21,11 @@ import statistics
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 
+from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
-from acetui_core.sparsity import parse_sparsity
-from acetui_core.config import model_name
 from acetui_core.records import any_partial, mean_accuracy
+from acetui_core.sparsity import parse_sparsity
 from acetui_core.store import RunRecord
 
 FORMATS = ("csv", "latex", "markdown")
@@ -44,8 +44,9 @@ def check_format(fmt: str) -> None:
         raise UserError(f"Unknown export format '{fmt}'; choose one of: {', '.join(FORMATS)}.")
 
 
-def export(records: list[RunRecord], fmt: str, *, cells: str = "ppl", columns: str = "sparsity",
-           measure: str = "ppl") -> str:
+def export(
+    records: list[RunRecord], fmt: str, *, cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl"
+) -> str:
     """The text of ``records`` in ``fmt`` (one of ``FORMATS``)."""
     check_format(fmt)
     if fmt == "csv":
@@ -173,8 +174,9 @@ def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tupl
     mean = 100 * mean_accuracy(tasks)
     if measure == "zeroshot-mean":
         return [(row, header, mean, any_partial(tasks))]
-    return ([(row, task, 100 * (entry.acc or 0.0), entry.partial) for task, entry in tasks.items()]
-            + [(row, "Avg.", mean, any_partial(tasks))])
+    return [(row, task, 100 * (entry.acc or 0.0), entry.partial) for task, entry in tasks.items()] + [
+        (row, "Avg.", mean, any_partial(tasks))
+    ]
 
 
 # ---- which runs may share a cell ----------------------------------------------------------------
@@ -251,8 +253,9 @@ def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, co
     return labels
 
 
-def comparison(records: list[RunRecord], *, cells: str = "ppl", columns: str = "sparsity",
-               measure: str = "ppl") -> Comparison:
+def comparison(
+    records: list[RunRecord], *, cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl"
+) -> Comparison:
     """Arrange the finished runs into the paper's grid: perplexity (best = lowest) or zero-shot accuracy
     in percent (best = highest), per task with Avg. last or as the mean of the tasks.
 
@@ -273,8 +276,10 @@ def comparison(records: list[RunRecord], *, cells: str = "ppl", columns: str = "
         usable = [r for r in finished if r.results.zeroshot]
         what = "zero-shot results (prune --eval zeroshot)"
     if not usable:
-        raise UserError(f"None of the {len(records)} selected run(s) has finished with {what}, "
-                        f"so there is no table to make (--format csv exports any run).")
+        raise UserError(
+            f"None of the {len(records)} selected run(s) has finished with {what}, "
+            f"so there is no table to make (--format csv exports any run)."
+        )
     several_sparsities = len({r.config.sparsity for r in usable}) > 1
 
     def keys(record: RunRecord) -> tuple[str, str]:
@@ -303,12 +308,21 @@ def comparison(records: list[RunRecord], *, cells: str = "ppl", columns: str = "
             cell.values.append(value)
             cell.seconds.append(record.prune_seconds or 0.0)
             cell.partial = cell.partial or partial
-    table = Comparison(models, [(m, h) for m in models for h in dict.fromkeys(headers[m])], list(dict.fromkeys(rows)),
-                       grid, cells, measure)
+    table = Comparison(
+        models,
+        [(m, h) for m in models for h in dict.fromkeys(headers[m])],
+        list(dict.fromkeys(rows)),
+        grid,
+        cells,
+        measure,
+    )
     pick = min if measure == "ppl" else max
     for column in table.columns:
-        shown = {row: round(grid[(row, column)].value, 2) for row in table.rows
-                 if (row, column) in grid and math.isfinite(grid[(row, column)].value)}
+        shown = {
+            row: round(grid[(row, column)].value, 2)
+            for row in table.rows
+            if (row, column) in grid and math.isfinite(grid[(row, column)].value)
+        }
         if shown:
             best = pick(shown.values())
             table.best |= {(row, column) for row, value in shown.items() if value == best}
@@ -317,8 +331,18 @@ def comparison(records: list[RunRecord], *, cells: str = "ppl", columns: str = "
 
 # ---- LaTeX -------------------------------------------------------------------------------------
 
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -326,8 +350,11 @@ def latex_escape(text: str) -> str:
 
 
 def _caption(table: Comparison, latex: bool) -> str:
-    what = {"ppl": "WikiText-2 perplexity", "zeroshot": "Zero-shot accuracy (%) per task",
-            "zeroshot-mean": "Mean zero-shot accuracy (%)"}[table.measure]
+    what = {
+        "ppl": "WikiText-2 perplexity",
+        "zeroshot": "Zero-shot accuracy (%) per task",
+        "zeroshot-mean": "Mean zero-shot accuracy (%)",
+    }[table.measure]
     what += " | pruning time (s)" if table.cell_format == "ppl-time" else ""
     if latex:
         what = what.replace("|", r"\textbar{}").replace("%", r"\%")
@@ -363,8 +390,7 @@ def to_latex(table: Comparison) -> str:
         groups = [(m, sum(1 for model, _ in table.columns if model == m)) for m in table.models]
         # "Method" sits on the second header row: a \multirow would need multirow.sty, which
         # texlive-latex-recommended lacks.
-        lines.append(" & "
-                     + " & ".join(f"\\multicolumn{{{n}}}{{c}}{{{latex_escape(m)}}}" for m, n in groups) + " \\\\")
+        lines.append(" & " + " & ".join(f"\\multicolumn{{{n}}}{{c}}{{{latex_escape(m)}}}" for m, n in groups) + " \\\\")
         rules, start = [], 2
         for _, n in groups:
             rules.append(f"\\cmidrule(lr){{{start}-{start + n - 1}}}")
@@ -373,8 +399,10 @@ def to_latex(table: Comparison) -> str:
     lines.append("Method & " + " & ".join(latex_escape(h) for _, h in table.columns) + " \\\\")
     lines.append("\\midrule")
     for row in table.rows:
-        cells = [table.text(row, column, lambda v: f"\\textbf{{{v}}}", "$^\\dagger$", "\\textbar{}", "$\\pm$")
-                 for column in table.columns]
+        cells = [
+            table.text(row, column, lambda v: f"\\textbf{{{v}}}", "$^\\dagger$", "\\textbar{}", "$\\pm$")
+            for column in table.columns
+        ]
         lines.append(" & ".join([latex_escape(row), *cells]) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]
     if table.partial:
@@ -391,12 +419,20 @@ def to_markdown(table: Comparison) -> str:
     """A GitHub-flavoured pipe table, padded so it also reads well in a terminal."""
     several = len(table.models) > 1
     header = ["Method", *(f"{m} {h}" if several else h for m, h in table.columns)]
-    body = [[row, *(table.text(row, column, lambda v: f"**{v}**", "†", "\\|", "±") for column in table.columns)]
-            for row in table.rows]
+    body = [
+        [row, *(table.text(row, column, lambda v: f"**{v}**", "†", "\\|", "±") for column in table.columns)]
+        for row in table.rows
+    ]
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+        return (
+            "| "
+            + " | ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+            )
+            + " |"
+        )
 
     rule = "| " + " | ".join("-" * w if i == 0 else "-" * (w - 1) + ":" for i, w in enumerate(widths)) + " |"
     out = [f"{_caption(table, latex=False)}", "", line(header), rule, *(line(cells) for cells in body)]

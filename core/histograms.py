@@ -13,8 +13,9 @@ LOG_SPAN = 1e3  # scores spanning more than three decades get log-spaced bins
 SAMPLE = 1 << 16  # scores binned per linear: an evenly strided sample, so histograms stay off the critical path
 
 
-def histogram(scores: torch.Tensor, threshold: float | None, pruned: torch.Tensor | None = None,
-              bins: int = BINS) -> Histogram:
+def histogram(
+    scores: torch.Tensor, threshold: float | None, pruned: torch.Tensor | None = None, bins: int = BINS
+) -> Histogram:
     """Counts of an evenly strided sample of the scores (every ``stride``-th one) in ``bins`` bins;
     in log mode zeros fall into the first bin. With the mask (``pruned``, True = pruned) each bin also
     counts its pruned scores: under N:M, and per-row groups, a bin holds both, as no single threshold cuts."""
@@ -35,5 +36,6 @@ def histogram(scores: torch.Tensor, threshold: float | None, pruned: torch.Tenso
         pruned_counts = torch.histc(data[pruned.flatten()[::stride]], bins, lo, hi).long().tolist()
     edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)
     edges = 10**edges if log else edges
-    return Histogram(edges=edges.tolist(), counts=counts.tolist(), threshold=threshold, log=log, stride=stride,
-                     pruned=pruned_counts)
+    return Histogram(
+        edges=edges.tolist(), counts=counts.tolist(), threshold=threshold, log=log, stride=stride, pruned=pruned_counts
+    )

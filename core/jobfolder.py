@@ -103,8 +103,9 @@ def queued_jobs(job_ids: list[str]) -> set[str] | None:
         return set()
     try:
         # -r: one line per array task (a pending array is otherwise one line, "12_[0-1]")
-        done = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True,
-                              text=True, timeout=30)
+        done = subprocess.run(
+            ["squeue", "-h", "-r", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0 and "Invalid job id" not in done.stderr:
@@ -150,5 +151,7 @@ def sync(store: Store) -> int:
         if state == "CANCELLED" or run.cancel_requested:
             store.set_status(run.id, "cancelled", error=f"The Slurm job {job['job_id']} was cancelled.")
         else:
-            store.set_status(run.id, "interrupted", error=ENDED_WITHOUT_FINISHING.format(job=job["job_id"], state=state))
+            store.set_status(
+                run.id, "interrupted", error=ENDED_WITHOUT_FINISHING.format(job=job["job_id"], state=state)
+            )
     return imported

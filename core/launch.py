@@ -51,8 +51,9 @@ class Grid:
                 for seqlen in self.seqlens if calibrated else self.seqlens[:1]:
                     for seed in self.seeds if calibrated else self.seeds[:1]:
                         for sparsity in self.sparsities:
-                            config = RunConfig(model=model, method=method, sparsity=sparsity, seqlen=seqlen, seed=seed,
-                                               **self.common)
+                            config = RunConfig(
+                                model=model, method=method, sparsity=sparsity, seqlen=seqlen, seed=seed, **self.common
+                            )
                             grid.setdefault((model, method, str(seqlen), seed, sparsity), config)
         return list(grid.values())
 
@@ -123,9 +124,11 @@ class LocalProcesses:
         if len(devices) < 2:
             self.workers = [spawn(store, run_ids, detach=self.detach)]
             return
-        chunks = [run_ids[i:i + share] for i in range(0, len(run_ids), share)]
-        self.workers = [spawn(store, chunk, detach=self.detach, env={"CUDA_VISIBLE_DEVICES": device})
-                        for device, chunk in zip(devices, chunks)]
+        chunks = [run_ids[i : i + share] for i in range(0, len(run_ids), share)]
+        self.workers = [
+            spawn(store, chunk, detach=self.detach, env={"CUDA_VISIBLE_DEVICES": device})
+            for device, chunk in zip(devices, chunks, strict=False)
+        ]
 
     def devices(self) -> list[str]:
         """The GPUs to spread over, as CUDA_VISIBLE_DEVICES entries (respecting the user's own list)."""

@@ -9,8 +9,8 @@ ranking, so only VarP's additive ``1 +`` depends on that choice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from acetui_core.errors import UserError
 
@@ -79,9 +79,16 @@ class Method:
 METHODS: dict[str, Method] = {
     m.name: m
     for m in [
-        Method("magnitude", "Magnitude", "|W|: weight magnitude, no calibration data", magnitude, needs_activations=False),
+        Method(
+            "magnitude", "Magnitude", "|W|: weight magnitude, no calibration data", magnitude, needs_activations=False
+        ),
         Method("wanda", "Wanda", "|W| * ||X_j||: weight times input-activation norm (Sun et al.)", wanda),
-        Method("ria", "RIA", "relative importance times ||X_j||^0.5 (Zhang et al.; its code competes per layer: --group layer)", ria),
+        Method(
+            "ria",
+            "RIA",
+            "relative importance times ||X_j||^0.5 (Zhang et al.; its code competes per layer: --group layer)",
+            ria,
+        ),
         Method("sparsegpt", "SparseGPT", "OBS weight reconstruction with the Hessian X^T X (Frantar & Alistarh)", None),
         Method("cosp", "CosP", "|W| * ||X_j|| * C: activation cosine-similarity loss (ACE)", cosp),
         Method("varp", "VarP", "|W| * (1 + E[x^2] + E[x^4]): activation variance (ACE)", varp),
@@ -95,4 +102,3 @@ def get_method(name: str) -> Method:
         return METHODS[name]
     except KeyError:
         raise UserError(f"Unknown method '{name}'; choose one of: {', '.join(METHODS)}.") from None
-

@@ -24,7 +24,9 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise UserError(f"--device {name} was asked for, but torch sees no CUDA GPU on this machine; use --device cpu.")
+            raise UserError(
+                f"--device {name} was asked for, but torch sees no CUDA GPU on this machine; use --device cpu."
+            )
         index = torch.device(name).index or 0
         if index >= torch.cuda.device_count():
             raise UserError(f"--device {name} does not exist; this machine has {torch.cuda.device_count()} GPU(s).")
@@ -139,7 +141,9 @@ def _load_gguf(path: Path, dtype: torch.dtype):
     try:
         model, tokenizer = _from_pretrained(str(path.parent), dtype, gguf_file=path.name)
     except Exception as error:  # the gguf reader raises many kinds on a damaged file
-        raise UserError(f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated.") from None
+        raise UserError(
+            f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."
+        ) from None
     # Weights come back dequantized, but the GGUF quantizer stays attached and makes
     # save_pretrained refuse; the pruned model is a plain dense checkpoint.
     model.hf_quantizer = None
@@ -153,7 +157,9 @@ def _load_folder(path: Path, dtype: torch.dtype):
     try:
         return _from_pretrained(str(path), dtype)
     except Exception as error:  # a damaged checkpoint fails in many ways: truncated shards, bad config values, shapes
-        raise UserError(f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)}).") from None
+        raise UserError(
+            f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)})."
+        ) from None
 
 
 def _load_hub(repo_id: str, dtype: torch.dtype):
@@ -220,7 +226,9 @@ def _preflight(kind: str, path: str, _identity: str | None) -> int | None:
     except UserError:
         raise
     except Exception as error:  # a damaged configuration fails in many ways
-        raise UserError(f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)}).") from None
+        raise UserError(
+            f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)})."
+        ) from None
     decoder_layers(skeleton)  # an unsupported family is refused here too
     return _context_length(config)
 
@@ -232,15 +240,19 @@ def _check_shards(folder: Path, expected: dict[str, tuple]) -> None:
     for shard in sorted(folder.glob("*.safetensors")):
         try:
             with safe_open(str(shard), "pt") as tensors:
-                shapes = {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()}
+                shapes = {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors}
         except Exception as error:  # truncated or not safetensors at all
-            raise UserError(f"The checkpoint folder {folder} could not be loaded as a model: {shard.name} is damaged "
-                            f"({_first_line(error)}).") from None
+            raise UserError(
+                f"The checkpoint folder {folder} could not be loaded as a model: {shard.name} is damaged "
+                f"({_first_line(error)})."
+            ) from None
         for name, shape in shapes.items():
             want = expected.get(name) or expected.get(name.removeprefix("model."))
             if want is not None and want != shape:
-                raise UserError(f"The checkpoint folder {folder} could not be loaded as a model: {name} in "
-                                f"{shard.name} has shape {list(shape)}, its config.json says {list(want)}.")
+                raise UserError(
+                    f"The checkpoint folder {folder} could not be loaded as a model: {name} in "
+                    f"{shard.name} has shape {list(shape)}, its config.json says {list(want)}."
+                )
 
 
 def _gguf_context(path: Path) -> int | None:
@@ -253,8 +265,9 @@ def _gguf_context(path: Path) -> int | None:
         context = fields.get(f"{architecture}.context_length")
         return int(context.parts[context.data[0]][0]) if context is not None else None
     except Exception as error:  # the gguf reader raises many kinds on a damaged file
-        raise UserError(f"{path} is not a readable GGUF model file ({type(error).__name__}); "
-                        f"it may be corrupt or truncated.") from None
+        raise UserError(
+            f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."
+        ) from None
 
 
 def _first_line(error: Exception) -> str:
@@ -280,5 +293,13 @@ def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_eve
     if on_event:
         on_event(Stage("load", 1, 1))
     fingerprint = file_identity(path) if kind != "hub" else getattr(model.config, "_commit_hash", None)
-    return Loaded(model, tokenizer, source, model.config.model_type, compute_device, torch_dtype,
-                  _context_length(model.config), fingerprint)
+    return Loaded(
+        model,
+        tokenizer,
+        source,
+        model.config.model_type,
+        compute_device,
+        torch_dtype,
+        _context_length(model.config),
+        fingerprint,
+    )

@@ -5,6 +5,7 @@ layers."""
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import threading
 import time
@@ -21,7 +22,15 @@ from acetui_core.evaluate import perplexity
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.masks import check_nm_fits, prune_mask
 from acetui_core.metrics import get_method
-from acetui_core.models import Loaded, decoder_layers, device_name, load_model, prunable_linears, set_weight_matrix, weight_matrix
+from acetui_core.models import (
+    Loaded,
+    decoder_layers,
+    device_name,
+    load_model,
+    prunable_linears,
+    set_weight_matrix,
+    weight_matrix,
+)
 from acetui_core.paths import file_identity
 from acetui_core.records import Calibration, LayerRecord, LinearRecord, LinearSparsity, RunResult, TaskAccuracy
 from acetui_core.sparsegpt import sparsegpt_prune
@@ -89,10 +98,8 @@ def _capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, ke
     hook = layers[0].register_forward_pre_hook(grab, with_kwargs=True)
     try:
         for start in range(0, len(windows), batch):
-            try:
+            with contextlib.suppress(_StopForward):
                 model(input_ids=windows[start : start + batch].to(loaded.device), use_cache=False)
-            except _StopForward:
-                pass
     finally:
         hook.remove()
     return captured
@@ -125,10 +132,8 @@ def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, Co
     try:
         for hidden, kwargs in inputs:
             seen.clear()
-            try:
+            with contextlib.suppress(_StopForward):
                 _layer_forward(layer, hidden, kwargs, device)
-            except _StopForward:
-                pass
     finally:
         for h in hooks:
             h.remove()
@@ -145,15 +150,19 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
         for name, s in stats.items():
             if not s.is_finite():
                 hint = "" if loaded.dtype == torch.float32 else " (try --dtype float32)"
-                raise UserError(f"Calibration activations entering layer {index} {name} contain NaN or inf; "
-                                f"nothing was pruned there{hint}.")
+                raise UserError(
+                    f"Calibration activations entering layer {index} {name} contain NaN or inf; "
+                    f"nothing was pruned there{hint}."
+                )
     records = []
     for name, module in linears.items():
         start = time.perf_counter()
         W = weight_matrix(module).float()  # the weight itself when it is float32, else a float32 copy
         if not torch.isfinite(W).all():
-            raise UserError(f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "
-                            f"and nothing was pruned there.")
+            raise UserError(
+                f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "
+                f"and nothing was pruned there."
+            )
         histogram = None
         if method.score is None:
             W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
@@ -165,12 +174,17 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
         if W.data_ptr() != module.weight.data_ptr():
             set_weight_matrix(module, W.to(module.weight.dtype))
         achieved = 1 - torch.count_nonzero(module.weight.data).item() / module.weight.numel()
-        records.append(LinearRecord(
-            name=name, d_out=W.shape[0], d_in=W.shape[1], sparsity=achieved,
-            seconds=time.perf_counter() - start,
-            act_stats=stats[name].summary() if name in stats else None,
-            histogram=histogram,
-        ))
+        records.append(
+            LinearRecord(
+                name=name,
+                d_out=W.shape[0],
+                d_in=W.shape[1],
+                sparsity=achieved,
+                seconds=time.perf_counter() - start,
+                act_stats=stats[name].summary() if name in stats else None,
+                histogram=histogram,
+            )
+        )
     return records, stats
 
 
@@ -209,8 +223,11 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
     for index, layer in enumerate(layers):  # an N:M pattern that does not fit fails here, before calibration
         for name, module in prunable_linears(layer).items():
             check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
-    emit(RunStarted(config.model, config.method, config.sparsity, len(layers), str(loaded.device),
-                    device_name(loaded.device)))
+    emit(
+        RunStarted(
+            config.model, config.method, config.sparsity, len(layers), str(loaded.device), device_name(loaded.device)
+        )
+    )
 
     windows, calibration = None, None
     if method.needs_activations:
@@ -218,8 +235,9 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
         emit(Stage("calibration", 0, config.nsamples))
         ids, source = tokenized_calibration(loaded.tokenizer, config.calib)
         windows = calibration_windows(ids, config.nsamples, seqlen, config.seed)
-        calibration = Calibration(source=source, nsamples=config.nsamples, seqlen=seqlen, seed=config.seed,
-                                  fingerprint=file_identity(source))
+        calibration = Calibration(
+            source=source, nsamples=config.nsamples, seqlen=seqlen, seed=config.seed, fingerprint=file_identity(source)
+        )
         emit(Stage("calibration", config.nsamples, config.nsamples))
 
     started = time.perf_counter()
@@ -253,7 +271,7 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
         torch.cuda.synchronize(loaded.device)
 
     sizes = _linear_sizes(layers)
-    zeros = sum(summary.sparsity * size for summary, size in zip(summaries, sizes))
+    zeros = sum(summary.sparsity * size for summary, size in zip(summaries, sizes, strict=False))
     return Pruned(summaries, zeros / sum(sizes), prune_seconds, calibration)
 
 
@@ -274,7 +292,9 @@ def place_for_eval(loaded: Loaded) -> None:
     else:
         from accelerate import dispatch_model, infer_auto_device_map
 
-        device_map = infer_auto_device_map(model, max_memory={loaded.device.index or 0: int(free * 0.8), "cpu": "1000GiB"})
+        device_map = infer_auto_device_map(
+            model, max_memory={loaded.device.index or 0: int(free * 0.8), "cpu": "1000GiB"}
+        )
         dispatch_model(model, device_map=device_map)
 
 
@@ -286,20 +306,28 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> E
     device = loaded.device if not hasattr(loaded.model, "hf_device_map") else None
     if "wikitext2" in config.evals:
         seqlen = resolve_seqlen(config.eval_seqlen, loaded.context_length, "--eval-seqlen")
-        ppl, used, total = perplexity(loaded.model, wikitext2_test_ids(loaded.tokenizer), seqlen, config.eval_limit,
-                                      device, on_event, cancel)
+        ppl, used, total = perplexity(
+            loaded.model, wikitext2_test_ids(loaded.tokenizer), seqlen, config.eval_limit, device, on_event, cancel
+        )
         results = replace(results, ppl_wikitext2=ppl, ppl_windows=used, ppl_partial=used < total, ppl_seqlen=seqlen)
     if "zeroshot" in config.evals:
         from acetui_core.zeroshot import evaluate_zeroshot
 
-        results.zeroshot = evaluate_zeroshot(loaded.model, loaded.tokenizer, config.tasks,
-                                             limit=config.zeroshot_limit, batch_size=config.batch_size,
-                                             on_event=on_event, cancel=cancel)
+        results.zeroshot = evaluate_zeroshot(
+            loaded.model,
+            loaded.tokenizer,
+            config.tasks,
+            limit=config.zeroshot_limit,
+            batch_size=config.batch_size,
+            on_event=on_event,
+            cancel=cancel,
+        )
     return results
 
 
-def run(config: RunConfig, on_event=None, cancel: threading.Event | None = None,
-        loaded: Loaded | None = None) -> RunResult:
+def run(
+    config: RunConfig, on_event=None, cancel: threading.Event | None = None, loaded: Loaded | None = None
+) -> RunResult:
     """Check, load (unless given), prune, save, evaluate; emit ``RunFinished`` and return the result."""
     config = check_config(config)
     if loaded is None:
@@ -314,16 +342,28 @@ def run(config: RunConfig, on_event=None, cancel: threading.Event | None = None,
         raise
     except Exception as error:  # the layers are recorded; say where the pruned weights are, or how to keep them
         what = str(error) if isinstance(error, UserError) else f"Evaluation failed ({type(error).__name__}: {error})."
-        kept = (f"The pruned model is saved in {saved_to}." if saved_to
-                else "The pruned weights were not kept; pass --save DIR to keep them next time.")
+        kept = (
+            f"The pruned model is saved in {saved_to}."
+            if saved_to
+            else "The pruned weights were not kept; pass --save DIR to keep them next time."
+        )
         raise UserError(f"{what} {kept}") from error
     rss_mb, gpu_mb = _peak_memory(loaded.device)
     result = RunResult(
-        model=config.model, method=config.method, label=config.label, sparsity=config.sparsity, group=config.group,
-        **_fields(pruned), **_fields(scores),
-        peak_rss_mb=rss_mb, peak_gpu_mb=gpu_mb, device=str(loaded.device),
-        dtype=str(loaded.dtype).removeprefix("torch."), saved_to=saved_to,
-        model_fingerprint=loaded.fingerprint, config=config,
+        model=config.model,
+        method=config.method,
+        label=config.label,
+        sparsity=config.sparsity,
+        group=config.group,
+        **_fields(pruned),
+        **_fields(scores),
+        peak_rss_mb=rss_mb,
+        peak_gpu_mb=gpu_mb,
+        device=str(loaded.device),
+        dtype=str(loaded.dtype).removeprefix("torch."),
+        saved_to=saved_to,
+        model_fingerprint=loaded.fingerprint,
+        config=config,
     )
     if on_event:
         on_event(RunFinished(result))

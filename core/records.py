@@ -42,7 +42,9 @@ class Histogram:
     #                          None for N:M, which has no single threshold)
     log: bool
     stride: int = 1  # counts are of every stride-th score (1: all of them)
-    pruned: list[int] | None = None  # of ``counts``, the pruned scores per bin (None in runs recorded before it was kept)
+    pruned: list[int] | None = (
+        None  # of ``counts``, the pruned scores per bin (None in runs recorded before it was kept)
+    )
 
 
 @dataclass

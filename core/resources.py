@@ -53,5 +53,10 @@ def _gpu_fields() -> dict:
         util = float(torch.cuda.utilization(device))  # through NVML, which is optional
     except Exception:  # no nvidia-ml-py, or NVML refuses: the line shows memory only
         util = None
-    return {"gpu": f"cuda:{device}", "gpu_used_mb": (total - free) / 2**20, "gpu_total_mb": total / 2**20,
-            "gpu_process_mb": torch.cuda.memory_reserved(device) / 2**20, "gpu_util_percent": util}
+    return {
+        "gpu": f"cuda:{device}",
+        "gpu_used_mb": (total - free) / 2**20,
+        "gpu_total_mb": total / 2**20,
+        "gpu_process_mb": torch.cuda.memory_reserved(device) / 2**20,
+        "gpu_util_percent": util,
+    }

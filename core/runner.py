@@ -67,8 +67,14 @@ def _version(package: str) -> str | None:
 
 def collect_env() -> dict:
     """Where and with what a run executes: host, platform, Python, torch, transformers and acetui versions."""
-    env = {"host": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
-           "torch": _version("torch"), "transformers": _version("transformers"), "acetui": acetui_core.__version__}
+    env = {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+        "transformers": _version("transformers"),
+        "acetui": acetui_core.__version__,
+    }
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         env["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
     if os.environ.get("SLURM_JOB_ID"):
@@ -151,6 +157,7 @@ def run_log(path: Path | None, redirect_output: bool = False):
         root = logging.getLogger()
         root.addHandler(handler)
         show = warnings.showwarning
+
         def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
             log.write(warnings.formatwarning(message, category, filename, lineno, line))
 
@@ -211,8 +218,17 @@ class ModelCache:
         return loaded
 
 
-def execute(recorder: Recorder, run_id: str, config: RunConfig, *, on_event=None, stop: threading.Event | None = None,
-            models: ModelCache | None = None, log: Path | None = None, redirect_output: bool = False) -> None:
+def execute(
+    recorder: Recorder,
+    run_id: str,
+    config: RunConfig,
+    *,
+    on_event=None,
+    stop: threading.Event | None = None,
+    models: ModelCache | None = None,
+    log: Path | None = None,
+    redirect_output: bool = False,
+) -> None:
     """Claim ``run_id``, load the model (from ``models`` when consecutive runs share it), run ``config``
     and record how it ended.
 
@@ -258,8 +274,9 @@ def execute(recorder: Recorder, run_id: str, config: RunConfig, *, on_event=None
             raise
 
 
-def run_queue(store, run_ids: list[str], *, on_event=None, stop: threading.Event | None = None,
-              redirect_output: bool = False) -> None:
+def run_queue(
+    store, run_ids: list[str], *, on_event=None, stop: threading.Event | None = None, redirect_output: bool = False
+) -> None:
     """Run the queued runs ``run_ids`` of ``store`` one after another in this process, loading each
     model once.
 
@@ -281,11 +298,19 @@ def run_queue(store, run_ids: list[str], *, on_event=None, stop: threading.Event
                     continue  # cancelled while it waited
                 forward = None if on_event is None else (lambda event, run_id=run_id: on_event(run_id, event))
                 try:
-                    execute(store, run_id, run.config, on_event=forward, stop=stop, models=models,
-                            log=store.log_path(run_id), redirect_output=redirect_output)
+                    execute(
+                        store,
+                        run_id,
+                        run.config,
+                        on_event=forward,
+                        stop=stop,
+                        models=models,
+                        log=store.log_path(run_id),
+                        redirect_output=redirect_output,
+                    )
                 except Cancelled:
                     pass  # recorded; the queue goes on unless it was stopped as a whole
-                except Exception:  # noqa: S112  recorded as failed; one broken configuration must not sink the grid
+                except Exception:
                     continue
         except KeyboardInterrupt:
             stop.set()

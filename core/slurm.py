@@ -69,8 +69,14 @@ class Slurm:
         folder = (self.folder or store.folder / "slurm") / f"{time.strftime('%Y%m%d-%H%M%S')}-{run_ids[0]}"
         folder.mkdir(parents=True, exist_ok=True)
         executor = submitit.AutoExecutor(folder=folder / "%j", cluster=self.cluster)
-        parameters = {"name": JOB_NAME, "timeout_min": self.timeout_min, "slurm_array_parallelism": len(run_ids),
-                      "gpus_per_node": self.gpus_per_job, "tasks_per_node": 1, "nodes": 1}
+        parameters = {
+            "name": JOB_NAME,
+            "timeout_min": self.timeout_min,
+            "slurm_array_parallelism": len(run_ids),
+            "gpus_per_node": self.gpus_per_job,
+            "tasks_per_node": 1,
+            "nodes": 1,
+        }
         if self.cluster == "local":
             parameters = {"timeout_min": self.timeout_min, "gpus_per_node": self.gpus_per_job}
         if self.partition:
@@ -85,9 +91,10 @@ class Slurm:
                 store.set_status(run.id, "failed", error=f"sbatch refused the job array: {error}")
             raise UserError(f"Slurm refused the job array ({_first_line(error)}).") from None
         recorder = JobFolder(folder)
-        for run, job in zip(runs, jobs):
-            store.set_job(run.id, {"job_id": str(job.job_id), "folder": str(folder), "imported": 0,
-                                   "cluster": self.cluster})
+        for run, job in zip(runs, jobs, strict=False):
+            store.set_job(
+                run.id, {"job_id": str(job.job_id), "folder": str(folder), "imported": 0, "cluster": self.cluster}
+            )
             store.update_env(run.id, log=str(recorder.log_path(run.id)))
 
 
@@ -100,7 +107,7 @@ def run_job(folder: str, run_id: str, config: dict) -> str:
         execute(recorder, run_id, RunConfig.from_dict(config), log=recorder.log_path(run_id))
     except (Cancelled, KeyboardInterrupt):
         return "cancelled"
-    except Exception:  # noqa: BLE001  recorded in the job folder with its traceback in the run's log
+    except Exception:
         return "failed"
     return "finished"
 

@@ -9,8 +9,9 @@ from acetui_core.errors import UserError
 from acetui_core.sparsity import Sparsity
 
 
-def sparsegpt_prune(W: torch.Tensor, H: torch.Tensor, sparsity: Sparsity, name: str,
-                    blocksize: int = 128, percdamp: float = 0.01) -> torch.Tensor:
+def sparsegpt_prune(
+    W: torch.Tensor, H: torch.Tensor, sparsity: Sparsity, name: str, blocksize: int = 128, percdamp: float = 0.01
+) -> torch.Tensor:
     """Return the pruned and updated ``W`` (float32). Unstructured masks are chosen per block of
     ``blocksize`` columns (SparseGPT's adaptive mask selection), so rows differ slightly in sparsity;
     N:M masks are exact."""

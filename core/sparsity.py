@@ -36,9 +36,13 @@ def parse_sparsity(text: str) -> Sparsity:
         try:
             n, m = int(left), int(right)
         except ValueError:
-            raise UserError(f"Sparsity '{text}' is not a valid N:M pattern; use two whole numbers such as 2:4.") from None
+            raise UserError(
+                f"Sparsity '{text}' is not a valid N:M pattern; use two whole numbers such as 2:4."
+            ) from None
         if not 0 < n < m:
-            raise UserError(f"Sparsity '{text}' is not a valid N:M pattern; N must be at least 1 and smaller than M (for example 2:4).")
+            raise UserError(
+                f"Sparsity '{text}' is not a valid N:M pattern; N must be at least 1 and smaller than M (for example 2:4)."
+            )
         return Sparsity(n=n, m=m)
     try:
         ratio = float(text)

@@ -167,7 +167,9 @@ class Store:
         if path.exists() and not os.access(path, os.R_OK | os.W_OK):
             raise UserError(f"The run store {path} cannot be read and written by this user.")
         if not os.access(path.parent, os.W_OK):
-            raise UserError(f"The folder of the run store {path} is not writable (SQLite needs to create files beside it).")
+            raise UserError(
+                f"The folder of the run store {path} is not writable (SQLite needs to create files beside it)."
+            )
         with self._db() as db:
             current = self._schema_state(db) == (APPLICATION_ID, SCHEMA_VERSION)
         if not current:
@@ -176,7 +178,9 @@ class Store:
         with self._db(snapshot=False) as db:  # the journal mode cannot change inside a transaction
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode.lower() != "wal":
-            raise UserError(f"The run store {path} cannot use SQLite's WAL mode (journal mode stays '{mode}'); put it on a local disk.")
+            raise UserError(
+                f"The run store {path} cannot use SQLite's WAL mode (journal mode stays '{mode}'); put it on a local disk."
+            )
 
     @staticmethod
     def _schema_state(db: sqlite3.Connection) -> tuple[int, int]:
@@ -188,16 +192,20 @@ class Store:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if app_id == APPLICATION_ID:
             if version > SCHEMA_VERSION:
-                raise UserError(f"The run store {self.path} was written by a newer acetui (schema {version}, "
-                                f"this one knows {SCHEMA_VERSION}); upgrade acetui to open it.")
+                raise UserError(
+                    f"The run store {self.path} was written by a newer acetui (schema {version}, "
+                    f"this one knows {SCHEMA_VERSION}); upgrade acetui to open it."
+                )
         elif not tables:
             store_schema.create(db)
             version = 1
         elif app_id == 0 and store_schema.is_version0(db, tables):
             version = 0
         else:
-            raise UserError(f"{self.path} is not an acetui run store; it was left untouched "
-                            f"(choose another file with --store or ACETUI_HOME).")
+            raise UserError(
+                f"{self.path} is not an acetui run store; it was left untouched "
+                f"(choose another file with --store or ACETUI_HOME)."
+            )
         while version < SCHEMA_VERSION:
             store_schema.MIGRATIONS[version](db)
             version += 1
@@ -226,8 +234,9 @@ class Store:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             if "not a database" in str(error):
-                raise UserError(f"{self.path} is not an acetui run store (not an SQLite database); "
-                                f"it was left untouched.") from None
+                raise UserError(
+                    f"{self.path} is not an acetui run store (not an SQLite database); it was left untouched."
+                ) from None
             raise UserError(f"The run store {self.path} could not be used: {error}.") from None
         except BaseException:
             if db.in_transaction:
@@ -238,8 +247,15 @@ class Store:
 
     # ---- writing -----------------------------------------------------------------------------
 
-    def create_run(self, config: RunConfig, *, env: dict | None = None, run_id: str | None = None,
-                   owner_pid: int | None = None, executor: str = "local") -> str:
+    def create_run(
+        self,
+        config: RunConfig,
+        *,
+        env: dict | None = None,
+        run_id: str | None = None,
+        owner_pid: int | None = None,
+        executor: str = "local",
+    ) -> str:
         """Record a new ``queued`` run and return its id (8 hex digits unless ``run_id`` is given).
 
         A local run is owned by ``owner_pid`` (default: this process) until a process claims it: if the
@@ -255,23 +271,42 @@ class Store:
             db.execute(
                 "INSERT INTO runs (id, status, created, heartbeat, host, pid, pid_started, config, env, executor)"
                 " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, self.clock(), self.clock(), liveness.HOST, pid, liveness.process_start(pid),
-                 json.dumps(config.to_dict()), json.dumps(env), executor))
+                (
+                    run_id,
+                    self.clock(),
+                    self.clock(),
+                    liveness.HOST,
+                    pid,
+                    liveness.process_start(pid),
+                    json.dumps(config.to_dict()),
+                    json.dumps(env),
+                    executor,
+                ),
+            )
         return run_id
 
     def set_owner(self, run_id: str, pid: int) -> None:
         """Hand a queued run to process ``pid`` on this host (a worker child), so liveness checks follow it."""
         with self._db(write=True) as db:
-            db.execute("UPDATE runs SET pid = ?, pid_started = ?, host = ?, heartbeat = ? WHERE id = ?",
-                       (pid, liveness.process_start(pid), liveness.HOST, self.clock(), run_id))
+            db.execute(
+                "UPDATE runs SET pid = ?, pid_started = ?, host = ?, heartbeat = ? WHERE id = ?",
+                (pid, liveness.process_start(pid), liveness.HOST, self.clock(), run_id),
+            )
 
     def set_job(self, run_id: str, job: dict) -> None:
         """Record (or update) the Slurm job that executes a run."""
         with self._db(write=True) as db:
             db.execute("UPDATE runs SET job = ? WHERE id = ?", (json.dumps(job), run_id))
 
-    def claim(self, run_id: str, env: dict | None = None, *, pid: int | None = None, host: str | None = None,
-              when: float | None = None) -> None:
+    def claim(
+        self,
+        run_id: str,
+        env: dict | None = None,
+        *,
+        pid: int | None = None,
+        host: str | None = None,
+        when: float | None = None,
+    ) -> None:
         """A process starts executing the run: status ``running``, ``started`` now, its pid and host, and
         the facts of where it executes merged into the run's environment (once)."""
         now = when if when is not None else self.clock()
@@ -282,20 +317,24 @@ class Store:
             if row is None or row["status"] != "queued":
                 raise UserError(f"Run {run_id} cannot start: it is {row['status'] if row else 'not in the store'}.")
             started = liveness.process_start(pid) if host == liveness.HOST else None
-            db.execute("UPDATE runs SET status = 'running', started = ?, heartbeat = ?, host = ?, pid = ?,"
-                       " pid_started = ?, env = ? WHERE id = ?",
-                       (now, now, host, pid, started, json.dumps({**json.loads(row["env"]), **(env or {})}), run_id))
+            db.execute(
+                "UPDATE runs SET status = 'running', started = ?, heartbeat = ?, host = ?, pid = ?,"
+                " pid_started = ?, env = ? WHERE id = ?",
+                (now, now, host, pid, started, json.dumps({**json.loads(row["env"]), **(env or {})}), run_id),
+            )
 
     def heartbeat(self, run_id: str, resources: dict | None = None, *, when: float | None = None) -> bool:
         """Note that the run's process is alive (with its latest resource sample); return True when a
         cancel was requested."""
         with self._db(write=True) as db:
             # A run wrongly presumed dead (a stale heartbeat from another host) comes back to life.
-            db.execute("UPDATE runs SET heartbeat = ?, resources = COALESCE(?, resources),"
-                       " status = CASE status WHEN 'interrupted' THEN 'running' ELSE status END,"
-                       " error = CASE status WHEN 'interrupted' THEN NULL ELSE error END,"
-                       " finished = CASE status WHEN 'interrupted' THEN NULL ELSE finished END WHERE id = ?",
-                       (when if when is not None else self.clock(), _dumps(resources), run_id))
+            db.execute(
+                "UPDATE runs SET heartbeat = ?, resources = COALESCE(?, resources),"
+                " status = CASE status WHEN 'interrupted' THEN 'running' ELSE status END,"
+                " error = CASE status WHEN 'interrupted' THEN NULL ELSE error END,"
+                " finished = CASE status WHEN 'interrupted' THEN NULL ELSE finished END WHERE id = ?",
+                (when if when is not None else self.clock(), _dumps(resources), run_id),
+            )
         return self.cancel_requested(run_id)
 
     def cancel_requested(self, run_id: str) -> bool:
@@ -309,7 +348,9 @@ class Store:
         with self._db(write=True) as db:
             row = db.execute("SELECT env FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row:
-                db.execute("UPDATE runs SET env = ? WHERE id = ?", (json.dumps({**json.loads(row[0]), **values}), run_id))
+                db.execute(
+                    "UPDATE runs SET env = ? WHERE id = ?", (json.dumps({**json.loads(row[0]), **values}), run_id)
+                )
 
     def record_event(self, run_id: str, event) -> None:
         """Persist one pipeline event (``acetui_core.events``). Each call is one transaction: a layer is
@@ -319,30 +360,49 @@ class Store:
             if isinstance(event, RunStarted):
                 row = db.execute("SELECT env FROM runs WHERE id = ?", (run_id,)).fetchone()
                 env = {**json.loads(row[0]), "device": event.device, "device_name": event.device_name} if row else {}
-                db.execute("UPDATE runs SET num_layers = ?, env = ? WHERE id = ?",
-                           (event.num_layers, json.dumps(env), run_id))
+                db.execute(
+                    "UPDATE runs SET num_layers = ?, env = ? WHERE id = ?", (event.num_layers, json.dumps(env), run_id)
+                )
             elif isinstance(event, Stage):
                 db.execute("UPDATE runs SET stage = ? WHERE id = ?", (json.dumps(asdict(event)), run_id))
             elif isinstance(event, LayerStarted):
-                db.execute("UPDATE runs SET current_layer = ?, num_layers = ? WHERE id = ?",
-                           (event.index, event.total, run_id))
+                db.execute(
+                    "UPDATE runs SET current_layer = ?, num_layers = ? WHERE id = ?", (event.index, event.total, run_id)
+                )
             elif isinstance(event, LayerPruned):
                 self._write_layer(db, run_id, event.layer)
             elif isinstance(event, RunFinished):
-                db.execute("UPDATE runs SET results = ?, status = 'finished', finished = ?, current_layer = NULL,"
-                           " error = NULL WHERE id = ? AND status IN ('queued', 'running', 'interrupted')",
-                           (json.dumps(to_dict(event.result)), self.clock(), run_id))
+                db.execute(
+                    "UPDATE runs SET results = ?, status = 'finished', finished = ?, current_layer = NULL,"
+                    " error = NULL WHERE id = ? AND status IN ('queued', 'running', 'interrupted')",
+                    (json.dumps(to_dict(event.result)), self.clock(), run_id),
+                )
 
     def _write_layer(self, db: sqlite3.Connection, run_id: str, layer: LayerRecord) -> None:
         db.execute("DELETE FROM layers WHERE run_id = ? AND layer = ?", (run_id, layer.index))
-        db.execute("INSERT INTO layers (run_id, layer, total, seconds, recorded) VALUES (?, ?, ?, ?, ?)",
-                   (run_id, layer.index, layer.total, layer.seconds, layer.recorded or self.clock()))
+        db.execute(
+            "INSERT INTO layers (run_id, layer, total, seconds, recorded) VALUES (?, ?, ?, ?, ?)",
+            (run_id, layer.index, layer.total, layer.seconds, layer.recorded or self.clock()),
+        )
         db.executemany(
             "INSERT INTO linears (run_id, layer, position, name, d_out, d_in, sparsity, seconds, act_stats, histogram)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(run_id, layer.index, position, linear.name, linear.d_out, linear.d_in, linear.sparsity, linear.seconds,
-              _dumps(_as_dict(linear.act_stats)), _dumps(_as_dict(linear.histogram)))
-             for position, linear in enumerate(layer.linears)])
+            [
+                (
+                    run_id,
+                    layer.index,
+                    position,
+                    linear.name,
+                    linear.d_out,
+                    linear.d_in,
+                    linear.sparsity,
+                    linear.seconds,
+                    _dumps(_as_dict(linear.act_stats)),
+                    _dumps(_as_dict(linear.histogram)),
+                )
+                for position, linear in enumerate(layer.linears)
+            ],
+        )
         db.execute("UPDATE runs SET current_layer = NULL WHERE id = ?", (run_id,))
 
     def set_status(self, run_id: str, status: str, error: str | None = None) -> bool:
@@ -352,10 +412,13 @@ class Store:
             raise ValueError(f"unknown status {status!r}")
         finished = self.clock() if status in TERMINAL else None
         with self._db(write=True) as db:
-            return bool(db.execute(
-                "UPDATE runs SET status = ?, error = ?, finished = ?, current_layer = NULL"
-                " WHERE id = ? AND status IN ('queued', 'running')",
-                (status, error, finished, run_id)).rowcount)
+            return bool(
+                db.execute(
+                    "UPDATE runs SET status = ?, error = ?, finished = ?, current_layer = NULL"
+                    " WHERE id = ? AND status IN ('queued', 'running')",
+                    (status, error, finished, run_id),
+                ).rowcount
+            )
 
     def request_cancel(self, run_id: str) -> str:
         """Ask a run to stop. A queued run is cancelled at once; a running one is flagged, its process
@@ -366,8 +429,10 @@ class Store:
             raise UserError(f"Run {run.id} has already ended ({run.status}); there is nothing to cancel.")
         with self._db(write=True) as db:
             db.execute("UPDATE runs SET cancel_requested = 1 WHERE id = ?", (run.id,))
-            db.execute("UPDATE runs SET status = 'cancelled', finished = ? WHERE id = ? AND status = 'queued'",
-                       (self.clock(), run.id))
+            db.execute(
+                "UPDATE runs SET status = 'cancelled', finished = ? WHERE id = ? AND status = 'queued'",
+                (self.clock(), run.id),
+            )
             return db.execute("SELECT status FROM runs WHERE id = ?", (run.id,)).fetchone()[0]
 
     def delete_runs(self, run_ids: list[str]) -> list[str]:
@@ -388,14 +453,20 @@ class Store:
         text = str(run_id).strip()
         if re.fullmatch(r"[0-9A-Za-z_-]+", text):
             with self._db() as db:
-                matches = [row[0] for row in db.execute(
-                    "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY id", (len(text), text))]
+                matches = [
+                    row[0]
+                    for row in db.execute(
+                        "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY id", (len(text), text)
+                    )
+                ]
             if text in matches:
                 return text
             if len(matches) == 1:
                 return matches[0]
             if matches:
-                raise UserError(f"Run id '{run_id}' is ambiguous: it starts {len(matches)} runs ({', '.join(matches[:4])}…).")
+                raise UserError(
+                    f"Run id '{run_id}' is ambiguous: it starts {len(matches)} runs ({', '.join(matches[:4])}…)."
+                )
         raise UserError(f"There is no run '{run_id}' in {self.path} (acetui runs lists them).")
 
     def get_run(self, run_id: str, *, layers: bool = True) -> RunRecord:
@@ -408,8 +479,16 @@ class Store:
                 _attach_layers(db, [record])
         return record
 
-    def list_runs(self, *, ids: list[str] | None = None, model: str | None = None, status: str | None = None,
-                  last: int | None = None, layers: bool = False, active_on: str | None = None) -> list[RunRecord]:
+    def list_runs(
+        self,
+        *,
+        ids: list[str] | None = None,
+        model: str | None = None,
+        status: str | None = None,
+        last: int | None = None,
+        layers: bool = False,
+        active_on: str | None = None,
+    ) -> list[RunRecord]:
         """Runs oldest first, optionally only these ids (prefixes allowed, in the given order), one
         model (matched exactly or by its last path component), one status, the ``last`` N, or only the
         queued and running runs of one executor (``active_on="slurm"``)."""
@@ -453,23 +532,31 @@ class Store:
         """
         now = self.clock()
         with self._db() as db:
-            rows = db.execute("SELECT id, host, pid, pid_started, heartbeat, started, created FROM runs"
-                              " WHERE status IN ('queued', 'running') AND executor = 'local'").fetchall()
-        dead = [row for row in rows if not liveness.owner_alive(
-            row["host"], row["pid"], row["pid_started"], row["heartbeat"] or row["started"] or row["created"], now)]
+            rows = db.execute(
+                "SELECT id, host, pid, pid_started, heartbeat, started, created FROM runs"
+                " WHERE status IN ('queued', 'running') AND executor = 'local'"
+            ).fetchall()
+        dead = [
+            row
+            for row in rows
+            if not liveness.owner_alive(
+                row["host"], row["pid"], row["pid_started"], row["heartbeat"] or row["started"] or row["created"], now
+            )
+        ]
         if dead:
             with self._db(write=True) as db:
                 for row in dead:
                     # Conditional on the heartbeat we judged by: a run that just beat is left alone.
-                    db.execute("UPDATE runs SET status = 'interrupted', error = ?, current_layer = NULL,"
-                               " finished = COALESCE(heartbeat, started, created) WHERE id = ?"
-                               " AND status IN ('queued', 'running') AND heartbeat IS ?",
-                               (INTERRUPTED_ERROR, row["id"], row["heartbeat"]))
+                    db.execute(
+                        "UPDATE runs SET status = 'interrupted', error = ?, current_layer = NULL,"
+                        " finished = COALESCE(heartbeat, started, created) WHERE id = ?"
+                        " AND status IN ('queued', 'running') AND heartbeat IS ?",
+                        (INTERRUPTED_ERROR, row["id"], row["heartbeat"]),
+                    )
         return [row["id"] for row in dead]
 
 
-_SELECT_RUNS = ("SELECT runs.*, (SELECT COUNT(*) FROM layers WHERE layers.run_id = runs.id) AS layers_done"
-                " FROM runs")
+_SELECT_RUNS = "SELECT runs.*, (SELECT COUNT(*) FROM layers WHERE layers.run_id = runs.id) AS layers_done FROM runs"
 
 
 def _dumps(value) -> str | None:
@@ -503,15 +590,27 @@ def _record(row: sqlite3.Row) -> RunRecord:
 
     config = read("config", lambda text: RunConfig.from_dict(json.loads(text)))
     record = RunRecord(
-        id=row["id"], status=row["status"],
+        id=row["id"],
+        status=row["status"],
         config=config or RunConfig(model="?", method="?", sparsity="?"),
-        created=row["created"], started=row["started"], finished=row["finished"], heartbeat=row["heartbeat"],
-        env=read("env", json.loads, {}), error=row["error"], pid=row["pid"], host=row["host"],
-        cancel_requested=bool(row["cancel_requested"]), num_layers=row["num_layers"],
-        current_layer=row["current_layer"], stage=read("stage", lambda text: from_dict(Stage, json.loads(text))),
+        created=row["created"],
+        started=row["started"],
+        finished=row["finished"],
+        heartbeat=row["heartbeat"],
+        env=read("env", json.loads, {}),
+        error=row["error"],
+        pid=row["pid"],
+        host=row["host"],
+        cancel_requested=bool(row["cancel_requested"]),
+        num_layers=row["num_layers"],
+        current_layer=row["current_layer"],
+        stage=read("stage", lambda text: from_dict(Stage, json.loads(text))),
         results=read("results", lambda text: from_dict(RunResult, json.loads(text))),
-        layers_done=row["layers_done"], executor=row["executor"], job=read("job", json.loads),
-        resources=read("resources", json.loads))
+        layers_done=row["layers_done"],
+        executor=row["executor"],
+        job=read("job", json.loads),
+        resources=read("resources", json.loads),
+    )
     if problems:
         record.damaged = f"unreadable {', '.join(problems)}"
     return record
@@ -531,20 +630,24 @@ def _layers(db: sqlite3.Connection, run_ids: list[str], damaged: dict | None = N
     by_run: dict[str, list[LayerRecord]] = {run_id: [] for run_id in run_ids}
     index: dict[tuple[str, int], LayerRecord] = {}
     for row in db.execute(f"SELECT * FROM layers WHERE run_id IN ({marks}) ORDER BY run_id, layer", run_ids):
-        layer = LayerRecord(index=row["layer"], total=row["total"], seconds=row["seconds"], linears=[],
-                            recorded=row["recorded"])
+        layer = LayerRecord(
+            index=row["layer"], total=row["total"], seconds=row["seconds"], linears=[], recorded=row["recorded"]
+        )
         by_run[row["run_id"]].append(layer)
         index[(row["run_id"], row["layer"])] = layer
     for row in db.execute(f"SELECT * FROM linears WHERE run_id IN ({marks}) ORDER BY run_id, layer, position", run_ids):
         try:
             act_stats = _loads(row["act_stats"]) or None  # magnitude's runs stored {}
             histogram = _loads(row["histogram"])
-            linear = LinearRecord(name=row["name"], d_out=row["d_out"], d_in=row["d_in"], sparsity=row["sparsity"],
-                                  seconds=row["seconds"])
+            linear = LinearRecord(
+                name=row["name"], d_out=row["d_out"], d_in=row["d_in"], sparsity=row["sparsity"], seconds=row["seconds"]
+            )
             linear = from_dict(LinearRecord, {**to_dict(linear), "act_stats": act_stats, "histogram": histogram})
         except Exception as error:  # a damaged linear must not hide the rest of the run
             if damaged is not None:
-                damaged[row["run_id"]] = f"unreadable linear {row['name']} of layer {row['layer']} ({type(error).__name__})"
+                damaged[row["run_id"]] = (
+                    f"unreadable linear {row['name']} of layer {row['layer']} ({type(error).__name__})"
+                )
             continue
         index[(row["run_id"], row["layer"])].linears.append(linear)
     return by_run

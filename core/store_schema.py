@@ -77,7 +77,7 @@ def is_version0(db: sqlite3.Connection, tables: set[str]) -> bool:
         return False
     columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     layer_columns = {row[1] for row in db.execute("PRAGMA table_info(layers)")}
-    return _V0_COLUMNS <= columns and {"run_id", "layer", "seconds", "linears"} <= layer_columns
+    return columns >= _V0_COLUMNS and {"run_id", "layer", "seconds", "linears"} <= layer_columns
 
 
 def _migrate_0_to_1(db: sqlite3.Connection) -> None:
@@ -90,22 +90,47 @@ def _migrate_0_to_1(db: sqlite3.Connection) -> None:
     create(db)
     for run in old_runs:
         status = run["status"] if run["status"] in STATUSES else "failed"
-        db.execute("INSERT INTO runs (id, status, created, started, finished, pid, config, error, results)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   (run["id"], status, run["created"], run.get("started"), run.get("finished"), run.get("pid"),
-                    run["config"], run.get("error"), run.get("results")))
+        db.execute(
+            "INSERT INTO runs (id, status, created, started, finished, pid, config, error, results)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run["id"],
+                status,
+                run["created"],
+                run.get("started"),
+                run.get("finished"),
+                run.get("pid"),
+                run["config"],
+                run.get("error"),
+                run.get("results"),
+            ),
+        )
     db.execute("DROP TABLE runs_v0")
     for layer in old_layers:
         linears = json.loads(layer["linears"])
-        db.execute("INSERT INTO layers (run_id, layer, total, seconds, recorded) VALUES (?, ?, NULL, ?, ?)",
-                   (layer["run_id"], layer["layer"], layer["seconds"], 0.0))
+        db.execute(
+            "INSERT INTO layers (run_id, layer, total, seconds, recorded) VALUES (?, ?, NULL, ?, ?)",
+            (layer["run_id"], layer["layer"], layer["seconds"], 0.0),
+        )
         db.executemany(
             "INSERT INTO linears (run_id, layer, position, name, d_out, d_in, sparsity, seconds, act_stats, histogram)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(layer["run_id"], layer["layer"], position, linear["name"], linear.get("d_out"), linear.get("d_in"),
-              linear.get("sparsity"), linear.get("seconds"), json.dumps(linear.get("act_stats") or {}),
-              None if linear.get("histogram") is None else json.dumps(linear["histogram"]))
-             for position, linear in enumerate(linears)])
+            [
+                (
+                    layer["run_id"],
+                    layer["layer"],
+                    position,
+                    linear["name"],
+                    linear.get("d_out"),
+                    linear.get("d_in"),
+                    linear.get("sparsity"),
+                    linear.get("seconds"),
+                    json.dumps(linear.get("act_stats") or {}),
+                    None if linear.get("histogram") is None else json.dumps(linear["histogram"]),
+                )
+                for position, linear in enumerate(linears)
+            ],
+        )
 
 
 def _migrate_1_to_2(db: sqlite3.Connection) -> None:
@@ -119,13 +144,19 @@ def _migrate_1_to_2(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN job TEXT")  # JSON: {"job_id", "folder", "imported"} for slurm
     db.execute("ALTER TABLE runs ADD COLUMN resources TEXT")  # JSON: the last resources sample
     for run_id, config_text, results_text in db.execute(
-            "SELECT id, config, results FROM runs WHERE results IS NOT NULL").fetchall():
+        "SELECT id, config, results FROM runs WHERE results IS NOT NULL"
+    ).fetchall():
         try:
             config, results = RunConfig.from_dict(json.loads(config_text)), json.loads(results_text)
         except (ValueError, TypeError):
             continue  # left as it is: the reader shows the run as damaged
-        named = {"model": config.model, "method": config.method, "label": config.label,
-                 "sparsity": config.sparsity, "group": config.group}
+        named = {
+            "model": config.model,
+            "method": config.method,
+            "label": config.label,
+            "sparsity": config.sparsity,
+            "group": config.group,
+        }
         if isinstance(results.get("calibration"), dict) and not results["calibration"].get("nsamples"):
             results["calibration"] = None  # version 1 wrote zero samples for methods without calibration
         db.execute("UPDATE runs SET results = ? WHERE id = ?", (json.dumps({**named, **results}), run_id))

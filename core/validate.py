@@ -36,15 +36,22 @@ def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
     config = replace(config, method=get_method(config.method).name, sparsity=str(parse_sparsity(config.sparsity)))
     if config.group not in GROUPS:
         raise UserError(f"--group must be row or layer, not '{config.group}'.")
-    config = replace(config, nsamples=parse.whole(config.nsamples, "--nsamples", minimum=1),
-                     seqlen=parse.seqlen(config.seqlen), seed=parse.whole(config.seed, "--seed"),
-                     batch_size=parse.whole(config.batch_size, "--batch-size", minimum=1),
-                     evals=parse.evals(",".join(config.evals)))
+    config = replace(
+        config,
+        nsamples=parse.whole(config.nsamples, "--nsamples", minimum=1),
+        seqlen=parse.seqlen(config.seqlen),
+        seed=parse.whole(config.seed, "--seed"),
+        batch_size=parse.whole(config.batch_size, "--batch-size", minimum=1),
+        evals=parse.evals(",".join(config.evals)),
+    )
     if get_method(config.method).needs_activations:
         check_calibration_source(config.calib)
     if "wikitext2" in config.evals:
-        config = replace(config, eval_seqlen=_optional_seqlen(config.eval_seqlen),
-                         eval_limit=parse.optional_whole(config.eval_limit, "--eval-limit", minimum=1))
+        config = replace(
+            config,
+            eval_seqlen=_optional_seqlen(config.eval_seqlen),
+            eval_limit=parse.optional_whole(config.eval_limit, "--eval-limit", minimum=1),
+        )
         _local_file("WikiText-2 test split", LOCAL_WIKITEXT2["test"])
     if "zeroshot" in config.evals:
         from acetui_core.zeroshot import validate_tasks
@@ -102,8 +109,10 @@ def check_calibration_source(source: str) -> None:
     if source == "c4":
         _local_file("C4 sample", LOCAL_C4)
     elif source == "wikitext2":
-        _local_file("WikiText-2 train split (the test split is for evaluation only; use --calib c4 or a file)",
-                    LOCAL_WIKITEXT2["train"])
+        _local_file(
+            "WikiText-2 train split (the test split is for evaluation only; use --calib c4 or a file)",
+            LOCAL_WIKITEXT2["train"],
+        )
     else:
         path = Path(source).expanduser()
         _holds_text(source, file_identity(path) if path.is_file() else None)

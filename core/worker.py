@@ -24,9 +24,15 @@ def spawn(store: Store, run_ids: list[str], *, detach: bool = True, env: dict | 
     first_log = store.log_path(run_ids[0])
     first_log.parent.mkdir(parents=True, exist_ok=True)
     with open(first_log, "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "acetui_core.worker", "--store", str(store.path), *run_ids],
-                                   stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=detach, env={**os.environ, **(env or {})}, close_fds=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "acetui_core.worker", "--store", str(store.path), *run_ids],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=detach,
+            env={**os.environ, **(env or {})},
+            close_fds=True,
+        )
     for run_id in run_ids:
         store.set_owner(run_id, process.pid)
     return process
@@ -49,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"acetui: {error}", flush=True)
         return 2
     statuses = [store.get_run(run_id, layers=False).status for run_id in args.run_ids]
-    print(f"done: {', '.join(f'{i} {s}' for i, s in zip(args.run_ids, statuses))}", flush=True)
+    print(f"done: {', '.join(f'{i} {s}' for i, s in zip(args.run_ids, statuses, strict=False))}", flush=True)
     return 0 if all(s == "finished" for s in statuses) else 1
 
 

@@ -14,10 +14,10 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 from acetui_core.config import ZEROSHOT_TASKS
 from acetui_core.errors import Cancelled, UserError
@@ -80,9 +80,12 @@ LOCAL_COPIES = {
     "boolq": LocalCopy("boolq/val.jsonl", "validation", _boolq_row),
     "rte": LocalCopy("rte/glue_rte_validation.jsonl", "validation"),
     "hellaswag": LocalCopy(
-        "hellaswag/hellaswag_val_harness_reconstructed.jsonl", "validation", _hellaswag_row, processed=True,
+        "hellaswag/hellaswag_val_harness_reconstructed.jsonl",
+        "validation",
+        _hellaswag_row,
+        processed=True,
         note="local HellaSwag is reconstructed from a text copy: in about 6% of items an ending lacks the "
-             "leading space the hub's copy keeps, so accuracy can differ slightly from the hub's",
+        "leading space the hub's copy keeps, so accuracy can differ slightly from the hub's",
     ),
     "winogrande": LocalCopy("winogrande/winogrande_xl_validation.jsonl", "validation"),
     "arc_easy": LocalCopy("arc_easy/ARC-Easy-Test.jsonl", "test", _arc_row),
@@ -123,8 +126,10 @@ def validate_batch_size(batch_size) -> None:
 
 
 def _hub_offline() -> bool:
-    return any(os.environ.get(name, "").upper() in {"1", "ON", "YES", "TRUE"}
-               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(name, "").upper() in {"1", "ON", "YES", "TRUE"}
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def _local_file(task: str) -> Path | None:
@@ -154,7 +159,9 @@ def _converted(task: str, source: Path, convert: Callable[[dict], dict]) -> Path
     try:
         rows = [convert(json.loads(line)) for line in raw.decode("utf-8").splitlines() if line.strip()]
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
-        raise UserError(f"Local zero-shot file {source} is not in the expected layout ({type(error).__name__}: {error}).") from None
+        raise UserError(
+            f"Local zero-shot file {source} is not in the expected layout ({type(error).__name__}: {error})."
+        ) from None
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".{os.getpid()}.tmp")
     partial.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
@@ -225,7 +232,7 @@ def _quiet_harness():
         with mock.patch("lm_eval.api.task.tqdm", partial(tqdm, disable=True)):
             yield
     finally:
-        for logger, level in zip(loggers, levels):
+        for logger, level in zip(loggers, levels, strict=False):
             logger.setLevel(level)
         if bars_were_on:
             datasets.enable_progress_bars()
@@ -255,8 +262,9 @@ def _metric(results: dict, name: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None  # the harness writes "N/A" for n=1
 
 
-def evaluate_zeroshot(model, tokenizer, tasks, *, limit: int | None = None, batch_size: int = 8,
-                      on_event=None, cancel=None) -> dict[str, TaskAccuracy]:
+def evaluate_zeroshot(
+    model, tokenizer, tasks, *, limit: int | None = None, batch_size: int = 8, on_event=None, cancel=None
+) -> dict[str, TaskAccuracy]:
     """Evaluate ``model`` (a loaded ``transformers`` causal LM, evaluated where it is) on each task.
 
     Returns ``{task: TaskAccuracy}`` (``acc_norm`` is None for tasks the harness scores by ``acc`` only). Emits
@@ -293,7 +301,9 @@ def evaluate_zeroshot(model, tokenizer, tasks, *, limit: int | None = None, batc
                         f"Zero-shot task '{task}' has no local data (set ACETUI_DATA_DIR to a folder with "
                         f"zeroshot/{LOCAL_COPIES[task].file}) and the hub could not be reached ({type(error).__name__})."
                     ) from None
-                raise UserError(f"Could not read the local data for '{task}' from {source} ({type(error).__name__}: {error}).") from None
+                raise UserError(
+                    f"Could not read the local data for '{task}' from {source} ({type(error).__name__}: {error})."
+                ) from None
             for harness_task in loaded["tasks"].values():
                 harness_task.set_config(key="num_fewshot", value=0)
             # ``evaluate`` rather than ``simple_evaluate``: the latter only adds seeding (unused by
@@ -302,8 +312,14 @@ def evaluate_zeroshot(model, tokenizer, tasks, *, limit: int | None = None, batc
             metrics = evaluated["results"][task]
             counts = evaluated["n-samples"][task]
             out[task] = TaskAccuracy(
-                acc=_metric(metrics, "acc"), acc_stderr=_metric(metrics, "acc_stderr"),
-                acc_norm=_metric(metrics, "acc_norm"), acc_norm_stderr=_metric(metrics, "acc_norm_stderr"),
-                n=counts["effective"], total=counts["original"], partial=counts["effective"] < counts["original"],
-                source=source, note=note)
+                acc=_metric(metrics, "acc"),
+                acc_stderr=_metric(metrics, "acc_stderr"),
+                acc_norm=_metric(metrics, "acc_norm"),
+                acc_norm_stderr=_metric(metrics, "acc_norm_stderr"),
+                n=counts["effective"],
+                total=counts["original"],
+                partial=counts["effective"] < counts["original"],
+                source=source,
+                note=note,
+            )
     return out

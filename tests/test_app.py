@@ -5,6 +5,7 @@ perplexity windows of 64 tokens)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -15,6 +16,7 @@ import time
 import psutil
 import pytest
 from rich.console import Console
+from runhelpers import layer_event
 from textual.widgets import Checkbox, ContentSwitcher, DataTable, Footer, Input, RichLog, SelectionList, Static
 
 import acetui_themes as themes
@@ -29,7 +31,6 @@ from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.events import RunStarted, Stage
 from acetui_core.store import Store
-from runhelpers import layer_event
 
 SIZE = (80, 24)
 QUICK = {"nsamples": "4", "seqlen": "16", "eval_limit": "2", "eval_seqlen": "64"}
@@ -43,10 +44,8 @@ def store(tmp_path):
     yield store
     for run in store.list_runs():
         if run.pid not in (None, os.getpid()):
-            try:
+            with contextlib.suppress(psutil.Error):
                 psutil.Process(run.pid).wait(timeout=60)
-            except psutil.Error:
-                pass
 
 
 @pytest.fixture
@@ -94,8 +93,9 @@ async def test_form_flags_bad_values_with_the_cli_sentence(store):
         screen = await fill_form(pilot, "some/model", ["wanda"], sparsity="0.5, 3:2", nsamples="0")
         sparsity_error = screen.query_one("#sparsity-error", Static)
         assert sparsity_error.display
-        assert str(sparsity_error.render()) == ("Sparsity '3:2' is not a valid N:M pattern; N must be at least 1 "
-                                                "and smaller than M (for example 2:4).")
+        assert str(sparsity_error.render()) == (
+            "Sparsity '3:2' is not a valid N:M pattern; N must be at least 1 and smaller than M (for example 2:4)."
+        )
         assert screen.query_one("#sparsity", Input).has_class("-invalid")
         assert str(screen.query_one("#nsamples-error", Static).render()) == "--nsamples must be at least 1 (got 0)."
 
@@ -199,9 +199,15 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
         table = app.screen.query_one("#layers", DataTable)
         await wait_for(pilot, lambda: table.row_count > 0, "layer rows")
         await wait_for(pilot, lambda: all(r.status == "finished" for r in store.list_runs()), "both runs to finish")
-        await wait_for(pilot, lambda: app.followed == runs[1].id and table.row_count == 2
-                       and "finished" in str(app.screen.query_one("#run-title", Static).render()),
-                       "the second run on the Run screen")
+        await wait_for(
+            pilot,
+            lambda: (
+                app.followed == runs[1].id
+                and table.row_count == 2
+                and "finished" in str(app.screen.query_one("#run-title", Static).render())
+            ),
+            "the second run on the Run screen",
+        )
         assert [row[0] for row in cell_texts(table)] == ["0", "1"]
         assert all(row[3] == "0.500" for row in cell_texts(table))  # sparsity column, as achieved by the run
         log = app.screen.query_one("#log", RichLog)  # the run's own log file, tailed
@@ -222,8 +228,9 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
         await pilot.press("e")
         await wait_for(pilot, lambda: len(list(exports.glob("*.csv"))) == 1, "the CSV export")
         rows = list(csv.DictReader(io.StringIO(next(exports.glob("*.csv")).read_text())))
-        assert {row["id"]: float(row["results.ppl_wikitext2"]) for row in rows} == \
-            {run_id: run.ppl for run_id, run in finished.items()}
+        assert {row["id"]: float(row["results.ppl_wikitext2"]) for row in rows} == {
+            run_id: run.ppl for run_id, run in finished.items()
+        }
 
         await pilot.press("l")
         await wait_for(pilot, lambda: len(list(exports.glob("*.tex"))) == 1, "the LaTeX export")
@@ -264,13 +271,19 @@ async def test_cancel_a_run_and_see_it_cancelled(store, make_tiny_model):
         run_id = app.followed
         await pilot.press("c", "y")  # cancel asks first
         await wait_for(pilot, lambda: store.get_run(run_id, layers=False).status == "cancelled", "the run cancelled")
-        await wait_for(pilot, lambda: "cancelled" in str(app.screen.query_one("#run-title", Static).render()),
-                       "the Run screen to say cancelled")
+        await wait_for(
+            pilot,
+            lambda: "cancelled" in str(app.screen.query_one("#run-title", Static).render()),
+            "the Run screen to say cancelled",
+        )
         await pilot.press("f4")
         assert isinstance(app.screen, RunsScreen)
         table = app.screen.query_one("#runs", DataTable)
-        await wait_for(pilot, lambda: table.row_count == 1 and cell_texts(table)[0][1] == "cancelled",
-                       "the Runs list to say cancelled")
+        await wait_for(
+            pilot,
+            lambda: table.row_count == 1 and cell_texts(table)[0][1] == "cancelled",
+            "the Runs list to say cancelled",
+        )
 
 
 @pytest.mark.asyncio
@@ -288,8 +301,9 @@ async def test_a_failing_run_shows_its_error(store, tmp_path, make_tiny_model):
         assert str(error.render()) == f"failed: {recorded}"
         log = app.screen.query_one("#log", RichLog)  # the traceback, from the run's own log file
         shown = lambda: " ".join(line.text.strip() for line in log.lines)  # noqa: E731  (lines wrap at 80 columns)
-        await wait_for(pilot, lambda: "UserError: The calibration data does not hold" in shown(),
-                       "the traceback in the log pane")
+        await wait_for(
+            pilot, lambda: "UserError: The calibration data does not hold" in shown(), "the traceback in the log pane"
+        )
 
         await pilot.press("f4")
         table = app.screen.query_one("#runs", DataTable)
@@ -309,8 +323,10 @@ async def test_a_damaged_checkpoint_is_refused_before_any_run(store, tmp_path):
         await pilot.press("ctrl+r")
         await pilot.pause()
         assert isinstance(app.screen, NewRunScreen) and store.list_runs() == []
-        assert any(f"The checkpoint folder {damaged} could not be loaded as a model" in str(n.message)
-                   for n in app._notifications)
+        assert any(
+            f"The checkpoint folder {damaged} could not be loaded as a model" in str(n.message)
+            for n in app._notifications
+        )
 
 
 @pytest.mark.asyncio
@@ -323,16 +339,35 @@ async def test_a_folder_that_is_not_a_model_is_refused_before_any_run(store, tmp
         await pilot.press("ctrl+r")
         await pilot.pause()
         assert isinstance(app.screen, NewRunScreen)
-        assert str(app.screen.query_one("#model-error", Static).render()) == \
-            f"{not_a_model} is a folder but not a Hugging Face model (it has no config.json)."
+        assert (
+            str(app.screen.query_one("#model-error", Static).render())
+            == f"{not_a_model} is a folder but not a Hugging Face model (it has no config.json)."
+        )
         assert store.list_runs() == []
 
 
 @pytest.mark.asyncio
 async def test_attach_to_a_run_started_from_the_cli(store, make_tiny_model):
     model = str(make_tiny_model("llama"))
-    command = [sys.executable, "-m", "acetui", "prune", model, "--method", "wanda", "--nsamples", "4",
-               "--seqlen", "16", "--eval-limit", "2", "--eval-seqlen", "64", "--device", "cpu"]
+    command = [
+        sys.executable,
+        "-m",
+        "acetui",
+        "prune",
+        model,
+        "--method",
+        "wanda",
+        "--nsamples",
+        "4",
+        "--seqlen",
+        "16",
+        "--eval-limit",
+        "2",
+        "--eval-seqlen",
+        "64",
+        "--device",
+        "cpu",
+    ]
     env = {**os.environ, "ACETUI_HOME": str(store.path.parent)}
     with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as cli:
         deadline = time.monotonic() + 60
@@ -346,8 +381,11 @@ async def test_attach_to_a_run_started_from_the_cli(store, make_tiny_model):
             assert isinstance(app.screen, RunScreen) and app.followed == run_id
             table = app.screen.query_one("#layers", DataTable)
             title = app.screen.query_one("#run-title", Static)
-            await wait_for(pilot, lambda: "finished" in str(title.render()) and table.row_count == 2,
-                           "the CLI run to finish on the Run screen")
+            await wait_for(
+                pilot,
+                lambda: "finished" in str(title.render()) and table.row_count == 2,
+                "the CLI run to finish on the Run screen",
+            )
             assert "Wanda-16" in str(title.render())
         assert cli.wait(timeout=60) == 0
 
@@ -356,8 +394,9 @@ async def test_attach_to_a_run_started_from_the_cli(store, make_tiny_model):
 async def test_zero_shot_progress_shows_the_task_and_its_requests(store):
     """A run in its zero-shot stage, recorded as the runner records it, shows which task is being
     scored and how far along, and logs each new task."""
-    config = RunConfig(model="tiny-llama", method="wanda", sparsity="0.5", evals=["zeroshot"],
-                       tasks=["arc_easy", "hellaswag"])
+    config = RunConfig(
+        model="tiny-llama", method="wanda", sparsity="0.5", evals=["zeroshot"], tasks=["arc_easy", "hellaswag"]
+    )
     run_id = store.create_run(config)
     store.claim(run_id)  # this test's process is the run's: alive, so the run stays running
     store.record_event(run_id, RunStarted(config.model, config.method, config.sparsity, 2, "cpu"))
@@ -390,7 +429,7 @@ async def test_every_shown_key_fits_in_the_footer_at_80_columns(store):
         app.follow(ids[1], batch=tuple(ids))
         for key, screen in [("f1", NewRunScreen), ("f2", RunScreen), ("f3", ResultsScreen), ("f4", RunsScreen)]:
             await pilot.press(key)
-            await wait_for(pilot, lambda: isinstance(app.screen, screen), f"{screen.__name__}")
+            await wait_for(pilot, lambda screen=screen: isinstance(app.screen, screen), f"{screen.__name__}")
             if screen is RunScreen:
                 await wait_for(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
                 app.screen.refresh_bindings()
@@ -453,10 +492,13 @@ def test_cli_opens_the_app_and_attaches(store, monkeypatch):
     assert started == [("ansi", None, store.path), ("light", run_id, store.path)]
 
 
-@pytest.mark.parametrize("args, sentence", [
-    (["--theme", "neon"], "acetui: Unknown theme 'neon'"),
-    (["attach", "nosuchrun"], "acetui: There is no run 'nosuchrun'"),
-])
+@pytest.mark.parametrize(
+    "args, sentence",
+    [
+        (["--theme", "neon"], "acetui: Unknown theme 'neon'"),
+        (["attach", "nosuchrun"], "acetui: There is no run 'nosuchrun'"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_sentence(store, monkeypatch, capsys, args, sentence):
     assert run_cli(monkeypatch, "--store", str(store.path), *args) == 2
     err = capsys.readouterr().err

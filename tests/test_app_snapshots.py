@@ -25,9 +25,15 @@ from acetui_core.store import Store
 T0 = 1_714_564_800.0  # 2024-05-01 12:00 UTC
 NOW = T0 + 3 * 3600  # the screens' clock: elapsed times and sample ages are fixed
 MODEL = "/models/llama-7b"
-LINEARS = [("self_attn.q_proj", 64, 64), ("self_attn.k_proj", 32, 64), ("self_attn.v_proj", 32, 64),
-           ("self_attn.o_proj", 64, 64), ("mlp.gate_proj", 128, 64), ("mlp.up_proj", 128, 64),
-           ("mlp.down_proj", 64, 128)]
+LINEARS = [
+    ("self_attn.q_proj", 64, 64),
+    ("self_attn.k_proj", 32, 64),
+    ("self_attn.v_proj", 32, 64),
+    ("self_attn.o_proj", 64, 64),
+    ("mlp.gate_proj", 128, 64),
+    ("mlp.up_proj", 128, 64),
+    ("mlp.down_proj", 64, 128),
+]
 NUM_LAYERS = 6
 COMPARISON_PID = 31337  # runs 1-3 were queued together (one worker process owned them)
 
@@ -49,7 +55,7 @@ def histogram(layer: int, position: int, sparsity: str) -> Histogram:
     bins = 24
     low, high = -4 + 0.2 * layer, -1 + 0.2 * layer + 0.1 * position
     edges = [round(10 ** (low + (high - low) * i / bins), 8) for i in range(bins + 1)]
-    counts = [round(1000 * math.exp(-(((i + 0.5) / bins - 0.55) / 0.2) ** 2)) for i in range(bins)]
+    counts = [round(1000 * math.exp(-((((i + 0.5) / bins - 0.55) / 0.2) ** 2))) for i in range(bins)]
     if ":" in sparsity:
         pruned = [round(c / (1 + math.exp((i - bins * 0.5) / 3))) for i, c in enumerate(counts)]
         return Histogram(edges=edges, counts=counts, threshold=None, log=True, pruned=pruned)
@@ -59,48 +65,101 @@ def histogram(layer: int, position: int, sparsity: str) -> Histogram:
         if running >= 0.5 * total:
             cut = i + 1
             break
-    return Histogram(edges=edges, counts=counts, threshold=edges[cut], log=True,
-                     pruned=[c if i < cut else 0 for i, c in enumerate(counts)])
+    return Histogram(
+        edges=edges,
+        counts=counts,
+        threshold=edges[cut],
+        log=True,
+        pruned=[c if i < cut else 0 for i, c in enumerate(counts)],
+    )
 
 
 def layer_event(index: int, sparsity: str, activations: bool = True) -> LayerPruned:
     linears = []
     for position, (name, d_out, d_in) in enumerate(LINEARS):
         scale = 1 + index * 0.8 + position * 0.1
-        act = ActStats(x2_mean=Spread(0.01 * scale, 0.2 * scale, 4.0 * scale),
-                       x2_var=Spread(0.001 * scale, 0.05 * scale ** 2, 30.0 * scale ** 3)) if activations else None
-        linears.append(LinearRecord(name=name, d_out=d_out, d_in=d_in, sparsity=0.5, seconds=0.1 + 0.01 * position,
-                                    act_stats=act, histogram=histogram(index, position, sparsity)))
+        act = (
+            ActStats(
+                x2_mean=Spread(0.01 * scale, 0.2 * scale, 4.0 * scale),
+                x2_var=Spread(0.001 * scale, 0.05 * scale**2, 30.0 * scale**3),
+            )
+            if activations
+            else None
+        )
+        linears.append(
+            LinearRecord(
+                name=name,
+                d_out=d_out,
+                d_in=d_in,
+                sparsity=0.5,
+                seconds=0.1 + 0.01 * position,
+                act_stats=act,
+                histogram=histogram(index, position, sparsity),
+            )
+        )
     return LayerPruned(LayerRecord(index=index, total=NUM_LAYERS, seconds=1.5 + 0.25 * index, linears=linears))
 
 
 LOG_END = {
-    "finished": ["12:09:40 wikitext2 0/166", "12:11:02 wikitext2 166/166", "12:11:02 finished: prune 12.8 s, ppl 7.110"],
-    "failed": ["Traceback (most recent call last):",
-               '  File "acetui_core/pipeline.py", line 161, in _prune_layer',
-               "    stats = _gather_stats(layer, linears, inputs, device)",
-               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."],
+    "finished": [
+        "12:09:40 wikitext2 0/166",
+        "12:11:02 wikitext2 166/166",
+        "12:11:02 finished: prune 12.8 s, ppl 7.110",
+    ],
+    "failed": [
+        "Traceback (most recent call last):",
+        '  File "acetui_core/pipeline.py", line 161, in _prune_layer',
+        "    stats = _gather_stats(layer, linears, inputs, device)",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    ],
     "cancelled": [],
-    "running": ["/usr/lib/python3/site-packages/transformers/modeling_utils.py:4713: FutureWarning: "
-                "`_is_quantized_training_enabled` is going to be deprecated in transformers 4.39.0."],
+    "running": [
+        "/usr/lib/python3/site-packages/transformers/modeling_utils.py:4713: FutureWarning: "
+        "`_is_quantized_training_enabled` is going to be deprecated in transformers 4.39.0."
+    ],
 }
 
 
 def write_log(store: Store, run_id: str, layers: int, status: str) -> None:
     """The run's own log file, as the runner writes it (fixed times)."""
-    lines = ["2024-05-01 12:00:00 worker pid 31337 runs " + run_id, "12:00:01 load 0/1", "12:00:09 load 1/1",
-             "12:00:10 calibration 128/128"]
+    lines = [
+        "2024-05-01 12:00:00 worker pid 31337 runs " + run_id,
+        "12:00:01 load 0/1",
+        "12:00:09 load 1/1",
+        "12:00:10 calibration 128/128",
+    ]
     lines += [f"12:0{1 + i}:00 layer {i + 1}/{NUM_LAYERS} pruned in {1.5 + 0.25 * i:.2f} s" for i in range(layers)]
     path = store.log_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines + LOG_END[status]) + "\n")
 
 
-def add_run(store: Store, method: str, sparsity: str, *, seqlen=16, layers: int = NUM_LAYERS, ppl: float | None = None,
-            status: str = "finished", error: str | None = None, zeroshot: float | None = None, model: str = MODEL,
-            pid: int | None = None, windows: int = 166) -> str:
-    config = RunConfig(model=model, method=method, sparsity=sparsity, seqlen=seqlen, nsamples=128, eval_limit=None
-                       if windows == 166 else windows, eval_seqlen=2048, device="cuda:0", dtype="float16")
+def add_run(
+    store: Store,
+    method: str,
+    sparsity: str,
+    *,
+    seqlen=16,
+    layers: int = NUM_LAYERS,
+    ppl: float | None = None,
+    status: str = "finished",
+    error: str | None = None,
+    zeroshot: float | None = None,
+    model: str = MODEL,
+    pid: int | None = None,
+    windows: int = 166,
+) -> str:
+    config = RunConfig(
+        model=model,
+        method=method,
+        sparsity=sparsity,
+        seqlen=seqlen,
+        nsamples=128,
+        eval_limit=None if windows == 166 else windows,
+        eval_seqlen=2048,
+        device="cuda:0",
+        dtype="float16",
+    )
     env = {"host": "box", "acetui": "0.1.0", "torch": "2.4.0", "transformers": "4.46.0", "python": "3.11.9"}
     run_id = store.create_run(config, env=env, run_id=f"run{len(store.list_runs()) + 1:05d}")
     store.claim(run_id)
@@ -110,21 +169,54 @@ def add_run(store: Store, method: str, sparsity: str, *, seqlen=16, layers: int 
         store.record_event(run_id, LayerStarted(index, NUM_LAYERS))
         store.record_event(run_id, layer_event(index, sparsity, activations=method != "magnitude"))
     if status == "finished":
-        result = {"model": model, "method": method, "label": config.label, "sparsity": sparsity, "group": "row",
-                  "prune_seconds": 9.75 + len(method), "ppl_wikitext2": ppl, "ppl_windows": windows,
-                  "ppl_partial": windows < 166, "ppl_seqlen": 2048,
-                  "zeroshot": None if zeroshot is None else {
-                      task: {"acc": acc, "acc_stderr": 0.01, "acc_norm": None, "acc_norm_stderr": None, "n": 100,
-                             "total": 100, "partial": False, "source": "local"}
-                      for task, acc in (("boolq", zeroshot), ("rte", zeroshot - 0.1))},
-                  "peak_rss_mb": 2048.0, "peak_gpu_mb": 14000.0, "device": "cuda:0", "dtype": "float16",
-                  "config": config.to_dict()}
+        result = {
+            "model": model,
+            "method": method,
+            "label": config.label,
+            "sparsity": sparsity,
+            "group": "row",
+            "prune_seconds": 9.75 + len(method),
+            "ppl_wikitext2": ppl,
+            "ppl_windows": windows,
+            "ppl_partial": windows < 166,
+            "ppl_seqlen": 2048,
+            "zeroshot": None
+            if zeroshot is None
+            else {
+                task: {
+                    "acc": acc,
+                    "acc_stderr": 0.01,
+                    "acc_norm": None,
+                    "acc_norm_stderr": None,
+                    "n": 100,
+                    "total": 100,
+                    "partial": False,
+                    "source": "local",
+                }
+                for task, acc in (("boolq", zeroshot), ("rte", zeroshot - 0.1))
+            },
+            "peak_rss_mb": 2048.0,
+            "peak_gpu_mb": 14000.0,
+            "device": "cuda:0",
+            "dtype": "float16",
+            "config": config.to_dict(),
+        }
         store.record_event(run_id, RunFinished(from_dict(RunResult, result)))
     elif status == "running":
         store.record_event(run_id, LayerStarted(layers, NUM_LAYERS))
-        store.heartbeat(run_id, {"taken": NOW - 1, "rss_mb": 3757.0, "cpu_percent": 101.0, "gpu": "cuda:0",
-                                 "gpu_used_mb": 13107.2, "gpu_total_mb": 81559.0, "gpu_process_mb": 12288.0,
-                                 "gpu_util_percent": 97.0})
+        store.heartbeat(
+            run_id,
+            {
+                "taken": NOW - 1,
+                "rss_mb": 3757.0,
+                "cpu_percent": 101.0,
+                "gpu": "cuda:0",
+                "gpu_used_mb": 13107.2,
+                "gpu_total_mb": 81559.0,
+                "gpu_process_mb": 12288.0,
+                "gpu_util_percent": 97.0,
+            },
+        )
     else:
         store.set_status(run_id, status, error=error)
     write_log(store, run_id, layers, status)
@@ -146,10 +238,18 @@ def build_store(path: Path) -> Store:
     add_run(store, "ace", "2:4", ppl=10.92, pid=1002, windows=16)
     add_run(store, "magnitude", "0.5", ppl=17.29, model="/models/opt-1.3b", pid=1003)
     add_run(store, "cosp", "0.5", seqlen="full", layers=3, status="running")
-    add_run(store, "varp", "0.5", layers=1, status="failed", pid=1004,
-            error="CUDA out of memory. Tried to allocate 2.00 GiB; try --device cpu or a smaller --nsamples.")
-    add_run(store, "sparsegpt", "4:8", layers=2, status="cancelled", error="Stopped on request between layers.",
-            pid=1005)
+    add_run(
+        store,
+        "varp",
+        "0.5",
+        layers=1,
+        status="failed",
+        pid=1004,
+        error="CUDA out of memory. Tried to allocate 2.00 GiB; try --device cpu or a smaller --nsamples.",
+    )
+    add_run(
+        store, "sparsegpt", "4:8", layers=2, status="cancelled", error="Stopped on request between layers.", pid=1005
+    )
     return store
 
 
@@ -175,8 +275,10 @@ def store(synthetic_db, tmp_path, monkeypatch):
     copy = Store(tmp_path / "runs.db")
     with sqlite3.connect(copy.path) as db:  # each run's log file, in the copy
         for run_id, env in db.execute("SELECT id, env FROM runs").fetchall():
-            db.execute("UPDATE runs SET env = ? WHERE id = ?",
-                       (json.dumps({**json.loads(env), "log": str(copy.log_path(run_id))}), run_id))
+            db.execute(
+                "UPDATE runs SET env = ? WHERE id = ?",
+                (json.dumps({**json.loads(env), "log": str(copy.log_path(run_id))}), run_id),
+            )
     db.close()
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
@@ -236,28 +338,35 @@ def layer_rows(count: int):
 def test_run_live(snap_compare, store, size):
     """A run in progress: 3 of 6 layers, the last one's histogram, elapsed time and ETA, the resource
     line from its last heartbeat, the tail of its log file."""
-    assert snap_compare(make_app(store, attach="run00007"), terminal_size=size,
-                        run_before=both(layer_rows(3), log_has("FutureWarning")))
+    assert snap_compare(
+        make_app(store, attach="run00007"), terminal_size=size, run_before=both(layer_rows(3), log_has("FutureWarning"))
+    )
 
 
 def test_run_failed(snap_compare, store):
     """The error under the title; the traceback at the end of the log."""
     app = make_app(store, attach="run00008")
-    assert snap_compare(app, run_before=both(lambda app: app.screen.query_one("#run-error").display,
-                                             log_has("OutOfMemoryError")))
+    assert snap_compare(
+        app, run_before=both(lambda app: app.screen.query_one("#run-error").display, log_has("OutOfMemoryError"))
+    )
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_run_nm_histogram(snap_compare, store, size):
     """2:4 (partial perplexity, †): pruned and kept scores in each bin, and no threshold line."""
-    assert snap_compare(make_app(store, attach="run00005"), terminal_size=size,
-                        run_before=both(layer_rows(NUM_LAYERS), log_has("finished")))
+    assert snap_compare(
+        make_app(store, attach="run00005"),
+        terminal_size=size,
+        run_before=both(layer_rows(NUM_LAYERS), log_has("finished")),
+    )
 
 
 def test_run_comparison(snap_compare, store):
     """The second run of a comparison: every run of it with its perplexity on the batch line."""
-    assert snap_compare(make_app(store, attach="run00002"), run_before=both(
-        layer_rows(NUM_LAYERS), lambda app: app.batch == ("run00001", "run00002", "run00003")))
+    assert snap_compare(
+        make_app(store, attach="run00002"),
+        run_before=both(layer_rows(NUM_LAYERS), lambda app: app.batch == ("run00001", "run00002", "run00003")),
+    )
 
 
 def test_run_variance_ticks(snap_compare, store):
@@ -285,8 +394,9 @@ def test_help_on_results(snap_compare, store):
 
 
 def test_run_depth_plots_light(snap_compare, store):
-    assert snap_compare(make_app(store, theme="light", attach="run00003"), press=["s"],
-                        run_before=rows("#layers", NUM_LAYERS))
+    assert snap_compare(
+        make_app(store, theme="light", attach="run00003"), press=["s"], run_before=rows("#layers", NUM_LAYERS)
+    )
 
 
 @pytest.mark.parametrize("size", SIZES)

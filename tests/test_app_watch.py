@@ -4,6 +4,7 @@ first, and the pure helpers behind them."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
@@ -37,8 +38,18 @@ from acetui_core.store import Store
 
 SIZE = (80, 24)
 SCREENS = {"new": NewRunScreen, "run": RunScreen, "results": ResultsScreen, "runs": RunsScreen}
-CONFIG = RunConfig(model="tiny-llama", method="ace", sparsity="2:4", nsamples=64, seqlen=32, seed=3, eval_limit=8,
-                   eval_seqlen=128, device="cpu", dtype="float32")
+CONFIG = RunConfig(
+    model="tiny-llama",
+    method="ace",
+    sparsity="2:4",
+    nsamples=64,
+    seqlen=32,
+    seed=3,
+    eval_limit=8,
+    eval_seqlen=128,
+    device="cpu",
+    dtype="float32",
+)
 
 
 @pytest.fixture
@@ -47,10 +58,8 @@ def store(tmp_path):
     yield store
     for run in store.list_runs():  # no test leaves a worker process on the CPU
         if run.pid not in (None, os.getpid(), 4242):
-            try:
+            with contextlib.suppress(psutil.Error):
                 psutil.Process(run.pid).wait(timeout=60)
-            except psutil.Error:
-                pass
 
 
 def running_run(store: Store, config: RunConfig = CONFIG, layers: int = 1) -> str:
@@ -64,8 +73,14 @@ def running_run(store: Store, config: RunConfig = CONFIG, layers: int = 1) -> st
 
 
 def finished_run(store: Store) -> str:
-    return insert_run(store, Clock(), "fin00001", RunConfig(model="tiny-llama", method="wanda", sparsity="0.5"),
-                      created=1_700_000_000.0, ppl=71.47)
+    return insert_run(
+        store,
+        Clock(),
+        "fin00001",
+        RunConfig(model="tiny-llama", method="wanda", sparsity="0.5"),
+        created=1_700_000_000.0,
+        ppl=71.47,
+    )
 
 
 async def wait_for(pilot, condition, what: str, timeout: float = 30.0):
@@ -96,8 +111,9 @@ async def test_no_key_on_any_screen_raises(store, monkeypatch, tmp_path, state):
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.runs_listed, "the run list")
         for mode, screen_class in SCREENS.items():
-            keys = [b.key for b in Binding.make_bindings([*screen_class.BINDINGS, *AceApp.BINDINGS])
-                    if b.key != "ctrl+q"]
+            keys = [
+                b.key for b in Binding.make_bindings([*screen_class.BINDINGS, *AceApp.BINDINGS]) if b.key != "ctrl+q"
+            ]
             for key in [*keys, *extra]:
                 await app.switch_mode(mode)
                 if mode == "run" and state != "no runs":
@@ -124,8 +140,26 @@ async def test_no_key_on_any_screen_raises(store, monkeypatch, tmp_path, state):
 async def test_f2_opens_a_run_started_from_the_cli(store, make_tiny_model):
     model = str(make_tiny_model("llama"))
     finished_run(store)  # an older run: F2 must prefer the live one
-    command = [sys.executable, "-m", "acetui", "prune", model, "--method", "wanda", "--nsamples", "4", "--seqlen",
-               "16", "--eval-limit", "2", "--eval-seqlen", "64", "--device", "cpu", "--detach"]
+    command = [
+        sys.executable,
+        "-m",
+        "acetui",
+        "prune",
+        model,
+        "--method",
+        "wanda",
+        "--nsamples",
+        "4",
+        "--seqlen",
+        "16",
+        "--eval-limit",
+        "2",
+        "--eval-seqlen",
+        "64",
+        "--device",
+        "cpu",
+        "--detach",
+    ]
     env = {**os.environ, "ACETUI_HOME": str(store.path.parent)}
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
@@ -142,9 +176,11 @@ async def test_f2_opens_a_run_started_from_the_cli(store, make_tiny_model):
 def test_which_run_f2_shows():
     """Active beats shown-and-ended; the shown run stays while active; with nothing active the shown one
     stays; else the newest."""
+
     def run(run_id, status, created):
-        return type("R", (), {"id": run_id, "status": status, "created": created,
-                              "active": status in ("queued", "running")})()
+        return type(
+            "R", (), {"id": run_id, "status": status, "created": created, "active": status in ("queued", "running")}
+        )()
 
     old, live, new = run("a", "finished", 1), run("b", "running", 2), run("c", "finished", 3)
     assert summary.run_to_show([old, live, new], None) == "b"
@@ -167,11 +203,14 @@ def test_a_comparison_is_the_stretch_of_runs_one_process_owned():
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("mode, expected", [
-    ("osc", "\a\x1b]9;acetui: {body}\x07\x1b]777;notify;acetui;{body}\x07"),
-    ("bell", "\a"),
-    ("none", ""),
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("osc", "\a\x1b]9;acetui: {body}\x07\x1b]777;notify;acetui;{body}\x07"),
+        ("bell", "\a"),
+        ("none", ""),
+    ],
+)
 async def test_the_end_of_a_run_rings_and_notifies(store, monkeypatch, mode, expected):
     for name in ("TMUX", "TERM_PROGRAM", "LC_TERMINAL", "VTE_VERSION", "WT_SESSION"):
         monkeypatch.delenv(name, raising=False)
@@ -234,9 +273,16 @@ async def test_the_config_panel_shows_what_the_run_was_started_with(store):
         await wait_for(pilot, lambda: app.screen._run is not None, "the run")
         await pilot.press("i")
         text = str(app.screen.query_one("#config-text", Static).render())
-        for expected in ("tiny-llama", "CosP+VarP-32 (ace)", "2:4, N:M groups of inputs",
-                         "c4: 64 samples × 32 tokens, seed 3", "first 8 windows of 128 tokens", "cpu", "float32",
-                         f"logs/{run_id}.log (beside the run store)"):
+        for expected in (
+            "tiny-llama",
+            "CosP+VarP-32 (ace)",
+            "2:4, N:M groups of inputs",
+            "c4: 64 samples × 32 tokens, seed 3",
+            "first 8 windows of 128 tokens",
+            "cpu",
+            "float32",
+            f"logs/{run_id}.log (beside the run store)",
+        ):
             assert expected in text, expected
 
 
@@ -257,10 +303,20 @@ def test_resource_line_without_a_sample_says_why():
     assert summary.resource_line(run, "laptop", 0.0) == "resources: no sample recorded yet (the run is on gpu-7)"
     run.host = "laptop"
     assert summary.resource_line(run, "laptop", 0.0) == "resources: no sample recorded yet"
-    run.resources = {"taken": 100.0, "rss_mb": 512.0, "cpu_percent": 99.0, "gpu": "cuda:0", "gpu_used_mb": 40960.0,
-                     "gpu_total_mb": 81920.0, "gpu_process_mb": 30000.0, "gpu_util_percent": 88.0}
-    assert summary.resource_line(run, "laptop", 160.0) == \
-        "resources: RSS 512 MiB · CPU 99% · cuda:0 40.0 GiB/80.0 GiB 88% (sampled 1m00s ago)"
+    run.resources = {
+        "taken": 100.0,
+        "rss_mb": 512.0,
+        "cpu_percent": 99.0,
+        "gpu": "cuda:0",
+        "gpu_used_mb": 40960.0,
+        "gpu_total_mb": 81920.0,
+        "gpu_process_mb": 30000.0,
+        "gpu_util_percent": 88.0,
+    }
+    assert (
+        summary.resource_line(run, "laptop", 160.0)
+        == "resources: RSS 512 MiB · CPU 99% · cuda:0 40.0 GiB/80.0 GiB 88% (sampled 1m00s ago)"
+    )
 
 
 @pytest.mark.asyncio
@@ -268,16 +324,19 @@ async def test_the_log_pane_shows_a_failed_runs_traceback(store):
     config = RunConfig(model="tiny-llama", method="wanda", sparsity="0.5")
     run_id = store.create_run(config)
     store.log_path(run_id).parent.mkdir(parents=True, exist_ok=True)
-    store.log_path(run_id).write_text("12:00:01 load 0/1\nTraceback (most recent call last):\n"
-                                      "RuntimeError: mat1 and mat2 shapes cannot be multiplied\n")
+    store.log_path(run_id).write_text(
+        "12:00:01 load 0/1\nTraceback (most recent call last):\n"
+        "RuntimeError: mat1 and mat2 shapes cannot be multiplied\n"
+    )
     store.set_status(run_id, "failed", error="RuntimeError: mat1 and mat2 shapes cannot be multiplied")
     app = make_app(store, attach=run_id)
     async with app.run_test(size=SIZE) as pilot:
         log = app.screen.query_one("#log", RichLog)
         shown = lambda: " ".join(line.text.strip() for line in log.lines)  # noqa: E731  (lines wrap at 80 columns)
         await wait_for(pilot, lambda: "multiplied" in shown(), "the log file's lines")
-        assert shown().endswith("Traceback (most recent call last): RuntimeError: mat1 and mat2 shapes cannot be "
-                                "multiplied")
+        assert shown().endswith(
+            "Traceback (most recent call last): RuntimeError: mat1 and mat2 shapes cannot be multiplied"
+        )
         await pilot.press("l")
         assert app.screen.maximized is log  # full screen for a long traceback
         await pilot.press("escape")
@@ -362,7 +421,8 @@ async def test_an_unreadable_settings_file_is_one_warning(store):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert [str(n.message) for n in app._notifications] == [
-            f"The settings file {settings.settings_path()} could not be read (it is not valid JSON); using the defaults."]
+            f"The settings file {settings.settings_path()} could not be read (it is not valid JSON); using the defaults."
+        ]
         await pilot.press("ctrl+t")
     assert settings.load().theme == app.theme  # rewritten whole
 
@@ -415,14 +475,26 @@ async def test_the_command_palette_holds_the_apps_actions(store):
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.runs_listed, "the run list")
         titles = {command.title for command in app.get_system_commands(app.screen)}
-        assert {"New run", "Show the active run", "Export results as CSV", "Export results as LaTeX",
-                "Copy the LaTeX table", f"Cancel run {run_id}", "Next theme", "Help"} <= titles
+        assert {
+            "New run",
+            "Show the active run",
+            "Export results as CSV",
+            "Export results as LaTeX",
+            "Copy the LaTeX table",
+            f"Cancel run {run_id}",
+            "Next theme",
+            "Help",
+        } <= titles
         app.switch_mode("new")
         await pilot.press("ctrl+p")
         await pilot.press(*f"open run {run_id}")
-        await wait_for(pilot, lambda: any(f"Open run {run_id}" in str(option.prompt)
-                                          for option in app.screen.query("CommandList").first().options),
-                       "the run among the palette's commands")
+        await wait_for(
+            pilot,
+            lambda: any(
+                f"Open run {run_id}" in str(option.prompt) for option in app.screen.query("CommandList").first().options
+            ),
+            "the run among the palette's commands",
+        )
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen")
         assert app.followed == run_id

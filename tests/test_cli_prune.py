@@ -1,7 +1,6 @@
 """`acetui prune` through its real entry point: results on stdout, and one sentence + exit 2 for bad input."""
 
 import json
-import shutil
 import sys
 
 import pytest
@@ -37,8 +36,20 @@ QUICK = ["--nsamples", "4", "--seqlen", "16", "--eval-seqlen", "64", "--eval-lim
 
 def test_json_result_on_stdout_and_progress_on_stderr(cli, make_tiny_model, tiny_calib, tmp_path):
     model = make_tiny_model("llama")
-    code, out, err = cli("prune", model, "--method", "ace", "--sparsity", "2:4", "--calib", tiny_calib, *QUICK,
-                         "--save", tmp_path / "pruned", "--json")
+    code, out, err = cli(
+        "prune",
+        model,
+        "--method",
+        "ace",
+        "--sparsity",
+        "2:4",
+        "--calib",
+        tiny_calib,
+        *QUICK,
+        "--save",
+        tmp_path / "pruned",
+        "--json",
+    )
     assert code == 0, err
     result = json.loads(out)
     assert result["method"] == "ace" and result["sparsity"] == "2:4"
@@ -134,7 +145,9 @@ def test_unsupported_family(cli, tmp_path, tokenizer_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer, GPTNeoXConfig
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = GPTNeoXConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
+    config = GPTNeoXConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64
+    )
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "neox")
     tok.save_pretrained(tmp_path / "neox")
     code, _, err = cli("prune", tmp_path / "neox", "--eval", "none")

@@ -14,19 +14,37 @@ import shutil
 import subprocess
 
 import pytest
+from runhelpers import Clock, cli, insert_run
 
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.export import comparison, latex_escape, to_markdown
 from acetui_core.store import Store
-from runhelpers import Clock, cli, insert_run
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 LLAMA, OPT = "meta-llama/Llama-2-7b-hf", "/models/opt-1.3b"
-ZEROSHOT = {"boolq": {"acc": 0.7, "acc_stderr": 0.01, "acc_norm": None, "acc_norm_stderr": None, "n": 3270,
-                      "total": 3270, "partial": False, "source": "local"},
-            "rte": {"acc": 0.6, "acc_stderr": 0.03, "acc_norm": None, "acc_norm_stderr": None, "n": 277,
-                    "total": 277, "partial": False, "source": "local"}}
+ZEROSHOT = {
+    "boolq": {
+        "acc": 0.7,
+        "acc_stderr": 0.01,
+        "acc_norm": None,
+        "acc_norm_stderr": None,
+        "n": 3270,
+        "total": 3270,
+        "partial": False,
+        "source": "local",
+    },
+    "rte": {
+        "acc": 0.6,
+        "acc_stderr": 0.03,
+        "acc_norm": None,
+        "acc_norm_stderr": None,
+        "n": 277,
+        "total": 277,
+        "partial": False,
+        "source": "local",
+    },
+}
 
 WANDA_ZEROSHOT = {"boolq": {**ZEROSHOT["boolq"], "acc": 0.65}, "rte": {**ZEROSHOT["rte"], "acc": 0.62}}
 
@@ -54,10 +72,17 @@ def store(tmp_path_factory):
     clock = Clock()
     store = Store(tmp_path_factory.mktemp("export") / "runs.db", clock=clock)
     for position, (run_id, model, method, sparsity, seqlen, seed, ppl, seconds, extra) in enumerate(RUNS):
-        config = RunConfig(model=model, method=method, sparsity=sparsity, seqlen=seqlen, seed=seed,
-                           eval_limit=2 if extra.get("partial") else None)
-        insert_run(store, clock, run_id, config, created=1_700_000_000.0 + 3600 * position, ppl=ppl, seconds=seconds,
-                   **extra)
+        config = RunConfig(
+            model=model,
+            method=method,
+            sparsity=sparsity,
+            seqlen=seqlen,
+            seed=seed,
+            eval_limit=2 if extra.get("partial") else None,
+        )
+        insert_run(
+            store, clock, run_id, config, created=1_700_000_000.0 + 3600 * position, ppl=ppl, seconds=seconds, **extra
+        )
     return store
 
 
@@ -70,15 +95,18 @@ def check_golden(name: str, text: str) -> None:
         assert text == handle.read(), f"{name} differs from its golden file"
 
 
-@pytest.mark.parametrize("name, args", [
-    ("all.csv", ["--format", "csv"]),
-    ("llama.tex", ["--format", "latex", "--model", "Llama-2-7b-hf"]),
-    ("two-models-time.tex", ["--format", "latex", "--cells", "ppl-time"]),
-    ("llama.md", ["--format", "markdown", "--model", LLAMA]),
-    ("seeds.md", ["--format", "markdown", "--runs", "a0000005,a0000009,a0000001", "--columns", "seed"]),
-    ("zeroshot.tex", ["--format", "latex", "--table", "zeroshot"]),
-    ("zeroshot-mean.md", ["--format", "markdown", "--table", "zeroshot-mean"]),
-])
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("all.csv", ["--format", "csv"]),
+        ("llama.tex", ["--format", "latex", "--model", "Llama-2-7b-hf"]),
+        ("two-models-time.tex", ["--format", "latex", "--cells", "ppl-time"]),
+        ("llama.md", ["--format", "markdown", "--model", LLAMA]),
+        ("seeds.md", ["--format", "markdown", "--runs", "a0000005,a0000009,a0000001", "--columns", "seed"]),
+        ("zeroshot.tex", ["--format", "latex", "--table", "zeroshot"]),
+        ("zeroshot-mean.md", ["--format", "markdown", "--table", "zeroshot-mean"]),
+    ],
+)
 def test_export_matches_golden(store, monkeypatch, capsys, name, args):
     code, out, err = cli(monkeypatch, capsys, "export", "--store", str(store.path), *args)
     assert (code, err) == (0, "")
@@ -90,8 +118,17 @@ def test_csv_has_one_row_per_run_with_every_field(store, monkeypatch, capsys):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [row["id"] for row in rows] == [run[0] for run in RUNS]
     ace = rows[4]
-    assert (ace["status"], ace["label"], ace["config.seqlen"], ace["results.ppl_wikitext2"]) == ("finished", "CosP+VarP-16", "16", "7.11")
-    assert (ace["results.zeroshot.boolq.acc"], ace["env.torch"], ace["created"]) == ("0.7", "2.4.0", "2023-11-15T02:13:20Z")
+    assert (ace["status"], ace["label"], ace["config.seqlen"], ace["results.ppl_wikitext2"]) == (
+        "finished",
+        "CosP+VarP-16",
+        "16",
+        "7.11",
+    )
+    assert (ace["results.zeroshot.boolq.acc"], ace["env.torch"], ace["created"]) == (
+        "0.7",
+        "2.4.0",
+        "2023-11-15T02:13:20Z",
+    )
     failed = rows[9]
     assert (failed["status"], failed["error"], failed["results.ppl_wikitext2"]) == ("failed", "CUDA out of memory.", "")
 
@@ -100,8 +137,11 @@ def test_best_per_column_is_bold_and_ties_share_it(store):
     table = comparison(store.list_runs(model=LLAMA))
     assert table.rows == ["Wanda-16", "RIA-16", "CosP+VarP-16", "Wanda-FL"]
     assert table.columns == [("Llama-2-7b-hf", "50%"), ("Llama-2-7b-hf", "2:4")]
-    assert table.best == {("CosP+VarP-16", ("Llama-2-7b-hf", "50%")),
-                          ("CosP+VarP-16", ("Llama-2-7b-hf", "2:4")), ("Wanda-FL", ("Llama-2-7b-hf", "2:4"))}
+    assert table.best == {
+        ("CosP+VarP-16", ("Llama-2-7b-hf", "50%")),
+        ("CosP+VarP-16", ("Llama-2-7b-hf", "2:4")),
+        ("Wanda-FL", ("Llama-2-7b-hf", "2:4")),
+    }
     cell = table.cells[("CosP+VarP-16", ("Llama-2-7b-hf", "50%"))]
     assert cell.value == pytest.approx(7.12) and cell.sd == pytest.approx(0.0141421, rel=1e-4)
 
@@ -122,14 +162,17 @@ def test_a_selection_without_perplexity_has_no_table(store):
         comparison(store.list_runs(ids=["a0000010"]))
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--format", "pdf"], "Unknown export format 'pdf'"),
-    (["--runs", "ffff"], "no run 'ffff'"),
-    (["--model", "gpt-5"], "No run in .* matches --model gpt-5"),
-    (["--format", "latex", "--runs", "a0000010"], "None of the 1 selected run"),
-    (["--format", "latex", "--cells", "time"], "Unknown --cells 'time'"),
-    (["-o", "/nonexistent-folder/table.tex"], "the folder /nonexistent-folder does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--format", "pdf"], "Unknown export format 'pdf'"),
+        (["--runs", "ffff"], "no run 'ffff'"),
+        (["--model", "gpt-5"], "No run in .* matches --model gpt-5"),
+        (["--format", "latex", "--runs", "a0000010"], "None of the 1 selected run"),
+        (["--format", "latex", "--cells", "time"], "Unknown --cells 'time'"),
+        (["-o", "/nonexistent-folder/table.tex"], "the folder /nonexistent-folder does not exist"),
+    ],
+)
 def test_bad_export_requests_get_one_sentence(store, monkeypatch, capsys, args, message):
     code, out, err = cli(monkeypatch, capsys, "export", "--store", str(store.path), *args)
     assert code == 2 and out == ""
@@ -139,8 +182,19 @@ def test_bad_export_requests_get_one_sentence(store, monkeypatch, capsys, args, 
 
 def test_output_file(store, monkeypatch, capsys, tmp_path):
     target = tmp_path / "table.md"
-    code, out, _ = cli(monkeypatch, capsys, "export", "--store", str(store.path), "--format", "markdown",
-                       "--last", "2", "-o", str(target))
+    code, out, _ = cli(
+        monkeypatch,
+        capsys,
+        "export",
+        "--store",
+        str(store.path),
+        "--format",
+        "markdown",
+        "--last",
+        "2",
+        "-o",
+        str(target),
+    )
     assert (code, out) == (0, "")
     assert "| CosP+VarP-16 |" in target.read_text() and "Wanda" not in target.read_text()
 
@@ -149,10 +203,17 @@ def test_output_file(store, monkeypatch, capsys, tmp_path):
 @pytest.mark.parametrize("name", ["llama.tex", "two-models-time.tex", "zeroshot.tex"])
 def test_latex_compiles(tmp_path, name):
     document = tmp_path / "doc.tex"
-    document.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n"
-                        f"\\begin{{document}}\n\\input{{{os.path.join(GOLDEN, name)}}}\n\\end{{document}}\n")
-    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", document.name], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    document.write_text(
+        "\\documentclass{article}\n\\usepackage{booktabs}\n"
+        f"\\begin{{document}}\n\\input{{{os.path.join(GOLDEN, name)}}}\n\\end{{document}}\n"
+    )
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", document.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-2000:]
     assert (tmp_path / "doc.pdf").stat().st_size > 0
 
@@ -162,8 +223,11 @@ def test_zeroshot_tables_bold_the_highest_accuracy(store):
     assert [header for _, header in table.columns] == ["boolq", "rte", "Avg."]
     assert table.rows == ["Wanda-16", "CosP+VarP-16"]
     assert table.cells[("CosP+VarP-16", (table.models[0], "Avg."))].value == pytest.approx(65.0)
-    assert table.best == {("CosP+VarP-16", (table.models[0], "boolq")), ("Wanda-16", (table.models[0], "rte")),
-                          ("CosP+VarP-16", (table.models[0], "Avg."))}
+    assert table.best == {
+        ("CosP+VarP-16", (table.models[0], "boolq")),
+        ("Wanda-16", (table.models[0], "rte")),
+        ("CosP+VarP-16", (table.models[0], "Avg.")),
+    }
     mean = comparison(store.list_runs(model=LLAMA), measure="zeroshot-mean")
     assert [header for _, header in mean.columns] == ["50%"]
 
@@ -192,11 +256,25 @@ def two_runs(tmp_path, changes: tuple[dict, dict], seed: int = 0) -> list:
     store = Store(tmp_path / "runs.db", clock=clock)
     config_changes, result_changes = changes
     first = BASE if "method" not in config_changes else RunConfig(**{**BASE.to_dict(), "method": "ace"})
-    insert_run(store, clock, "c0000001", first, created=1_700_000_000.0, ppl=11.70,
-               result={"calibration": CALIBRATION, "model_fingerprint": "13476839424:1"})
+    insert_run(
+        store,
+        clock,
+        "c0000001",
+        first,
+        created=1_700_000_000.0,
+        ppl=11.70,
+        result={"calibration": CALIBRATION, "model_fingerprint": "13476839424:1"},
+    )
     second = RunConfig(**{**first.to_dict(), **config_changes, "seed": seed})
-    insert_run(store, clock, "c0000002", second, created=1_700_003_600.0, ppl=12.30,
-               result={"calibration": CALIBRATION, "model_fingerprint": "13476839424:1", **result_changes})
+    insert_run(
+        store,
+        clock,
+        "c0000002",
+        second,
+        created=1_700_003_600.0,
+        ppl=12.30,
+        result={"calibration": CALIBRATION, "model_fingerprint": "13476839424:1", **result_changes},
+    )
     return store.list_runs()
 
 
@@ -222,10 +300,19 @@ def test_a_mixed_selection_in_every_format(tmp_path, monkeypatch, capsys):
     clock = Clock()
     store = Store(tmp_path / "runs.db", clock=clock)
     for position, (run_id, nsamples, limit, seed, ppl) in enumerate(
-            [("d0000001", 128, 2, 0, 180.50), ("d0000002", 32, 4, 0, 231.52), ("d0000003", 128, 2, 1, 182.10)]):
+        [("d0000001", 128, 2, 0, 180.50), ("d0000002", 32, 4, 0, 231.52), ("d0000003", 128, 2, 1, 182.10)]
+    ):
         config = RunConfig(model=LLAMA, method="wanda", sparsity="2:4", nsamples=nsamples, eval_limit=limit, seed=seed)
-        insert_run(store, clock, run_id, config, created=1_700_000_000.0 + 3600 * position, ppl=ppl, partial=True,
-                   result={"ppl_windows": limit, "calibration": {**CALIBRATION, "nsamples": nsamples}})
+        insert_run(
+            store,
+            clock,
+            run_id,
+            config,
+            created=1_700_000_000.0 + 3600 * position,
+            ppl=ppl,
+            partial=True,
+            result={"ppl_windows": limit, "calibration": {**CALIBRATION, "nsamples": nsamples}},
+        )
     for name, fmt in (("mixed.md", "markdown"), ("mixed.tex", "latex"), ("mixed.csv", "csv")):
         code, out, err = cli(monkeypatch, capsys, "export", "--store", str(store.path), "--format", fmt)
         assert (code, err) == (0, "")

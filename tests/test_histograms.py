@@ -43,8 +43,9 @@ def test_a_histogram_stored_before_the_split_still_reads():
 def test_the_pipeline_records_the_masks_pruned_counts(make_tiny_model):
     """On a tiny LLaMA at 2:4 every linear is small enough to be binned whole (stride 1): the pruned
     counts add up to exactly half its weights."""
-    config = RunConfig(model=str(make_tiny_model("llama")), method="wanda", sparsity="2:4", nsamples=2, seqlen=8,
-                       evals=[])
+    config = RunConfig(
+        model=str(make_tiny_model("llama")), method="wanda", sparsity="2:4", nsamples=2, seqlen=8, evals=[]
+    )
     events = []
     pipeline.run(config, events.append)
     linears = [linear for e in events if isinstance(e, LayerPruned) for linear in e.layer.linears]
@@ -53,4 +54,4 @@ def test_the_pipeline_records_the_masks_pruned_counts(make_tiny_model):
         h = linear.histogram
         assert h.stride == 1 and h.threshold is None
         assert sum(h.pruned) == linear.d_out * linear.d_in // 2, linear.name
-        assert all(0 <= p <= c for p, c in zip(h.pruned, h.counts))
+        assert all(0 <= p <= c for p, c in zip(h.pruned, h.counts, strict=False))

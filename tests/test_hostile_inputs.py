@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from runhelpers import cli
 
 from acetui_core.errors import UserError
 from acetui_core.store import Store
-from runhelpers import cli
 
 
 def _calib(tmp: Path, name: str, text: str) -> Path:
@@ -54,11 +54,15 @@ CASES = {
     "weights that do not fit the config": (["prune", "{wrong-shape}"], "could not be loaded as a model"),
     "evaluation window too short": (["prune", "{model}", "--eval-seqlen", "1"], "--eval-seqlen must be at least 2"),
     "evaluation window too long": (["prune", "{model}", "--eval-seqlen", "4096"], "longer than the model's context"),
-    "zero-shot batch size 0": (["prune", "{model}", "--eval", "zeroshot", "--batch-size", "0"],
-                               "--batch-size must be at least 1"),
+    "zero-shot batch size 0": (
+        ["prune", "{model}", "--eval", "zeroshot", "--batch-size", "0"],
+        "--batch-size must be at least 1",
+    ),
     "save where the OS refuses": (["prune", "{model}", "--save", "/proc/acetui-out"], "cannot be written"),
-    "a file where the logs folder goes": (["prune", "{model}", "--store", "{blocked}/runs.db"],
-                                          "Runs cannot keep their logs in"),
+    "a file where the logs folder goes": (
+        ["prune", "{model}", "--store", "{blocked}/runs.db"],
+        "Runs cannot keep their logs in",
+    ),
     "sparsity 1.3": (["compare", "{model}", "--sparsity", "0.5,1.3"], "out of range"),
     "3:2": (["sweep", "{model}", "--sparsity", "3:2"], "smaller than M"),
     "unknown metric": (["compare", "{model}", "--methods", "wanda,cosine"], "Unknown method 'cosine'"),
@@ -68,14 +72,16 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(case, tmp_path, make_tiny_model,
-                                                                               monkeypatch, capsys):
+def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
+    case, tmp_path, make_tiny_model, monkeypatch, capsys
+):
     model = make_tiny_model("llama")
     blocked = tmp_path / "blocked"
     blocked.mkdir()
     (blocked / "logs").write_text("a file where a folder should be")
     places = {
-        "model": model, "blocked": blocked,
+        "model": model,
+        "blocked": blocked,
         "empty": _calib(tmp_path, "empty.jsonl", ""),
         "number": _calib(tmp_path, "number.jsonl", '{"text": "words"}\n{"text": 42}\n'),
         "null": _calib(tmp_path, "null.jsonl", '{"text": null}\n'),
@@ -117,8 +123,9 @@ def test_a_float32_run_is_not_told_to_use_float32(make_tiny_model):
     with torch.no_grad():
         decoder_layers(loaded.model)[0].input_layernorm.weight.fill_(float("inf"))
     with pytest.raises(UserError) as error:
-        pipeline.run(RunConfig(model=loaded.source, method="wanda", sparsity="0.5", nsamples=2, evals=[]),
-                     loaded=loaded)
+        pipeline.run(
+            RunConfig(model=loaded.source, method="wanda", sparsity="0.5", nsamples=2, evals=[]), loaded=loaded
+        )
     assert "contain NaN or inf" in str(error.value) and "--dtype float32" not in str(error.value)
 
 
@@ -144,15 +151,21 @@ def test_a_perplexity_beyond_floats_is_infinite_not_a_crash():
 def test_one_damaged_row_does_not_hide_the_others(tmp_path, monkeypatch, capsys):
     import sqlite3
 
-    from acetui_core.config import RunConfig
     from runhelpers import Clock, insert_run
+
+    from acetui_core.config import RunConfig
 
     clock = Clock()
     store = Store(tmp_path / "runs.db", clock=clock)
     for number in range(3):
-        insert_run(store, clock, f"e000000{number}",
-                   RunConfig(model="org/m", method="wanda", sparsity="0.5", seed=number),
-                   created=1_700_000_000.0 + number, ppl=10.0 + number)
+        insert_run(
+            store,
+            clock,
+            f"e000000{number}",
+            RunConfig(model="org/m", method="wanda", sparsity="0.5", seed=number),
+            created=1_700_000_000.0 + number,
+            ppl=10.0 + number,
+        )
     with sqlite3.connect(store.path) as db:
         db.execute("UPDATE runs SET results = '{\"ppl_wikitext2\": \"many\"' WHERE id = 'e0000001'")
     db.close()

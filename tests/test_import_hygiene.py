@@ -26,8 +26,9 @@ def test_core_imports_without_ui_packages():
     modules = [f"acetui_core.{m.name}" for m in pkgutil.iter_modules(acetui_core.__path__)]
     assert "acetui_core.pipeline" in modules and "acetui_core.store" in modules
     code = f"MODULES = {modules!r}\n" + BLOCK
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(acetui_core.__file__).parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(acetui_core.__file__).parent.parent
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 

@@ -9,19 +9,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from runhelpers import cli
 from textual.widgets import Input
 
 from acetui.app import make_app
 from acetui_core.launch import Grid, InProcess, LocalProcesses, launch
 from acetui_core.store import Store
-from runhelpers import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_methods_without_calibration_run_once_per_model_and_sparsity():
     configs = Grid(["m"], ["magnitude", "wanda"], ["0.5", "2:4"], [16, "full"], [0, 1]).configs()
-    assert [(c.sparsity, c.seqlen, c.seed) for c in configs if c.method == "magnitude"] == [("0.5", 16, 0), ("2:4", 16, 0)]
+    assert [(c.sparsity, c.seqlen, c.seed) for c in configs if c.method == "magnitude"] == [
+        ("0.5", 16, 0),
+        ("2:4", 16, 0),
+    ]
     wanda = [(c.seqlen, c.seed, c.sparsity) for c in configs if c.method == "wanda"]
     assert len(wanda) == len(set(wanda)) == 8
 
@@ -36,12 +39,26 @@ def started(monkeypatch):
 
 
 @pytest.mark.asyncio
-async def test_the_app_and_the_cli_queue_the_same_runs_through_the_door(tmp_path, make_tiny_model, started,
-                                                                         monkeypatch, capsys):
+async def test_the_app_and_the_cli_queue_the_same_runs_through_the_door(
+    tmp_path, make_tiny_model, started, monkeypatch, capsys
+):
     model = str(make_tiny_model("llama"))
     cli_store = tmp_path / "cli" / "runs.db"
-    code, _, err = cli(monkeypatch, capsys, "compare", model, "--methods", "magnitude,wanda", "--sparsity", "0.5,2:4",
-                       "--seqlen", "16,full", "--detach", "--store", cli_store)
+    code, _, err = cli(
+        monkeypatch,
+        capsys,
+        "compare",
+        model,
+        "--methods",
+        "magnitude,wanda",
+        "--sparsity",
+        "0.5,2:4",
+        "--seqlen",
+        "16,full",
+        "--detach",
+        "--store",
+        cli_store,
+    )
     assert code == 0, err
     [(executor, cli_ids)] = started
     assert executor == "local processes"
@@ -65,19 +82,31 @@ async def test_the_app_and_the_cli_queue_the_same_runs_through_the_door(tmp_path
     from_app = [run.config for run in app_store.list_runs(ids=started[1][1])]
     assert from_app == from_cli
     assert [(c.method, c.sparsity, c.seqlen) for c in from_cli] == [
-        ("magnitude", "0.5", 16), ("magnitude", "2:4", 16),
-        ("wanda", "0.5", 16), ("wanda", "2:4", 16), ("wanda", "0.5", "full"), ("wanda", "2:4", "full")]
+        ("magnitude", "0.5", 16),
+        ("magnitude", "2:4", 16),
+        ("wanda", "0.5", 16),
+        ("wanda", "2:4", 16),
+        ("wanda", "0.5", "full"),
+        ("wanda", "2:4", "full"),
+    ]
 
 
-@pytest.mark.parametrize("args, sentence", [
-    (["compare", "{model}", "--eval", "wikitext2,zeroshot", "--tasks", "boolq,piqa"], "Unknown zero-shot task 'piqa'"),
-    (["compare", "{tmp}/missing-model", "--methods", "wanda"], "Model path {tmp}/missing-model does not exist."),
-    (["prune", "{tmp}/missing-model", "--detach"], "Model path {tmp}/missing-model does not exist."),
-    (["prune", "{model}", "--calib", "{tmp}/empty.jsonl", "--detach"], "holds no text to calibrate on"),
-    (["compare", "{model}", "--methods", "wanda", "--calib", "{tmp}/empty.jsonl"], "holds no text to calibrate on"),
-])
-def test_a_bad_grid_is_refused_before_anything_is_queued(tmp_path, make_tiny_model, started, monkeypatch, capsys,
-                                                         args, sentence):
+@pytest.mark.parametrize(
+    "args, sentence",
+    [
+        (
+            ["compare", "{model}", "--eval", "wikitext2,zeroshot", "--tasks", "boolq,piqa"],
+            "Unknown zero-shot task 'piqa'",
+        ),
+        (["compare", "{tmp}/missing-model", "--methods", "wanda"], "Model path {tmp}/missing-model does not exist."),
+        (["prune", "{tmp}/missing-model", "--detach"], "Model path {tmp}/missing-model does not exist."),
+        (["prune", "{model}", "--calib", "{tmp}/empty.jsonl", "--detach"], "holds no text to calibrate on"),
+        (["compare", "{model}", "--methods", "wanda", "--calib", "{tmp}/empty.jsonl"], "holds no text to calibrate on"),
+    ],
+)
+def test_a_bad_grid_is_refused_before_anything_is_queued(
+    tmp_path, make_tiny_model, started, monkeypatch, capsys, args, sentence
+):
     (tmp_path / "empty.jsonl").write_text("")
     store = tmp_path / "runs.db"
     fill = {"model": make_tiny_model("llama"), "tmp": tmp_path}
@@ -93,8 +122,15 @@ def test_in_process_runs_record_their_events_and_log(tmp_path, make_tiny_model):
     events = []
     calib = tmp_path / "calib.txt"
     calib.write_text((REPO / "README.md").read_text())
-    config = RunConfig(model=str(make_tiny_model("llama")), method="wanda", sparsity="0.5", nsamples=4,
-                       calib=str(calib), eval_seqlen=64, eval_limit=2)
+    config = RunConfig(
+        model=str(make_tiny_model("llama")),
+        method="wanda",
+        sparsity="0.5",
+        nsamples=4,
+        calib=str(calib),
+        eval_seqlen=64,
+        eval_limit=2,
+    )
     [run_id] = launch([config], InProcess(on_event=lambda run_id, event: events.append((run_id, event))), store)
     run = store.get_run(run_id)
     assert run.status == "finished" and run.results.run_id == run_id and run.layers_done == 2
@@ -107,8 +143,13 @@ def test_in_process_runs_record_their_events_and_log(tmp_path, make_tiny_model):
 
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--config", str(REPO / "pyproject.toml")],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--config", str(REPO / "pyproject.toml")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -126,11 +167,14 @@ def test_the_import_contracts_hold(source_copy):
     assert "0 broken" in done.stdout
 
 
-@pytest.mark.parametrize("module, line, contract", [
-    ("acetui_core/pipeline.py", "import textual", "The engine imports no face"),
-    ("acetui_core/masks.py", "from acetui_core import store", "Scores, masks and statistics know nothing"),
-    ("acetui/progress.py", "import acetui.cli", "No import circle"),
-])
+@pytest.mark.parametrize(
+    "module, line, contract",
+    [
+        ("acetui_core/pipeline.py", "import textual", "The engine imports no face"),
+        ("acetui_core/masks.py", "from acetui_core import store", "Scores, masks and statistics know nothing"),
+        ("acetui/progress.py", "import acetui.cli", "No import circle"),
+    ],
+)
 def test_a_forbidden_import_breaks_a_contract(source_copy, tmp_path, module, line, contract):
     root = tmp_path / "copy"
     shutil.copytree(source_copy, root)

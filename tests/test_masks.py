@@ -53,11 +53,19 @@ def test_nm_needs_divisible_width():
         check_nm_fits(parse_sparsity("2:3"), 8, "layer 0 q")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("0", "out of range"), ("1", "out of range"), ("1.3", "out of range"), ("-0.1", "out of range"),
-    ("abc", "neither a ratio"), ("3:2", "N must be at least 1 and smaller than M"), ("0:4", "N must be at least 1"),
-    ("a:b", "two whole numbers"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0", "out of range"),
+        ("1", "out of range"),
+        ("1.3", "out of range"),
+        ("-0.1", "out of range"),
+        ("abc", "neither a ratio"),
+        ("3:2", "N must be at least 1 and smaller than M"),
+        ("0:4", "N must be at least 1"),
+        ("a:b", "two whole numbers"),
+    ],
+)
 def test_bad_sparsity_is_one_sentence(text, message):
     with pytest.raises(UserError, match=message):
         parse_sparsity(text)

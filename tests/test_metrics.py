@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS, get_method
 from acetui_core.stats import ColumnStats
-from acetui_core.errors import UserError
 
 W = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.25, -4.0]])
 X = torch.tensor([[1.0, 2.0, -1.0], [0.5, -3.0, 2.0], [2.0, 0.0, 1.0], [-1.0, 1.0, 0.5]])  # T=4 tokens

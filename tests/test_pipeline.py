@@ -27,8 +27,16 @@ def calib_file(tmp_path_factory, shared_data):
 
 
 def config(model, method, sparsity="0.5", calib="c4", **kw):
-    return RunConfig(model=str(model), method=method, sparsity=sparsity, calib=calib, nsamples=NSAMPLES,
-                     seqlen=SEQLEN, evals=[], **kw)
+    return RunConfig(
+        model=str(model),
+        method=method,
+        sparsity=sparsity,
+        calib=calib,
+        nsamples=NSAMPLES,
+        seqlen=SEQLEN,
+        evals=[],
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2", "opt", "gpt2"])
@@ -89,7 +97,8 @@ def test_next_layer_sees_the_pruned_layer(loaded, calib_file):
     layers = decoder_layers(loaded.model)
     seen = []
     hook = layers[1].register_forward_pre_hook(
-        lambda m, args, kwargs: seen.append((args[0] if args else kwargs["hidden_states"]).clone()), with_kwargs=True)
+        lambda m, args, kwargs: seen.append((args[0] if args else kwargs["hidden_states"]).clone()), with_kwargs=True
+    )
     try:
         pipeline.run(config(loaded.source, "wanda", calib=calib_file), loaded=loaded)
     finally:
@@ -102,7 +111,8 @@ def test_next_layer_sees_the_pruned_layer(loaded, calib_file):
     def layer1_inputs():
         got = []
         h = layers[1].register_forward_pre_hook(
-            lambda m, args, kwargs: got.append(args[0] if args else kwargs["hidden_states"]), with_kwargs=True)
+            lambda m, args, kwargs: got.append(args[0] if args else kwargs["hidden_states"]), with_kwargs=True
+        )
         with torch.no_grad():
             loaded.model(input_ids=windows, use_cache=False)
         h.remove()
@@ -158,6 +168,7 @@ def test_same_seed_same_windows(tokenizer_dir):
     assert a.shape == (16, 32)
     assert torch.equal(a, calibration_windows(ids, 16, 32, seed=0))
     assert not torch.equal(a, calibration_windows(ids, 16, 32, seed=1))
+
     # Wanda's sampler: every window is a contiguous slice of one document
     def joined(tokens):
         return "," + ",".join(map(str, tokens)) + ","
@@ -172,4 +183,4 @@ def test_the_evaluation_stage_is_announced_before_its_first_batch(make_tiny_mode
     pipeline.run(replace(run, evals=["wikitext2"], eval_seqlen=64, eval_limit=3), events.append)
     stages = [(e.name, e.done) for e in events if isinstance(e, Stage)]
     first = stages.index(("wikitext2", 0))
-    assert first > stages.index(("calibration", NSAMPLES)) and all(done > 0 for _, done in stages[first + 1:])
+    assert first > stages.index(("calibration", NSAMPLES)) and all(done > 0 for _, done in stages[first + 1 :])

@@ -30,13 +30,21 @@ def test_a_sample_reads_this_process():
 def test_gpu_fields_come_from_the_current_cuda_device(monkeypatch):
     """With CUDA initialised: the device's used/total memory, this process's share, and NVML's load."""
     cuda = types.SimpleNamespace(
-        is_initialized=lambda: True, current_device=lambda: 1,
+        is_initialized=lambda: True,
+        current_device=lambda: 1,
         mem_get_info=lambda device: (30 * 2**30, 80 * 2**30),
-        memory_reserved=lambda device: 42 * 2**30, utilization=lambda device: 97)
+        memory_reserved=lambda device: 42 * 2**30,
+        utilization=lambda device: 97,
+    )
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     sample = ResourceSampler().sample()
-    assert (sample.gpu, sample.gpu_used_mb, sample.gpu_total_mb, sample.gpu_process_mb, sample.gpu_util_percent) == \
-        ("cuda:1", 50 * 1024, 80 * 1024, 42 * 1024, 97.0)
+    assert (sample.gpu, sample.gpu_used_mb, sample.gpu_total_mb, sample.gpu_process_mb, sample.gpu_util_percent) == (
+        "cuda:1",
+        50 * 1024,
+        80 * 1024,
+        42 * 1024,
+        97.0,
+    )
 
     def no_nvml(device):
         raise ModuleNotFoundError("pynvml")
@@ -46,8 +54,9 @@ def test_gpu_fields_come_from_the_current_cuda_device(monkeypatch):
 
 
 def test_cuda_is_not_initialised_by_sampling(monkeypatch):
-    cuda = types.SimpleNamespace(is_initialized=lambda: False,
-                                 mem_get_info=lambda device: pytest.fail("would create a CUDA context"))
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: False, mem_get_info=lambda device: pytest.fail("would create a CUDA context")
+    )
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     assert resources._gpu_fields() == {}
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from runhelpers import cli
 
 from acetui_core.store import TERMINAL, Store
-from runhelpers import cli
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = 12  # the slow model: enough layers to interrupt between them
@@ -39,8 +39,15 @@ def slow_model(tmp_path_factory, tokenizer_dir) -> Path:
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     out = tmp_path_factory.mktemp("tiny-llama-12")
     AutoModelForCausalLM.from_config(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -64,9 +71,9 @@ def store_path(tmp_path) -> Path:
 
 def spawn(*args, tmp_path: Path) -> subprocess.Popen:
     """``acetui ARGS`` as a separate process (its output in files: a full pipe would block it)."""
-    out, err = open(tmp_path / "out.txt", "wb"), open(tmp_path / "err.txt", "wb")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "acetui", *map(str, args)], stdout=out, stderr=err, env=env)
+    with open(tmp_path / "out.txt", "wb") as out, open(tmp_path / "err.txt", "wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "acetui", *map(str, args)], stdout=out, stderr=err, env=env)
 
 
 def wait_for(store_path: Path, check, timeout: float = 120.0):
@@ -116,15 +123,18 @@ def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, 
     assert code == 2 and err == f"acetui: There is no run '{run.id}' in {store_path} (acetui runs lists them).\n"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["runs", "--store", "{tmp}"], "is a folder"),
-    (["runs", "--store", "{tmp}/notes.txt"], "not an acetui run store"),
-    (["runs", "--store", "{tmp}/notes.txt/runs.db"], "Cannot create the folder"),
-    (["compare", "m", "--methods", "wanda,nope"], "Unknown method 'nope'"),
-    (["compare", "m", "--sparsity", "0.5,half"], "Sparsity 'half'"),
-    (["sweep", "m", "--seeds", "0,one"], "--seeds must be a whole number, not 'one'"),
-    (["runs", "--status", "done"], "Unknown status 'done'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["runs", "--store", "{tmp}"], "is a folder"),
+        (["runs", "--store", "{tmp}/notes.txt"], "not an acetui run store"),
+        (["runs", "--store", "{tmp}/notes.txt/runs.db"], "Cannot create the folder"),
+        (["compare", "m", "--methods", "wanda,nope"], "Unknown method 'nope'"),
+        (["compare", "m", "--sparsity", "0.5,half"], "Sparsity 'half'"),
+        (["sweep", "m", "--seeds", "0,one"], "--seeds must be a whole number, not 'one'"),
+        (["runs", "--status", "done"], "Unknown status 'done'"),
+    ],
+)
 def test_bad_input_gets_one_sentence(tmp_path, monkeypatch, capsys, args, message):
     (tmp_path / "notes.txt").write_text("not a database " * 100)
     code, out, err = cli(monkeypatch, capsys, *(a.format(tmp=tmp_path) for a in args))
@@ -166,10 +176,20 @@ def test_sigkill_leaves_an_interrupted_run_with_its_finished_layers(slow_model, 
     assert all(len(layer.linears) == 7 for layer in run.layers)
 
 
-def test_a_detached_run_outlives_its_parent_and_can_be_watched(make_tiny_model, fast, store_path, tmp_path,
-                                                                monkeypatch, capsys):
-    parent = spawn("prune", make_tiny_model("llama"), "--method", "ria", *fast, "--detach", "--store", store_path,
-                   tmp_path=tmp_path)
+def test_a_detached_run_outlives_its_parent_and_can_be_watched(
+    make_tiny_model, fast, store_path, tmp_path, monkeypatch, capsys
+):
+    parent = spawn(
+        "prune",
+        make_tiny_model("llama"),
+        "--method",
+        "ria",
+        *fast,
+        "--detach",
+        "--store",
+        store_path,
+        tmp_path=tmp_path,
+    )
     assert parent.wait(timeout=120) == 0
     run_id = (tmp_path / "out.txt").read_text().strip()
     run = Store(store_path).get_run(run_id)
@@ -184,8 +204,20 @@ def test_a_detached_run_outlives_its_parent_and_can_be_watched(make_tiny_model, 
 
 
 def test_a_detached_grid_goes_on_when_one_run_is_cancelled(slow_model, slow, store_path, tmp_path, monkeypatch, capsys):
-    code, out, _ = cli(monkeypatch, capsys, "compare", slow_model, "--methods", "wanda,magnitude", "--sparsity", "0.5",
-                       *slow, "--detach", "--store", store_path)
+    code, out, _ = cli(
+        monkeypatch,
+        capsys,
+        "compare",
+        slow_model,
+        "--methods",
+        "wanda,magnitude",
+        "--sparsity",
+        "0.5",
+        *slow,
+        "--detach",
+        "--store",
+        store_path,
+    )
     first, second = out.split()
     assert code == 0 and Store(store_path).get_run(second).status == "queued"
     run = wait_for(store_path, running_with_layers)
@@ -203,29 +235,67 @@ def test_compare_loads_the_model_once_and_prints_the_table(make_tiny_model, fast
     import acetui_core.models
 
     model = make_tiny_model("llama")
-    code, out, _ = cli(monkeypatch, capsys, "prune", model, "--method", "ace", "--sparsity", "2:4", *fast, "--json",
-                       "--store", store_path)
+    code, out, _ = cli(
+        monkeypatch,
+        capsys,
+        "prune",
+        model,
+        "--method",
+        "ace",
+        "--sparsity",
+        "2:4",
+        *fast,
+        "--json",
+        "--store",
+        store_path,
+    )
     alone = json.loads(out)["ppl_wikitext2"]
     loads = []
     real_load = acetui_core.models.load_model
     monkeypatch.setattr(acetui_core.models, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
-    code, out, _ = cli(monkeypatch, capsys, "compare", model, "--methods", "wanda,ace", "--sparsity", "0.5,2:4", *fast,
-                       "--store", store_path)
+    code, out, _ = cli(
+        monkeypatch,
+        capsys,
+        "compare",
+        model,
+        "--methods",
+        "wanda,ace",
+        "--sparsity",
+        "0.5,2:4",
+        *fast,
+        "--store",
+        store_path,
+    )
     assert code == 0 and len(loads) == 1
     lines = out.splitlines()
     assert lines[2].split() == ["|", "Method", "|", "50%", "|", "2:4", "|"]
     assert [line.split("|")[1].strip() for line in lines[4:6]] == ["Wanda-16", "CosP+VarP-16"]
     grid = Store(store_path).list_runs()[1:]
     assert [(r.status, r.config.method, r.config.sparsity) for r in grid] == [
-        ("finished", "wanda", "0.5"), ("finished", "wanda", "2:4"), ("finished", "ace", "0.5"), ("finished", "ace", "2:4")]
+        ("finished", "wanda", "0.5"),
+        ("finished", "wanda", "2:4"),
+        ("finished", "ace", "0.5"),
+        ("finished", "ace", "2:4"),
+    ]
     # The last run pruned a model the others had pruned before: reset must give it the dense weights back.
     assert grid[-1].ppl == pytest.approx(alone, rel=1e-6)
 
 
 def test_sweep_puts_calibration_lengths_in_columns(make_tiny_model, fast, store_path, monkeypatch, capsys):
     options = [o for o in fast if o not in ("--seqlen", "16")]
-    code, out, _ = cli(monkeypatch, capsys, "sweep", make_tiny_model("llama"), "--method", "wanda", "--seqlen", "8,16",
-                       *options, "--store", store_path)
+    code, out, _ = cli(
+        monkeypatch,
+        capsys,
+        "sweep",
+        make_tiny_model("llama"),
+        "--method",
+        "wanda",
+        "--seqlen",
+        "8,16",
+        *options,
+        "--store",
+        store_path,
+    )
     assert code == 0
     assert out.splitlines()[2].split() == ["|", "Method", "|", "8", "|", "16", "|"]
     assert out.splitlines()[4].split("|")[1].strip() == "Wanda"
@@ -237,8 +307,19 @@ def test_compare_runs_one_worker_per_gpu(make_tiny_model, fast, store_path, monk
 
     monkeypatch.setattr(acetui_core.launch, "visible_gpus", lambda: 2)  # this machine has none; the workers run on CPU
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    code, out, _ = cli(monkeypatch, capsys, "compare", make_tiny_model("llama"), "--methods", "wanda",
-                       "--sparsity", "0.5,2:4", *fast, "--store", store_path)
+    code, out, _ = cli(
+        monkeypatch,
+        capsys,
+        "compare",
+        make_tiny_model("llama"),
+        "--methods",
+        "wanda",
+        "--sparsity",
+        "0.5,2:4",
+        *fast,
+        "--store",
+        store_path,
+    )
     assert code == 0 and "| Wanda-16 |" in out
     runs = Store(store_path).list_runs()
     assert [r.status for r in runs] == ["finished", "finished"]

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from runhelpers import cli
 
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
@@ -15,7 +16,6 @@ from acetui_core.jobfolder import sync
 from acetui_core.launch import Grid, launch
 from acetui_core.slurm import Slurm, minutes
 from acetui_core.store import TERMINAL, Store
-from runhelpers import cli
 
 pytest.importorskip("submitit")
 
@@ -51,14 +51,20 @@ def test_a_bad_time_limit_is_one_sentence():
 
 def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny_model, calib):
     store = Store(tmp_path / "runs.db")
-    grid = Grid([str(make_tiny_model("llama"))], ["wanda", "ace"], ["0.5"],
-                common={"calib": str(calib), "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2})
+    grid = Grid(
+        [str(make_tiny_model("llama"))],
+        ["wanda", "ace"],
+        ["0.5"],
+        common={"calib": str(calib), "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2},
+    )
     run_ids = launch(grid.configs(), Slurm(cluster="local", gpus_per_job=0), store)
     queued = store.list_runs(ids=run_ids)
     assert [run.executor for run in queued] == ["slurm", "slurm"] and all(run.job for run in queued)
     runs = wait_until_ended(store, run_ids)
-    assert [(run.status, run.layers_done, run.label) for run in runs] == [("finished", 2, "Wanda-16"),
-                                                                          ("finished", 2, "CosP+VarP-16")]
+    assert [(run.status, run.layers_done, run.label) for run in runs] == [
+        ("finished", 2, "Wanda-16"),
+        ("finished", 2, "CosP+VarP-16"),
+    ]
     assert all(run.results.ppl_wikitext2 > 1 and run.results.run_id == run.id for run in runs)
     assert all("layer 2/2 pruned" in Path(run.env["log"]).read_text() for run in runs)
     assert sync(store) == 0  # everything was imported once
@@ -67,8 +73,9 @@ def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny
 def test_acetui_runs_cancel_stops_a_cluster_run_between_layers(tmp_path, tokenizer_dir, calib, monkeypatch, capsys):
     model = deep_model(tmp_path / "deep", tokenizer_dir)
     store = Store(tmp_path / "runs.db")
-    config = RunConfig(model=str(model), method="ace", sparsity="0.5", calib=str(calib), nsamples=128, seqlen=64,
-                       evals=[])
+    config = RunConfig(
+        model=str(model), method="ace", sparsity="0.5", calib=str(calib), nsamples=128, seqlen=64, evals=[]
+    )
     [run_id] = launch([config], Slurm(cluster="local", gpus_per_job=0), store)
     deadline = time.monotonic() + 240
     while store.get_run(run_id, layers=False).layers_done < 1:
@@ -88,22 +95,35 @@ def deep_model(folder: Path, tokenizer_dir: Path, layers: int = 16) -> Path:
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    AutoModelForCausalLM.from_config(LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)).save_pretrained(folder)
+    AutoModelForCausalLM.from_config(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+        )
+    ).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
 
-def test_a_two_run_grid_on_a_real_slurm_cluster(slurm_cluster, tmp_path, make_tiny_model, tokenizer_dir, calib,
-                                                monkeypatch, capsys):
+def test_a_two_run_grid_on_a_real_slurm_cluster(
+    slurm_cluster, tmp_path, make_tiny_model, tokenizer_dir, calib, monkeypatch, capsys
+):
     """The issue's check: a two-run grid through the door runs as one job array on a real Slurm, its
     progress shows in `acetui runs watch`, both results land in the store, and a job cancelled with
     `scancel` is marked cancelled."""
     store = Store(tmp_path / "runs.db")
     executor = Slurm(partition=slurm_cluster.partition, gpus_per_job=1, time="10", folder=slurm_cluster.work_dir)
-    grid = Grid([str(make_tiny_model("llama"))], ["wanda", "ria"], ["0.5"],
-                common={"calib": str(calib), "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2})
+    grid = Grid(
+        [str(make_tiny_model("llama"))],
+        ["wanda", "ria"],
+        ["0.5"],
+        common={"calib": str(calib), "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2},
+    )
     run_ids = launch(grid.configs(), executor, store)
     jobs = [run.job["job_id"] for run in store.list_runs(ids=run_ids)]
     assert [job.split("_")[1] for job in jobs] == ["0", "1"] and len({job.split("_")[0] for job in jobs}) == 1
@@ -114,8 +134,15 @@ def test_a_two_run_grid_on_a_real_slurm_cluster(slurm_cluster, tmp_path, make_ti
     assert [(run.status, run.layers_done) for run in runs] == [("finished", 2), ("finished", 2)]
     assert all(run.env.get("slurm_job_id") for run in runs)
 
-    slow = RunConfig(model=str(deep_model(tmp_path / "deep", tokenizer_dir)), method="ace", sparsity="0.5",
-                     calib=str(calib), nsamples=128, seqlen=64, evals=[])
+    slow = RunConfig(
+        model=str(deep_model(tmp_path / "deep", tokenizer_dir)),
+        method="ace",
+        sparsity="0.5",
+        calib=str(calib),
+        nsamples=128,
+        seqlen=64,
+        evals=[],
+    )
     [slow_id] = launch([slow], executor, store)
     deadline = time.monotonic() + 240
     while store.get_run(slow_id, layers=False).layers_done < 1:

@@ -21,7 +21,9 @@ def ppl_at_50(smollm):
         config = RunConfig(model=smollm.source, method=method, sparsity="0.5", **EVAL)
         results[method] = pipeline.run(config, loaded=smollm).ppl_wikitext2
     smollm.reset()
-    results["dense"] = pipeline.evaluate(smollm, RunConfig(model=smollm.source, method="wanda", sparsity="0.5", **EVAL)).ppl_wikitext2
+    results["dense"] = pipeline.evaluate(
+        smollm, RunConfig(model=smollm.source, method="wanda", sparsity="0.5", **EVAL)
+    ).ppl_wikitext2
     print("\nSmolLM2-135M WikiText-2 ppl (8x512):", {k: round(v, 2) for k, v in results.items()})
     return results
 
@@ -39,7 +41,11 @@ def test_perplexity_rises_with_sparsity(smollm):
     ppl = []
     for sparsity in ["0.2", "0.4", "0.6"]:
         smollm.reset()
-        ppl.append(pipeline.run(RunConfig(model=smollm.source, method="ace", sparsity=sparsity, **EVAL), loaded=smollm).ppl_wikitext2)
+        ppl.append(
+            pipeline.run(
+                RunConfig(model=smollm.source, method="ace", sparsity=sparsity, **EVAL), loaded=smollm
+            ).ppl_wikitext2
+        )
     assert ppl[0] < ppl[1] < ppl[2]
 
 
@@ -47,7 +53,10 @@ def test_save_round_trips_with_the_reported_sparsity(smollm, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     smollm.reset()
-    result = pipeline.run(RunConfig(model=smollm.source, method="wanda", sparsity="2:4", evals=[], save=str(tmp_path / "out")), loaded=smollm)
+    result = pipeline.run(
+        RunConfig(model=smollm.source, method="wanda", sparsity="2:4", evals=[], save=str(tmp_path / "out")),
+        loaded=smollm,
+    )
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
     assert AutoTokenizer.from_pretrained(tmp_path / "out")("hello").input_ids
     reported = {(r.layer, r.name): r.sparsity for r in result.layers}

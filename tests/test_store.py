@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from runhelpers import Clock, insert_run, layer_event, result_for
 
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
@@ -19,7 +20,6 @@ from acetui_core.liveness import STALE_AFTER
 from acetui_core.records import Histogram
 from acetui_core.store import Store
 from acetui_core.store_schema import APPLICATION_ID, SCHEMA_VERSION
-from runhelpers import Clock, insert_run, layer_event, result_for
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -57,8 +57,9 @@ def test_a_run_is_recorded_layer_by_layer_with_its_statistics(tmp_path):
     linear = run.layers[0].linears[0]
     assert linear.name == "self_attn.q_proj" and linear.d_in == 64
     assert linear.act_stats.x2_var.max == 90.0
-    assert linear.histogram == Histogram(edges=[0.001, 0.01, 0.1, 1.0, 10.0], counts=[3, 40, 50, 7],
-                                         threshold=0.1, log=True, stride=1)
+    assert linear.histogram == Histogram(
+        edges=[0.001, 0.01, 0.1, 1.0, 10.0], counts=[3, 40, 50, 7], threshold=0.1, log=True, stride=1
+    )
     assert store.layers_since(run_id, after=0)[0].index == 1
 
     result = result_for(config(), ppl=21.5, seconds=3.0)
@@ -225,8 +226,11 @@ def test_foreign_and_corrupt_files_are_refused_and_left_untouched(tmp_path):
     data = bytearray(corrupt.read_bytes())
     data[100:4096] = b"\xff" * (4096 - 100)  # wreck the schema page behind a valid header
     corrupt.write_bytes(bytes(data))
-    for path, message in ((text, "not an acetui run store"), (foreign, "not an acetui run store"),
-                          (corrupt, "could not be used|not an acetui run store")):
+    for path, message in (
+        (text, "not an acetui run store"),
+        (foreign, "not an acetui run store"),
+        (corrupt, "could not be used|not an acetui run store"),
+    ):
         before = path.read_bytes()
         with pytest.raises(UserError, match=message):
             Store(path)
@@ -250,7 +254,12 @@ def test_a_version_0_store_is_migrated(tmp_path):
     assert raw(store, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
     assert raw(store, "PRAGMA application_id") == [(APPLICATION_ID,)]
     old = store.get_run("0ld0run1")
-    assert (old.status, old.ppl, old.config.method, old.config.model) == ("finished", 38.96, "wanda", "facebook/opt-125m")
+    assert (old.status, old.ppl, old.config.method, old.config.model) == (
+        "finished",
+        38.96,
+        "wanda",
+        "facebook/opt-125m",
+    )
     assert old.damaged is None and old.results.label == "Wanda-16" and old.results.overall_sparsity is None
     assert [layer.index for layer in old.layers] == [0, 1]
     q_proj = old.layers[0].linears[0]
@@ -258,6 +267,11 @@ def test_a_version_0_store_is_migrated(tmp_path):
     assert q_proj.act_stats.x2_mean.max == 3.0 and q_proj.act_stats.x2_var is None
     assert old.layers[0].linears[1].histogram is None and old.layers[0].linears[1].act_stats is None
     failed = store.get_run("0ld0run2")
-    assert (failed.status, failed.error, failed.config.seqlen, failed.label) == ("failed", "CUDA out of memory.", "full", "CosP+VarP-FL")
+    assert (failed.status, failed.error, failed.config.seqlen, failed.label) == (
+        "failed",
+        "CUDA out of memory.",
+        "full",
+        "CosP+VarP-FL",
+    )
     store.create_run(config())  # and it takes new runs
     assert len(Store(path).list_runs()) == 3

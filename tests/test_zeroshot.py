@@ -43,17 +43,21 @@ def tiny(make_tiny_model):
 
 # ---------------------------------------------------------------- task names and limits
 
+
 def test_validate_tasks_accepts_lists_and_comma_strings_without_repeats():
     assert validate_tasks("arc_easy, boolq,arc_easy") == ["arc_easy", "boolq"]
     assert validate_tasks(list(ZEROSHOT_TASKS), limit=1) == list(ZEROSHOT_TASKS)
 
 
-@pytest.mark.parametrize("tasks, limit, message", [
-    ("arc_easy,mmlu", None, "Unknown zero-shot task 'mmlu'; choose from: boolq, rte, hellaswag"),
-    (" , ", None, "No zero-shot task given"),
-    ("rte", 0, "--limit must be a whole number of examples per task, at least 1 (got 0)"),
-    ("rte", -3, "at least 1 (got -3)"),
-])
+@pytest.mark.parametrize(
+    "tasks, limit, message",
+    [
+        ("arc_easy,mmlu", None, "Unknown zero-shot task 'mmlu'; choose from: boolq, rte, hellaswag"),
+        (" , ", None, "No zero-shot task given"),
+        ("rte", 0, "--limit must be a whole number of examples per task, at least 1 (got 0)"),
+        ("rte", -3, "at least 1 (got -3)"),
+    ],
+)
 def test_validate_tasks_rejects_bad_input(tasks, limit, message):
     with pytest.raises(UserError, match=re.escape(message)):
         validate_tasks(tasks, limit)
@@ -73,19 +77,32 @@ def test_core_zeroshot_imports_without_the_harness():
 
 def test_mean_accuracy_is_the_plain_mean_of_acc():
     def task(acc, acc_norm):
-        return TaskAccuracy(acc=acc, acc_stderr=0.01, acc_norm=acc_norm, acc_norm_stderr=None, n=10, total=10,
-                            partial=False, source="hub")
+        return TaskAccuracy(
+            acc=acc,
+            acc_stderr=0.01,
+            acc_norm=acc_norm,
+            acc_norm_stderr=None,
+            n=10,
+            total=10,
+            partial=False,
+            source="hub",
+        )
 
     assert mean_accuracy({"a": task(0.5, 0.9), "b": task(0.25, None)}) == 0.375
 
 
 # ---------------------------------------------------------------- the harness's configs, local data
 
+
 def test_without_data_dir_the_harness_config_is_untouched(monkeypatch):
     monkeypatch.delenv("ACETUI_DATA_DIR")
     config, source, note = task_source("arc_challenge")
     assert source == "hub" and note is None
-    assert (config["dataset_path"], config["dataset_name"], config["test_split"]) == ("allenai/ai2_arc", "ARC-Challenge", "test")
+    assert (config["dataset_path"], config["dataset_name"], config["test_split"]) == (
+        "allenai/ai2_arc",
+        "ARC-Challenge",
+        "test",
+    )
 
 
 def test_a_moved_task_config_is_found_through_the_harness_index(monkeypatch):
@@ -120,7 +137,7 @@ def test_local_file_feeds_the_harness_prompts_with_the_right_answers(task, share
     rows = _rows(source)
     assert source == str(shared_data / "zeroshot" / LOCAL_COPIES[task].file)
     assert len(docs) == len(rows)
-    for doc, row in list(zip(docs, rows))[:50]:
+    for doc, row in list(zip(docs, rows, strict=False))[:50]:
         # Winogrande scores the shared ending after each filled-in option: its gold index is the "text".
         gold = harness_task.doc_to_text(doc) if task == "winogrande" else harness_task.doc_to_target(doc)
         assert harness_task.doc_to_choice(doc)[gold] == _expected_answer(task, row)
@@ -132,10 +149,13 @@ def test_local_file_feeds_the_harness_prompts_with_the_right_answers(task, share
 
 # ---------------------------------------------------------------- evaluation with a tiny model
 
+
 @pytest.fixture(scope="module")
 def tiny_results(tiny, module_env):
     events = []
-    results = evaluate_zeroshot(tiny.model, tiny.tokenizer, ZEROSHOT_TASKS, limit=3, batch_size=4, on_event=events.append)
+    results = evaluate_zeroshot(
+        tiny.model, tiny.tokenizer, ZEROSHOT_TASKS, limit=3, batch_size=4, on_event=events.append
+    )
     return results, events
 
 
@@ -168,14 +188,22 @@ def test_cancel_stops_the_evaluation(tiny):
             cancel.set()
 
     with pytest.raises(Cancelled):
-        evaluate_zeroshot(tiny.model, tiny.tokenizer, ["boolq", "rte"], limit=2, on_event=stop_after_first_task, cancel=cancel)
+        evaluate_zeroshot(
+            tiny.model, tiny.tokenizer, ["boolq", "rte"], limit=2, on_event=stop_after_first_task, cancel=cancel
+        )
 
 
 def test_pipeline_runs_zeroshot_on_the_pruned_model(make_tiny_model):
     from acetui_core import pipeline
 
-    config = RunConfig(model=str(make_tiny_model("llama")), method="magnitude", sparsity="0.5", evals=["zeroshot"],
-                       tasks=["arc_easy", "boolq"], zeroshot_limit=2)
+    config = RunConfig(
+        model=str(make_tiny_model("llama")),
+        method="magnitude",
+        sparsity="0.5",
+        evals=["zeroshot"],
+        tasks=["arc_easy", "boolq"],
+        zeroshot_limit=2,
+    )
     result = pipeline.run(config)
     assert list(result.zeroshot) == ["arc_easy", "boolq"]
     assert all(entry.n == 2 for entry in result.zeroshot.values())
@@ -183,13 +211,22 @@ def test_pipeline_runs_zeroshot_on_the_pruned_model(make_tiny_model):
 
 # ---------------------------------------------------------------- acetui eval
 
+
 def _acetui(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "acetui", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "acetui", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+    )
 
 
 def test_eval_json_on_stdout_and_progress_on_stderr(make_tiny_model):
-    done = _acetui("eval", make_tiny_model("llama"), "--tasks", "arc_easy,rte", "--limit", "2", "--batch-size", "2", "--json")
+    done = _acetui(
+        "eval", make_tiny_model("llama"), "--tasks", "arc_easy,rte", "--limit", "2", "--batch-size", "2", "--json"
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert list(result["zeroshot"]) == ["arc_easy", "rte"]
@@ -205,12 +242,19 @@ def test_eval_table(make_tiny_model):
         assert text in done.stdout, done.stdout
 
 
-@pytest.mark.parametrize("args, env, message", [
-    (["--tasks", "arc_easy,piqa"], {}, "Unknown zero-shot task 'piqa'; choose from: boolq, rte"),
-    (["--limit", "0"], {}, "--limit must be at least 1 (got 0)."),
-    (["--tasks", "winogrande"], {"ACETUI_DATA_DIR": "EMPTY"}, "'winogrande' has no local data and the hub is switched off"),
-    (["--batch-size", "0"], {}, "--batch-size must be at least 1 (got 0)."),
-])
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["--tasks", "arc_easy,piqa"], {}, "Unknown zero-shot task 'piqa'; choose from: boolq, rte"),
+        (["--limit", "0"], {}, "--limit must be at least 1 (got 0)."),
+        (
+            ["--tasks", "winogrande"],
+            {"ACETUI_DATA_DIR": "EMPTY"},
+            "'winogrande' has no local data and the hub is switched off",
+        ),
+        (["--batch-size", "0"], {}, "--batch-size must be at least 1 (got 0)."),
+    ],
+)
 def test_eval_bad_input_is_one_sentence_and_exit_2(args, env, message, make_tiny_model, tmp_path):
     env = {k: str(tmp_path) if v == "EMPTY" else v for k, v in env.items()}
     done = _acetui("eval", make_tiny_model("llama"), *args, env=env)
@@ -232,15 +276,21 @@ def dense_and_pruned(smollm, module_env):
     from acetui_core import pipeline
 
     smollm.reset()
-    dense = {**evaluate_zeroshot(smollm.model, smollm.tokenizer, ["arc_easy"]),
-             **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT)}
+    dense = {
+        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["arc_easy"]),
+        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT),
+    }
     # Pruned and scored on ARC-Easy by `acetui prune --eval zeroshot`'s path; HellaSwag on the same pruned weights.
     config = RunConfig(model=smollm.source, method="wanda", sparsity="0.5", evals=["zeroshot"], tasks=["arc_easy"])
-    pruned = {**pipeline.run(config, loaded=smollm).zeroshot,
-              **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT)}
+    pruned = {
+        **pipeline.run(config, loaded=smollm).zeroshot,
+        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT),
+    }
     smollm.reset()
-    print("\nSmolLM2-135M zero-shot acc (dense, Wanda 50%)",
-          {t: (dense[t].n, round(dense[t].acc, 4), round(pruned[t].acc, 4)) for t in SLOW_TASKS})
+    print(
+        "\nSmolLM2-135M zero-shot acc (dense, Wanda 50%)",
+        {t: (dense[t].n, round(dense[t].acc, 4), round(pruned[t].acc, 4)) for t in SLOW_TASKS},
+    )
     return dense, pruned
 
 

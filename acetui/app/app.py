@@ -34,8 +34,11 @@ from acetui_core.errors import UserError
 from acetui_core.launch import LocalProcesses, gpus_for, launch
 from acetui_core.store import RunRecord, Store
 
-NOTIFY_TITLES = {"bell": "Notify with the bell", "osc": "Notify with the bell and a desktop notification (OSC 9/777)",
-                 "none": "Do not notify when a run ends"}
+NOTIFY_TITLES = {
+    "bell": "Notify with the bell",
+    "osc": "Notify with the bell and a desktop notification (OSC 9/777)",
+    "none": "Do not notify when a run ends",
+}
 
 
 class AceApp(App):
@@ -63,8 +66,14 @@ class AceApp(App):
     batch: reactive[tuple[str, ...]] = reactive(())
     """The runs started together with ``followed`` (a comparison), in queue order."""
 
-    def __init__(self, store: Store, theme: str, attach: str | None = None,
-                 user: settings.Settings | None = None, remember: dict | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        theme: str,
+        attach: str | None = None,
+        user: settings.Settings | None = None,
+        remember: dict | None = None,
+    ) -> None:
         # Under NO_COLOR, Textual picks its colour filter here, from the theme of the moment: asking for
         # ANSI colours makes it the one that strips colours, not the one that turns ANSI colours to grey
         # (which drew the ansi theme black on black).
@@ -198,11 +207,18 @@ class AceApp(App):
             except UserError as error:
                 self.notify(str(error), severity="warning")
                 return
-            self.notify(f"Run {run.id}: cancel requested ({status})."
-                        + (" It stops after the current layer." if status == "running" else ""))
+            self.notify(
+                f"Run {run.id}: cancel requested ({status})."
+                + (" It stops after the current layer." if status == "running" else "")
+            )
 
-        self.push_screen(ConfirmScreen(f"Cancel run {run.id} ({run.label} at {run.config.sparsity}, {run.status})? "
-                                       "It stops after its current layer; the layers done are kept."), answered)
+        self.push_screen(
+            ConfirmScreen(
+                f"Cancel run {run.id} ({run.label} at {run.config.sparsity}, {run.status})? "
+                "It stops after its current layer; the layers done are kept."
+            ),
+            answered,
+        )
 
     # ---- help, panels, the command palette ----
 
@@ -219,19 +235,29 @@ class AceApp(App):
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)
         yield SystemCommand("New run", "Open the New run form (F1)", lambda: self.switch_mode("new"))
-        yield SystemCommand("Show the active run", "The Run screen, on the active or latest run (F2)",
-                            self.action_show_run)
+        yield SystemCommand(
+            "Show the active run", "The Run screen, on the active or latest run (F2)", self.action_show_run
+        )
         yield SystemCommand("Results", "Finished runs side by side (F3)", lambda: self.switch_mode("results"))
         yield SystemCommand("Runs", "Every run in the store (F4)", lambda: self.switch_mode("runs"))
         for fmt, title in (("csv", "Export results as CSV"), ("latex", "Export results as LaTeX")):
-            yield SystemCommand(title, "The selected (or all listed) finished runs, saved to a file",
-                                lambda fmt=fmt: self._on_results(f"export('{fmt}')"))
-        yield SystemCommand("Copy the LaTeX table", "Of the selected (or all listed) finished runs (OSC 52)",
-                            lambda: self._on_results("copy_latex"))
+            yield SystemCommand(
+                title,
+                "The selected (or all listed) finished runs, saved to a file",
+                lambda fmt=fmt: self._on_results(f"export('{fmt}')"),
+            )
+        yield SystemCommand(
+            "Copy the LaTeX table",
+            "Of the selected (or all listed) finished runs (OSC 52)",
+            lambda: self._on_results("copy_latex"),
+        )
         shown = next((r for r in self.runs if r.id == self.followed), None)
         if shown is not None and shown.active:
-            yield SystemCommand(f"Cancel run {shown.id}", f"{shown.label} at {shown.config.sparsity} (asks first)",
-                                lambda: self.cancel_run(shown))
+            yield SystemCommand(
+                f"Cancel run {shown.id}",
+                f"{shown.label} at {shown.config.sparsity} (asks first)",
+                lambda: self.cancel_run(shown),
+            )
         yield SystemCommand("Next theme", "dark, light, ansi (ctrl+t)", self.action_next_theme)
         for mode, title in NOTIFY_TITLES.items():
             yield SystemCommand(title, f"--notify {mode} (remembered)", lambda mode=mode: self.set_notify(mode))
@@ -252,8 +278,9 @@ class AceApp(App):
             self.notify(f"Could not save the export: {event.exception}", severity="error")
 
 
-def make_app(store: Store | None = None, theme: str | None = None, attach: str | None = None,
-             notify_mode: str | None = None) -> AceApp:
+def make_app(
+    store: Store | None = None, theme: str | None = None, attach: str | None = None, notify_mode: str | None = None
+) -> AceApp:
     """The app over ``store`` (default: the user's store) on the Run screen of ``attach`` (a run id or
     unique prefix) if given. The theme is ``theme``, else ``ansi`` under ``NO_COLOR``, else the one the
     user last chose, else ``dark``; ``theme`` and ``notify_mode`` given here are remembered.

@@ -26,8 +26,9 @@ def cached_hub_models(cache: Path | None = None) -> list[str]:
     cache = cache or _hub_cache()
     if not cache.is_dir():
         return []
-    return sorted(p.name.removeprefix("models--").replace("--", "/")
-                  for p in cache.iterdir() if p.name.startswith("models--"))
+    return sorted(
+        p.name.removeprefix("models--").replace("--", "/") for p in cache.iterdir() if p.name.startswith("models--")
+    )
 
 
 def local_models(root: Path, depth: int = SCAN_DEPTH) -> list[str]:
@@ -55,12 +56,16 @@ def usable(model: str) -> bool:
 def model_candidates(recent: list[str], root: Path | None = None) -> list[str]:
     """Completions, most useful first and without repeats: recent, bundled, local, cached."""
     bundled = bundled_model()
-    return list(dict.fromkeys([
-        *(model for model in recent if usable(model)),
-        *([str(bundled)] if bundled else []),
-        *local_models(root or Path.cwd()),
-        *cached_hub_models(),
-    ]))
+    return list(
+        dict.fromkeys(
+            [
+                *(model for model in recent if usable(model)),
+                *([str(bundled)] if bundled else []),
+                *local_models(root or Path.cwd()),
+                *cached_hub_models(),
+            ]
+        )
+    )
 
 
 def default_model(last: str | None) -> str:
@@ -76,5 +81,5 @@ def shorten(path: str, width: int) -> str:
     """``path`` in at most ``width`` characters, keeping its end (the file or folder name): ``…/name.gguf``."""
     home = str(Path.home())
     if path.startswith(home + os.sep):
-        path = "~" + path[len(home):]
-    return path if len(path) <= width else "…" + path[-(width - 1):]
+        path = "~" + path[len(home) :]
+    return path if len(path) <= width else "…" + path[-(width - 1) :]

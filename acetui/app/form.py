@@ -36,7 +36,9 @@ def methods(names: list[str]) -> list[str]:
 def sparsities(text: str) -> list[str]:
     items = parse.items(text)
     if not items:
-        raise UserError("Give a sparsity: a ratio such as 0.5 or an N:M pattern such as 2:4 (several separated by commas).")
+        raise UserError(
+            "Give a sparsity: a ratio such as 0.5 or an N:M pattern such as 2:4 (several separated by commas)."
+        )
     return list(dict.fromkeys(str(parse_sparsity(item)) for item in items))
 
 
@@ -77,7 +79,8 @@ def zeroshot_limit(text: str) -> int | None:
     return parse.optional_whole(text, "--limit", minimum=1)
 
 
-def configs(*, model: str, methods: list[str], sparsities: list[str], seqlens: list, seed: int = 0,
-            **common) -> list[RunConfig]:
+def configs(
+    *, model: str, methods: list[str], sparsities: list[str], seqlens: list, seed: int = 0, **common
+) -> list[RunConfig]:
     """The comparison grid, built by the launcher as for ``acetui compare``."""
     return Grid([model], methods, sparsities, seqlens, [seed], common=common).configs()

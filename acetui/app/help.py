@@ -27,8 +27,9 @@ def key_rows(screen: Screen) -> list[tuple[str, list[tuple[str, str, bool]]]]:
             what = binding.tooltip or binding.description
             rows.setdefault((binding.action, what), []).append(app.get_key_display(binding))
             available[(binding.action, what)] = node.check_action(name, params) is True
-        sections.append((title, [(" ".join(keys), what, available[(action, what)])
-                                 for (action, what), keys in rows.items()]))
+        sections.append(
+            (title, [(" ".join(keys), what, available[(action, what)]) for (action, what), keys in rows.items()])
+        )
     return sections
 
 

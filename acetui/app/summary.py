@@ -20,8 +20,14 @@ from acetui_core.sparsity import parse_sparsity
 from acetui_core.store import RunRecord
 
 # The theme colour of each run status (a theme variable, so every theme, ANSI too, has it).
-STATUS_COLOR = {"finished": "success", "failed": "error", "interrupted": "error", "cancelled": "warning",
-                "running": "accent", "queued": "secondary"}
+STATUS_COLOR = {
+    "finished": "success",
+    "failed": "error",
+    "interrupted": "error",
+    "cancelled": "warning",
+    "running": "accent",
+    "queued": "secondary",
+}
 STALE_SAMPLE = 10.0  # seconds: an older resource sample says how old it is
 
 clock = time.time  # "now" for elapsed times and sample ages (snapshot tests fix it)
@@ -33,8 +39,9 @@ def layer_variance(layer: LayerRecord) -> Spread | None:
     spreads = [linear.act_stats.x2_var for linear in layer.linears if linear.act_stats]
     if not spreads:
         return None
-    return Spread(min=min(s.min for s in spreads), median=median(s.median for s in spreads),
-                  max=max(s.max for s in spreads))
+    return Spread(
+        min=min(s.min for s in spreads), median=median(s.median for s in spreads), max=max(s.max for s in spreads)
+    )
 
 
 def fmt_seconds(seconds: float | None) -> str:
@@ -116,7 +123,7 @@ def owner_batch(runs: list[RunRecord], run: RunRecord) -> tuple[str, ...]:
         start -= 1
     while end + 1 < len(ordered) and same(ordered[end + 1]):
         end += 1
-    return tuple(r.id for r in ordered[start:end + 1])
+    return tuple(r.id for r in ordered[start : end + 1])
 
 
 def run_to_show(runs: list[RunRecord], current: str | None) -> str | None:
@@ -158,21 +165,34 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
     """The configuration the run was started with, and where and with what it executes."""
     config, env = run.config, run.env
     method = METHODS.get(config.method)
-    name = f"{run.label} ({config.method}" + (", |W|² variant" if config.squared_weight else "") + \
-        (f", a = {config.ria_alpha}" if config.method == "ria" else "") + ")"
-    group = "N:M groups of inputs" if is_nm(config.sparsity) else \
-        {"row": "per output row", "layer": "per layer"}.get(config.group, config.group)
-    calibration = "none (the method reads no activations)" if method and not method.needs_activations else \
-        f"{config.calib}: {config.nsamples} samples × {config.seqlen} tokens, seed {config.seed}"
+    name = (
+        f"{run.label} ({config.method}"
+        + (", |W|² variant" if config.squared_weight else "")
+        + (f", a = {config.ria_alpha}" if config.method == "ria" else "")
+        + ")"
+    )
+    group = (
+        "N:M groups of inputs"
+        if is_nm(config.sparsity)
+        else {"row": "per output row", "layer": "per layer"}.get(config.group, config.group)
+    )
+    calibration = (
+        "none (the method reads no activations)"
+        if method and not method.needs_activations
+        else f"{config.calib}: {config.nsamples} samples × {config.seqlen} tokens, seed {config.seed}"
+    )
     device = config.device + (f" → {env['device']}" if env.get("device") and env["device"] != config.device else "")
     if env.get("device_name"):
         device += f" ({env['device_name']})"
-    dtype = config.dtype + (f" → {run.results.dtype}" if run.results and run.results.dtype
-                            and run.results.dtype != config.dtype else "")
+    dtype = config.dtype + (
+        f" → {run.results.dtype}" if run.results and run.results.dtype and run.results.dtype != config.dtype else ""
+    )
     log = env.get("log")
     if log and Path(log).is_relative_to(store_folder):
         log = f"{Path(log).relative_to(store_folder)} (beside the run store)"
-    versions = ", ".join(f"{package} {env[package]}" for package in ("torch", "transformers", "python") if env.get(package))
+    versions = ", ".join(
+        f"{package} {env[package]}" for package in ("torch", "transformers", "python") if env.get(package)
+    )
     rows = [
         ("run", f"{run.id} · {run.status}"),
         ("model", config.model),

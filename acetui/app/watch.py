@@ -40,8 +40,17 @@ def _poll(read: Reader, post: Callable[[Message], object], stop: threading.Event
 
 
 def _run_key(run: RunRecord) -> tuple:
-    return (run.status, run.layers_done, run.current_layer, repr(run.stage), run.error, bool(run.results),
-            run.cancel_requested, run.num_layers, (run.resources or {}).get("taken"))
+    return (
+        run.status,
+        run.layers_done,
+        run.current_layer,
+        repr(run.stage),
+        run.error,
+        bool(run.results),
+        run.cancel_requested,
+        run.num_layers,
+        (run.resources or {}).get("taken"),
+    )
 
 
 def follow_run(store: Store, run_id: str, post, stop: threading.Event, interval: float = RUN_INTERVAL) -> None:
@@ -86,7 +95,9 @@ def _lines(data: bytes) -> list[str]:
     return [line.rstrip(b"\r").rsplit(b"\r", 1)[-1].decode("utf-8", "replace") for line in data.split(b"\n")]
 
 
-def tail_log(run_id: str, path: Path, post, stop: threading.Event, ended: threading.Event, interval: float = LOG_INTERVAL) -> None:
+def tail_log(
+    run_id: str, path: Path, post, stop: threading.Event, ended: threading.Event, interval: float = LOG_INTERVAL
+) -> None:
     """Post ``LogLines`` with what the run's log file gains, starting with its last ``LOG_TAIL_BYTES``.
     Once ``ended`` is set (the run ended), read what is left and return."""
     offset, partial, told_missing = None, b"", False

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from acetui.options import Notify
 from acetui.options import StoreOption as StorePath
 
-Theme = Annotated[Optional[str], typer.Option(
-    "--theme", help="dark, light, ansi (16 terminal colours, for SSH and 256-colour terminals) or a Textual theme.")]
+Theme = Annotated[
+    str | None,
+    typer.Option(
+        "--theme", help="dark, light, ansi (16 terminal colours, for SSH and 256-colour terminals) or a Textual theme."
+    ),
+]
 
 
 def open_app(theme: str | None, store: Path | None, attach: str | None = None, notify: str | None = None) -> None:
@@ -37,5 +41,6 @@ def attach(
 ) -> None:
     """Open the workbench on a run, live while it runs (started here, from the CLI or another session)."""
     outer = ctx.obj or {}
-    open_app(theme or outer.get("theme"), store or outer.get("store"), attach=run_id,
-             notify=notify or outer.get("notify"))
+    open_app(
+        theme or outer.get("theme"), store or outer.get("store"), attach=run_id, notify=notify or outer.get("notify")
+    )

@@ -23,22 +23,45 @@ def _number(value: float | None) -> str:
 def zeroshot_table(zeroshot: dict[str, TaskAccuracy], title: str) -> Table:
     """One row per task, as lm-eval reports it; ``n`` shows ``used/total`` when a --limit cut it short."""
     table = Table(title=title)
-    for column, justify in [("task", "left"), ("acc", "right"), ("±", "right"), ("acc_norm", "right"),
-                            ("±", "right"), ("n", "right"), ("source", "left")]:
+    for column, justify in [
+        ("task", "left"),
+        ("acc", "right"),
+        ("±", "right"),
+        ("acc_norm", "right"),
+        ("±", "right"),
+        ("n", "right"),
+        ("source", "left"),
+    ]:
         table.add_column(column, justify=justify)
     for task, entry in zeroshot.items():
         n = f"{entry.n}/{entry.total}" if entry.partial else str(entry.n)
         source = "hub" if entry.source == "hub" else "local"  # paths are listed under the table (80 columns)
-        table.add_row(task, _number(entry.acc), _number(entry.acc_stderr), _number(entry.acc_norm),
-                      _number(entry.acc_norm_stderr), n, source)
+        table.add_row(
+            task,
+            _number(entry.acc),
+            _number(entry.acc_stderr),
+            _number(entry.acc_norm),
+            _number(entry.acc_norm_stderr),
+            n,
+            source,
+        )
     table.add_section()
-    table.add_row("mean acc" + (" (partial)" if any_partial(zeroshot) else ""), _number(mean_accuracy(zeroshot)),
-                  "", "", "", "", "")
+    table.add_row(
+        "mean acc" + (" (partial)" if any_partial(zeroshot) else ""),
+        _number(mean_accuracy(zeroshot)),
+        "",
+        "",
+        "",
+        "",
+        "",
+    )
     return table
 
 
 def eval_command(
-    model: Annotated[str, typer.Argument(help="Hub id, local checkpoint folder (e.g. from prune --save), or .gguf file.")],
+    model: Annotated[
+        str, typer.Argument(help="Hub id, local checkpoint folder (e.g. from prune --save), or .gguf file.")
+    ],
     tasks: options.Tasks = options.DEFAULT_TASKS,
     zeroshot_limit: options.ZeroshotLimit = None,
     batch_size: options.BatchSize = 8,
@@ -60,14 +83,29 @@ def eval_command(
         loaded = load_model(model, device=device, dtype=dtype, on_event=progress)
         place_for_eval(loaded)
         started = time.perf_counter()
-        zeroshot = evaluate_zeroshot(loaded.model, loaded.tokenizer, task_list, limit=zeroshot_limit,
-                                     batch_size=batch_size, on_event=progress)
+        zeroshot = evaluate_zeroshot(
+            loaded.model, loaded.tokenizer, task_list, limit=zeroshot_limit, batch_size=batch_size, on_event=progress
+        )
         seconds = time.perf_counter() - started
     if as_json:
-        print(json.dumps(to_dict(ZeroshotReport(
-            model=model, family=loaded.family, device=str(loaded.device),
-            dtype=str(loaded.dtype).removeprefix("torch."), limit=zeroshot_limit, batch_size=batch_size,
-            zeroshot=zeroshot, mean_acc=mean_accuracy(zeroshot), eval_seconds=seconds)), indent=2))
+        print(
+            json.dumps(
+                to_dict(
+                    ZeroshotReport(
+                        model=model,
+                        family=loaded.family,
+                        device=str(loaded.device),
+                        dtype=str(loaded.dtype).removeprefix("torch."),
+                        limit=zeroshot_limit,
+                        batch_size=batch_size,
+                        zeroshot=zeroshot,
+                        mean_acc=mean_accuracy(zeroshot),
+                        eval_seconds=seconds,
+                    )
+                ),
+                indent=2,
+            )
+        )
         return
     console = Console()
     console.print(zeroshot_table(zeroshot, f"Zero-shot accuracy of {Path(model).name} ({seconds:.0f}s)"))

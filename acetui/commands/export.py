@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,18 +15,21 @@ from acetui_core.export import COLUMNS, FORMATS, MEASURES, check_format, export
 from acetui_core.store import RunRecord, Store
 
 
-def select_runs(store: Store, runs: Optional[str], model: Optional[str], last: Optional[int]) -> list[RunRecord]:
+def select_runs(store: Store, runs: str | None, model: str | None, last: int | None) -> list[RunRecord]:
     """The runs an export names (all of them by default); an empty selection is the user's error."""
     ids = parse.some(runs, "--runs") if runs is not None else None
     records = store.list_runs(ids=ids, model=model, last=last)
     if not records:
-        chosen = " ".join(f"{flag} {value}" for flag, value in (("--runs", runs), ("--model", model), ("--last", last))
-                          if value is not None)
+        chosen = " ".join(
+            f"{flag} {value}"
+            for flag, value in (("--runs", runs), ("--model", model), ("--last", last))
+            if value is not None
+        )
         raise UserError(f"No run in {store.path} matches {chosen or 'the selection'}; acetui runs lists them.")
     return records
 
 
-def write_output(text: str, output: Optional[Path]) -> None:
+def write_output(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         return
@@ -39,14 +42,21 @@ def write_output(text: str, output: Optional[Path]) -> None:
 
 def export_runs(
     format: Annotated[str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.")] = "csv",
-    runs: Annotated[Optional[str], typer.Option(help="Run ids (or unique prefixes), comma-separated.")] = None,
-    model: Annotated[Optional[str], typer.Option(help="Only runs of this model (path, hub id or its last part).")] = None,
+    runs: Annotated[str | None, typer.Option(help="Run ids (or unique prefixes), comma-separated.")] = None,
+    model: Annotated[str | None, typer.Option(help="Only runs of this model (path, hub id or its last part).")] = None,
     last: options.Last = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     cells: options.Cells = "ppl",
-    columns: Annotated[str, typer.Option(help=f"Table columns: {', '.join(COLUMNS)} (rows are the methods).")] = "sparsity",
-    table: Annotated[str, typer.Option(help="What the LaTeX/Markdown table shows: ppl, zeroshot (accuracy per task, "
-                                            "Avg. last) or zeroshot-mean (mean accuracy by sparsity).")] = "ppl",
+    columns: Annotated[
+        str, typer.Option(help=f"Table columns: {', '.join(COLUMNS)} (rows are the methods).")
+    ] = "sparsity",
+    table: Annotated[
+        str,
+        typer.Option(
+            help="What the LaTeX/Markdown table shows: ppl, zeroshot (accuracy per task, "
+            "Avg. last) or zeroshot-mean (mean accuracy by sparsity)."
+        ),
+    ] = "ppl",
     store: options.StoreOption = None,
 ) -> None:
     """Export runs: CSV (every field, one row per run), or a LaTeX/Markdown table in the paper's layout."""

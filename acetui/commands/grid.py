@@ -7,7 +7,7 @@ import json
 import sys
 import threading
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -37,8 +37,11 @@ class QueueProgress:
             self.close()
             self.count += 1
             run = self.store.get_run(run_id, layers=False)
-            print(f"[{self.count}] run {run_id}: {run.label} at {run.config.sparsity} on "
-                  f"{model_name(run.config.model)}", file=sys.stderr, flush=True)
+            print(
+                f"[{self.count}] run {run_id}: {run.label} at {run.config.sparsity} on {model_name(run.config.model)}",
+                file=sys.stderr,
+                flush=True,
+            )
             self.current, self.progress = run_id, EventProgress().__enter__()
         self.progress(event)
 
@@ -92,8 +95,9 @@ def _execute(store: Store, configs: list, executor: LocalProcesses) -> tuple[lis
     return run_ids, False
 
 
-def run_grid(grid: Grid, *, device: str, columns: str, detach: bool, cluster, store: Optional[str], as_json: bool,
-             cells: str) -> None:
+def run_grid(
+    grid: Grid, *, device: str, columns: str, detach: bool, cluster, store: str | None, as_json: bool, cells: str
+) -> None:
     """Launch every run of the grid, wait for them (unless detached or on a cluster), and print the
     comparison table."""
     opened = Store(store)
@@ -102,8 +106,11 @@ def run_grid(grid: Grid, *, device: str, columns: str, detach: bool, cluster, st
     if detach or cluster is not None:
         run_ids = launch(configs, cluster or executor, opened)
         print("\n".join(run_ids))
-        print(f"{len(run_ids)} runs queued in the background; follow one with: acetui runs watch ID; "
-              f"table with: acetui export --format markdown --last {len(run_ids)}", file=sys.stderr)
+        print(
+            f"{len(run_ids)} runs queued in the background; follow one with: acetui runs watch ID; "
+            f"table with: acetui export --format markdown --last {len(run_ids)}",
+            file=sys.stderr,
+        )
         return
     run_ids, interrupted = _execute(opened, configs, executor)
     records = opened.list_runs(ids=run_ids)
@@ -127,20 +134,46 @@ def compare(
     sparsity: options.Sparsities = "0.5,4:8,2:4",
     seqlen: options.Seqlens = "16",
     seeds: options.Seeds = "0",
-    group: options.Group = "row", calib: options.Calib = "c4", nsamples: options.Nsamples = 128,
-    evals: options.Evals = "wikitext2", eval_seqlen: options.EvalSeqlen = None, eval_limit: options.EvalLimit = None,
-    tasks: options.Tasks = options.DEFAULT_TASKS, zeroshot_limit: options.ZeroshotLimit = None,
-    batch_size: options.BatchSize = 8, device: options.Device = "auto", dtype: options.Dtype = "auto",
+    group: options.Group = "row",
+    calib: options.Calib = "c4",
+    nsamples: options.Nsamples = 128,
+    evals: options.Evals = "wikitext2",
+    eval_seqlen: options.EvalSeqlen = None,
+    eval_limit: options.EvalLimit = None,
+    tasks: options.Tasks = options.DEFAULT_TASKS,
+    zeroshot_limit: options.ZeroshotLimit = None,
+    batch_size: options.BatchSize = 8,
+    device: options.Device = "auto",
+    dtype: options.Dtype = "auto",
     squared_weight: options.SquaredWeight = False,
-    detach: options.Detach = False, executor: options.Executor = "local", partition: options.Partition = None,
-    gpus_per_job: options.GpusPerJob = 1, time_limit: options.TimeLimit = "2:00:00",
-    store: options.StoreOption = None, as_json: options.JsonOption = False, cells: options.Cells = "ppl",
+    detach: options.Detach = False,
+    executor: options.Executor = "local",
+    partition: options.Partition = None,
+    gpus_per_job: options.GpusPerJob = 1,
+    time_limit: options.TimeLimit = "2:00:00",
+    store: options.StoreOption = None,
+    as_json: options.JsonOption = False,
+    cells: options.Cells = "ppl",
 ) -> None:
     """Run every method x sparsity x calibration length on MODELS and print the paper-style table."""
-    grid = Grid(models or [default_model()], parse.some(methods, "--methods"), parse.some(sparsity, "--sparsity"),
-                options.seqlens(seqlen), options.seeds(seeds), common=options.run_settings(locals()))
-    run_grid(grid, device=device, columns="sparsity", detach=detach, store=store, as_json=as_json, cells=cells,
-             cluster=options.slurm_executor(executor, partition, gpus_per_job, time_limit))
+    grid = Grid(
+        models or [default_model()],
+        parse.some(methods, "--methods"),
+        parse.some(sparsity, "--sparsity"),
+        options.seqlens(seqlen),
+        options.seeds(seeds),
+        common=options.run_settings(locals()),
+    )
+    run_grid(
+        grid,
+        device=device,
+        columns="sparsity",
+        detach=detach,
+        store=store,
+        as_json=as_json,
+        cells=cells,
+        cluster=options.slurm_executor(executor, partition, gpus_per_job, time_limit),
+    )
 
 
 PAPER_SEQLENS = "16,32,128,512,1024,2048"
@@ -149,24 +182,54 @@ PAPER_SEQLENS = "16,32,128,512,1024,2048"
 def sweep(
     models: options.Models = None,
     methods: Annotated[str, typer.Option("--method", help="Method(s), comma-separated.")] = "ace",
-    seqlen: Annotated[Optional[str], typer.Option(
-        help=f"Calibration lengths (default: the paper's {PAPER_SEQLENS}, or 16 when several --seeds are given).")] = None,
+    seqlen: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Calibration lengths (default: the paper's {PAPER_SEQLENS}, or 16 when several --seeds are given)."
+        ),
+    ] = None,
     seeds: options.Seeds = "0",
     sparsity: options.Sparsities = "0.5",
-    group: options.Group = "row", calib: options.Calib = "c4", nsamples: options.Nsamples = 128,
-    evals: options.Evals = "wikitext2", eval_seqlen: options.EvalSeqlen = None, eval_limit: options.EvalLimit = None,
-    tasks: options.Tasks = options.DEFAULT_TASKS, zeroshot_limit: options.ZeroshotLimit = None,
-    batch_size: options.BatchSize = 8, device: options.Device = "auto", dtype: options.Dtype = "auto",
+    group: options.Group = "row",
+    calib: options.Calib = "c4",
+    nsamples: options.Nsamples = 128,
+    evals: options.Evals = "wikitext2",
+    eval_seqlen: options.EvalSeqlen = None,
+    eval_limit: options.EvalLimit = None,
+    tasks: options.Tasks = options.DEFAULT_TASKS,
+    zeroshot_limit: options.ZeroshotLimit = None,
+    batch_size: options.BatchSize = 8,
+    device: options.Device = "auto",
+    dtype: options.Dtype = "auto",
     squared_weight: options.SquaredWeight = False,
-    detach: options.Detach = False, executor: options.Executor = "local", partition: options.Partition = None,
-    gpus_per_job: options.GpusPerJob = 1, time_limit: options.TimeLimit = "2:00:00",
-    store: options.StoreOption = None, as_json: options.JsonOption = False, cells: options.Cells = "ppl",
+    detach: options.Detach = False,
+    executor: options.Executor = "local",
+    partition: options.Partition = None,
+    gpus_per_job: options.GpusPerJob = 1,
+    time_limit: options.TimeLimit = "2:00:00",
+    store: options.StoreOption = None,
+    as_json: options.JsonOption = False,
+    cells: options.Cells = "ppl",
 ) -> None:
     """The paper's appendix studies: perplexity against calibration length (--seqlen) or sampler seed (--seeds)."""
     seed_list = options.seeds(seeds)
     lengths = options.seqlens(seqlen if seqlen is not None else ("16" if len(seed_list) > 1 else PAPER_SEQLENS))
     columns = "seqlen" if len(lengths) > 1 else "seed" if len(seed_list) > 1 else "sparsity"
-    grid = Grid(models or [default_model()], parse.some(methods, "--method"), parse.some(sparsity, "--sparsity"),
-                lengths, seed_list, common=options.run_settings(locals()))
-    run_grid(grid, device=device, columns=columns, detach=detach, store=store, as_json=as_json, cells=cells,
-             cluster=options.slurm_executor(executor, partition, gpus_per_job, time_limit))
+    grid = Grid(
+        models or [default_model()],
+        parse.some(methods, "--method"),
+        parse.some(sparsity, "--sparsity"),
+        lengths,
+        seed_list,
+        common=options.run_settings(locals()),
+    )
+    run_grid(
+        grid,
+        device=device,
+        columns=columns,
+        detach=detach,
+        store=store,
+        as_json=as_json,
+        cells=cells,
+        cluster=options.slurm_executor(executor, partition, gpus_per_job, time_limit),
+    )

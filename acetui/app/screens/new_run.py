@@ -46,18 +46,21 @@ class Field:
     placeholder: str = ""
 
 
-FIELDS = {f.id: f for f in [
-    Field("model", "Model", "", form.model, "hub id, checkpoint folder or .gguf (→ completes)"),
-    Field("sparsity", "Sparsity", "0.5", form.sparsities, "0.5, 2:4, 4:8 …"),
-    Field("calib", "Calibration", "c4", form.calib, "c4, wikitext2 or a file"),
-    Field("nsamples", "Samples", "128", form.nsamples),
-    Field("seqlen", "Length", "16", form.seqlens, "16, full …"),
-    Field("seed", "Seed", "0", form.seed),
-    Field("eval_limit", "Windows", "", form.eval_limit, "all"),
-    Field("eval_seqlen", "Length", "", form.eval_seqlen, "context"),
-    Field("tasks", "Tasks", ",".join(ZEROSHOT_TASKS), form.tasks),
-    Field("zeroshot_limit", "Examples", "", form.zeroshot_limit, "all"),
-]}
+FIELDS = {
+    f.id: f
+    for f in [
+        Field("model", "Model", "", form.model, "hub id, checkpoint folder or .gguf (→ completes)"),
+        Field("sparsity", "Sparsity", "0.5", form.sparsities, "0.5, 2:4, 4:8 …"),
+        Field("calib", "Calibration", "c4", form.calib, "c4, wikitext2 or a file"),
+        Field("nsamples", "Samples", "128", form.nsamples),
+        Field("seqlen", "Length", "16", form.seqlens, "16, full …"),
+        Field("seed", "Seed", "0", form.seed),
+        Field("eval_limit", "Windows", "", form.eval_limit, "all"),
+        Field("eval_seqlen", "Length", "", form.eval_seqlen, "context"),
+        Field("tasks", "Tasks", ",".join(ZEROSHOT_TASKS), form.tasks),
+        Field("zeroshot_limit", "Examples", "", form.zeroshot_limit, "all"),
+    ]
+}
 
 
 def _devices() -> list[str]:
@@ -69,8 +72,15 @@ def _devices() -> list[str]:
 
 class NewRunScreen(Screen):
     AUTO_FOCUS = "#model"
-    BINDINGS = [Binding("ctrl+r", "start", "Start", priority=True,
-                        tooltip="Start the runs the form describes (several metrics or sparsities: a comparison)")]
+    BINDINGS = [
+        Binding(
+            "ctrl+r",
+            "start",
+            "Start",
+            priority=True,
+            tooltip="Start the runs the form describes (several metrics or sparsities: a comparison)",
+        )
+    ]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -89,19 +99,30 @@ class NewRunScreen(Screen):
                     yield from self._field("sparsity")
                     with Horizontal(classes="row"):
                         yield Label("Group", classes="label")
-                        yield Select([("per output row", "row"), ("per layer", "layer")], value="row",
-                                     allow_blank=False, compact=True, id="group")
+                        yield Select(
+                            [("per output row", "row"), ("per layer", "layer")],
+                            value="row",
+                            allow_blank=False,
+                            compact=True,
+                            id="group",
+                        )
                     yield from self._field("calib")
                     yield from self._field("nsamples")
                     yield from self._field("seqlen", presets=form.SEQLEN_PRESETS)
                     yield from self._field("seed")
                     with Horizontal(classes="row"):
                         yield Label("Device", classes="label")
-                        yield Select([(d, d) for d in _devices()], value="auto", allow_blank=False, compact=True,
-                                     id="device")
+                        yield Select(
+                            [(d, d) for d in _devices()], value="auto", allow_blank=False, compact=True, id="device"
+                        )
                         yield Label("dtype", classes="label short")
-                        yield Select([(d, d) for d in ("auto", "float32", "float16", "bfloat16")], value="auto",
-                                     allow_blank=False, compact=True, id="dtype")
+                        yield Select(
+                            [(d, d) for d in ("auto", "float32", "float16", "bfloat16")],
+                            value="auto",
+                            allow_blank=False,
+                            compact=True,
+                            id="dtype",
+                        )
             yield Label("Evaluation", classes="section")
             with Horizontal(classes="row"):
                 yield Tick("WikiText-2 ppl", True, id="eval-wikitext2", compact=True)
@@ -248,8 +269,11 @@ class NewRunScreen(Screen):
         bad = [field_id for field_id in self._relevant() if not self._check(field_id)]
         plan = self.query_one("#plan", Static)
         if bad:
-            plan.update("Pick a model to start." if bad == ["model"] and not self._model_touched
-                        else f"[$text-error]{len(bad)} field(s) to fix[/]")
+            plan.update(
+                "Pick a model to start."
+                if bad == ["model"] and not self._model_touched
+                else f"[$text-error]{len(bad)} field(s) to fix[/]"
+            )
         else:
             configs = self.configs()
             runs = ", ".join(f"{c.label} {c.sparsity}" for c in configs)

@@ -77,8 +77,11 @@ COLUMNS = [
     Column("Sparsity", lambda r: r.config.sparsity, _sparsity_order),
     Column("PPL", summary.ppl_text, lambda r: _missing_last(r.ppl)),
     Column("Prune", lambda r: summary.fmt_seconds(r.prune_seconds), lambda r: _missing_last(r.prune_seconds)),
-    Column("0-shot%", lambda r: "–" if zeroshot_mean(r) is None else f"{zeroshot_mean(r) * 100:.1f}",
-           lambda r: -(zeroshot_mean(r) or -1)),
+    Column(
+        "0-shot%",
+        lambda r: "–" if zeroshot_mean(r) is None else f"{zeroshot_mean(r) * 100:.1f}",
+        lambda r: -(zeroshot_mean(r) or -1),
+    ),
     Column("Calib", _calibration, lambda r: (_seqlen_order(r), r.config.nsamples)),
     Column("Seed", lambda r: str(r.config.seed), lambda r: r.config.seed),
     Column("Eval", _windows, lambda r: _missing_last(r.results.ppl_windows if r.results else None)),
@@ -159,13 +162,16 @@ class ResultsScreen(RunListScreen):
 
     def show_runs(self) -> None:
         visible = self.visible()
-        refill(self.query_one("#results", DataTable),
-               [(r.id, ("✓" if r.id in self.selected else " ", *(c.cell(r) for c in COLUMNS))) for r in visible])
+        refill(
+            self.query_one("#results", DataTable),
+            [(r.id, ("✓" if r.id in self.selected else " ", *(c.cell(r) for c in COLUMNS))) for r in visible],
+        )
         picked = len([r for r in visible if r.id in self.selected])
         arrow = "↓" if self.descending else "↑"
         partial = " · † partial ppl" if any(r.ppl_partial for r in visible) else ""
         self.query_one("#results-info", Static).update(
-            f"{len(visible)} run(s) · {picked} selected · by {COLUMNS[self.sort_column].title} {arrow}{partial}")
+            f"{len(visible)} run(s) · {picked} selected · by {COLUMNS[self.sort_column].title} {arrow}{partial}"
+        )
         self.query_one("#paper-table", Static).update(self.paper_table())
 
     def paper_table(self) -> Group | str:
@@ -183,8 +189,13 @@ class ResultsScreen(RunListScreen):
         for model, header in grid.columns:
             table.add_column(f"{model} {header}" if several else header, justify="right")
         for row in grid.rows:
-            table.add_row(Text(row), *(Text.from_markup(grid.text(row, column, lambda v: f"[b]{v}[/b]", "†", "|", "±"))
-                                       for column in grid.columns))
+            table.add_row(
+                Text(row),
+                *(
+                    Text.from_markup(grid.text(row, column, lambda v: f"[b]{v}[/b]", "†", "|", "±"))
+                    for column in grid.columns
+                ),
+            )
         which = "selected" if any(r.id in self.selected for r in self.visible()) else "listed"
         notes = [f"WikiText-2 perplexity of the {which} runs; best per column in bold."]
         if grid.partial:

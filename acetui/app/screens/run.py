@@ -79,8 +79,11 @@ def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None)
         run = by_id.get(run_id)
         if run is None:
             continue
-        result = summary.ppl_text(run) if run.status == "finished" else (
-            f"{run.layers_done}/{run.num_layers}" if run.status == "running" and run.num_layers else run.status)
+        result = (
+            summary.ppl_text(run)
+            if run.status == "finished"
+            else (f"{run.layers_done}/{run.num_layers}" if run.status == "running" and run.num_layers else run.status)
+        )
         text = escape(f"{place} {STATUS_MARK[run.status]} {run.label} {run.config.sparsity} {result}")
         parts.append(f"[b]{text}[/b]" if run_id == shown else text)
     return "  │  ".join(parts)
@@ -90,10 +93,20 @@ class RunScreen(Screen):
     AUTO_FOCUS = "#layers"
     BINDINGS = [
         Binding("c", "cancel_run", "Cancel", tooltip="Stop the run after its current layer (asks first)"),
-        Binding("right_square_bracket", "linear(1)", "Next linear", show=False,
-                tooltip="The histogram of the layer's next linear"),
-        Binding("left_square_bracket", "linear(-1)", "Prev linear", show=False,
-                tooltip="The histogram of the layer's previous linear"),
+        Binding(
+            "right_square_bracket",
+            "linear(1)",
+            "Next linear",
+            show=False,
+            tooltip="The histogram of the layer's next linear",
+        ),
+        Binding(
+            "left_square_bracket",
+            "linear(-1)",
+            "Prev linear",
+            show=False,
+            tooltip="The histogram of the layer's previous linear",
+        ),
         Binding("n", "batch(1)", "Next run", tooltip="The next run of this comparison"),
         Binding("p", "batch(-1)", "Prev run", tooltip="The previous run of this comparison"),
         Binding("h", "plot('scores')", "Scores", show=False, tooltip="Score histogram of the highlighted layer"),
@@ -224,7 +237,8 @@ class RunScreen(Screen):
         place = f" ({batch.index(run.id) + 1}/{len(batch)})" if len(batch) > 1 and run.id in batch else ""
         self.query_one("#run-title", Static).update(
             f"[b]{escape(run.label)}[/b] · {run.config.sparsity} · {escape(model_name(run.config.model))} · "
-            f"[${STATUS_COLOR[run.status]}]{run.status}[/] · run {run.id}{place}")
+            f"[${STATUS_COLOR[run.status]}]{run.status}[/] · run {run.id}{place}"
+        )
         total = run.num_layers
         done = total if run.status == "finished" and total else run.layers_done
         self.query_one("#progress", ProgressBar).update(total=total, progress=done)
@@ -243,7 +257,9 @@ class RunScreen(Screen):
         parts = [describe_stage(run)]
         elapsed = summary.elapsed_seconds(run, now)
         if elapsed is not None:
-            parts.append(f"{summary.fmt_seconds(elapsed)} elapsed" if run.active else f"took {summary.fmt_seconds(elapsed)}")
+            parts.append(
+                f"{summary.fmt_seconds(elapsed)} elapsed" if run.active else f"took {summary.fmt_seconds(elapsed)}"
+            )
         eta = summary.eta_seconds(self._layers, run.num_layers or 0) if run.status == "running" else None
         if eta:
             parts.append(f"ETA {summary.fmt_seconds(eta)}")
@@ -278,7 +294,9 @@ class RunScreen(Screen):
     def _replot(self) -> None:
         total = (self._run.num_layers if self._run else None) or len(self._layers)
         series = sparsity_series(self._layers)
-        self.query_one("#sparsity-plot", DepthPlot).show(total, series, sparsity_title(series) if self._layers else None)
+        self.query_one("#sparsity-plot", DepthPlot).show(
+            total, series, sparsity_title(series) if self._layers else None
+        )
         self.query_one("#variance-plot", DepthPlot).show(total, variance_series(self._layers))
         self._replot_histogram()
 

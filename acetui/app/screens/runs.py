@@ -49,16 +49,33 @@ class RunsScreen(RunListScreen):
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#runs", DataTable).add_columns("Run", "Status", "Method", "Sparsity", "Layers", "PPL", "Took",
-                                                       "Model", "Created")
+        self.query_one("#runs", DataTable).add_columns(
+            "Run", "Status", "Method", "Sparsity", "Layers", "PPL", "Took", "Model", "Created"
+        )
         super().on_mount()
 
     def show_runs(self) -> None:
         newest_first = sorted(self.runs, key=lambda r: (r.created, r.id), reverse=True)
-        refill(self.query_one("#runs", DataTable), [(r.id, (
-            r.id, status_text(self, r.status), r.label, r.config.sparsity, progress(r), summary.ppl_text(r),
-            duration(r), model_name(r.config.model), summary.fmt_time(r.created, "%m-%d %H:%M"),
-        )) for r in newest_first])
+        refill(
+            self.query_one("#runs", DataTable),
+            [
+                (
+                    r.id,
+                    (
+                        r.id,
+                        status_text(self, r.status),
+                        r.label,
+                        r.config.sparsity,
+                        progress(r),
+                        summary.ppl_text(r),
+                        duration(r),
+                        model_name(r.config.model),
+                        summary.fmt_time(r.created, "%m-%d %H:%M"),
+                    ),
+                )
+                for r in newest_first
+            ],
+        )
         self._show_detail()
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
@@ -79,12 +96,17 @@ class RunsScreen(RunListScreen):
         run = self.cursor_run(self.query_one("#runs", DataTable))
         detail = self.query_one("#run-detail", Static)
         if run is None:
-            detail.update("No runs yet: start one on New run (F1) or with `acetui prune`." if self.app.runs_listed
-                          else "Reading the run store…")
+            detail.update(
+                "No runs yet: start one on New run (F1) or with `acetui prune`."
+                if self.app.runs_listed
+                else "Reading the run store…"
+            )
             return
         took = f", took {duration(run)}" if run.finished and run.started else ""
-        text = (f"[b]{run.id}[/b] {escape(run.label)} at {run.config.sparsity} on {escape(run.config.model)}; "
-                f"created {summary.fmt_time(run.created)}{took}")
+        text = (
+            f"[b]{run.id}[/b] {escape(run.label)} at {run.config.sparsity} on {escape(run.config.model)}; "
+            f"created {summary.fmt_time(run.created)}{took}"
+        )
         if run.error:
             text += f"\n[${STATUS_COLOR[run.status]}]{run.status}:[/] {escape(run.error)}"
         detail.update(text)
@@ -121,5 +143,10 @@ class RunsScreen(RunListScreen):
                 return
             self.notify(f"Run {run.id} deleted.")
 
-        self.app.push_screen(ConfirmScreen(f"Delete run {run.id} ({run.label} at {run.config.sparsity}, "
-                                           f"{run.status})? Its layers and results go too."), answered)
+        self.app.push_screen(
+            ConfirmScreen(
+                f"Delete run {run.id} ({run.label} at {run.config.sparsity}, "
+                f"{run.status})? Its layers and results go too."
+            ),
+            answered,
+        )

@@ -66,24 +66,24 @@ class ScoreHistogram(Plot):
         edges, counts, log = histogram.edges, histogram.counts, histogram.log
         # Log-spaced bins are drawn on a log10 axis, labelled with the scores themselves.
         axis = (lambda v: math.log10(max(v, 1e-30))) if log else (lambda v: v)
-        centres = [(axis(a) + axis(b)) / 2 for a, b in zip(edges, edges[1:])]
+        centres = [(axis(a) + axis(b)) / 2 for a, b in zip(edges, edges[1:], strict=False)]
         pruned = pruned_per_bin(histogram, centres, axis)
         # Whole bins in red, then their kept part in blue over them: the red left showing was pruned.
         # Empty bars are left out: plotext draws a bar of height 0 as one row, which would hide the red.
         if any(pruned):
             plt.bar(*_nonzero(centres, counts), width=1, color="red", label="pruned")
-        kept = _nonzero(centres, [c - p for c, p in zip(counts, pruned)])
+        kept = _nonzero(centres, [c - p for c, p in zip(counts, pruned, strict=False)])
         if kept[0]:
             plt.bar(*kept, width=1, color="blue", label="kept" if any(pruned) else None)
         ticks = _ticks(axis(edges[0]), axis(edges[-1]))
-        plt.xticks(ticks, [f"{(10 ** t if log else t):.2g}" for t in ticks])
+        plt.xticks(ticks, [f"{(10**t if log else t):.2g}" for t in ticks])
         plt.xlabel("score (log)" if log else "score")
         if histogram.threshold is not None:
             plt.vline(axis(histogram.threshold), "red")
 
 
 def _nonzero(xs: list[float], ys: list[int]) -> tuple[list[float], list[int]]:
-    points = [(x, y) for x, y in zip(xs, ys) if y > 0]
+    points = [(x, y) for x, y in zip(xs, ys, strict=False) if y > 0]
     return [x for x, _ in points], [y for _, y in points]
 
 
@@ -93,8 +93,10 @@ def pruned_per_bin(histogram: Histogram, centres: list[float], axis) -> list[int
     if histogram.pruned is not None:
         return histogram.pruned
     threshold = histogram.threshold
-    return [count if threshold is not None and centre < axis(threshold) else 0
-            for count, centre in zip(histogram.counts, centres)]
+    return [
+        count if threshold is not None and centre < axis(threshold) else 0
+        for count, centre in zip(histogram.counts, centres, strict=False)
+    ]
 
 
 def histogram_caption(sparsity: str, group: str, histogram: Histogram | None) -> str:
@@ -142,11 +144,13 @@ class DepthPlot(Plot):
             plt.xticks([*range(0, last, max(1, math.ceil(last / 5))), last])
         if self._ylim:
             plt.ylim(*self._ylim)
-        series = {label: [(x, math.log10(y) if self._log else y) for x, y in points if not self._log or y > 0]
-                  for label, points in self._series.items()}
-        for (label, points), color in zip(series.items(), SERIES_COLORS):
+        series = {
+            label: [(x, math.log10(y) if self._log else y) for x, y in points if not self._log or y > 0]
+            for label, points in self._series.items()
+        }
+        for (label, points), color in zip(series.items(), SERIES_COLORS, strict=False):
             if points:
-                xs, ys = zip(*points)
+                xs, ys = zip(*points, strict=False)
                 plt.plot(xs, ys, marker="braille", color=color, label=label if len(series) > 1 else None)
         values = [y for points in series.values() for _, y in points]
         if self._log and values:
