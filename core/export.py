@@ -18,13 +18,15 @@ import csv
 import io
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
+from typing import Any
 
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
-from acetui_core.records import any_partial, mean_accuracy
+from acetui_core.records import RunResult, any_partial, mean_accuracy
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.store import RunRecord
 
@@ -165,12 +167,19 @@ def _paper_name(method: str) -> str:
     return METHODS[method].paper_name if method in METHODS else method
 
 
+def _result(record: RunRecord) -> RunResult:
+    """The results of a run the comparison kept (finished, with results)."""
+    assert record.results is not None, record.id
+    return record.results
+
+
 def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tuple[str, str, float, bool]]:
     """(row, column header, value, partial) entries one run adds to the grid."""
-    result = record.results
+    result = _result(record)
     if measure == "ppl":
+        assert result.ppl_wikitext2 is not None, record.id
         return [(row, header, result.ppl_wikitext2, result.ppl_partial)]
-    tasks = result.zeroshot
+    tasks = result.zeroshot or {}
     mean = 100 * mean_accuracy(tasks)
     if measure == "zeroshot-mean":
         return [(row, header, mean, any_partial(tasks))]
@@ -193,7 +202,7 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     """Every setting of a finished run that can change the number a table shows, except its seed and the
     table's column axis: the configuration, with what the run resolved (window lengths, windows counted,
     dtype) and the identity of the files it read (model, calibration)."""
-    config, result = record.config, record.results
+    config, result = record.config, _result(record)
     skip = _NEVER_SPLIT | (_ZEROSHOT_ONLY if measure == "ppl" else _PPL_ONLY) | {columns}
     if result.calibration is None:  # no calibration data: its settings cannot matter
         skip |= _CALIBRATION
@@ -212,7 +221,7 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     return values
 
 
-_DESCRIBE = {
+_DESCRIBE: dict[str, Callable[[Any], str]] = {
     "nsamples": lambda v: f"{v} samples",
     "seqlen": lambda v: f"{v}-token calibration",
     "calib": lambda v: f"calib {str(v).rsplit('/', 1)[-1]}",
@@ -273,7 +282,7 @@ def comparison(
         usable = [r for r in finished if r.ppl is not None]
         what = "a WikiText-2 perplexity"
     else:
-        usable = [r for r in finished if r.results.zeroshot]
+        usable = [r for r in finished if _result(r).zeroshot]
         what = "zero-shot results (prune --eval zeroshot)"
     if not usable:
         raise UserError(

@@ -6,14 +6,19 @@ from __future__ import annotations
 import functools
 import logging
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from acetui_core.config import FULL_CONTEXT_CAP
 from acetui_core.errors import UserError
+
+if TYPE_CHECKING:  # transformers is imported only when a model is loaded (a fast CLI start)
+    from transformers import PreTrainedModel
 from acetui_core.paths import file_identity
 
 SUPPORTED = "the LLaMA family (LLaMA 1/2/3, Mistral, Qwen2/3, Gemma 2/3, SmolLM), OPT and GPT-2"
@@ -64,7 +69,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     """The decoder layers, wherever the family keeps them."""
     for path in ("model.layers", "model.decoder.layers", "transformer.h"):
-        holder = model
+        holder: Any = model
         for part in path.split("."):
             holder = getattr(holder, part, None)
             if holder is None:
@@ -84,17 +89,18 @@ def prunable_linears(layer: nn.Module) -> dict[str, nn.Module]:
 
 def weight_matrix(module: nn.Module) -> torch.Tensor:
     """The weight as ``(d_out, d_in)`` whatever the storage (Conv1D keeps ``(d_in, d_out)``)."""
-    return module.weight.data if isinstance(module, nn.Linear) else module.weight.data.t()
+    weight = cast(torch.Tensor, module.weight)
+    return weight.data if isinstance(module, nn.Linear) else weight.data.t()
 
 
 def set_weight_matrix(module: nn.Module, W: torch.Tensor) -> None:
-    target = module.weight.data
+    target = cast(torch.Tensor, module.weight).data
     target.copy_(W if isinstance(module, nn.Linear) else W.t())
 
 
 @dataclass
 class Loaded:
-    model: nn.Module
+    model: PreTrainedModel
     tokenizer: object
     source: str
     family: str
@@ -107,7 +113,7 @@ class Loaded:
     def snapshot(self) -> None:
         """Keep a CPU copy of every decoder linear's weight, so ``reset`` can undo a pruning run."""
         self._dense = {
-            (i, name): module.weight.data.detach().to("cpu", copy=True)
+            (i, name): cast(torch.Tensor, module.weight).detach().to("cpu", copy=True)
             for i, layer in enumerate(decoder_layers(self.model))
             for name, module in prunable_linears(layer).items()
         }
@@ -118,7 +124,7 @@ class Loaded:
             raise RuntimeError("reset() needs snapshot() first")
         for i, layer in enumerate(decoder_layers(self.model)):
             for name, module in prunable_linears(layer).items():
-                module.weight.data.copy_(self._dense[(i, name)])
+                cast(torch.Tensor, module.weight).data.copy_(self._dense[(i, name)])
 
 
 def _context_length(config) -> int:
@@ -281,7 +287,12 @@ def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_eve
     compute_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, compute_device)
     kind, path = model_source(source)
-    load = {"gguf": _load_gguf, "folder": _load_folder, "hub": _load_hub}[kind]
+    loaders: dict[str, Callable[[Any, torch.dtype], tuple[Any, Any]]] = {
+        "gguf": _load_gguf,
+        "folder": _load_folder,
+        "hub": _load_hub,
+    }
+    load = loaders[kind]
     if on_event:  # only now: a bad path is reported without a progress bar in front of it
         on_event(Stage("load", 0, 1))
     logging.getLogger("transformers").setLevel(logging.ERROR)

@@ -243,7 +243,7 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
     started = time.perf_counter()
     inputs = []
     if windows is not None:
-        hidden_size = loaded.model.get_input_embeddings().weight.shape[1]
+        hidden_size = loaded.model.config.hidden_size
         keep_on = _activation_device(loaded, windows, hidden_size)
         batch = max(1, CALIB_TOKENS_PER_BATCH // windows.shape[1])
         inputs = _capture_layer0_inputs(loaded, windows, batch, keep_on)
@@ -276,13 +276,13 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
 
 
 def _linear_sizes(layers) -> list[int]:
-    return [m.weight.numel() for layer in layers for m in prunable_linears(layer).values()]
+    return [weight_matrix(m).numel() for layer in layers for m in prunable_linears(layer).values()]
 
 
 def place_for_eval(loaded: Loaded) -> None:
     """Put the whole model on the compute device for evaluation when it fits; otherwise let accelerate
     spread it over GPU and CPU."""
-    model = loaded.model
+    model: torch.nn.Module = loaded.model  # as a Module: transformers' wrapper of ``to`` confuses mypy
     if hasattr(model, "hf_device_map") or loaded.device.type != "cuda":
         return
     need = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -24,7 +24,7 @@ def sparsegpt_prune(
     H += percdamp * torch.mean(torch.diag(H)) * torch.eye(d_in, device=H.device)
     try:
         Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
-    except torch._C._LinAlgError:
+    except torch.linalg.LinAlgError:
         raise UserError(f"SparseGPT could not invert the Hessian of {name}; try more calibration samples.") from None
 
     for i1 in range(0, d_in, blocksize):

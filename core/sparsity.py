@@ -9,15 +9,16 @@ from acetui_core.errors import UserError
 
 @dataclass(frozen=True)
 class Sparsity:
-    """Either ``ratio`` (unstructured, 0 < ratio < 1) or ``n``:``m`` (keep N of every M)."""
+    """Either ``ratio`` (unstructured, 0 < ratio < 1) or ``n``:``m`` (keep N of every M); the unused
+    fields stay 0."""
 
-    ratio: float | None = None
-    n: int | None = None
-    m: int | None = None
+    ratio: float = 0.0
+    n: int = 0
+    m: int = 0
 
     @property
     def is_nm(self) -> bool:
-        return self.m is not None
+        return self.m > 0
 
     @property
     def fraction(self) -> float:

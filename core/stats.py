@@ -57,6 +57,7 @@ class ColumnStats:
     @property
     def hessian(self) -> torch.Tensor:
         """SparseGPT's ``H = 2/T X^T X`` (its scale cancels in OBS; the 1% damping is relative)."""
+        assert self.xtx is not None, "ColumnStats(hessian=True) keeps X^T X"
         return self.xtx * (2 / self.tokens)
 
     def summary(self) -> ActStats:

@@ -617,7 +617,8 @@ def _record(row: sqlite3.Row) -> RunRecord:
 
 
 def _attach_layers(db: sqlite3.Connection, records: list[RunRecord]) -> None:
-    by_run = _layers(db, [r.id for r in records], damaged := {})
+    damaged: dict[str, str] = {}
+    by_run = _layers(db, [r.id for r in records], damaged)
     for record in records:
         record.layers = by_run[record.id]
         if record.id in damaged and not record.damaged:
