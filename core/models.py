@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import platform
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,6 +120,28 @@ class Loaded:
         for i, layer in enumerate(decoder_layers(self.model)):
             for name, module in prunable_linears(layer).items():
                 module.weight.data.copy_(self._dense[(i, name)])
+
+
+@contextmanager
+def quiet_transformers():
+    """Mute transformers' own tqdm bars (loading weights, writing shards, and the GGUF reader's
+    de-quantizing bar): they would break the CLI's live display and fill the run's log file with bar
+    redraws, while our ``Stage`` events already show loading and saving."""
+    from functools import partial
+    from unittest import mock
+
+    from tqdm.auto import tqdm
+    from transformers.utils import logging as hf_logging
+
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        # The GGUF reader calls tqdm itself, past transformers' switch; its module's name is the handle.
+        with mock.patch("transformers.modeling_gguf_pytorch_utils.tqdm", partial(tqdm, disable=True)):
+            yield
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
 
 
 def _context_length(config) -> int:
@@ -240,7 +263,7 @@ def _check_shards(folder: Path, expected: dict[str, tuple]) -> None:
     for shard in sorted(folder.glob("*.safetensors")):
         try:
             with safe_open(str(shard), "pt") as tensors:
-                shapes = {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors}
+                shapes = {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()}  # noqa: SIM118 (a safe_open handle is not iterable)
         except Exception as error:  # truncated or not safetensors at all
             raise UserError(
                 f"The checkpoint folder {folder} could not be loaded as a model: {shard.name} is damaged "
@@ -285,7 +308,8 @@ def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_eve
     if on_event:  # only now: a bad path is reported without a progress bar in front of it
         on_event(Stage("load", 0, 1))
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    model, tokenizer = load(path, torch_dtype)
+    with quiet_transformers():
+        model, tokenizer = load(path, torch_dtype)
     model.eval()
     decoder_layers(model)  # unsupported families fail here, before any work
     if tokenizer.pad_token is None:
