@@ -173,6 +173,21 @@ async def test_f2_opens_a_run_started_from_the_cli(store, make_tiny_model):
         await wait_for(pilot, lambda: store.get_run(run_id, layers=False).status == "finished", "the run to end", 120)
 
 
+@pytest.mark.asyncio
+async def test_f2_on_the_run_screen_of_an_ended_run_jumps_to_a_new_live_one(store):
+    """Watching a finished run when another one starts (from the CLI): a toast says so and F2 opens it."""
+    app = make_app(store, attach=finished_run(store))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.screen._run is not None, "the finished run on the Run screen")
+        assert app.check_action("show_run", ()) is False  # nothing else to show: F2 is not offered
+        live = running_run(store)
+        await wait_for(pilot, lambda: any(r.id == live for r in app.runs), "the new run in the list")
+        assert any(f"Run {live} started" in toast.message for toast in app._notifications)
+        await pilot.press("f2")
+        assert isinstance(app.screen, RunScreen) and app.followed == live
+        await wait_for(pilot, lambda: app.screen._run is not None and app.screen._run.id == live, "the live run")
+
+
 def test_which_run_f2_shows():
     """Active beats shown-and-ended; the shown run stays while active; with nothing active the shown one
     stays; else the newest."""
@@ -284,6 +299,19 @@ async def test_the_config_panel_shows_what_the_run_was_started_with(store):
             f"logs/{run_id}.log (beside the run store)",
         ):
             assert expected in text, expected
+
+
+@pytest.mark.asyncio
+async def test_the_config_panel_follows_a_queued_run_as_it_starts(store):
+    """Opened while the run waits in its queue, the panel must not keep saying "queued"."""
+    run_id = store.create_run(CONFIG)
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=(120, 40)) as pilot:
+        config = app.screen.query_one("#config-text", Static)
+        await wait_for(pilot, lambda: f"{run_id} · queued" in str(config.render()), "the queued run's panel")
+        store.claim(run_id)
+        store.record_event(run_id, RunStarted(CONFIG.model, CONFIG.method, CONFIG.sparsity, 4, "cpu"))
+        await wait_for(pilot, lambda: f"{run_id} · running" in str(config.render()), "the panel of the started run")
 
 
 @pytest.mark.asyncio

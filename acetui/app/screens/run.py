@@ -192,7 +192,8 @@ class RunScreen(Screen):
         previous, self._run = self._run, run
         if previous is None:
             self._start_log(run)
-            self.query_one("#config-text", Static).update(summary.config_text(run, self.app.store.folder))
+        # Every time: the status, the device actually used and the versions come once the run has started.
+        self.query_one("#config-text", Static).update(summary.config_text(run, self.app.store.folder))
         if not run.active:
             self._log_ended.set()
         self._add_layers(message.new_layers)
