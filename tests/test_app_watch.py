@@ -326,6 +326,22 @@ async def test_elapsed_time_and_the_resource_line_of_a_live_run(store):
         assert " elapsed · ETA " in str(app.screen.query_one("#stage", Static).render())
 
 
+@pytest.mark.asyncio
+async def test_the_finished_line_fits_at_80_columns_with_its_partial_mark(store):
+    """An ended run's line is its result: no progress bar beside it, so the duration is not cut off."""
+    config = RunConfig(model="tiny-llama", method="wanda", sparsity="2:4")
+    run_id = insert_run(store, Clock(), "fin00002", config, created=1_700_000_000.0, ppl=409.61, partial=True)
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        stage = app.screen.query_one("#stage", Static)
+        await wait_for(pilot, lambda: "took" in str(stage.render()), "the finished line")
+        await pilot.pause()
+        text = str(stage.render())
+        assert text.startswith("finished · ppl 409.61† (2 windows) · prune 30.0s · took ")
+        assert not app.screen.query_one("#progress").display
+        assert stage.content_region.width >= len(text)
+
+
 def test_resource_line_without_a_sample_says_why():
     run = type("R", (), {"resources": None, "status": "running", "host": "gpu-7", "active": True})()
     assert summary.resource_line(run, "laptop", 0.0) == "resources: no sample recorded yet (the run is on gpu-7)"
@@ -365,10 +381,17 @@ async def test_the_log_pane_shows_a_failed_runs_traceback(store):
         assert shown().endswith(
             "Traceback (most recent call last): RuntimeError: mat1 and mat2 shapes cannot be multiplied"
         )
+        narrow = len(log.lines)
         await pilot.press("l")
         assert app.screen.maximized is log  # full screen for a long traceback
+        await pilot.pause()
+        # Re-wrapped at the full width: the error sentence (63 characters) fits on one line again.
+        assert len(log.lines) < narrow
+        assert any(line.text.strip() == "RuntimeError: mat1 and mat2 shapes cannot be multiplied" for line in log.lines)
         await pilot.press("escape")
         assert app.screen.maximized is None
+        await pilot.pause()
+        assert len(log.lines) == narrow
 
 
 def test_the_sparsity_plot_has_one_line_per_kind_of_linear():
