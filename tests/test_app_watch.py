@@ -562,3 +562,57 @@ async def test_escape_closes_the_keys_panel(store):
         await pilot.press("escape")
         await pilot.pause()
         assert not app.screen.query("HelpPanel")
+
+
+# ---- Runs and Results tell runs apart -------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_results_sort_by_method_sparsity_and_seed_and_reverse(store):
+    def add(run_id, method, sparsity, seed, ppl):
+        config = RunConfig(model="tiny-llama", method=method, sparsity=sparsity, seed=seed)
+        insert_run(store, Clock(), run_id, config, created=1_700_000_000.0 + seed, ppl=ppl)
+
+    add("aaaa0001", "wanda", "0.5", 0, 20.0)
+    add("bbbb0002", "ace", "2:4", 1, 10.0)
+    add("cccc0003", "magnitude", "0.6", 2, 30.0)
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f3")
+        screen = app.screen
+        table = screen.query_one("#results")
+        await wait_for(pilot, lambda: table.row_count == 3, "three results")
+        order = lambda: [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(3)]  # noqa: E731
+        info = lambda: str(screen.query_one("#results-info", Static).render())  # noqa: E731
+        assert "by PPL ↑" in info() and order() == ["bbbb0002", "aaaa0001", "cccc0003"]
+        await pilot.press("S")  # the column before PPL
+        assert "by Sparsity ↑" in info() and order() == ["aaaa0001", "cccc0003", "bbbb0002"]  # N:M after ratios
+        await pilot.press("S")
+        assert "by Method ↑" in info() and order() == [
+            "bbbb0002",
+            "cccc0003",
+            "aaaa0001",
+        ]  # CosP+VarP, Magnitude, Wanda
+        while "by Seed" not in info():
+            await pilot.press("s")
+        assert order() == ["aaaa0001", "bbbb0002", "cccc0003"]
+        await pilot.press("r")
+        assert "by Seed ↓" in info() and order() == ["cccc0003", "bbbb0002", "aaaa0001"]
+        headers = [str(column.label) for column in table.columns.values()]
+        assert headers[-5:] == ["Calib", "Seed", "Eval", "Date", "Id"]
+
+
+@pytest.mark.asyncio
+async def test_runs_show_perplexity_duration_and_a_bar_for_a_running_run(store):
+    live = running_run(store, layers=1)  # 1 of 4 layers
+    done = finished_run(store)
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f4")
+        table = app.screen.query_one("#runs")
+        await wait_for(pilot, lambda: table.row_count == 2, "two runs")
+        rows = {str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)] for i in range(2)}
+        headers = [str(column.label) for column in table.columns.values()]
+        live_row, done_row = dict(zip(headers, rows[live], strict=True)), dict(zip(headers, rows[done], strict=True))
+        assert live_row["Layers"] == "██░░░░ 1/4" and live_row["PPL"] == "–" and live_row["Took"].endswith("s")
+        assert done_row["Layers"] == "2/2" and done_row["PPL"] == "71.47" and done_row["Took"] != "–"
