@@ -416,9 +416,29 @@ async def test_question_mark_lists_every_key_of_the_screen(store):
         listed = {keys for keys, _, _ in rows}
         assert {"c", "]", "[", "n", "p", "h", "s", "v", "i", "l"} <= listed  # hidden ones too
         assert dict((keys, now) for keys, _, now in rows)["c"] is False  # no run to cancel
-        assert {"f1", "f2", "f3", "f4", "?", "^q"} <= {keys for keys, _, _ in app_rows}
+        assert {"f1", "f2", "f3", "f4", "? f5", "^q"} <= {keys for keys, _, _ in app_rows}
         await pilot.press("escape")
         assert isinstance(app.screen, RunScreen)
+
+
+@pytest.mark.asyncio
+async def test_help_from_a_text_field_of_new_run_is_f5(store):
+    """In the model field "?" is text; the footer offers f5 instead, which opens the keys of New run."""
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        model = app.screen.query_one("#model", Input)
+        assert app.focused is model
+        before = model.value
+        await pilot.press("question_mark")
+        assert model.value == before + "?" and isinstance(app.screen, NewRunScreen)
+        footer_keys = [key.key for key in app.screen.query("FooterKey")]
+        assert "f5" in footer_keys and "question_mark" not in footer_keys
+        await pilot.press("f5")
+        assert isinstance(app.screen, HelpScreen)
+        (title, rows), _ = app.screen.sections
+        assert title == "New run screen" and "^r" in {keys for keys, _, _ in rows}
+        await pilot.press("f5")
+        assert isinstance(app.screen, NewRunScreen)
 
 
 @pytest.mark.asyncio

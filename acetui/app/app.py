@@ -54,7 +54,8 @@ class AceApp(App):
         Binding("f2", "show_run", "Run", tooltip="The active run (else the one shown last, else the newest)"),
         Binding("f3", "switch_mode('results')", "Results", tooltip="Finished runs side by side; export"),
         Binding("f4", "switch_mode('runs')", "Runs", tooltip="Every run in the store"),
-        Binding("question_mark", "help", "Help", tooltip="The keys of this screen"),
+        # f5 too: a text field takes "?" as text (the footer then shows f5).
+        Binding("question_mark,f5", "help", "Help", tooltip="The keys of this screen"),
         Binding("ctrl+t", "next_theme", "Theme", show=False, tooltip="Next theme: dark, light, ansi"),
         Binding("escape", "close_panels", "Close", show=False, tooltip="Close the keys panel or a maximised pane"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
