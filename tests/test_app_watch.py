@@ -30,7 +30,7 @@ from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
 from acetui.app.widgets.marks import Tick
-from acetui.app.widgets.plots import sparsity_series, sparsity_title
+from acetui.app.widgets.plots import count_label, sparsity_series, sparsity_title
 from acetui_core.config import RunConfig
 from acetui_core.events import RunFinished, RunStarted
 from acetui_core.paths import bundled_model
@@ -182,7 +182,9 @@ async def test_f2_on_the_run_screen_of_an_ended_run_jumps_to_a_new_live_one(stor
         assert app.check_action("show_run", ()) is False  # nothing else to show: F2 is not offered
         live = running_run(store)
         await wait_for(pilot, lambda: any(r.id == live for r in app.runs), "the new run in the list")
-        assert any(f"Run {live} started" in toast.message for toast in app._notifications)
+        assert [toast.message for toast in app._notifications if "started" in toast.message] == [
+            f"Run {live} (CosP+VarP-32 at 2:4) started: F2 shows it."
+        ]
         await pilot.press("f2")
         assert isinstance(app.screen, RunScreen) and app.followed == live
         await wait_for(pilot, lambda: app.screen._run is not None and app.screen._run.id == live, "the live run")
@@ -392,6 +394,18 @@ async def test_the_log_pane_shows_a_failed_runs_traceback(store):
         assert app.screen.maximized is None
         await pilot.pause()
         assert len(log.lines) == narrow
+
+
+def test_histogram_counts_are_labelled_compactly():
+    """A 7B model's bins hold millions of weights: the y labels stay short (plotext's read 4718592.0)."""
+    assert [count_label(n) for n in (0, 950, 1755.3, 12059, 4718592, 45e6)] == [
+        "0",
+        "950",
+        "1.8k",
+        "12k",
+        "4.7M",
+        "45M",
+    ]
 
 
 def test_the_sparsity_plot_has_one_line_per_kind_of_linear():

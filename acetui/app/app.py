@@ -165,9 +165,13 @@ class AceApp(App):
         shown = next((r for r in self.runs if r.id == self.followed), None)
         if not before or self.current_mode != "run" or shown is None or shown.active:
             return
-        for run in self.runs:
-            if run.id not in before and run.active and run.id not in self.batch:
-                self.notify(f"Run {run.id} started ({run.label} at {run.config.sparsity}): F2 shows it.", timeout=8)
+        new = [run for run in self.runs if run.id not in before and run.active and run.id not in self.batch]
+        if new:  # one toast for a comparison queued at once
+            first = min(new, key=lambda r: (r.created, r.id))
+            more = f" and {len(new) - 1} more" if len(new) > 1 else ""
+            self.notify(
+                f"Run {first.id} ({first.label} at {first.config.sparsity}){more} started: F2 shows it.", timeout=8
+            )
 
     def on_store_failed(self, message: StoreFailed) -> None:
         self.notify(message.error, severity="error", timeout=10)
