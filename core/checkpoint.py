@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from acetui_core.errors import UserError
+from acetui_core.models import quiet_transformers
 
 
 def check_save_dir(save: str | None, overwrite: bool) -> None:
@@ -34,6 +35,7 @@ def save_checkpoint(model, tokenizer, save: str, overwrite: bool) -> str:
     if path.exists() and overwrite:
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
+    with quiet_transformers():
+        model.save_pretrained(path, safe_serialization=True)
+        tokenizer.save_pretrained(path)
     return str(path.resolve())

@@ -7,6 +7,7 @@ import functools
 import logging
 import platform
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -16,10 +17,10 @@ from torch import nn
 
 from acetui_core.config import FULL_CONTEXT_CAP
 from acetui_core.errors import UserError
+from acetui_core.paths import file_identity
 
 if TYPE_CHECKING:  # transformers is imported only when a model is loaded (a fast CLI start)
     from transformers import PreTrainedModel
-from acetui_core.paths import file_identity
 
 SUPPORTED = "the LLaMA family (LLaMA 1/2/3, Mistral, Qwen2/3, Gemma 2/3, SmolLM), OPT and GPT-2"
 
@@ -125,6 +126,28 @@ class Loaded:
         for i, layer in enumerate(decoder_layers(self.model)):
             for name, module in prunable_linears(layer).items():
                 cast(torch.Tensor, module.weight).data.copy_(self._dense[(i, name)])
+
+
+@contextmanager
+def quiet_transformers():
+    """Mute transformers' own tqdm bars (loading weights, writing shards, and the GGUF reader's
+    de-quantizing bar): they would break the CLI's live display and fill the run's log file with bar
+    redraws, while our ``Stage`` events already show loading and saving."""
+    from functools import partial
+    from unittest import mock
+
+    from tqdm.auto import tqdm
+    from transformers.utils import logging as hf_logging
+
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        # The GGUF reader calls tqdm itself, past transformers' switch; its module's name is the handle.
+        with mock.patch("transformers.modeling_gguf_pytorch_utils.tqdm", partial(tqdm, disable=True)):
+            yield
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
 
 
 def _context_length(config) -> int:
@@ -296,7 +319,8 @@ def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_eve
     if on_event:  # only now: a bad path is reported without a progress bar in front of it
         on_event(Stage("load", 0, 1))
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    model, tokenizer = load(path, torch_dtype)
+    with quiet_transformers():
+        model, tokenizer = load(path, torch_dtype)
     model.eval()
     decoder_layers(model)  # unsupported families fail here, before any work
     if tokenizer.pad_token is None:

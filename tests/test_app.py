@@ -242,12 +242,14 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
         await pilot.press("y")
         assert app.clipboard == latex
 
-        # Select one run: exports hold only the selection.
+        # Select one run: exports hold only the selection. (The cursor stays on the run it was on when
+        # the list first filled, which may have been before the second run's result came in.)
+        highlighted = results.cursor_run(table)
         await pilot.press("space")
         await pilot.press("e")
         await wait_for(pilot, lambda: len(list(exports.glob("*.csv"))) == 2, "the second CSV export")
         newest = max(exports.glob("*.csv"), key=lambda p: p.stat().st_mtime_ns)
-        assert [row["id"] for row in csv.DictReader(io.StringIO(newest.read_text()))] == [by_ppl[0].id]
+        assert [row["id"] for row in csv.DictReader(io.StringIO(newest.read_text()))] == [highlighted.id]
 
         await pilot.press("v")  # the paper's layout: methods by sparsity, for the chosen runs
         assert results.query_one("#results-views", ContentSwitcher).current == "paper"

@@ -378,10 +378,11 @@ def test_run_config(snap_compare, store):
     assert snap_compare(make_app(store, attach="run00003"), press=["i"], run_before=until(layer_rows(NUM_LAYERS)))
 
 
+@pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("key", ["h", "s", "v"])
-def test_empty_run_screen_plots(snap_compare, tmp_path, key):
+def test_empty_run_screen_plots(snap_compare, tmp_path, key, size):
     """No run at all: each plot key draws an empty plot (``v`` used to crash on a log axis with no points)."""
-    assert snap_compare(make_app(Store(tmp_path / "empty.db")), press=["f2", key])
+    assert snap_compare(make_app(Store(tmp_path / "empty.db")), press=["f2", key], terminal_size=size)
 
 
 def test_help_on_results(snap_compare, store):

@@ -30,7 +30,7 @@ from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
 from acetui.app.widgets.marks import Tick
-from acetui.app.widgets.plots import sparsity_series, sparsity_title
+from acetui.app.widgets.plots import count_label, sparsity_series, sparsity_title
 from acetui_core.config import RunConfig
 from acetui_core.events import RunFinished, RunStarted
 from acetui_core.paths import bundled_model
@@ -173,6 +173,23 @@ async def test_f2_opens_a_run_started_from_the_cli(store, make_tiny_model):
         await wait_for(pilot, lambda: store.get_run(run_id, layers=False).status == "finished", "the run to end", 120)
 
 
+@pytest.mark.asyncio
+async def test_f2_on_the_run_screen_of_an_ended_run_jumps_to_a_new_live_one(store):
+    """Watching a finished run when another one starts (from the CLI): a toast says so and F2 opens it."""
+    app = make_app(store, attach=finished_run(store))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.screen._run is not None, "the finished run on the Run screen")
+        assert app.check_action("show_run", ()) is False  # nothing else to show: F2 is not offered
+        live = running_run(store)
+        await wait_for(pilot, lambda: any(r.id == live for r in app.runs), "the new run in the list")
+        assert [toast.message for toast in app._notifications if "started" in toast.message] == [
+            f"Run {live} (CosP+VarP-32 at 2:4) started: F2 shows it."
+        ]
+        await pilot.press("f2")
+        assert isinstance(app.screen, RunScreen) and app.followed == live
+        await wait_for(pilot, lambda: app.screen._run is not None and app.screen._run.id == live, "the live run")
+
+
 def test_which_run_f2_shows():
     """Active beats shown-and-ended; the shown run stays while active; with nothing active the shown one
     stays; else the newest."""
@@ -287,6 +304,19 @@ async def test_the_config_panel_shows_what_the_run_was_started_with(store):
 
 
 @pytest.mark.asyncio
+async def test_the_config_panel_follows_a_queued_run_as_it_starts(store):
+    """Opened while the run waits in its queue, the panel must not keep saying "queued"."""
+    run_id = store.create_run(CONFIG)
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=(120, 40)) as pilot:
+        config = app.screen.query_one("#config-text", Static)
+        await wait_for(pilot, lambda: f"{run_id} · queued" in str(config.render()), "the queued run's panel")
+        store.claim(run_id)
+        store.record_event(run_id, RunStarted(CONFIG.model, CONFIG.method, CONFIG.sparsity, 4, "cpu"))
+        await wait_for(pilot, lambda: f"{run_id} · running" in str(config.render()), "the panel of the started run")
+
+
+@pytest.mark.asyncio
 async def test_elapsed_time_and_the_resource_line_of_a_live_run(store):
     run_id = running_run(store)
     store.heartbeat(run_id, {"taken": time.time(), "rss_mb": 3072.0, "cpu_percent": 180.0})
@@ -296,6 +326,22 @@ async def test_elapsed_time_and_the_resource_line_of_a_live_run(store):
         await wait_for(pilot, lambda: "RSS" in str(resources.render()), "the resource line")
         assert str(resources.render()) == "resources: RSS 3.0 GiB · CPU 180%"
         assert " elapsed · ETA " in str(app.screen.query_one("#stage", Static).render())
+
+
+@pytest.mark.asyncio
+async def test_the_finished_line_fits_at_80_columns_with_its_partial_mark(store):
+    """An ended run's line is its result: no progress bar beside it, so the duration is not cut off."""
+    config = RunConfig(model="tiny-llama", method="wanda", sparsity="2:4")
+    run_id = insert_run(store, Clock(), "fin00002", config, created=1_700_000_000.0, ppl=409.61, partial=True)
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        stage = app.screen.query_one("#stage", Static)
+        await wait_for(pilot, lambda: "took" in str(stage.render()), "the finished line")
+        await pilot.pause()
+        text = str(stage.render())
+        assert text.startswith("finished · ppl 409.61† (2 windows) · prune 30.0s · took ")
+        assert not app.screen.query_one("#progress").display
+        assert stage.content_region.width >= len(text)
 
 
 def test_resource_line_without_a_sample_says_why():
@@ -337,10 +383,29 @@ async def test_the_log_pane_shows_a_failed_runs_traceback(store):
         assert shown().endswith(
             "Traceback (most recent call last): RuntimeError: mat1 and mat2 shapes cannot be multiplied"
         )
+        narrow = len(log.lines)
         await pilot.press("l")
         assert app.screen.maximized is log  # full screen for a long traceback
+        await pilot.pause()
+        # Re-wrapped at the full width: the error sentence (63 characters) fits on one line again.
+        assert len(log.lines) < narrow
+        assert any(line.text.strip() == "RuntimeError: mat1 and mat2 shapes cannot be multiplied" for line in log.lines)
         await pilot.press("escape")
         assert app.screen.maximized is None
+        await pilot.pause()
+        assert len(log.lines) == narrow
+
+
+def test_histogram_counts_are_labelled_compactly():
+    """A 7B model's bins hold millions of weights: the y labels stay short (plotext's read 4718592.0)."""
+    assert [count_label(n) for n in (0, 950, 1755.3, 12059, 4718592, 45e6)] == [
+        "0",
+        "950",
+        "1.8k",
+        "12k",
+        "4.7M",
+        "45M",
+    ]
 
 
 def test_the_sparsity_plot_has_one_line_per_kind_of_linear():
@@ -365,9 +430,29 @@ async def test_question_mark_lists_every_key_of_the_screen(store):
         listed = {keys for keys, _, _ in rows}
         assert {"c", "]", "[", "n", "p", "h", "s", "v", "i", "l"} <= listed  # hidden ones too
         assert dict((keys, now) for keys, _, now in rows)["c"] is False  # no run to cancel
-        assert {"f1", "f2", "f3", "f4", "?", "^q"} <= {keys for keys, _, _ in app_rows}
+        assert {"f1", "f2", "f3", "f4", "? f5", "^q"} <= {keys for keys, _, _ in app_rows}
         await pilot.press("escape")
         assert isinstance(app.screen, RunScreen)
+
+
+@pytest.mark.asyncio
+async def test_help_from_a_text_field_of_new_run_is_f5(store):
+    """In the model field "?" is text; the footer offers f5 instead, which opens the keys of New run."""
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        model = app.screen.query_one("#model", Input)
+        assert app.focused is model
+        before = model.value
+        await pilot.press("question_mark")
+        assert model.value == before + "?" and isinstance(app.screen, NewRunScreen)
+        footer_keys = [key.key for key in app.screen.query("FooterKey")]
+        assert "f5" in footer_keys and "question_mark" not in footer_keys
+        await pilot.press("f5")
+        assert isinstance(app.screen, HelpScreen)
+        (title, rows), _ = app.screen.sections
+        assert title == "New run screen" and "^r" in {keys for keys, _, _ in rows}
+        await pilot.press("f5")
+        assert isinstance(app.screen, NewRunScreen)
 
 
 @pytest.mark.asyncio
@@ -511,3 +596,57 @@ async def test_escape_closes_the_keys_panel(store):
         await pilot.press("escape")
         await pilot.pause()
         assert not app.screen.query("HelpPanel")
+
+
+# ---- Runs and Results tell runs apart -------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_results_sort_by_method_sparsity_and_seed_and_reverse(store):
+    def add(run_id, method, sparsity, seed, ppl):
+        config = RunConfig(model="tiny-llama", method=method, sparsity=sparsity, seed=seed)
+        insert_run(store, Clock(), run_id, config, created=1_700_000_000.0 + seed, ppl=ppl)
+
+    add("aaaa0001", "wanda", "0.5", 0, 20.0)
+    add("bbbb0002", "ace", "2:4", 1, 10.0)
+    add("cccc0003", "magnitude", "0.6", 2, 30.0)
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f3")
+        screen = app.screen
+        table = screen.query_one("#results")
+        await wait_for(pilot, lambda: table.row_count == 3, "three results")
+        order = lambda: [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(3)]  # noqa: E731
+        info = lambda: str(screen.query_one("#results-info", Static).render())  # noqa: E731
+        assert "by PPL ↑" in info() and order() == ["bbbb0002", "aaaa0001", "cccc0003"]
+        await pilot.press("S")  # the column before PPL
+        assert "by Sparsity ↑" in info() and order() == ["aaaa0001", "cccc0003", "bbbb0002"]  # N:M after ratios
+        await pilot.press("S")
+        assert "by Method ↑" in info() and order() == [
+            "bbbb0002",
+            "cccc0003",
+            "aaaa0001",
+        ]  # CosP+VarP, Magnitude, Wanda
+        while "by Seed" not in info():
+            await pilot.press("s")
+        assert order() == ["aaaa0001", "bbbb0002", "cccc0003"]
+        await pilot.press("r")
+        assert "by Seed ↓" in info() and order() == ["cccc0003", "bbbb0002", "aaaa0001"]
+        headers = [str(column.label) for column in table.columns.values()]
+        assert headers[-5:] == ["Calib", "Seed", "Eval", "Date", "Id"]
+
+
+@pytest.mark.asyncio
+async def test_runs_show_perplexity_duration_and_a_bar_for_a_running_run(store):
+    live = running_run(store, layers=1)  # 1 of 4 layers
+    done = finished_run(store)
+    app = make_app(store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f4")
+        table = app.screen.query_one("#runs")
+        await wait_for(pilot, lambda: table.row_count == 2, "two runs")
+        rows = {str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)] for i in range(2)}
+        headers = [str(column.label) for column in table.columns.values()]
+        live_row, done_row = dict(zip(headers, rows[live], strict=True)), dict(zip(headers, rows[done], strict=True))
+        assert live_row["Layers"] == "██░░░░ 1/4" and live_row["PPL"] == "–" and live_row["Took"].endswith("s")
+        assert done_row["Layers"] == "2/2" and done_row["PPL"] == "71.47" and done_row["Took"] != "–"

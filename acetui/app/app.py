@@ -54,7 +54,8 @@ class AceApp(App):
         Binding("f2", "show_run", "Run", tooltip="The active run (else the one shown last, else the newest)"),
         Binding("f3", "switch_mode('results')", "Results", tooltip="Finished runs side by side; export"),
         Binding("f4", "switch_mode('runs')", "Runs", tooltip="Every run in the store"),
-        Binding("question_mark", "help", "Help", tooltip="The keys of this screen"),
+        # f5 too: a text field takes "?" as text (the footer then shows f5).
+        Binding("question_mark,f5", "help", "Help", tooltip="The keys of this screen"),
         Binding("ctrl+t", "next_theme", "Theme", show=False, tooltip="Next theme: dark, light, ansi"),
         Binding("escape", "close_panels", "Close", show=False, tooltip="Close the keys panel or a maximised pane"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -105,7 +106,11 @@ class AceApp(App):
         # The key of the screen already shown is hidden: the footer has no room to spare at 80 columns.
         if action == "switch_mode" and parameters and parameters[0] == self.current_mode:
             return False
-        return not (action == "show_run" and self.current_mode == "run")
+        if action == "show_run" and self.current_mode == "run":
+            # On the Run screen F2 is offered only when another run is the one to watch (a run started
+            # from the CLI while a finished one is shown).
+            return summary.run_to_show(self.runs, self.followed) not in (None, self.followed)
+        return True
 
     def register_themes(self) -> None:
         for theme in themes.THEMES.values():
@@ -146,11 +151,27 @@ class AceApp(App):
         for run in self.runs:
             if run.id in before and before[run.id].active and not run.active:
                 self.announce_end(run)
+        self._announce_new_runs(before)
         if self.followed is None and self.current_mode == "run" and (pick := summary.run_to_show(self.runs, None)):
             self.follow(pick)
         elif self.batch == (self.followed,) and (shown := next((r for r in self.runs if r.id == self.followed), None)):
             self.batch = summary.owner_batch(self.runs, shown)  # attached before the list came: find its comparison
         self.runs_signal.publish(self.runs)
+        self.refresh_bindings()  # F2 on the Run screen depends on which runs are active
+
+    def _announce_new_runs(self, before: dict[str, RunRecord]) -> None:
+        """On the Run screen of an ended run, say that a new run (from the CLI, a script, another session)
+        has started and that F2 shows it."""
+        shown = next((r for r in self.runs if r.id == self.followed), None)
+        if not before or self.current_mode != "run" or shown is None or shown.active:
+            return
+        new = [run for run in self.runs if run.id not in before and run.active and run.id not in self.batch]
+        if new:  # one toast for a comparison queued at once
+            first = min(new, key=lambda r: (r.created, r.id))
+            more = f" and {len(new) - 1} more" if len(new) > 1 else ""
+            self.notify(
+                f"Run {first.id} ({first.label} at {first.config.sparsity}){more} started: F2 shows it.", timeout=8
+            )
 
     def on_store_failed(self, message: StoreFailed) -> None:
         self.notify(message.error, severity="error", timeout=10)

@@ -4,6 +4,8 @@ close it."""
 
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 from textual.actions import parse as parse_action
 from textual.app import ComposeResult
@@ -17,7 +19,9 @@ def key_rows(screen: Screen) -> list[tuple[str, list[tuple[str, str, bool]]]]:
     """``(section, [(keys, what it does, available now)])`` for the screen's own keys and the app's."""
     app = screen.app
     sections = []
-    for title, node in ((f"{screen.__class__.__name__.removesuffix('Screen')} screen", screen), ("Everywhere", app)):
+    words = re.findall(r"[A-Z][a-z]*", screen.__class__.__name__.removesuffix("Screen"))  # NewRun -> New run
+    name = " ".join([words[0], *(word.lower() for word in words[1:])]) if words else "This"
+    for title, node in ((f"{name} screen", screen), ("Everywhere", app)):
         rows: dict[tuple[str, str], list[str]] = {}
         available: dict[tuple[str, str], bool] = {}
         for binding in Binding.make_bindings(node.BINDINGS):
@@ -34,7 +38,7 @@ def key_rows(screen: Screen) -> list[tuple[str, list[tuple[str, str, bool]]]]:
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+    BINDINGS = [Binding("escape,question_mark,f5,q", "dismiss", "Close")]
 
     def __init__(self, screen: Screen) -> None:
         super().__init__()

@@ -15,13 +15,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, ProgressBar, RichLog, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Header, ProgressBar, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from acetui.app import summary
 from acetui.app.messages import LogLines, RunProgress, StoreFailed
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.watch import follow_run, tail_log
+from acetui.app.widgets.logpane import LogPane
 from acetui.app.widgets.plots import (
     DepthPlot,
     ScoreHistogram,
@@ -128,7 +129,7 @@ class RunScreen(Screen):
         with Horizontal(id="run-body"):
             with Vertical(id="run-left"):
                 yield DataTable(id="layers", cursor_type="row", zebra_stripes=True)
-                yield RichLog(id="log", wrap=True, min_width=20, markup=False, highlight=False, max_lines=5000)
+                yield LogPane(id="log", wrap=True, min_width=20, markup=False, highlight=False, max_lines=5000)
             with TabbedContent(id="plots"):
                 with TabPane("Scores", id="scores"):
                     yield Static("", id="histogram-caption")
@@ -161,9 +162,10 @@ class RunScreen(Screen):
         self._log_ended = threading.Event()
         self._run, self._layers, self._linear = None, [], 0
         self.query_one("#layers", DataTable).clear()
-        self.query_one("#log", RichLog).clear()
+        self.query_one("#log", LogPane).clear()
         self.query_one("#run-error").display = False
         self.query_one("#progress", ProgressBar).update(total=None, progress=0)
+        self.query_one("#progress", ProgressBar).display = True
         self.query_one("#stage", Static).update("")
         self.query_one("#resources", Static).update("")
         self.query_one("#config-text", Static).update("")
@@ -192,7 +194,8 @@ class RunScreen(Screen):
         previous, self._run = self._run, run
         if previous is None:
             self._start_log(run)
-            self.query_one("#config-text", Static).update(summary.config_text(run, self.app.store.folder))
+        # Every time: the status, the device actually used and the versions come once the run has started.
+        self.query_one("#config-text", Static).update(summary.config_text(run, self.app.store.folder))
         if not run.active:
             self._log_ended.set()
         self._add_layers(message.new_layers)
@@ -202,23 +205,23 @@ class RunScreen(Screen):
             self._advance_batch(run)
 
     def _start_log(self, run: RunRecord) -> None:
-        log = self.query_one("#log", RichLog)
+        log = self.query_one("#log", LogPane)
         path = run.env.get("log")
         if not path:
-            log.write("This run has no log file (it was recorded by an older acetui).")
+            log.add("This run has no log file (it was recorded by an older acetui).")
             return
         self._tail(run.id, Path(path), self._log_ended)
 
     def on_log_lines(self, message: LogLines) -> None:
         if message.run_id != self.app.followed:
             return
-        log = self.query_one("#log", RichLog)
+        log = self.query_one("#log", LogPane)
         if message.missing:
             run = self._run
             where = f" on {run.host}" if run and run.host and run.host != HOST else ""
-            log.write(f"No log file{where} yet: {run.env.get('log') if run else ''}")
+            log.add(f"No log file{where} yet: {run.env.get('log') if run else ''}")
         for line in message.lines:
-            log.write(Text.from_ansi(line))
+            log.add(Text.from_ansi(line))
 
     def _add_layers(self, layers: list[LayerRecord]) -> None:
         if not layers:
@@ -241,7 +244,9 @@ class RunScreen(Screen):
         )
         total = run.num_layers
         done = total if run.status == "finished" and total else run.layers_done
-        self.query_one("#progress", ProgressBar).update(total=total, progress=done)
+        bar = self.query_one("#progress", ProgressBar)
+        bar.update(total=total, progress=done)
+        bar.display = run.active  # once ended, the line is the result's: it needs the whole width at 80 columns
         self._tick()
         if run.error and not run.active:
             self._show_error(f"{run.status}: {run.error}")
@@ -345,7 +350,7 @@ class RunScreen(Screen):
         self.query_one("#plots", TabbedContent).active = tab
 
     def action_log(self) -> None:
-        log = self.query_one("#log", RichLog)
+        log = self.query_one("#log", LogPane)
         if self.maximized is log:
             self.minimize()
         else:

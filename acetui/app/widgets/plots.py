@@ -77,9 +77,20 @@ class ScoreHistogram(Plot):
             plt.bar(*kept, width=1, color="blue", label="kept" if any(pruned) else None)
         ticks = _ticks(axis(edges[0]), axis(edges[-1]))
         plt.xticks(ticks, [f"{(10**t if log else t):.2g}" for t in ticks])
+        heights = _ticks(0, max(counts))
+        plt.yticks(heights, [count_label(h) for h in heights])
         plt.xlabel("score (log)" if log else "score")
         if histogram.threshold is not None:
             plt.vline(axis(histogram.threshold), "red")
+
+
+def count_label(count: float) -> str:
+    """A bin count in at most five characters (``950``, ``12k``, ``4.5M``): a 7B model's linears have
+    millions of weights per bin, and plotext's own labels (``4718592.0``) would eat the plot."""
+    for size, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if count >= size:
+            return f"{count / size:.2g}{unit}" if count < 10 * size else f"{count / size:.0f}{unit}"
+    return f"{count:.0f}"
 
 
 def _nonzero(xs: list[float], ys: list[int]) -> tuple[list[float], list[int]]:
