@@ -350,3 +350,44 @@ def test_zero_shot_runs_over_different_examples_never_share_a_cell(tmp_path, mea
     assert table.rows == ["Wanda-16 (boolq n=100, rte n=100)", "Wanda-16 (boolq n=200, rte n=200)"]
     assert [len(cell.values) for (row, _), cell in table.cells.items() if row == table.rows[0]][0] == 2  # two seeds
     assert all(len(cell.values) == 1 for (row, _), cell in table.cells.items() if row == table.rows[1])
+
+
+@pytest.mark.asyncio
+async def test_the_results_table_tells_apart_runs_of_one_method_and_sparsity(tmp_path):
+    """The issue's two Wanda-16 runs at 2:4 (128 samples over 2 windows, 32 over 4) and a second seed: the
+    Results screen shows samples, evaluation windows, seed, date and id, so no two rows read alike."""
+    from textual.widgets import DataTable
+
+    from acetui.app import make_app
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for position, (nsamples, limit, seed) in enumerate([(128, 2, 0), (32, 4, 0), (128, 2, 1)]):
+        config = RunConfig(model=LLAMA, method="wanda", sparsity="2:4", nsamples=nsamples, eval_limit=limit, seed=seed)
+        insert_run(
+            store,
+            clock,
+            f"d000000{position}",
+            config,
+            created=1_700_000_000.0 + 3600 * position,
+            ppl=200.0,
+            result={"ppl_windows": limit, "ppl_partial": True},
+        )
+    app = make_app(store)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.press("f3")
+        table = app.screen.query_one("#results", DataTable)
+        for _ in range(50):
+            if table.row_count == 3:
+                break
+            await pilot.pause(0.05)
+        headers = [str(column.label) for column in table.columns.values()]
+        assert {"Calib", "Seed", "Eval", "Date", "Id"} <= set(headers)
+        shown = [[str(cell) for cell in table.get_row_at(row)] for row in range(table.row_count)]
+        column = {name: headers.index(name) for name in ("Calib", "Seed", "Eval", "Id")}
+        assert sorted((row[column["Calib"]], row[column["Eval"]], row[column["Seed"]]) for row in shown) == [
+            ("128×16", "2×2048", "0"),
+            ("128×16", "2×2048", "1"),
+            ("32×16", "4×2048", "0"),
+        ]
+        assert sorted(row[column["Id"]] for row in shown) == ["d0000000", "d0000001", "d0000002"]

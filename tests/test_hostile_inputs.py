@@ -119,6 +119,7 @@ CASES = {
     "unknown metric": (["compare", "{model}", "--methods", "wanda,cosine"], "Unknown method 'cosine'"),
     "export of no run": (["export", "--runs", "ffff"], "There is no run 'ffff'"),
     "last 0": (["export", "--last", "0"], "--last must be at least 1"),
+    "export where the OS refuses": (["export", "-o", "/proc/acetui.csv"], "Cannot use /proc/acetui.csv"),
     "remove a good and a missing run": (["runs", "rm", GOOD_RUN, "ffff"], "There is no run 'ffff'"),
     "cancel a good and a missing run": (["runs", "cancel", GOOD_RUN, "ffff"], "There is no run 'ffff'"),
 }
