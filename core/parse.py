@@ -53,14 +53,16 @@ def seqlen(text, flag: str = "--seqlen") -> int | str:
     return whole(value, flag, minimum=2)
 
 
-def number(text, flag: str) -> float:
-    """A finite real number."""
+def number(text, flag: str, minimum: float | None = None) -> float:
+    """A finite real number, of at least ``minimum`` when one is given."""
     try:
         value = float(str(text).strip())
     except ValueError:
         raise UserError(f"{flag} must be a number, not '{str(text).strip()}'.") from None
     if value != value or value in (float("inf"), float("-inf")):
         raise UserError(f"{flag} must be a finite number, not '{str(text).strip()}'.")
+    if minimum is not None and value < minimum:
+        raise UserError(f"{flag} must be at least {minimum:g} (got {value:g}).")
     return value
 
 

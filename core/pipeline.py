@@ -334,20 +334,20 @@ def run(
         loaded = load_model(config.model, device=config.device, dtype=config.dtype, on_event=on_event)
     check_against_model(config, loaded.context_length)
     pruned = prune(loaded, config, on_event, cancel)
-    # Saved before evaluation, so a failed or cancelled evaluation never loses the pruned model.
-    saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite) if config.save else None
-    try:
+    saved_to = None
+    try:  # saved before evaluation, so a failed or cancelled evaluation never loses the pruned model
+        if config.save:
+            saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite)
         scores = evaluate(loaded, config, on_event, cancel)
     except Cancelled:
         raise
     except Exception as error:  # the layers are recorded; say where the pruned weights are, or how to keep them
         what = str(error) if isinstance(error, UserError) else f"Evaluation failed ({type(error).__name__}: {error})."
-        kept = (
-            f"The pruned model is saved in {saved_to}."
-            if saved_to
-            else "The pruned weights were not kept; pass --save DIR to keep them next time."
-        )
-        raise UserError(f"{what} {kept}") from error
+        if saved_to:
+            what += f" The pruned model is saved in {saved_to}."
+        elif not config.save:
+            what += " The pruned weights were not kept; pass --save DIR to keep them next time."
+        raise UserError(what) from error
     rss_mb, gpu_mb = _peak_memory(loaded.device)
     result = RunResult(
         model=config.model,

@@ -248,6 +248,8 @@ ONE_SETTING_APART = {
     "eval window length": ({"eval_seqlen": 1024}, {"ppl_seqlen": 1024}),
     "eval windows": ({"eval_limit": 4}, {"ppl_windows": 4, "ppl_partial": True}),
     "dtype": ({}, {"dtype": "bfloat16"}),
+    "model path": ({"model": "/data/models/Llama-2-7b-hf"}, {}),
+    "method option": ({"method": "ria", "ria_alpha": 0.25}, {}),
 }
 
 
@@ -255,7 +257,7 @@ def two_runs(tmp_path, changes: tuple[dict, dict], seed: int = 0) -> list:
     clock = Clock()
     store = Store(tmp_path / "runs.db", clock=clock)
     config_changes, result_changes = changes
-    first = BASE if "method" not in config_changes else RunConfig(**{**BASE.to_dict(), "method": "ace"})
+    first = RunConfig(**{**BASE.to_dict(), "method": config_changes.get("method", BASE.method)})
     insert_run(
         store,
         clock,
@@ -319,3 +321,73 @@ def test_a_mixed_selection_in_every_format(tmp_path, monkeypatch, capsys):
         check_golden(name, out)
     table = comparison(store.list_runs())
     assert table.rows == ["Wanda-16 (128 samples, 2 windows)", "Wanda-16 (32 samples, 4 windows)"]
+
+
+def _zeroshot(n: int) -> dict:
+    return {
+        task: {"acc": acc, "acc_stderr": 0.01, "acc_norm": None, "acc_norm_stderr": None, "n": n, "total": 3270}
+        | {"partial": n < 3270, "source": "local"}
+        for task, acc in (("boolq", 0.62), ("rte", 0.55))
+    }
+
+
+@pytest.mark.parametrize("measure", ["zeroshot", "zeroshot-mean"])
+def test_zero_shot_runs_over_different_examples_never_share_a_cell(tmp_path, measure):
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for position, (limit, seed) in enumerate([(100, 0), (100, 1), (200, 0)]):
+        config = RunConfig(**{**BASE.to_dict(), "evals": ["zeroshot"], "zeroshot_limit": limit, "seed": seed})
+        insert_run(
+            store,
+            clock,
+            f"e000000{position}",
+            config,
+            created=1_700_000_000.0 + 3600 * position,
+            zeroshot=_zeroshot(limit),
+            result={"calibration": CALIBRATION, "model_fingerprint": "13476839424:1"},
+        )
+    table = comparison(store.list_runs(), measure=measure)
+    assert table.rows == ["Wanda-16 (boolq n=100, rte n=100)", "Wanda-16 (boolq n=200, rte n=200)"]
+    assert [len(cell.values) for (row, _), cell in table.cells.items() if row == table.rows[0]][0] == 2  # two seeds
+    assert all(len(cell.values) == 1 for (row, _), cell in table.cells.items() if row == table.rows[1])
+
+
+@pytest.mark.asyncio
+async def test_the_results_table_tells_apart_runs_of_one_method_and_sparsity(tmp_path):
+    """The issue's two Wanda-16 runs at 2:4 (128 samples over 2 windows, 32 over 4) and a second seed: the
+    Results screen shows samples, evaluation windows, seed, date and id, so no two rows read alike."""
+    from textual.widgets import DataTable
+
+    from acetui.app import make_app
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for position, (nsamples, limit, seed) in enumerate([(128, 2, 0), (32, 4, 0), (128, 2, 1)]):
+        config = RunConfig(model=LLAMA, method="wanda", sparsity="2:4", nsamples=nsamples, eval_limit=limit, seed=seed)
+        insert_run(
+            store,
+            clock,
+            f"d000000{position}",
+            config,
+            created=1_700_000_000.0 + 3600 * position,
+            ppl=200.0,
+            result={"ppl_windows": limit, "ppl_partial": True},
+        )
+    app = make_app(store)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.press("f3")
+        table = app.screen.query_one("#results", DataTable)
+        for _ in range(50):
+            if table.row_count == 3:
+                break
+            await pilot.pause(0.05)
+        headers = [str(column.label) for column in table.columns.values()]
+        assert {"Calib", "Seed", "Eval", "Date", "Id"} <= set(headers)
+        shown = [[str(cell) for cell in table.get_row_at(row)] for row in range(table.row_count)]
+        column = {name: headers.index(name) for name in ("Calib", "Seed", "Eval", "Id")}
+        assert sorted((row[column["Calib"]], row[column["Eval"]], row[column["Seed"]]) for row in shown) == [
+            ("128×16", "2×2048", "0"),
+            ("128×16", "2×2048", "1"),
+            ("32×16", "4×2048", "0"),
+        ]
+        assert sorted(row[column["Id"]] for row in shown) == ["d0000000", "d0000001", "d0000002"]

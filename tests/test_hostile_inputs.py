@@ -39,7 +39,19 @@ def _broken_checkpoint(tmp: Path, model: Path, how: str) -> Path:
     return folder
 
 
-# case -> (arguments, a function (tmp, model) -> {placeholder: value}, the sentence's fragment)
+def _checkpoint_with(tmp: Path, model: Path, name: str, extra: str | None) -> Path:
+    """A copy of ``model``'s checkpoint folder, with one file of the user's in it when ``extra`` is given."""
+    folder = tmp / name
+    shutil.copytree(model, folder)
+    if extra:
+        (folder / extra).write_text("the user's own file")
+    return folder
+
+
+GOOD_RUN = "a0000001"  # a finished run already in the store: no command below may touch it
+
+# case -> (arguments, the sentence's fragment[, environment]); {name} is a place the test prepares. Every
+# command runs from a working folder holding a file of the user's, with a store holding one finished run.
 CASES = {
     "empty calibration file": (["prune", "{model}", "--calib", "{empty}"], "holds no text to calibrate on"),
     "text that is a number": (["prune", "{model}", "--calib", "{number}"], "whose 'text' is not a string (record 2)"),
@@ -47,6 +59,11 @@ CASES = {
     "unicode digit": (["prune", "{model}", "--seqlen", "²"], "--seqlen must be a number of tokens or 'full', not '²'"),
     "letters for a number": (["prune", "{model}", "--nsamples", "abc"], "--nsamples must be a whole number, not 'abc'"),
     "unicode digit in a list": (["compare", "{model}", "--seeds", "0,³"], "--seeds must be a whole number, not '³'"),
+    "unicode digit for --last": (["runs", "--last", "²"], "--last must be a whole number, not '²'"),
+    "letters for the zero-shot limit": (["eval", "{model}", "--limit", "x"], "--limit must be a whole number, not 'x'"),
+    "letters for seconds": (["runs", "watch", GOOD_RUN, "--interval", "abc"], "--interval must be a number, not 'abc'"),
+    "negative seconds": (["runs", "watch", GOOD_RUN, "--interval", "-1"], "--interval must be at least 0.1"),
+    "a missing argument": (["runs", "show"], "Missing argument"),
     "unknown option": (["prune", "{model}", "--nsampels", "4"], "No such option: --nsampels"),
     "option without its value": (["prune", "{model}", "--nsamples"], "requires an argument"),
     "truncated safetensors": (["prune", "{truncated}"], "could not be loaded as a model"),
@@ -58,7 +75,41 @@ CASES = {
         ["prune", "{model}", "--eval", "zeroshot", "--batch-size", "0"],
         "--batch-size must be at least 1",
     ),
+    "a data folder without WikiText-2": (
+        ["prune", "{model}", "--calib", "{text}"],
+        "has no WikiText-2 test split",
+        {"ACETUI_DATA_DIR": "{nodata}"},
+    ),
+    "a missing model, detached": (["prune", "/no/such/model", "--detach"], "Model path /no/such/model does not exist"),
+    "a missing model in a comparison": (["compare", "/no/such/model"], "Model path /no/such/model does not exist"),
+    "a missing model in a detached comparison": (
+        ["compare", "{model}", "/no/such/model", "--detach"],
+        "Model path /no/such/model does not exist",
+    ),
+    "a missing model in a sweep": (["sweep", "/no/such/model", "--seeds", "0,1"], "does not exist"),
+    "calibration without text, detached": (
+        ["compare", "{model}", "--calib", "{empty}", "--detach"],
+        "holds no text to calibrate on",
+    ),
     "save where the OS refuses": (["prune", "{model}", "--save", "/proc/acetui-out"], "cannot be written"),
+    "save over the working folder": (["prune", "{model}", "--save", ".", "--overwrite"], "is the working folder"),
+    "save over the home folder": (
+        ["prune", "{model}", "--save", "{home}", "--overwrite"],
+        "is the home folder",
+        {"HOME": "{home}"},
+    ),
+    "save over a folder with the user's files": (
+        ["prune", "{model}", "--save", "{project}", "--overwrite"],
+        "--overwrite replaces only a checkpoint folder",
+    ),
+    "save over a checkpoint with a file of the user's": (
+        ["prune", "{model}", "--save", "{annotated}", "--overwrite"],
+        "holds notes.md",
+    ),
+    "save over the folder of the run store": (
+        ["prune", "{model}", "--save", "{store-folder}", "--overwrite"],
+        "runs.db",
+    ),
     "a file where the logs folder goes": (
         ["prune", "{model}", "--store", "{blocked}/runs.db"],
         "Runs cannot keep their logs in",
@@ -68,38 +119,70 @@ CASES = {
     "unknown metric": (["compare", "{model}", "--methods", "wanda,cosine"], "Unknown method 'cosine'"),
     "export of no run": (["export", "--runs", "ffff"], "There is no run 'ffff'"),
     "last 0": (["export", "--last", "0"], "--last must be at least 1"),
+    "export where the OS refuses": (["export", "-o", "/proc/acetui.csv"], "Cannot use /proc/acetui.csv"),
+    "remove a good and a missing run": (["runs", "rm", GOOD_RUN, "ffff"], "There is no run 'ffff'"),
+    "cancel a good and a missing run": (["runs", "cancel", GOOD_RUN, "ffff"], "There is no run 'ffff'"),
 }
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
     case, tmp_path, make_tiny_model, monkeypatch, capsys
 ):
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.config import RunConfig
+
     model = make_tiny_model("llama")
     blocked = tmp_path / "blocked"
     blocked.mkdir()
     (blocked / "logs").write_text("a file where a folder should be")
+    store = tmp_path / "store" / "runs.db"
+    insert_run(
+        Store(store, clock=Clock()), Clock(), GOOD_RUN, RunConfig("org/m", "wanda", "0.5"), created=1.7e9, ppl=9.0
+    )
+    project = tmp_path / "project"  # the working folder: the user's files, nothing acetui made
+    project.mkdir()
+    (project / "paper.tex").write_text("\\section{Results}")
+    nodata = tmp_path / "nodata"
+    nodata.mkdir()
     places = {
         "model": model,
         "blocked": blocked,
+        "project": project,
+        "nodata": nodata,
+        "store-folder": store.parent,
+        "home": _checkpoint_with(tmp_path, model, "home", None),
+        "annotated": _checkpoint_with(tmp_path, model, "annotated", "notes.md"),
         "empty": _calib(tmp_path, "empty.jsonl", ""),
         "number": _calib(tmp_path, "number.jsonl", '{"text": "words"}\n{"text": 42}\n'),
         "null": _calib(tmp_path, "null.jsonl", '{"text": null}\n'),
+        "text": _calib(tmp_path, "text.txt", "Calibration text of a few words. " * 50),
         **{how: _broken_checkpoint(tmp_path, model, how) for how in ("truncated", "wrong-type", "wrong-shape")},
     }
-    args, fragment = CASES[case]
+    args, fragment, *env = CASES[case]
+    for name, value in (env[0] if env else {}).items():
+        monkeypatch.setenv(name, value.format(**places))
     args = [arg.format(**places) for arg in args]
-    store = tmp_path / "store" / "runs.db"
-    if "--store" not in args:
-        args = [*args[:1], "--store", str(store), *args[1:]]
+    if "--store" not in args and args[0] != "eval":  # after the command's words: `runs rm` has its own --store
+        words = 2 if args[0] == "runs" and len(args) > 1 and not args[1].startswith("-") else 1
+        args = [*args[:words], "--store", str(store), *args[words:]]
+    monkeypatch.chdir(project)
+    before = {path: _snapshot(path) for path in (project, places["home"], places["annotated"], store.parent)}
     capsys.readouterr()  # what building the fixtures printed
     code, out, err = cli(monkeypatch, capsys, *args)
     assert code == 2, err
     assert err.startswith("acetui: ") and err.count("\n") == 1 and "Traceback" not in err
     assert fragment in err, err
-    for path in (store, blocked / "runs.db"):
-        if path.exists():
-            assert Store(path).list_runs() == []
+    assert [(run.id, run.status) for run in Store(store).list_runs()] == [(GOOD_RUN, "finished")]
+    if (blocked / "runs.db").exists():
+        assert Store(blocked / "runs.db").list_runs() == []
+    for path, files in before.items():  # nothing deleted or written beside the user's files
+        assert _snapshot(path).keys() - {"runs.db-wal", "runs.db-shm"} == files.keys() - {"runs.db-wal", "runs.db-shm"}
 
 
 def test_nan_in_a_weight_is_reported_with_the_layer(make_tiny_model, tmp_path):

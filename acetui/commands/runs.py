@@ -11,7 +11,7 @@ import typer
 
 from acetui import notify as notifications
 from acetui import options
-from acetui_core import jobfolder
+from acetui_core import jobfolder, parse
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.store import STATUSES, TERMINAL, RunRecord, Store
@@ -209,7 +209,14 @@ class Follower:
 def watch(
     run_id: options.RunId,
     store: options.StoreOption = None,
-    interval: Annotated[float, typer.Option(help="Seconds between looks at the store.")] = 0.5,
+    interval: Annotated[
+        float,
+        typer.Option(
+            parser=lambda text: parse.number(text, "--interval", minimum=0.1),
+            metavar="SECONDS",
+            help="Seconds between looks at the store.",
+        ),
+    ] = 0.5,
     notify: options.Notify = None,
 ) -> None:
     """Follow a run live, layer by layer; ring (or notify) when it ends. Ctrl-C leaves the watch; the run goes on."""
