@@ -110,6 +110,7 @@ def _layer_forward(layer, hidden, kwargs, device):
     return out[0] if isinstance(out, tuple) else out
 
 
+@torch.no_grad()  # with autograd on, the accumulators would keep every batch's activations alive
 def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, ColumnStats]:
     """One pass of the calibration inputs through ``layer``, recording what enters every linear.
 
