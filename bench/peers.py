@@ -72,11 +72,14 @@ def running_norm(scaler: dict, seen: dict, name: str):
 
 
 def prune_wanda_reference(checkpoint: str, windows) -> float:
-    """Wanda's ``prune_wanda`` (unstructured, no variant), step for step."""
+    """Wanda's ``prune_wanda`` (unstructured, no variant), step for step, after loading the model and its
+    tokenizer as Wanda's ``main.py`` does (the windows are handed over, not drawn again)."""
     import torch
     from torch import nn
+    from transformers import AutoTokenizer
 
     model = load_dense(checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)  # noqa: F841 (held, as in Wanda's run)
     report("loaded", rss_now_mb())
     start = time.perf_counter()
     layers = model.model.layers
