@@ -6,6 +6,7 @@ import functools
 import gzip
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -103,36 +104,56 @@ def calibration_documents(source: str) -> tuple[list[str], str]:
     return _read_records(path), str(path)
 
 
-def tokenized_calibration(tokenizer, source: str) -> tuple[list[list[int]], str]:
-    """Token ids of every calibration document and where they came from; cached per process, so a
-    compare grid or sweep tokenizes its corpus once."""
+class LazyTokens(Sequence):
+    """The token ids of each calibration document, computed the first time that document is drawn: a
+    sampler draws a few hundred of the hub shard's 356k documents, so tokenizing all of them up front
+    would cost minutes and gigabytes of Python lists for nothing."""
+
+    def __init__(self, tokenizer, documents: Sequence[str]):
+        self.tokenizer, self.documents = tokenizer, documents
+        self.ids: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+    def __getitem__(self, index: int) -> list[int]:
+        if index not in self.ids:
+            self.ids[index] = self.tokenizer(self.documents[index], add_special_tokens=True)["input_ids"]
+        return self.ids[index]
+
+
+def tokenized_calibration(tokenizer, source: str) -> tuple[LazyTokens, str]:
+    """The calibration documents as lazily tokenized ids, and where they came from; cached per process,
+    so a compare grid or sweep reads its corpus, and tokenizes the documents it draws, once."""
     return _tokenized_calibration(tokenizer, source, str(data_dir()))
 
 
 @functools.lru_cache(maxsize=4)
 def _tokenized_calibration(tokenizer, source: str, _data_dir: str):
     documents, where = calibration_documents(source)
-    return tokenizer(documents, add_special_tokens=True)["input_ids"], where
+    return LazyTokens(tokenizer, documents), where
 
 
-def calibration_windows(ids: list[list[int]], nsamples: int, seqlen: int, seed: int) -> torch.Tensor:
+def calibration_windows(ids: Sequence[list[int]], nsamples: int, seqlen: int, seed: int) -> torch.Tensor:
     """``nsamples`` windows of ``seqlen`` tokens, drawn as Wanda's C4 sampler does: with
     ``random.seed(seed)``, pick a random document longer than ``seqlen`` tokens, then a random
-    window inside it. Returns ``(nsamples, seqlen)`` token ids."""
-    # Positions a window can start at: Wanda draws randint(0, len - seqlen - 1).
-    available = sum(max(0, len(doc) - seqlen) for doc in ids)
-    if available < nsamples:
-        raise UserError(
-            f"The calibration data does not hold {nsamples} windows of {seqlen} tokens "
-            f"(its longest document has {max(map(len, ids), default=0)} tokens); use a smaller --seqlen or --nsamples, or more text."
-        )
+    window inside it. Only the documents drawn are read from ``ids`` (see ``LazyTokens``).
+    Returns ``(nsamples, seqlen)`` token ids."""
     random.seed(seed)
-    windows = []
+    windows, too_short = [], set()
     for _ in range(nsamples):
         while True:
-            doc = ids[random.randint(0, len(ids) - 1)]
+            index = random.randint(0, len(ids) - 1)
+            doc = ids[index]
             if len(doc) > seqlen:
                 break
+            too_short.add(index)
+            if len(too_short) == len(ids):  # every document drawn and none long enough: the loop would never end
+                raise UserError(
+                    f"The calibration data does not hold {nsamples} windows of {seqlen} tokens "
+                    f"(its longest document has {max(len(ids[i]) for i in too_short)} tokens); "
+                    "use a smaller --seqlen or more text."
+                )
         start = random.randint(0, len(doc) - seqlen - 1)
         windows.append(doc[start : start + seqlen])
     return torch.tensor(windows, dtype=torch.long)

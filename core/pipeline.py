@@ -37,7 +37,10 @@ from acetui_core.sparsegpt import sparsegpt_prune
 from acetui_core.stats import ColumnStats
 from acetui_core.validate import check_against_model, check_config, resolve_seqlen
 
-CALIB_TOKENS_PER_BATCH = 4096  # calibration windows go through a layer in batches of about this many tokens
+# Calibration windows go through a layer in batches of about this many tokens: enough rows for full-speed
+# matmuls, few enough that a batch's temporaries (MLP intermediates, attention) stay small next to the
+# activations kept between layers (on SmolLM2, 1024 against 4096 tokens: same speed, ~100 MB less peak RSS).
+CALIB_TOKENS_PER_BATCH = 1024
 
 
 class _StopForward(Exception):
@@ -110,6 +113,7 @@ def _layer_forward(layer, hidden, kwargs, device):
     return out[0] if isinstance(out, tuple) else out
 
 
+@torch.no_grad()  # with autograd on, the accumulators would keep every batch's activations alive
 def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, ColumnStats]:
     """One pass of the calibration inputs through ``layer``, recording what enters every linear.
 

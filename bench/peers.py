@@ -1,0 +1,272 @@
+"""acetui's Wanda against the tools a user would pick instead, on the same calibration windows: prune
+seconds and peak RSS of each, every run in its own subprocess, runs interleaved.
+
+    ACETUI_DATA_DIR=../shared/data .venv/bin/python bench/peers.py [--rounds 2] [--peer-python /path/to/python]
+
+Tools: ``acetui`` (Wanda 50%, this checkout), ``wanda-ref`` (the algorithm of Wanda's reference code,
+locuslab/wanda lib/prune.py ``prune_wanda``, re-expressed here for today's transformers: one window per
+forward pass, running-mean ``scaler_row`` hooks, a full stable sort per row, a second pass for the next
+layer's inputs) and ``llm-compressor`` (``oneshot`` with ``WandaPruningModifier``, run by
+``--peer-python``, an interpreter where ``llmcompressor`` is installed; skipped with a note when none is).
+All load the same dense float32 checkpoint (written once from the GGUF into ``--checkpoint``) on the CPU
+with one torch thread; loading is not timed. Peak RSS is the child's ``ru_maxrss`` (``os.wait4``), so it
+includes loading: the column "RSS loaded" says how much of it that is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+NSAMPLES, SEQLEN, SPARSITY, SEED = 128, 128, 0.5, 0
+TOOLS = ("acetui", "wanda-ref", "llm-compressor")
+
+
+def rss_now_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def load_dense(checkpoint: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, low_cpu_mem_usage=True)
+    model.config.use_cache = False
+    return model.eval()
+
+
+def prune_acetui(checkpoint: str, windows) -> float:
+    from acetui_core import pipeline
+    from acetui_core.config import RunConfig
+    from acetui_core.data import calibration_windows, tokenized_calibration
+    from acetui_core.models import load_model
+
+    loaded = load_model(checkpoint, device="cpu", dtype="float32")
+    config = RunConfig(model=checkpoint, method="wanda", sparsity=str(SPARSITY), nsamples=NSAMPLES, seqlen=SEQLEN)
+    ids, _ = tokenized_calibration(loaded.tokenizer, config.calib)
+    if not (calibration_windows(ids, NSAMPLES, SEQLEN, SEED) == windows).all():
+        raise SystemExit("acetui would draw other windows than the peers get")
+    report("loaded", rss_now_mb())
+    return pipeline.prune(loaded, config).prune_seconds
+
+
+def running_norm(scaler: dict, seen: dict, name: str):
+    """Wanda's ``WrappedGPT.add_batch``: a running mean over windows of ``||x_j||^2`` per input column."""
+    import torch
+
+    def hook(module, args, output):
+        x = args[0].reshape(-1, args[0].shape[-1]).t().float()
+        scaler[name] *= seen[name] / (seen[name] + 1)
+        seen[name] += 1
+        scaler[name] += torch.norm(x, p=2, dim=1) ** 2 / seen[name]
+
+    return hook
+
+
+def prune_wanda_reference(checkpoint: str, windows) -> float:
+    """Wanda's ``prune_wanda`` (unstructured, no variant), step for step, after loading the model and its
+    tokenizer as Wanda's ``main.py`` does (the windows are handed over, not drawn again)."""
+    import torch
+    from torch import nn
+    from transformers import AutoTokenizer
+
+    model = load_dense(checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)  # noqa: F841 (held, as in Wanda's run)
+    report("loaded", rss_now_mb())
+    start = time.perf_counter()
+    layers = model.model.layers
+    inps = torch.zeros((NSAMPLES, SEQLEN, model.config.hidden_size))
+    cache: dict = {"i": 0}
+
+    class Caught(Exception):
+        pass
+
+    def catch(module, args, kwargs):
+        inps[cache["i"]] = args[0] if args else kwargs["hidden_states"]
+        cache["i"] += 1
+        cache["kwargs"] = {k: v for k, v in kwargs.items() if k not in ("hidden_states", "past_key_values")}
+        raise Caught
+
+    hook = layers[0].register_forward_pre_hook(catch, with_kwargs=True)
+    with torch.no_grad():
+        for window in windows:
+            try:
+                model(window[None])
+            except Caught:
+                pass
+    hook.remove()
+    outs, kwargs = torch.zeros_like(inps), cache["kwargs"]
+    for layer in layers:
+        linears = {n: m for n, m in layer.named_modules() if isinstance(m, nn.Linear)}
+        scaler = {n: torch.zeros(m.weight.shape[1]) for n, m in linears.items()}
+        seen = dict.fromkeys(linears, 0)
+
+        handles = [m.register_forward_hook(running_norm(scaler, seen, n)) for n, m in linears.items()]
+        with torch.no_grad():
+            for j in range(NSAMPLES):
+                outs[j] = layer(inps[j].unsqueeze(0), **kwargs)[0]
+        for h in handles:
+            h.remove()
+        for name, module in linears.items():
+            metric = module.weight.data.abs() * torch.sqrt(scaler[name].reshape(1, -1))
+            mask = torch.zeros_like(metric, dtype=torch.bool)
+            order = torch.sort(metric, dim=-1, stable=True)[1]
+            mask.scatter_(1, order[:, : int(metric.shape[1] * SPARSITY)], True)
+            module.weight.data[mask] = 0
+        with torch.no_grad():
+            for j in range(NSAMPLES):
+                outs[j] = layer(inps[j].unsqueeze(0), **kwargs)[0]
+        inps, outs = outs, inps
+    return time.perf_counter() - start
+
+
+def prune_llm_compressor(checkpoint: str, windows) -> float:
+    from datasets import Dataset
+    from llmcompressor import oneshot
+    from llmcompressor.modifiers.pruning import WandaPruningModifier
+
+    model = load_dense(checkpoint)
+    dataset = Dataset.from_dict({"input_ids": windows.tolist(), "attention_mask": [[1] * SEQLEN] * NSAMPLES})
+    recipe = WandaPruningModifier(sparsity=SPARSITY, mask_structure="0:0", targets=["Linear"], ignore=["lm_head"])
+    report("loaded", rss_now_mb())
+    start = time.perf_counter()
+    oneshot(
+        model=model,
+        dataset=dataset,
+        recipe=recipe,
+        num_calibration_samples=NSAMPLES,
+        max_seq_length=SEQLEN,
+        shuffle_calibration_samples=False,
+    )
+    return time.perf_counter() - start
+
+
+def report(key: str, value) -> None:
+    print(f"@@ {json.dumps({key: value})}", flush=True)
+
+
+def child(tool: str, checkpoint: str, windows_file: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    windows = torch.load(windows_file)
+    prune = {"acetui": prune_acetui, "wanda-ref": prune_wanda_reference, "llm-compressor": prune_llm_compressor}
+    report("seconds", prune[tool](checkpoint, windows))
+    report("peak_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # Linux reports KiB
+
+
+def run_child(python: str, tool: str, checkpoint: str, windows_file: str) -> dict:
+    """One pruning run in a fresh process, with one torch thread."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    args = [python, __file__, "--child", tool, "--checkpoint", checkpoint, "--windows", windows_file]
+    done = subprocess.run(args, capture_output=True, text=True, env=env)
+    result = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("@@ "):
+            result.update(json.loads(line[3:]))
+    if done.returncode != 0 or "seconds" not in result:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        return {"error": tail[0][:200]}
+    return result
+
+
+def prepare(checkpoint: Path) -> Path:
+    """The dense float32 checkpoint (from the bundled GGUF, once) and the calibration windows every tool gets."""
+    import torch
+
+    from acetui_core.checkpoint import save_checkpoint
+    from acetui_core.data import calibration_windows, tokenized_calibration
+    from acetui_core.models import load_model
+    from acetui_core.paths import bundled_model
+
+    if not (checkpoint / "config.json").is_file():
+        loaded = load_model(str(bundled_model()), device="cpu", dtype="float32")
+        save_checkpoint(loaded.model, loaded.tokenizer, str(checkpoint), overwrite=True)
+        del loaded
+    from transformers import AutoTokenizer
+
+    ids, _ = tokenized_calibration(AutoTokenizer.from_pretrained(checkpoint), "c4")
+    windows_file = checkpoint.parent / f"c4-windows-{NSAMPLES}x{SEQLEN}-seed{SEED}.pt"
+    torch.save(calibration_windows(ids, NSAMPLES, SEQLEN, SEED), windows_file)
+    return windows_file
+
+
+def table(results: dict[str, list[dict]], notes: list[str]) -> str:
+    rows = {tool: runs for tool, runs in results.items() if runs and all("seconds" in r for r in runs)}
+    median = {
+        tool: {k: statistics.median(r[k] for r in runs) for k in ("seconds", "peak_mb", "loaded")}
+        for tool, runs in rows.items()
+    }
+    peers = [t for t in median if t != "acetui"]
+    fastest = min((median[t]["seconds"] for t in peers), default=None)
+    leanest = min((median[t]["peak_mb"] for t in peers), default=None)
+    lines = [
+        "| tool | prune s | peak RSS MB | RSS loaded MB | time / fastest peer | peak RSS / lowest peer |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for tool, m in median.items():
+        time_ratio = f"{m['seconds'] / fastest:.2f}" if fastest else "-"
+        rss_ratio = f"{m['peak_mb'] / leanest:.2f}" if leanest else "-"
+        lines.append(
+            f"| {tool} | {m['seconds']:.1f} | {m['peak_mb']:.0f} | {m['loaded']:.0f} | {time_ratio} | {rss_ratio} |"
+        )
+    if "acetui" in median and fastest:
+        ours = median["acetui"]
+        notes.append(
+            f"goal, peak RSS at or below every peer's: {'met' if ours['peak_mb'] <= leanest else 'not met'}; "
+            f"goal, prune time at most 0.8x the fastest peer's: {'met' if ours['seconds'] <= 0.8 * fastest else 'not met'} "
+            f"({ours['seconds'] / fastest:.2f}x)."
+        )
+    for tool, runs in results.items():
+        failed = [r["error"] for r in runs if "error" in r]
+        if failed:
+            notes.append(f"{tool} failed: {failed[0]}")
+    return "\n".join(lines + [f"\n{note}" for note in notes])
+
+
+def has_module(python: str, module: str) -> bool:
+    return subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", default="/tmp/acetui-bench/smollm2-135m-f32")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; the table shows medians")
+    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--peer-python", default=sys.executable, help="the interpreter that runs llm-compressor")
+    parser.add_argument("--child", choices=TOOLS, help=argparse.SUPPRESS)
+    parser.add_argument("--windows", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child, args.checkpoint, args.windows)
+    checkpoint = Path(args.checkpoint)
+    windows_file = prepare(checkpoint)
+    tools, notes = [t for t in args.tools.split(",") if t], []
+    python = {tool: sys.executable for tool in tools} | {"llm-compressor": args.peer_python}
+    if "llm-compressor" in tools and not has_module(args.peer_python, "llmcompressor"):
+        tools.remove("llm-compressor")
+        notes.append(f"llm-compressor skipped: {args.peer_python} cannot import llmcompressor (pass --peer-python).")
+    results: dict[str, list[dict]] = {tool: [] for tool in tools}
+    for round_ in range(args.rounds):  # interleaved, each round starting one tool later, so load drifts evenly
+        order = tools[round_ % len(tools) :] + tools[: round_ % len(tools)]
+        for tool in order:
+            result = run_child(python[tool], tool, str(checkpoint), str(windows_file))
+            results[tool].append(result)
+            print(f"round {round_ + 1} {tool}: {result}", file=sys.stderr, flush=True)
+    print(
+        f"Wanda {SPARSITY:.0%} on {checkpoint.name} (dense float32), {NSAMPLES} C4 windows x {SEQLEN} tokens, "
+        f"seed {SEED}, CPU, 1 torch thread, median of {args.rounds} interleaved round(s).\n"
+    )
+    print(table(results, notes))
+
+
+if __name__ == "__main__":
+    main()
