@@ -116,7 +116,7 @@ class LazyTokens(Sequence):
     def __len__(self) -> int:
         return len(self.documents)
 
-    def __getitem__(self, index: int) -> list[int]:
+    def __getitem__(self, index: int) -> list[int]:  # type: ignore[override]  # the sampler never slices
         if index not in self.ids:
             self.ids[index] = self.tokenizer(self.documents[index], add_special_tokens=True)["input_ids"]
         return self.ids[index]
