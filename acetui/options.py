@@ -81,6 +81,19 @@ BatchSize = Annotated[int, typer.Option(parser=_whole("--batch-size", 1), metava
 Device = Annotated[str, typer.Option(help="auto, cpu or cuda[:i]; with auto and several GPUs a grid runs one per GPU.")]
 Dtype = Annotated[str, typer.Option(help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.")]
 SquaredWeight = Annotated[bool, typer.Option(help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md).")]
+Fidelity = Annotated[
+    bool,
+    typer.Option(
+        "--fidelity",
+        help="Record each linear's and layer's output fidelity (cosine, relative L2 error) on the calibration tokens.",
+    ),
+]
+KeepMasks = Annotated[
+    bool,
+    typer.Option(
+        "--keep-masks", help="Keep the run's masks beside the store (one bit per weight), for acetui overlap."
+    ),
+]
 Detach = Annotated[bool, typer.Option(help="Run in the background, detached from this terminal; print the run id(s).")]
 Executor = Annotated[
     str,
@@ -128,6 +141,8 @@ RUN_SETTINGS = (
     "device",
     "dtype",
     "squared_weight",
+    "fidelity",
+    "keep_masks",
 )
 
 

@@ -29,6 +29,8 @@ class RunConfig:
     dtype: str = "auto"
     squared_weight: bool = False  # VarP/ACE variant: |W|^2 in place of |W| (ACE.md, appendix)
     ria_alpha: float = 0.5
+    fidelity: bool = False  # record each linear's and layer's output fidelity (``acetui_core.fidelity``)
+    keep_masks: bool = False  # keep the run's masks, one bit per weight (``acetui_core.maskfile``)
     save: str | None = None  # folder for the pruned Hugging Face checkpoint
     overwrite: bool = False  # allow ``save`` into a non-empty folder
 

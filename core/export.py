@@ -86,7 +86,18 @@ def csv_row(record: RunRecord) -> dict:
         data[name] = _iso(data[name])
     row: dict = {}
     _flatten(data, "", row)
+    row.update(fidelity_columns(record))
     return row
+
+
+def fidelity_columns(record: RunRecord) -> dict:
+    """The output fidelity of each decoder layer (``--fidelity``; needs the record's layers loaded)."""
+    columns = {}
+    for layer in record.layers:
+        if layer.fidelity is not None:
+            columns[f"fidelity.layer{layer.index}.cosine"] = layer.fidelity.cosine
+            columns[f"fidelity.layer{layer.index}.rel_error"] = layer.fidelity.rel_error
+    return columns
 
 
 def to_csv(records: list[RunRecord]) -> str:

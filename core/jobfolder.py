@@ -37,6 +37,10 @@ class JobFolder:
     def log_path(self, run_id: str) -> Path:
         return self.folder / f"{run_id}.log"
 
+    def masks_path(self, run_id: str) -> Path:
+        """Where the run keeps its masks (``--keep-masks``)."""
+        return self.folder / f"{run_id}.masks.npz"
+
     def cancel_path(self, run_id: str) -> Path:
         return self.folder / f"{run_id}.cancel"
 

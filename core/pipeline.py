@@ -10,6 +10,7 @@ import resource
 import threading
 import time
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 import torch
 
@@ -20,6 +21,8 @@ from acetui_core.data import calibration_windows, tokenized_calibration, wikitex
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.evaluate import perplexity
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
+from acetui_core.fidelity import OutputAgreement, linear_fidelity
+from acetui_core.maskfile import mask_writer
 from acetui_core.masks import check_nm_fits, prune_mask
 from acetui_core.metrics import get_method
 from acetui_core.models import (
@@ -114,22 +117,25 @@ def _layer_forward(layer, hidden, kwargs, device):
 
 
 @torch.no_grad()  # with autograd on, the accumulators would keep every batch's activations alive
-def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, ColumnStats]:
+def _gather_stats(layer, linears, inputs, device, hessian: bool, dense_outputs: list | None) -> dict[str, ColumnStats]:
     """One pass of the calibration inputs through ``layer``, recording what enters every linear.
 
     Linears fed the same tensor (q/k/v, gate/up) share one computation of its column sums. Once the
     last linear's input is recorded the pass stops: its output, and the rest of the layer, feed no
-    linear of this layer (the pruned pass recomputes them), which saves that linear's matmul."""
+    linear of this layer (the pruned pass recomputes them), which saves that linear's matmul. Unless
+    ``dense_outputs`` is a list (output fidelity): the pass then runs to the end and appends each batch's
+    dense output to it, for the pruned pass to compare with and drop (at most one extra copy of the
+    activations, which the pruned pass replaces as it goes)."""
     stats = {name: ColumnStats(weight_matrix(m).shape[1], device, hessian=hessian) for name, m in linears.items()}
     last = {"input": None, "sums": None}
     seen: set[str] = set()
 
     def record(name, x):
         if last["input"] is not x:
-            last["input"], last["sums"] = x, ColumnStats.column_sums(x)
+            last["input"], last["sums"] = x, ColumnStats.column_sums(x, gram=hessian)
         stats[name].add(x, last["sums"])
         seen.add(name)
-        if len(seen) == len(linears):
+        if len(seen) == len(linears) and dense_outputs is None:
             raise _StopForward
 
     hooks = [m.register_forward_pre_hook(lambda m, args, n=name: record(n, args[0])) for name, m in linears.items()]
@@ -137,7 +143,9 @@ def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, Co
         for hidden, kwargs in inputs:
             seen.clear()
             with contextlib.suppress(_StopForward):
-                _layer_forward(layer, hidden, kwargs, device)
+                out = _layer_forward(layer, hidden, kwargs, device)
+                if dense_outputs is not None:
+                    dense_outputs.append(out.to(hidden.device))
     finally:
         for h in hooks:
             h.remove()
@@ -145,12 +153,14 @@ def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, Co
     return stats
 
 
-def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event):
-    """Gather statistics over every calibration token, then score, mask and write back each linear."""
+def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, masks, dense_outputs):
+    """Gather statistics over every calibration token, then score, mask and write back each linear
+    (and its pruned positions to ``masks`` when kept)."""
     linears = prunable_linears(layer)
     stats: dict[str, ColumnStats] = {}
     if method.needs_activations:
-        stats = _gather_stats(layer, linears, inputs, device, hessian=method.score is None)
+        hessian = method.score is None or config.fidelity
+        stats = _gather_stats(layer, linears, inputs, device, hessian, dense_outputs)
         for name, s in stats.items():
             if not s.is_finite():
                 hint = "" if loaded.dtype == torch.float32 else " (try --dtype float32)"
@@ -167,7 +177,8 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
                 f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "
                 f"and nothing was pruned there."
             )
-        histogram = None
+        histogram, fidelity = None, None
+        dense = W.clone() if config.fidelity and name in stats else None
         if method.score is None:
             W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
         else:
@@ -178,6 +189,10 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
         if W.data_ptr() != module.weight.data_ptr():
             set_weight_matrix(module, W.to(module.weight.dtype))
         achieved = 1 - torch.count_nonzero(module.weight.data).item() / module.weight.numel()
+        if dense is not None:
+            fidelity = linear_fidelity(dense, W, stats[name].xtx)
+        if masks is not None:
+            masks.add(index, name, weight_matrix(module) == 0)
         records.append(
             LinearRecord(
                 name=name,
@@ -187,6 +202,7 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
                 seconds=time.perf_counter() - start,
                 act_stats=stats[name].summary() if name in stats else None,
                 histogram=histogram,
+                fidelity=fidelity,
             )
         )
     return records, stats
@@ -219,8 +235,17 @@ class Evaluation:
     zeroshot: dict[str, TaskAccuracy] | None = None
 
 
-def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Event | None = None) -> Pruned:
-    """Prune ``loaded.model`` in place; return the per-linear sparsities and timing."""
+def prune(
+    loaded: Loaded,
+    config: RunConfig,
+    on_event=None,
+    cancel: threading.Event | None = None,
+    masks_path: Path | None = None,
+) -> Pruned:
+    """Prune ``loaded.model`` in place; return the per-linear sparsities and timing. With
+    ``config.keep_masks`` the masks go to ``masks_path`` (``acetui_core.maskfile``)."""
+    if config.keep_masks and masks_path is None:
+        raise UserError("--keep-masks needs a run store to keep the masks beside; run it through acetui prune.")
     emit = on_event or (lambda event: None)
     method, sparsity = get_method(config.method), config.sparsity_spec
     layers = decoder_layers(loaded.model)
@@ -253,23 +278,29 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
         inputs = _capture_layer0_inputs(loaded, windows, batch, keep_on)
 
     summaries: list[LinearSparsity] = []
-    for index, layer in enumerate(layers):
-        if cancel is not None and cancel.is_set():
-            raise Cancelled()
-        emit(LayerStarted(index, len(layers)))
-        layer_start = time.perf_counter()
-        home = _module_device(layer)
-        device = home if hasattr(loaded.model, "hf_device_map") else loaded.device
-        layer.to(device)
-        linears, stats = _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event)
-        if inputs:
-            with torch.no_grad():
-                inputs = [(_layer_forward(layer, h, kw, device).to(h.device), kw) for h, kw in inputs]
-            if calibration is not None:
-                calibration.tokens_per_linear = max(s.tokens for s in stats.values())
-        layer.to(home)
-        emit(LayerPruned(LayerRecord(index, len(layers), time.perf_counter() - layer_start, linears)))
-        summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds) for r in linears]
+    with mask_writer(masks_path if config.keep_masks else None) as masks:
+        for index, layer in enumerate(layers):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            emit(LayerStarted(index, len(layers)))
+            layer_start = time.perf_counter()
+            home = _module_device(layer)
+            device = home if hasattr(loaded.model, "hf_device_map") else loaded.device
+            layer.to(device)
+            dense_outputs: list[torch.Tensor] | None = [] if config.fidelity and inputs else None
+            linears, stats = _prune_layer(
+                index, layer, inputs, loaded, config, method, sparsity, device, masks, dense_outputs
+            )
+            agreement = OutputAgreement() if dense_outputs is not None else None
+            if inputs:
+                inputs = _pruned_pass(layer, inputs, device, dense_outputs, agreement)
+                if calibration is not None:
+                    calibration.tokens_per_linear = max(s.tokens for s in stats.values())
+            layer.to(home)
+            fidelity = agreement.result() if agreement else None
+            seconds = time.perf_counter() - layer_start
+            emit(LayerPruned(LayerRecord(index, len(layers), seconds, linears, fidelity=fidelity)))
+            summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds) for r in linears]
     prune_seconds = time.perf_counter() - started
     if loaded.device.type == "cuda":
         torch.cuda.synchronize(loaded.device)
@@ -277,6 +308,19 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
     sizes = _linear_sizes(layers)
     zeros = sum(summary.sparsity * size for summary, size in zip(summaries, sizes, strict=False))
     return Pruned(summaries, zeros / sum(sizes), prune_seconds, calibration)
+
+
+@torch.no_grad()
+def _pruned_pass(layer, inputs, device, dense_outputs, agreement) -> list[tuple]:
+    """The pruned layer's outputs, the next layer's inputs; compared on the way with the dense outputs
+    when there are some, each dropped once compared."""
+    outputs = []
+    for hidden, kwargs in inputs:
+        out = _layer_forward(layer, hidden, kwargs, device).to(hidden.device)
+        if agreement is not None:
+            agreement.add(dense_outputs.pop(0), out)
+        outputs.append((out, kwargs))
+    return outputs
 
 
 def _linear_sizes(layers) -> list[int]:
@@ -330,14 +374,19 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> E
 
 
 def run(
-    config: RunConfig, on_event=None, cancel: threading.Event | None = None, loaded: Loaded | None = None
+    config: RunConfig,
+    on_event=None,
+    cancel: threading.Event | None = None,
+    loaded: Loaded | None = None,
+    masks_path: Path | None = None,
 ) -> RunResult:
-    """Check, load (unless given), prune, save, evaluate; emit ``RunFinished`` and return the result."""
+    """Check, load (unless given), prune, save, evaluate; emit ``RunFinished`` and return the result.
+    ``masks_path``: where ``--keep-masks`` keeps the masks."""
     config = check_config(config)
     if loaded is None:
         loaded = load_model(config.model, device=config.device, dtype=config.dtype, on_event=on_event)
     check_against_model(config, loaded.context_length)
-    pruned = prune(loaded, config, on_event, cancel)
+    pruned = prune(loaded, config, on_event, cancel, masks_path)
     saved_to = None
     try:  # saved before evaluation, so a failed or cancelled evaluation never loses the pruned model
         if config.save:
@@ -367,6 +416,7 @@ def run(
         dtype=str(loaded.dtype).removeprefix("torch."),
         saved_to=saved_to,
         model_fingerprint=loaded.fingerprint,
+        masks=str(masks_path) if config.keep_masks else None,
         config=config,
     )
     if on_event:

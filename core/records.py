@@ -48,6 +48,18 @@ class Histogram:
 
 
 @dataclass
+class Fidelity:
+    """How close pruned outputs stay to the dense ones over the calibration tokens (Frobenius norms over
+    tokens and output features): ``cosine`` of the two output matrices and ``rel_error =
+    ||Y - Y'|| / ||Y||``. For a linear ``Y = WX`` and ``Y' = W'X`` on the inputs it saw in the dense
+    layer (bias left out); for a decoder layer, its output hidden states, dense and pruned layer on the
+    same inputs."""
+
+    cosine: float
+    rel_error: float
+
+
+@dataclass
 class LinearRecord:
     name: str  # e.g. "self_attn.q_proj"
     d_out: int
@@ -56,10 +68,16 @@ class LinearRecord:
     seconds: float
     act_stats: ActStats | None = None  # None when the method reads no activations (magnitude)
     histogram: Histogram | None = None  # None when the method solves rather than scores (SparseGPT)
+    fidelity: Fidelity | None = None  # None without --fidelity, or without calibration data (magnitude)
 
     @property
     def size(self) -> int:
         return self.d_out * self.d_in
+
+
+def linear_kind(name: str) -> str:
+    """A linear's short kind: ``self_attn.q_proj`` -> ``q``, ``mlp.down_proj`` -> ``down``, ``fc1`` -> ``fc1``."""
+    return name.rsplit(".", 1)[-1].removesuffix("_proj")
 
 
 @dataclass
@@ -71,6 +89,7 @@ class LayerRecord:
     seconds: float
     linears: list[LinearRecord]
     recorded: float | None = None
+    fidelity: Fidelity | None = None  # of the layer's output hidden states (see ``Fidelity``)
 
     @property
     def sparsity(self) -> float | None:
@@ -141,6 +160,7 @@ class RunResult:
     peak_gpu_mb: float | None = None
     saved_to: str | None = None
     model_fingerprint: str | None = None  # identity of the model's files (or the hub revision)
+    masks: str | None = None  # the file of the run's masks (--keep-masks; ``acetui_core.maskfile``)
     config: RunConfig | None = None
     run_id: str | None = None
 

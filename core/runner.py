@@ -57,6 +57,8 @@ class Recorder(Protocol):
 
     def set_status(self, run_id: str, status: str, error: str | None = None) -> bool: ...
 
+    def masks_path(self, run_id: str) -> Path: ...
+
 
 def _version(package: str) -> str | None:
     try:
@@ -258,7 +260,13 @@ def execute(
             stack.enter_context(stop_signals(stop))
         stack.enter_context(_heartbeat(recorder, run_id, stop, cancel))
         try:
-            pipeline.run(config, record, cancel, loaded=models.get(config, record) if models else None)
+            pipeline.run(
+                config,
+                record,
+                cancel,
+                loaded=models.get(config, record) if models else None,
+                masks_path=recorder.masks_path(run_id),
+            )
         except Cancelled:
             recorder.set_status(run_id, "cancelled", error="Stopped on request between layers.")
             raise

@@ -11,7 +11,7 @@ class ColumnStats:
     """Accumulates ``sq_j = sum_t x_tj^2``, ``q_j = sum_t x_tj^4`` and the token count ``T``.
 
     Accumulators are float32 whatever the model's dtype: ``x^4`` overflows half precision.
-    With ``hessian=True`` it also accumulates ``X^T X`` for SparseGPT.
+    With ``hessian=True`` it also accumulates ``X^T X``, for SparseGPT and output fidelity.
     """
 
     def __init__(self, d_in: int, device: torch.device, hessian: bool = False):
@@ -21,22 +21,21 @@ class ColumnStats:
         self.xtx = torch.zeros(d_in, d_in, dtype=torch.float32, device=device) if hessian else None
 
     @staticmethod
-    def column_sums(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """``(sum_t x^2, sum_t x^4, T)`` of one batch of inputs, any leading shape."""
+    def column_sums(x: torch.Tensor, gram: bool = False) -> tuple:
+        """``(sum_t x^2, sum_t x^4, T, X^T X or None)`` of one batch of inputs, any leading shape."""
         x = x.reshape(-1, x.shape[-1]).float()
         x2 = x * x
-        return x2.sum(dim=0), (x2 * x2).sum(dim=0), x.shape[0]
+        return x2.sum(dim=0), (x2 * x2).sum(dim=0), x.shape[0], x.t() @ x if gram else None
 
     def add(self, x: torch.Tensor, sums: tuple | None = None) -> None:
         """Accumulate one batch; ``sums`` are its ``column_sums`` when already computed for a linear
-        that shares this input (q/k/v, gate/up)."""
-        sq, q, tokens = sums if sums is not None else self.column_sums(x)
+        that shares this input (q/k/v, gate/up): they then share one ``X^T X`` product too."""
+        sq, q, tokens, gram = sums if sums is not None else self.column_sums(x, gram=self.xtx is not None)
         self.sq += sq
         self.q += q
         self.tokens += tokens
         if self.xtx is not None:
-            x = x.reshape(-1, x.shape[-1]).float()
-            self.xtx.addmm_(x.t(), x)
+            self.xtx += gram
 
     def is_finite(self) -> bool:
         return bool(torch.isfinite(self.sq).all() and torch.isfinite(self.q).all())

@@ -38,11 +38,12 @@ from acetui_core.config import RunConfig, model_name
 from acetui_core.errors import UserError
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.paths import home
-from acetui_core.records import LayerRecord, LinearRecord, RunResult, from_dict, to_dict
+from acetui_core.records import Fidelity, LayerRecord, LinearRecord, RunResult, from_dict, to_dict
 from acetui_core.store_schema import APPLICATION_ID, SCHEMA_VERSION, STATUSES
 
 STORE_FILENAME = "runs.db"
 LOG_FOLDER = "logs"  # beside the store: one log file per run
+MASK_FOLDER = "masks"  # beside the store: one mask file per run that kept its masks (--keep-masks)
 ACTIVE = ("queued", "running")
 TERMINAL = ("finished", "failed", "cancelled", "interrupted")
 BUSY_TIMEOUT = 30.0  # seconds a write waits for another writer's transaction
@@ -143,6 +144,10 @@ class Store:
     def log_path(self, run_id: str) -> Path:
         """The run's own log file: its events, warnings, and its traceback when it fails."""
         return self.folder / LOG_FOLDER / f"{run_id}.log"
+
+    def masks_path(self, run_id: str) -> Path:
+        """Where a run keeps its masks (``--keep-masks``, ``acetui_core.maskfile``)."""
+        return self.folder / MASK_FOLDER / f"{run_id}.npz"
 
     def check_log_folder(self) -> None:
         """Make sure runs can write their logs beside the store, before any run is recorded."""
@@ -381,12 +386,19 @@ class Store:
     def _write_layer(self, db: sqlite3.Connection, run_id: str, layer: LayerRecord) -> None:
         db.execute("DELETE FROM layers WHERE run_id = ? AND layer = ?", (run_id, layer.index))
         db.execute(
-            "INSERT INTO layers (run_id, layer, total, seconds, recorded) VALUES (?, ?, ?, ?, ?)",
-            (run_id, layer.index, layer.total, layer.seconds, layer.recorded or self.clock()),
+            "INSERT INTO layers (run_id, layer, total, seconds, recorded, fidelity) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                layer.index,
+                layer.total,
+                layer.seconds,
+                layer.recorded or self.clock(),
+                _dumps(_as_dict(layer.fidelity)),
+            ),
         )
         db.executemany(
-            "INSERT INTO linears (run_id, layer, position, name, d_out, d_in, sparsity, seconds, act_stats, histogram)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO linears (run_id, layer, position, name, d_out, d_in, sparsity, seconds, act_stats, histogram,"
+            " fidelity) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     run_id,
@@ -399,6 +411,7 @@ class Store:
                     linear.seconds,
                     _dumps(_as_dict(linear.act_stats)),
                     _dumps(_as_dict(linear.histogram)),
+                    _dumps(_as_dict(linear.fidelity)),
                 )
                 for position, linear in enumerate(layer.linears)
             ],
@@ -444,6 +457,9 @@ class Store:
                 raise UserError(f"Run {run.id} is {run.status}; cancel it first (acetui runs cancel {run.id}).")
         with self._db(write=True) as db:
             db.executemany("DELETE FROM runs WHERE id = ?", [(run.id,) for run in runs])
+        for run in runs:
+            if run.results and run.results.masks:
+                Path(run.results.masks).unlink(missing_ok=True)
         return [run.id for run in runs]
 
     # ---- reading -----------------------------------------------------------------------------
@@ -634,16 +650,23 @@ def _layers(db: sqlite3.Connection, run_ids: list[str], damaged: dict | None = N
         layer = LayerRecord(
             index=row["layer"], total=row["total"], seconds=row["seconds"], linears=[], recorded=row["recorded"]
         )
+        try:
+            layer.fidelity = from_dict(Fidelity, _loads(row["fidelity"])) if row["fidelity"] else None
+        except Exception as error:  # a damaged value must not hide the rest of the run
+            if damaged is not None:
+                damaged[row["run_id"]] = f"unreadable fidelity of layer {row['layer']} ({type(error).__name__})"
         by_run[row["run_id"]].append(layer)
         index[(row["run_id"], row["layer"])] = layer
     for row in db.execute(f"SELECT * FROM linears WHERE run_id IN ({marks}) ORDER BY run_id, layer, position", run_ids):
         try:
             act_stats = _loads(row["act_stats"]) or None  # magnitude's runs stored {}
-            histogram = _loads(row["histogram"])
+            histogram, fidelity = _loads(row["histogram"]), _loads(row["fidelity"])
             linear = LinearRecord(
                 name=row["name"], d_out=row["d_out"], d_in=row["d_in"], sparsity=row["sparsity"], seconds=row["seconds"]
             )
-            linear = from_dict(LinearRecord, {**to_dict(linear), "act_stats": act_stats, "histogram": histogram})
+            linear = from_dict(
+                LinearRecord, {**to_dict(linear), "act_stats": act_stats, "histogram": histogram, "fidelity": fidelity}
+            )
         except Exception as error:  # a damaged linear must not hide the rest of the run
             if damaged is not None:
                 damaged[row["run_id"]] = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x41434554  # "ACET": marks the file as an acetui store
 STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted")
 
@@ -162,4 +162,10 @@ def _migrate_1_to_2(db: sqlite3.Connection) -> None:
         db.execute("UPDATE runs SET results = ? WHERE id = ?", (json.dumps({**named, **results}), run_id))
 
 
-MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2}
+def _migrate_2_to_3(db: sqlite3.Connection) -> None:
+    """Version 3 keeps the output fidelity (``--fidelity``) of each layer and linear: NULL in older runs."""
+    db.execute("ALTER TABLE layers ADD COLUMN fidelity TEXT")  # JSON: {"cosine", "rel_error"} or NULL
+    db.execute("ALTER TABLE linears ADD COLUMN fidelity TEXT")
+
+
+MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3}

@@ -113,6 +113,15 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def calib_file(tmp_path_factory, shared_data):
+    """A small calibration file of real C4 text (fast to tokenize)."""
+    lines = (shared_data / "c4" / "c4_calib_merged.jsonl").read_text().splitlines()[:40]
+    path = tmp_path_factory.mktemp("calib") / "c4-40.jsonl"
+    path.write_text("\n".join(lines))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def smollm(smollm_gguf):
     """The real SmolLM2-135M on CPU, loaded once per session; tests ``reset()`` it to its dense weights."""
     from acetui_core.models import load_model

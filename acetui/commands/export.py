@@ -18,7 +18,7 @@ from acetui_core.store import RunRecord, Store
 def select_runs(store: Store, runs: str | None, model: str | None, last: int | None) -> list[RunRecord]:
     """The runs an export names (all of them by default); an empty selection is the user's error."""
     ids = parse.some(runs, "--runs") if runs is not None else None
-    records = store.list_runs(ids=ids, model=model, last=last)
+    records = store.list_runs(ids=ids, model=model, last=last, layers=True)  # layers: per-layer CSV columns
     if not records:
         chosen = " ".join(
             f"{flag} {value}"

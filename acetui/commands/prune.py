@@ -91,6 +91,8 @@ def prune(
     device: options.Device = "auto",
     dtype: options.Dtype = "auto",
     squared_weight: options.SquaredWeight = False,
+    fidelity: options.Fidelity = False,
+    keep_masks: options.KeepMasks = False,
     save: Annotated[Path | None, typer.Option(help="Save the pruned model as a Hugging Face checkpoint here.")] = None,
     overwrite: Annotated[
         bool, typer.Option(help="Allow --save to replace a checkpoint folder acetui wrote before.")

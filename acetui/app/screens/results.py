@@ -1,5 +1,6 @@
 """Results: finished runs side by side, sortable and filterable; the paper's comparison layout;
-export of the selected runs as CSV or LaTeX (``acetui_core.export``), or the LaTeX to the clipboard."""
+export of the selected runs as CSV or LaTeX (``acetui_core.export``), or the LaTeX to the clipboard;
+plots along depth of the chosen runs' output fidelity, or of two selected runs' mask overlap."""
 
 from __future__ import annotations
 
@@ -14,18 +15,22 @@ from pathlib import Path
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, Static
 
 from acetui.app import summary
 from acetui.app.screens.common import RunListScreen, refill
+from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.export import comparison, export
+from acetui_core.maskfile import run_overlap, total
 from acetui_core.metrics import METHODS
+from acetui_core.records import linear_kind
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.store import RunRecord
 
@@ -111,6 +116,18 @@ def new_file(folder: Path, stem: str, suffix: str) -> Path:
     return path
 
 
+class OverlapReady(Message):
+    """The mask overlap of two runs, computed in a thread: per-kind Jaccard series, or why there is none."""
+
+    def __init__(self, title: str, series: dict | None, error: str | None = None) -> None:
+        super().__init__()
+        self.title, self.series, self.error = title, series, error
+
+
+def _run_name(run: RunRecord) -> str:
+    return f"{run.label} {run.config.sparsity} {run.id[:4]}"
+
+
 class ResultsScreen(RunListScreen):
     AUTO_FOCUS = "#results"
     # The footer shows the main keys; the others are in the help (?).
@@ -126,6 +143,14 @@ class ResultsScreen(RunListScreen):
         Binding("l", "export('latex')", "LaTeX", tooltip="Export the chosen runs as a LaTeX table"),
         Binding("y", "copy_latex", "Copy", show=False, tooltip="Copy the LaTeX table (OSC 52, works over SSH)"),
         Binding("o", "open_run", "Open run", show=False, tooltip="The highlighted run on the Run screen (also enter)"),
+        Binding(
+            "f",
+            "plot('fidelity')",
+            "Fidelity",
+            show=False,
+            tooltip="Layer outputs' 1-cos by layer, chosen runs overlaid",
+        ),
+        Binding("m", "plot('overlap')", "Overlap", show=False, tooltip="Mask overlap (Jaccard) of two selected runs"),
         Binding("escape", "focus_table", "Table", show=False, tooltip="Back to the table from the filter"),
     ]
 
@@ -138,6 +163,12 @@ class ResultsScreen(RunListScreen):
             yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="paper"):
                 yield Static("", id="paper-table")
+            with Vertical(id="fidelity-view", classes="overlay"):
+                yield Static("", id="fidelity-caption")
+                yield DepthPlot("", log=True, id="fidelity-overlay")
+            with Vertical(id="overlap-view", classes="overlay"):
+                yield Static("", id="overlap-caption")
+                yield DepthPlot("", ylim=(0, 1), id="overlap-overlay")
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
@@ -244,6 +275,71 @@ class ResultsScreen(RunListScreen):
         self.descending = not self.descending
         self.show_runs()
 
+    def action_plot(self, kind: str) -> None:
+        """Show the fidelity or overlap plot of the chosen runs; the same key again goes back to the table."""
+        views = self.query_one("#results-views", ContentSwitcher)
+        if views.current == f"{kind}-view":
+            views.current = "results"
+            return
+        views.current = f"{kind}-view"
+        if kind == "fidelity":
+            self._plot_fidelity()
+        else:
+            self._plot_overlap()
+
+    def _show_overlay(self, kind: str, caption: str, title: str, series: dict, total_layers: int) -> None:
+        self.query_one(f"#{kind}-caption", Static).update(caption)
+        self.query_one(f"#{kind}-overlay", DepthPlot).show(total_layers, series, title)
+
+    def _plot_fidelity(self) -> None:
+        chosen = [r.id for r in self.chosen()]
+        runs = self.app.store.list_runs(ids=chosen, layers=True) if chosen else []
+        series = {
+            _run_name(run): [(layer.index, 1 - layer.fidelity.cosine) for layer in run.layers if layer.fidelity]
+            for run in runs
+        }
+        series = {name: points for name, points in series.items() if points}
+        shown = dict(list(series.items())[: len(SERIES_COLORS)])
+        total_layers = max((len(run.layers) for run in runs), default=0)
+        if not shown:
+            caption = "None of the chosen runs recorded output fidelity: start runs with --fidelity (f: back)."
+        else:
+            caption = "Lower keeps the layer's output direction better (f: back)."
+            if len(series) > len(shown):
+                caption += f" The first {len(shown)} of {len(series)} runs with fidelity are shown."
+        self._show_overlay("fidelity", caption, "1 - cos(Y, Y') of layer outputs (log)", shown, total_layers)
+
+    def _plot_overlap(self) -> None:
+        picked = [r for r in self.visible() if r.id in self.selected]
+        if len(picked) != 2:
+            self._show_overlay(
+                "overlap", "Select exactly two runs (space) to compare their masks (m: back).", "", {}, 0
+            )
+            return
+        self._show_overlay("overlap", f"Reading the masks of {picked[0].id} and {picked[1].id}…", "", {}, 0)
+        self._compute_overlap(*picked)
+
+    @work(thread=True, exclusive=True, group="overlap")
+    def _compute_overlap(self, run_a: RunRecord, run_b: RunRecord) -> None:
+        title = f"Jaccard of pruned positions: {_run_name(run_a)} vs {_run_name(run_b)}"
+        try:
+            rows = run_overlap(run_a, run_b)
+        except UserError as error:
+            self.post_message(OverlapReady(title, None, str(error)))
+            return
+        series = {"all": [(layer, total(rows, layer=layer).jaccard) for layer in sorted({r.layer for r in rows})]}
+        for row in rows:
+            series.setdefault(linear_kind(row.name), []).append((row.layer, row.jaccard))
+        self.post_message(OverlapReady(title, series))
+
+    def on_overlap_ready(self, message: OverlapReady) -> None:
+        if message.error:
+            self._show_overlay("overlap", f"{message.error} (m: back)", "", {}, 0)
+            return
+        total_layers = len(message.series["all"])
+        caption = "1: the same pruned positions; 0: none shared (acetui overlap prints the table). m: back."
+        self._show_overlay("overlap", caption, message.title, message.series, total_layers)
+
     def action_toggle_view(self) -> None:
         views = self.query_one("#results-views", ContentSwitcher)
         views.current = "paper" if views.current == "results" else "results"
@@ -259,6 +355,8 @@ class ResultsScreen(RunListScreen):
         if not runs:
             self.notify("No finished runs to export.", severity="warning")
             return None
+        if fmt == "csv":  # with their layers, for the per-layer columns
+            runs = self.app.store.list_runs(ids=[r.id for r in runs], layers=True)
         try:
             return export(runs, fmt)
         except UserError as error:

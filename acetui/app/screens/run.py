@@ -1,6 +1,7 @@
 """Run: one run's progress, live while it runs, whether this app, the CLI or another SSH session
 started it. The layers fill a table as they finish; the run's own log file is tailed under them; plots
-show the selected layer's score histogram and the sparsity and activation variance along depth; a
+show the selected layer's score histogram, and the sparsity, activation variance and output fidelity
+along depth; a
 panel shows the configuration the run was started with. A resource line shows what its process uses."""
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from acetui.app.widgets.logpane import LogPane
 from acetui.app.widgets.plots import (
     DepthPlot,
     ScoreHistogram,
+    fidelity_series,
+    fidelity_title,
     histogram_caption,
     sparsity_series,
     sparsity_title,
@@ -113,6 +116,7 @@ class RunScreen(Screen):
         Binding("h", "plot('scores')", "Scores", show=False, tooltip="Score histogram of the highlighted layer"),
         Binding("s", "plot('sparsity')", "Sparsity", show=False, tooltip="Sparsity by layer and linear"),
         Binding("v", "plot('variance')", "Variance", show=False, tooltip="Var[x²] of the inputs by layer"),
+        Binding("f", "plot('fidelity')", "Fidelity", show=False, tooltip="Output error of layers and linears by layer"),
         Binding("i", "plot('config')", "Config", show=False, tooltip="The configuration the run was started with"),
         Binding("l", "log", "Log", tooltip="The run's log file, full screen (l or escape: back)"),
     ]
@@ -138,6 +142,8 @@ class RunScreen(Screen):
                     yield DepthPlot("sparsity by layer", ylim=(0, 1), id="sparsity-plot")
                 with TabPane(escape("Var[x²]"), id="variance"):
                     yield DepthPlot("Var[x²] of inputs by layer", log=True, id="variance-plot")
+                with TabPane("Fidelity", id="fidelity"):
+                    yield DepthPlot(fidelity_title({}), log=True, id="fidelity-plot")
                 with TabPane("Config", id="config"), VerticalScroll():
                     yield Static("", id="config-text")
         yield Footer(show_command_palette=False, compact=True)
@@ -303,6 +309,8 @@ class RunScreen(Screen):
             total, series, sparsity_title(series) if self._layers else None
         )
         self.query_one("#variance-plot", DepthPlot).show(total, variance_series(self._layers))
+        fidelity = fidelity_series(self._layers)
+        self.query_one("#fidelity-plot", DepthPlot).show(total, fidelity, fidelity_title(fidelity))
         self._replot_histogram()
 
     def _replot_histogram(self) -> None:

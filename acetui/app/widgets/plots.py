@@ -12,7 +12,7 @@ import math
 from textual_plotext import PlotextPlot
 
 from acetui.app import summary
-from acetui_core.records import Histogram, LayerRecord
+from acetui_core.records import Histogram, LayerRecord, linear_kind
 from acetui_core.sparsity import parse_sparsity
 
 
@@ -122,7 +122,7 @@ def histogram_caption(sparsity: str, group: str, histogram: Histogram | None) ->
     return "Red pruned, blue kept; line: the layer's threshold."
 
 
-SERIES_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "gray")
+SERIES_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "gray", "orange")
 
 
 class DepthPlot(Plot):
@@ -170,11 +170,6 @@ class DepthPlot(Plot):
             plt.yticks(decades, [f"1e{d}" for d in decades])
 
 
-def linear_kind(name: str) -> str:
-    """A linear's short kind: ``self_attn.q_proj`` -> ``q``, ``mlp.down_proj`` -> ``down``, ``fc1`` -> ``fc1``."""
-    return name.rsplit(".", 1)[-1].removesuffix("_proj")
-
-
 def sparsity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:
     """The sparsity each kind of linear reached, layer by layer (q, k, v, o, gate, up, down)."""
     series: dict[str, list[tuple[int, float]]] = {}
@@ -197,3 +192,22 @@ def variance_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, floa
         "median": [(i, v.median) for i, v in stats if v],
         "max": [(i, v.max) for i, v in stats if v],
     }
+
+
+def fidelity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:
+    """The relative L2 error of each layer's output ("out") and of each kind of linear, layer by layer
+    (empty for runs without --fidelity)."""
+    series: dict[str, list[tuple[int, float]]] = {"out": []}
+    for layer in layers:
+        if layer.fidelity is not None:
+            series["out"].append((layer.index, layer.fidelity.rel_error))
+        for linear in layer.linears:
+            if linear.fidelity is not None:
+                series.setdefault(linear_kind(linear.name), []).append((layer.index, linear.fidelity.rel_error))
+    return series if series["out"] else {}
+
+
+def fidelity_title(series: dict[str, list[tuple[int, float]]]) -> str:
+    if not series:
+        return "no output fidelity recorded (start the run with --fidelity)"
+    return "||Y-Y'||/||Y|| of layer outputs and linears (log)"
