@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
-from acetui_core.metrics import METHODS
+from acetui_core.metrics import paper_name
 from acetui_core.records import any_partial, mean_accuracy
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.store import RunRecord
@@ -161,10 +161,6 @@ def _sparsity_header(text: str) -> str:
     return str(spec) if spec.is_nm else f"{spec.ratio * 100:g}%"
 
 
-def _paper_name(method: str) -> str:
-    return METHODS[method].paper_name if method in METHODS else method
-
-
 def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tuple[str, str, float, bool]]:
     """(row, column header, value, partial) entries one run adds to the grid."""
     result = record.results
@@ -200,6 +196,8 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
     values["dtype"] = result.dtype
     values["model file"] = result.model_fingerprint
+    if result.method_fingerprint is not None:  # a plug-in metric: its file's version
+        values["method file"] = result.method_fingerprint
     if result.calibration is not None:
         values["calibration file"] = result.calibration.fingerprint
         if "seqlen" in values:
@@ -221,6 +219,12 @@ _DESCRIBE = {
     "group": lambda v: f"{v} groups",
     "squared_weight": lambda v: "|W|^2" if v else "|W|",
     "ria_alpha": lambda v: f"alpha {v}",
+    "varp_scale": lambda v: f"VarP scale {v}",
+    "varp_form": lambda v: f"VarP {v}",
+    "allocation": lambda v: "OWL" if v == "owl" else "uniform",
+    "owl_lambda": lambda v: f"OWL lambda {v:g}",
+    "owl_m": lambda v: f"OWL M {v:g}",
+    "update": lambda v: "OBS update" if v == "obs" else "no update",
     "dtype": str,
     "model": str,
     "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),
@@ -288,7 +292,7 @@ def comparison(
             return record.label, _sparsity_header(config.sparsity)
         suffix = f" ({_sparsity_header(config.sparsity)})" if several_sparsities else ""
         if columns == "seqlen":
-            return _paper_name(config.method) + suffix, "FL" if config.seqlen == "full" else str(config.seqlen)
+            return paper_name(config.method) + suffix, "FL" if config.seqlen == "full" else str(config.seqlen)
         if columns == "seed":
             return record.label + suffix, f"seed {config.seed}"
         return record.label + suffix, ""  # per-task table: the tasks are the columns

@@ -240,7 +240,7 @@ def _check_shards(folder: Path, expected: dict[str, tuple]) -> None:
     for shard in sorted(folder.glob("*.safetensors")):
         try:
             with safe_open(str(shard), "pt") as tensors:
-                shapes = {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors}
+                shapes = {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()}  # noqa: SIM118 (a safe_open handle is not iterable)
         except Exception as error:  # truncated or not safetensors at all
             raise UserError(
                 f"The checkpoint folder {folder} could not be loaded as a model: {shard.name} is damaged "

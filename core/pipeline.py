@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from acetui_core import histograms
+from acetui_core.allocation import outlier_ratio, owl_sparsities
 from acetui_core.checkpoint import save_checkpoint
 from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration, wikitext2_test_ids
@@ -32,8 +33,18 @@ from acetui_core.models import (
     weight_matrix,
 )
 from acetui_core.paths import file_identity
-from acetui_core.records import Calibration, LayerRecord, LinearRecord, LinearSparsity, RunResult, TaskAccuracy
-from acetui_core.sparsegpt import sparsegpt_prune
+from acetui_core.plugins import check_scores
+from acetui_core.records import (
+    Calibration,
+    LayerAllocation,
+    LayerRecord,
+    LinearRecord,
+    LinearSparsity,
+    RunResult,
+    TaskAccuracy,
+)
+from acetui_core.sparsegpt import obs_update, sparsegpt_prune
+from acetui_core.sparsity import Sparsity
 from acetui_core.stats import ColumnStats
 from acetui_core.validate import check_against_model, check_config, resolve_seqlen
 
@@ -110,13 +121,19 @@ def _layer_forward(layer, hidden, kwargs, device):
     return out[0] if isinstance(out, tuple) else out
 
 
-def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, ColumnStats]:
+def _gather_stats(
+    layer, linears, inputs, device, hessian: bool = False, inverse_scales: dict | None = None
+) -> dict[str, ColumnStats]:
     """One pass of the calibration inputs through ``layer``, recording what enters every linear.
 
     Linears fed the same tensor (q/k/v, gate/up) share one computation of its column sums. Once the
     last linear's input is recorded the pass stops: its output, and the rest of the layer, feed no
     linear of this layer (the pruned pass recomputes them), which saves that linear's matmul."""
-    stats = {name: ColumnStats(weight_matrix(m).shape[1], device, hessian=hessian) for name, m in linears.items()}
+    scales = inverse_scales or {}
+    stats = {
+        name: ColumnStats(weight_matrix(m).shape[1], device, hessian=hessian, inverse_scale=scales.get(name))
+        for name, m in linears.items()
+    }
     last = {"input": None, "sums": None}
     seen: set[str] = set()
 
@@ -141,35 +158,66 @@ def _gather_stats(layer, linears, inputs, device, hessian: bool) -> dict[str, Co
     return stats
 
 
+def _layer_stats(index, layer, linears, inputs, loaded, config, method, device) -> dict[str, ColumnStats]:
+    """Every linear's calibration statistics, checked finite. ``--varp-form inverse`` needs the scale of
+    a linear's whole input before its ``E[1/(1 - (x/s)^2)]`` can be summed: with ``--varp-scale rms|max``
+    a first pass measures it."""
+    if not method.needs_activations:
+        return {}
+    hessian = method.score is None or config.update == "obs"
+    scales = None
+    if config.varp_form == "inverse":
+        if config.varp_scale == "none":
+            scales = dict.fromkeys(linears, 1.0)
+        else:
+            measured = _gather_stats(layer, linears, inputs, device)
+            scales = {name: s.scale(config.varp_scale) for name, s in measured.items()}
+    stats = _gather_stats(layer, linears, inputs, device, hessian=hessian, inverse_scales=scales)
+    for name, s in stats.items():
+        if not s.is_finite():
+            hint = "" if loaded.dtype == torch.float32 else " (try --dtype float32)"
+            raise UserError(
+                f"Calibration activations entering layer {index} {name} contain NaN or inf; "
+                f"nothing was pruned there{hint}."
+            )
+    return stats
+
+
+def _dense_weight(index, name, module) -> torch.Tensor:
+    W = weight_matrix(module).float()  # the weight itself when it is float32, else a float32 copy
+    if not torch.isfinite(W).all():
+        raise UserError(
+            f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "
+            f"and nothing was pruned there."
+        )
+    return W
+
+
+def _scores(method, W, stats, config, where: str) -> torch.Tensor:
+    scores = method.score(W, stats, config)  # a plug-in scores a copy of W (acetui_core.plugins)
+    if method.source != "built-in":
+        check_scores(method, scores, W.shape, where)
+    return scores
+
+
 def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event):
     """Gather statistics over every calibration token, then score, mask and write back each linear."""
     linears = prunable_linears(layer)
-    stats: dict[str, ColumnStats] = {}
-    if method.needs_activations:
-        stats = _gather_stats(layer, linears, inputs, device, hessian=method.score is None)
-        for name, s in stats.items():
-            if not s.is_finite():
-                hint = "" if loaded.dtype == torch.float32 else " (try --dtype float32)"
-                raise UserError(
-                    f"Calibration activations entering layer {index} {name} contain NaN or inf; "
-                    f"nothing was pruned there{hint}."
-                )
+    stats = _layer_stats(index, layer, linears, inputs, loaded, config, method, device)
     records = []
     for name, module in linears.items():
         start = time.perf_counter()
-        W = weight_matrix(module).float()  # the weight itself when it is float32, else a float32 copy
-        if not torch.isfinite(W).all():
-            raise UserError(
-                f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "
-                f"and nothing was pruned there."
-            )
+        W = _dense_weight(index, name, module)
         histogram = None
         if method.score is None:
             W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
         else:
-            scores = method.score(W, stats.get(name), config)
+            scores = _scores(method, W, stats.get(name), config, f"layer {index} {name}")
             mask, threshold = prune_mask(scores, sparsity, config.group)
-            W.masked_fill_(mask, 0)
+            if config.update == "obs":
+                W = obs_update(W, stats[name].hessian, mask, f"layer {index} {name}")
+            else:
+                W.masked_fill_(mask, 0)
             histogram = histograms.histogram(scores, threshold, pruned=mask)
         if W.data_ptr() != module.weight.data_ptr():
             set_weight_matrix(module, W.to(module.weight.dtype))
@@ -188,6 +236,34 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
     return records, stats
 
 
+@torch.no_grad()
+def _owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> list[LayerAllocation]:
+    """OWL's statistics pass (as OWL's code does it): every decoder layer, dense, on the outputs of the
+    dense layers before it, scored with the chosen metric; then each layer's sparsity from its outlier
+    ratio (``acetui_core.allocation``). Costs one more pass of statistics and forwards than pruning."""
+    ratios = []
+    for index, layer in enumerate(layers):
+        emit(Stage("outlier ratios", index, len(layers)))
+        home = _module_device(layer)
+        device = home if hasattr(loaded.model, "hf_device_map") else loaded.device
+        layer.to(device)
+        linears = prunable_linears(layer)
+        stats = _layer_stats(index, layer, linears, inputs, loaded, config, method, device)
+        scores = [
+            _scores(method, _dense_weight(index, name, m), stats.get(name), config, f"layer {index} {name}")
+            for name, m in linears.items()
+        ]
+        ratios.append(outlier_ratio(scores, config.owl_m))
+        del scores
+        if inputs:
+            inputs = [(_layer_forward(layer, h, kw, device).to(h.device), kw) for h, kw in inputs]
+        layer.to(home)
+    emit(Stage("outlier ratios", len(layers), len(layers)))
+    sizes = [sum(m.weight.numel() for m in prunable_linears(layer).values()) for layer in layers]
+    allocated = owl_sparsities(ratios, sizes, sparsity.ratio, config.owl_lambda)
+    return [LayerAllocation(i, r, s) for i, (r, s) in enumerate(zip(ratios, allocated, strict=True))]
+
+
 def _peak_memory(device: torch.device) -> tuple[float, float | None]:
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
     gpu_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
@@ -202,6 +278,7 @@ class Pruned:
     overall_sparsity: float
     prune_seconds: float
     calibration: Calibration | None
+    allocation: list[LayerAllocation] | None = None
 
 
 @dataclass
@@ -248,6 +325,9 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
         batch = max(1, CALIB_TOKENS_PER_BATCH // windows.shape[1])
         inputs = _capture_layer0_inputs(loaded, windows, batch, keep_on)
 
+    allocation = None
+    if config.allocation == "owl":
+        allocation = _owl_allocation(loaded, layers, inputs, config, method, sparsity, emit)
     summaries: list[LinearSparsity] = []
     for index, layer in enumerate(layers):
         if cancel is not None and cancel.is_set():
@@ -257,7 +337,8 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
         home = _module_device(layer)
         device = home if hasattr(loaded.model, "hf_device_map") else loaded.device
         layer.to(device)
-        linears, stats = _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event)
+        target = sparsity if allocation is None else Sparsity(ratio=allocation[index].sparsity)
+        linears, stats = _prune_layer(index, layer, inputs, loaded, config, method, target, device, on_event)
         if inputs:
             with torch.no_grad():
                 inputs = [(_layer_forward(layer, h, kw, device).to(h.device), kw) for h, kw in inputs]
@@ -272,7 +353,7 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
 
     sizes = _linear_sizes(layers)
     zeros = sum(summary.sparsity * size for summary, size in zip(summaries, sizes, strict=False))
-    return Pruned(summaries, zeros / sum(sizes), prune_seconds, calibration)
+    return Pruned(summaries, zeros / sum(sizes), prune_seconds, calibration, allocation)
 
 
 def _linear_sizes(layers) -> list[int]:
@@ -363,6 +444,7 @@ def run(
         dtype=str(loaded.dtype).removeprefix("torch."),
         saved_to=saved_to,
         model_fingerprint=loaded.fingerprint,
+        method_fingerprint=get_method(config.method).fingerprint,
         config=config,
     )
     if on_event:

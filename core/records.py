@@ -90,6 +90,15 @@ class LinearSparsity:
 
 
 @dataclass
+class LayerAllocation:
+    """A decoder layer's share of the sparsity under ``--allocation owl``."""
+
+    layer: int
+    outlier_ratio: float  # share of the layer's scores above M x their mean (OWL)
+    sparsity: float  # the target this layer was pruned to
+
+
+@dataclass
 class Calibration:
     """The calibration data a run used."""
 
@@ -141,6 +150,8 @@ class RunResult:
     peak_gpu_mb: float | None = None
     saved_to: str | None = None
     model_fingerprint: str | None = None  # identity of the model's files (or the hub revision)
+    method_fingerprint: str | None = None  # a plug-in metric's file: its SHA-256
+    allocation: list[LayerAllocation] | None = None  # per-layer targets under --allocation owl
     config: RunConfig | None = None
     run_id: str | None = None
 

@@ -1,0 +1,143 @@
+"""Metrics from outside acetui: ``module:function``, ``path/file.py:function``, or a name registered by
+an installed package under the entry-point group ``acetui.methods``.
+
+A plug-in is a function ``(W, stats, opts) -> scores`` with the built-in contract
+(``acetui_core.metrics``): ``W`` float32 ``(d_out, d_in)``, ``stats`` a ``ColumnStats`` (``norm``,
+``e2``, ``e4``, ``tokens``), ``opts`` the run's ``RunConfig``; it returns one score per weight, higher =
+keep. A file reference is stored with its absolute path, so a worker process in another folder imports
+the same file, and the run records the file's SHA-256.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+from pathlib import Path
+
+import torch
+
+from acetui_core.errors import UserError
+from acetui_core.metrics import METHODS, Method
+
+ENTRY_POINT_GROUP = "acetui.methods"
+
+
+def entry_point_methods() -> dict[str, Method]:
+    """The metrics installed packages register under ``acetui.methods`` (built-in names win)."""
+    found = {}
+    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if point.name not in METHODS:
+            package = point.dist.name if point.dist is not None else point.module
+            found[point.name] = _method(point.name, point.name, point.load, f"entry point of {package}", None)
+    return found
+
+
+def plugin_method(reference: str) -> Method:
+    """The method a non-built-in name refers to; one sentence when it cannot be used."""
+    reference = str(reference).strip()
+    points = {point.name: point for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    if reference in points:
+        point = points[reference]
+        package = point.dist.name if point.dist is not None else point.module
+        return _method(reference, reference, point.load, f"entry point of {package}", None)
+    target, colon, function = reference.rpartition(":")
+    if not colon or not target or not function:
+        names = [*METHODS, *(name for name in points if name not in METHODS)]
+        raise UserError(
+            f"Unknown method '{reference}'; choose one of: {', '.join(names)}, "
+            f"or a plug-in as module:function or path/file.py:function."
+        )
+    if target.endswith(".py") or "/" in target:
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise UserError(f"Plug-in file {target} does not exist (method '{reference}').")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        module = _load_file(str(path), digest)
+        return _method(
+            f"{path}:{function}", function, lambda: _attribute(module, function, reference), str(path), digest
+        )
+    module = _import(target, reference)
+    file = getattr(module, "__file__", None)
+    digest = hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None
+    return _method(reference, function, lambda: _attribute(module, function, reference), f"module {target}", digest)
+
+
+def _method(name: str, paper_name: str, load, source: str, fingerprint: str | None) -> Method:
+    try:
+        function = load()
+    except UserError:
+        raise
+    except Exception as error:
+        raise UserError(f"Plug-in method '{name}' could not be imported ({type(error).__name__}: {error}).") from None
+    _check_signature(function, name)
+    doc = (inspect.getdoc(function) or "plug-in metric").strip().splitlines()[0]
+    return Method(name, paper_name, doc, _guarded(function, name), source=source, fingerprint=fingerprint)
+
+
+@functools.lru_cache(maxsize=32)
+def _load_file(path: str, digest: str):
+    """Import a plug-in file once per version of its contents."""
+    spec = importlib.util.spec_from_file_location(f"acetui_plugin_{digest[:16]}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        raise UserError(f"Plug-in file {path} could not be imported ({type(error).__name__}: {error}).") from None
+    return module
+
+
+def _import(target: str, reference: str):
+    try:
+        return importlib.import_module(target)
+    except Exception as error:
+        raise UserError(
+            f"Plug-in module '{target}' (method '{reference}') could not be imported ({type(error).__name__}: {error})."
+        ) from None
+
+
+def _attribute(module, function: str, reference: str):
+    try:
+        return getattr(module, function)
+    except AttributeError:
+        raise UserError(f"Plug-in '{reference}' names no function '{function}' in its module.") from None
+
+
+def _check_signature(function, name: str) -> None:
+    if not callable(function):
+        raise UserError(f"Plug-in method '{name}' is not a function; it must be a function (W, stats, opts).")
+    try:
+        inspect.signature(function).bind(None, None, None)
+    except TypeError:
+        raise UserError(
+            f"Plug-in method '{name}' takes {inspect.signature(function)}; it must take three arguments (W, stats, opts)."
+        ) from None
+    except ValueError:  # a builtin without a signature: called as it is
+        pass
+
+
+def _guarded(function, name: str):
+    """The plug-in on a copy of ``W`` (it may write to its argument), its failures as one sentence."""
+
+    def score(W, stats, opts):
+        try:
+            return function(W.clone(), stats, opts)
+        except Exception as error:
+            raise UserError(f"Plug-in method '{name}' failed ({type(error).__name__}: {error}).") from None
+
+    return score
+
+
+def check_scores(method: Method, scores, shape: torch.Size, where: str) -> None:
+    """A plug-in's scores must be a tensor of the weight's shape without NaN."""
+    got = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+    if got != tuple(shape):
+        raise UserError(
+            f"Plug-in method '{method.name}' returned scores of shape {got} for {where}, whose weight is "
+            f"{tuple(shape)}; it must return one score per weight."
+        )
+    if torch.isnan(scores).any():
+        raise UserError(f"Plug-in method '{method.name}' returned NaN scores for {where}; nothing was pruned there.")
