@@ -9,8 +9,7 @@ ranking, so only VarP's additive ``1 +`` depends on that choice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from acetui_core.method import Method
 
 
 def magnitude(W, stats, opts):
@@ -83,18 +82,6 @@ def ria_varp(W, stats, opts):
     return ria(W, stats, opts).mul_(variance_term(stats, opts))
 
 
-@dataclass(frozen=True)
-class Method:
-    name: str
-    paper_name: str
-    description: str
-    score: Callable | None  # None: not a score-then-mask method (SparseGPT solves its own update)
-    needs_activations: bool = True
-    uses_varp: bool = False  # reads V_j, so --varp-scale and --varp-form change it
-    source: str = "built-in"  # or where a plug-in came from: a file, a module, an entry point's package
-    fingerprint: str | None = None  # a plug-in's file: its SHA-256, recorded with the run
-
-
 METHODS: dict[str, Method] = {
     m.name: m
     for m in [
@@ -125,7 +112,7 @@ def get_method(name: str) -> Method:
         return METHODS[name]
     from acetui_core.plugins import plugin_method
 
-    return plugin_method(name)
+    return plugin_method(name, builtin=tuple(METHODS))
 
 
 def paper_name(method: str) -> str:

@@ -162,7 +162,7 @@ def _layer_stats(index, layer, linears, inputs, loaded, config, method, device) 
     """Every linear's calibration statistics, checked finite. ``--varp-form inverse`` needs the scale of
     a linear's whole input before its ``E[1/(1 - (x/s)^2)]`` can be summed: with ``--varp-scale rms|max``
     a first pass measures it."""
-    if not method.needs_activations:
+    if not method.calibrated(config):
         return {}
     hessian = method.score is None or config.update == "obs"
     scales = None
@@ -307,7 +307,7 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
     )
 
     windows, calibration = None, None
-    if method.needs_activations:
+    if method.calibrated(config):
         seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
         emit(Stage("calibration", 0, config.nsamples))
         ids, source = tokenized_calibration(loaded.tokenizer, config.calib)

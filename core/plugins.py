@@ -21,23 +21,23 @@ from pathlib import Path
 import torch
 
 from acetui_core.errors import UserError
-from acetui_core.metrics import METHODS, Method
+from acetui_core.method import Method
 
 ENTRY_POINT_GROUP = "acetui.methods"
 
 
-def entry_point_methods() -> dict[str, Method]:
-    """The metrics installed packages register under ``acetui.methods`` (built-in names win)."""
+def entry_point_methods(builtin: tuple[str, ...]) -> dict[str, Method]:
+    """The metrics installed packages register under ``acetui.methods`` (``builtin`` names win)."""
     found = {}
     for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if point.name not in METHODS:
+        if point.name not in builtin:
             package = point.dist.name if point.dist is not None else point.module
             found[point.name] = _method(point.name, point.name, point.load, f"entry point of {package}", None)
     return found
 
 
-def plugin_method(reference: str) -> Method:
-    """The method a non-built-in name refers to; one sentence when it cannot be used."""
+def plugin_method(reference: str, builtin: tuple[str, ...]) -> Method:
+    """The method a name that is not ``builtin`` refers to; one sentence when it cannot be used."""
     reference = str(reference).strip()
     points = {point.name: point for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     if reference in points:
@@ -46,7 +46,7 @@ def plugin_method(reference: str) -> Method:
         return _method(reference, reference, point.load, f"entry point of {package}", None)
     target, colon, function = reference.rpartition(":")
     if not colon or not target or not function:
-        names = [*METHODS, *(name for name in points if name not in METHODS)]
+        names = [*builtin, *(name for name in points if name not in builtin)]
         raise UserError(
             f"Unknown method '{reference}'; choose one of: {', '.join(names)}, "
             f"or a plug-in as module:function or path/file.py:function."

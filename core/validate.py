@@ -50,7 +50,7 @@ def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
         batch_size=parse.whole(config.batch_size, "--batch-size", minimum=1),
         evals=parse.evals(",".join(config.evals)),
     )
-    if get_method(config.method).needs_activations:
+    if get_method(config.method).calibrated(config):
         check_calibration_source(config.calib)
     if "wikitext2" in config.evals:
         config = replace(
@@ -109,7 +109,7 @@ def _check_variants(config: RunConfig, method) -> RunConfig:
 
 def check_against_model(config: RunConfig, context_length: int) -> None:
     """What the loaded model decides: calibration and evaluation windows must fit its context."""
-    if get_method(config.method).needs_activations:
+    if get_method(config.method).calibrated(config):
         resolve_seqlen(config.seqlen, context_length, "--seqlen")
     if "wikitext2" in config.evals:
         resolve_seqlen(config.eval_seqlen, context_length, "--eval-seqlen")
