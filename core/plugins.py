@@ -36,6 +36,19 @@ def entry_point_methods(builtin: tuple[str, ...]) -> dict[str, Method]:
     return found
 
 
+def available_methods(builtin: dict[str, Method], references: list[str]) -> dict[str, Method]:
+    """The built-in methods, the installed entry points, and the plug-ins ``references`` name (the app's
+    metric list); a reference that cannot be used is left out."""
+    found = {**builtin, **entry_point_methods(tuple(builtin))}
+    for reference in references:
+        try:
+            method = plugin_method(reference, tuple(builtin))
+        except UserError:
+            continue
+        found.setdefault(method.name, method)
+    return found
+
+
 def plugin_method(reference: str, builtin: tuple[str, ...]) -> Method:
     """The method a name that is not ``builtin`` refers to; one sentence when it cannot be used."""
     reference = str(reference).strip()
