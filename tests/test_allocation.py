@@ -123,3 +123,14 @@ def test_obs_update_on_a_tiny_model_lowers_the_error_of_the_last_hidden_states(t
         ]
     assert errors["obs"] < errors["none"]
     assert all(torch.equal(a, b) for a, b in zip(masks["none"], masks["obs"], strict=True))  # the mask is magnitude's
+
+
+def test_settings_a_method_cannot_use_are_put_back_so_they_never_split_a_comparison(make_tiny_model, calib_file):
+    from acetui_core.validate import check_config
+
+    model = str(make_tiny_model("llama"))
+    variant = dict(calib=calib_file, varp_scale="rms", varp_form="inverse", owl_lambda=0.2)
+    wanda = check_config(RunConfig(model=model, method="wanda", sparsity="0.5", **variant))
+    ace = check_config(RunConfig(model=model, method="ace", sparsity="0.5", **variant))
+    assert (wanda.varp_scale, wanda.varp_form, wanda.owl_lambda) == ("none", "series", 0.08)  # uniform: lambda unused
+    assert (ace.varp_scale, ace.varp_form) == ("rms", "inverse")
