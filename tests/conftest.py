@@ -120,3 +120,12 @@ def smollm(smollm_gguf):
     loaded = load_model(str(smollm_gguf), device="cpu")
     loaded.snapshot()
     return loaded
+
+
+@pytest.fixture(scope="session")
+def calib_file(tmp_path_factory, shared_data):
+    """A small calibration file of real C4 text (fast to tokenize)."""
+    lines = (shared_data / "c4" / "c4_calib_merged.jsonl").read_text().splitlines()[:40]
+    path = tmp_path_factory.mktemp("calib") / "c4-40.jsonl"
+    path.write_text("\n".join(lines))
+    return str(path)

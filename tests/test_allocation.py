@@ -50,14 +50,6 @@ def _config(loaded, calib, method="wanda", sparsity="0.7", **kw):
     )
 
 
-@pytest.fixture(scope="module")
-def calib_file(tmp_path_factory, shared_data):
-    lines = (shared_data / "c4" / "c4_calib_merged.jsonl").read_text().splitlines()[:40]
-    path = tmp_path_factory.mktemp("calib") / "c4-40.jsonl"
-    path.write_text("\n".join(lines))
-    return str(path)
-
-
 def test_owl_run_prunes_each_layer_to_its_allocation(tiny, calib_file):
     tiny.reset()
     result = pipeline.run(_config(tiny, calib_file, allocation="owl", owl_lambda=0.05), loaded=tiny)

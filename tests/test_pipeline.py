@@ -17,15 +17,6 @@ from acetui_core.records import RunResult, from_dict, to_dict
 NSAMPLES, SEQLEN = 8, 16
 
 
-@pytest.fixture(scope="module")
-def calib_file(tmp_path_factory, shared_data):
-    """A small calibration file of real C4 text (fast to tokenize)."""
-    lines = (shared_data / "c4" / "c4_calib_merged.jsonl").read_text().splitlines()[:40]
-    path = tmp_path_factory.mktemp("calib") / "c4-40.jsonl"
-    path.write_text("\n".join(lines))
-    return str(path)
-
-
 def config(model, method, sparsity="0.5", calib="c4", **kw):
     return RunConfig(
         model=str(model),
