@@ -1,5 +1,6 @@
 """Plug-in metrics: a function (W, stats, opts) -> scores from a file or a module, run like a built-in."""
 
+import contextlib
 import hashlib
 import time
 from pathlib import Path
@@ -99,3 +100,25 @@ def test_methods_lists_where_each_comes_from(tmp_path, monkeypatch, capsys):
     row = next(line for line in out.splitlines() if "my_wanda" in line)
     assert "Wanda, written outside acetui" in row and "mine.py" in out
     assert "built-in" in next(line for line in out.splitlines() if "CosP+VarP" in line)
+
+
+@pytest.mark.asyncio
+async def test_a_plugin_given_on_the_command_line_is_in_the_new_run_metric_list(tmp_path, monkeypatch):
+    from textual.widgets import SelectionList
+
+    from acetui.app import make_app
+    from acetui.app.app import AceApp
+    from acetui.cli import main
+
+    (tmp_path / "mine.py").write_text(WANDA)
+    monkeypatch.setattr(AceApp, "run", lambda self: None)
+    monkeypatch.setattr(
+        "sys.argv", ["acetui", "--store", str(tmp_path / "runs.db"), "--method", f"{tmp_path}/mine.py:my_wanda"]
+    )
+    with contextlib.suppress(SystemExit):
+        main()
+    app = make_app(Store(tmp_path / "runs.db"))
+    async with app.run_test(size=(120, 40)):
+        metrics = app.screen.query_one("#metrics", SelectionList)
+        values = [metrics.get_option_at_index(i).value for i in range(metrics.option_count)]
+    assert values[:2] == ["magnitude", "wanda"] and values[-1] == f"{tmp_path / 'mine.py'}:my_wanda"
