@@ -94,6 +94,22 @@ KeepMasks = Annotated[
         "--keep-masks", help="Keep the run's masks beside the store (one bit per weight), for acetui overlap."
     ),
 ]
+VarpScale = Annotated[
+    str, typer.Option(help="VarP's activations divided per linear input by: none, rms or max (|x|) (ACE.md).")
+]
+VarpForm = Annotated[
+    str, typer.Option(help="VarP's V_j: series (1 + E[x^2] + E[x^4]) or inverse (the paper's E[1/(1 - x^2)]).")
+]
+Allocation = Annotated[
+    str, typer.Option(help="Layer sparsities: uniform, or owl (outlier-weighted, Yin et al. 2024; ratios only).")
+]
+OwlLambda = Annotated[
+    float, typer.Option(parser=lambda t: parse.number(t, "--owl-lambda"), help="OWL: layer sparsities within +-lambda.")
+]
+OwlM = Annotated[
+    float, typer.Option(parser=lambda t: parse.number(t, "--owl-m"), help="OWL: outlier = score above M x layer mean.")
+]
+Update = Annotated[str, typer.Option(help="After the mask: none, or obs (SparseGPT's OBS update of the kept weights).")]
 Detach = Annotated[bool, typer.Option(help="Run in the background, detached from this terminal; print the run id(s).")]
 Executor = Annotated[
     str,
@@ -106,7 +122,12 @@ GpusPerJob = Annotated[int, typer.Option(parser=_whole("--gpus-per-job"), metava
 TimeLimit = Annotated[str, typer.Option("--time", help="Slurm time limit per job: 120, 2:00:00, 1-00:00:00.")]
 
 # The lists of a grid, comma-separated (parsed by the commands through acetui_core.parse).
-Methods = Annotated[str, typer.Option(help=f"Methods, comma-separated: {', '.join(METHODS)}.")]
+Methods = Annotated[
+    str,
+    typer.Option(
+        help=f"Methods, comma-separated: {', '.join(METHODS)}, or plug-ins (module:function, file.py:function)."
+    ),
+]
 Sparsities = Annotated[str, typer.Option("--sparsity", help="Sparsities, comma-separated: ratios and N:M patterns.")]
 Seqlens = Annotated[str, typer.Option("--seqlen", help="Calibration lengths, comma-separated; 'full' for the context.")]
 Seeds = Annotated[
@@ -143,6 +164,12 @@ RUN_SETTINGS = (
     "squared_weight",
     "fidelity",
     "keep_masks",
+    "varp_scale",
+    "varp_form",
+    "allocation",
+    "owl_lambda",
+    "owl_m",
+    "update",
 )
 
 

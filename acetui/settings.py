@@ -32,6 +32,7 @@ class Settings:
     theme: str | None = None  # None: dark (ansi under NO_COLOR)
     notify: str = "osc"  # how a run's end is announced in the terminal: bell, osc (bell + OSC 9/777) or none
     new_run: dict = field(default_factory=dict)  # the New run form's values when a run was last started there
+    plugins: list = field(default_factory=list)  # plug-in metrics (module:function, file.py:function) to list
     problem: str | None = field(default=None, compare=False)  # why the file could not be read (not saved)
 
 
@@ -50,6 +51,8 @@ def load() -> Settings:
     settings = Settings(**known)
     if not isinstance(settings.new_run, dict):
         settings.new_run = {}
+    if not isinstance(settings.plugins, list):
+        settings.plugins = []
     return settings
 
 

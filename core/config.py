@@ -31,6 +31,12 @@ class RunConfig:
     ria_alpha: float = 0.5
     fidelity: bool = False  # record each linear's and layer's output fidelity (``acetui_core.fidelity``)
     keep_masks: bool = False  # keep the run's masks, one bit per weight (``acetui_core.maskfile``)
+    varp_scale: str = "none"  # VarP's activations divided per linear input by: none, rms or max (|x|)
+    varp_form: str = "series"  # V_j as 1 + E[x^2] + E[x^4] ("series") or the paper's E[1/(1 - x^2)] ("inverse")
+    allocation: str = "uniform"  # per-layer sparsity: the target everywhere, or OWL's outlier-weighted spread
+    owl_lambda: float = 0.08  # OWL: layer sparsities lie within target +- lambda
+    owl_m: float = 5.0  # OWL: a score is an outlier above M x its decoder layer's mean score
+    update: str = "none"  # after the mask: "obs" updates the kept weights by SparseGPT's OBS reconstruction
     save: str | None = None  # folder for the pruned Hugging Face checkpoint
     overwrite: bool = False  # allow ``save`` into a non-empty folder
 
@@ -41,10 +47,10 @@ class RunConfig:
     @property
     def label(self) -> str:
         """The paper's row name: method and calibration length, e.g. ``ACE-16`` or ``Wanda-FL``."""
-        from acetui_core.metrics import METHODS
+        from acetui_core.metrics import paper_name
 
         length = "FL" if self.seqlen == "full" else str(self.seqlen)
-        name = METHODS[self.method].paper_name if self.method in METHODS else self.method
+        name = paper_name(self.method)
         return name if self.method == "magnitude" else f"{name}-{length}"
 
     def to_dict(self) -> dict:

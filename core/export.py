@@ -25,7 +25,7 @@ from typing import Any
 
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
-from acetui_core.metrics import METHODS
+from acetui_core.metrics import paper_name
 from acetui_core.records import RunResult, any_partial, mean_accuracy
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.store import RunRecord
@@ -174,10 +174,6 @@ def _sparsity_header(text: str) -> str:
     return str(spec) if spec.is_nm else f"{spec.ratio * 100:g}%"
 
 
-def _paper_name(method: str) -> str:
-    return METHODS[method].paper_name if method in METHODS else method
-
-
 def _result(record: RunRecord) -> RunResult:
     """The results of a run the comparison kept (finished, with results)."""
     assert record.results is not None, record.id
@@ -220,6 +216,8 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
     values["dtype"] = result.dtype
     values["model file"] = result.model_fingerprint
+    if result.method_fingerprint is not None:  # a plug-in metric: its file's version
+        values["method file"] = result.method_fingerprint
     if result.calibration is not None:
         values["calibration file"] = result.calibration.fingerprint
         if "seqlen" in values:
@@ -241,6 +239,12 @@ _DESCRIBE: dict[str, Callable[[Any], str]] = {
     "group": lambda v: f"{v} groups",
     "squared_weight": lambda v: "|W|^2" if v else "|W|",
     "ria_alpha": lambda v: f"alpha {v}",
+    "varp_scale": lambda v: f"VarP scale {v}",
+    "varp_form": lambda v: f"VarP {v}",
+    "allocation": lambda v: "OWL" if v == "owl" else "uniform",
+    "owl_lambda": lambda v: f"OWL lambda {v:g}",
+    "owl_m": lambda v: f"OWL M {v:g}",
+    "update": lambda v: "OBS update" if v == "obs" else "no update",
     "dtype": str,
     "model": str,
     "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),
@@ -308,7 +312,7 @@ def comparison(
             return record.label, _sparsity_header(config.sparsity)
         suffix = f" ({_sparsity_header(config.sparsity)})" if several_sparsities else ""
         if columns == "seqlen":
-            return _paper_name(config.method) + suffix, "FL" if config.seqlen == "full" else str(config.seqlen)
+            return paper_name(config.method) + suffix, "FL" if config.seqlen == "full" else str(config.seqlen)
         if columns == "seed":
             return record.label + suffix, f"seed {config.seed}"
         return record.label + suffix, ""  # per-task table: the tasks are the columns

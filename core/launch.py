@@ -47,7 +47,9 @@ class Grid:
         grid: dict[tuple, RunConfig] = {}
         for model in self.models:
             for method in self.methods:
-                calibrated = get_method(method).needs_activations
+                calibrated = get_method(method).calibrated(
+                    RunConfig(model=model, method=method, sparsity="0.5", **self.common)
+                )
                 for seqlen in self.seqlens if calibrated else self.seqlens[:1]:
                     for seed in self.seeds if calibrated else self.seeds[:1]:
                         for sparsity in self.sparsities:

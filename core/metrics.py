@@ -9,10 +9,7 @@ ranking, so only VarP's additive ``1 +`` depends on that choice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from acetui_core.errors import UserError
+from acetui_core.method import Method
 
 
 def magnitude(W, stats, opts):
@@ -37,9 +34,17 @@ def cosine_factors(W):
     return W2, W2.sum(dim=1, keepdim=True).sqrt(), W2.mean(dim=0, keepdim=True).sqrt()
 
 
-def variance_term(stats):
-    """``V_j = 1 + E[x^2] + E[x^4]``: the truncated series of the paper's ``E[1/(1-x^2)]``."""
-    return 1 + stats.e2 + stats.e4
+def variance_term(stats, opts):
+    """``V_j``. By default ``1 + E[x^2] + E[x^4]``, the truncated series of the paper's ``E[1/(1-x^2)]``.
+    ``--varp-scale rms|max`` takes the moments of ``x / s``, ``s`` the RMS or max ``|x|`` of the linear's
+    whole input; ``--varp-form inverse`` is the paper's ``E[1/(1-x^2)]`` on those scaled activations,
+    accumulated while gathering (``ColumnStats.inverse_mean``, clamped there)."""
+    if opts.varp_form == "inverse":
+        return stats.inverse_mean
+    if opts.varp_scale == "none":
+        return 1 + stats.e2 + stats.e4
+    s2 = stats.scale(opts.varp_scale) ** 2
+    return 1 + stats.e2 / s2 + stats.e4 / (s2 * s2)
 
 
 def _per_column(numerator, column_rms):
@@ -56,7 +61,7 @@ def cosp(W, stats, opts):
 def varp(W, stats, opts):
     """``|W_ij| * V_j`` (``|W_ij|^2 * V_j`` with ``--squared-weight``)."""
     lead = W * W if opts.squared_weight else W.abs()
-    return lead.mul_(variance_term(stats))
+    return lead.mul_(variance_term(stats, opts))
 
 
 def ace(W, stats, opts):
@@ -64,16 +69,17 @@ def ace(W, stats, opts):
     with ``--squared-weight``)."""
     W2, row_norm, column_rms = cosine_factors(W)
     lead = W2.mul_(W.abs()) if opts.squared_weight else W2
-    return lead.mul_(row_norm).mul_(_per_column(variance_term(stats), column_rms))
+    return lead.mul_(row_norm).mul_(_per_column(variance_term(stats, opts), column_rms))
 
 
-@dataclass(frozen=True)
-class Method:
-    name: str
-    paper_name: str
-    description: str
-    score: Callable | None  # None: not a score-then-mask method (SparseGPT solves its own update)
-    needs_activations: bool = True
+def wanda_varp(W, stats, opts):
+    """``|W_ij| * ||X_j|| * V_j``: Wanda's score times VarP's variance term."""
+    return wanda(W, stats, opts).mul_(variance_term(stats, opts))
+
+
+def ria_varp(W, stats, opts):
+    """RIA's score times VarP's variance term ``V_j``."""
+    return ria(W, stats, opts).mul_(variance_term(stats, opts))
 
 
 METHODS: dict[str, Method] = {
@@ -91,14 +97,26 @@ METHODS: dict[str, Method] = {
         ),
         Method("sparsegpt", "SparseGPT", "OBS weight reconstruction with the Hessian X^T X (Frantar & Alistarh)", None),
         Method("cosp", "CosP", "|W| * ||X_j|| * C: activation cosine-similarity loss (ACE)", cosp),
-        Method("varp", "VarP", "|W| * (1 + E[x^2] + E[x^4]): activation variance (ACE)", varp),
-        Method("ace", "CosP+VarP", "|W| * V_j * C: CosP+VarP, the paper's combination (ACE)", ace),
+        Method("varp", "VarP", "|W| * V_j, V_j = 1 + E[x^2] + E[x^4]: activation variance (ACE)", varp, uses_varp=True),
+        Method("ace", "CosP+VarP", "|W| * V_j * C: CosP+VarP, the paper's combination (ACE)", ace, uses_varp=True),
+        Method("wanda+varp", "Wanda+VarP", "|W| * ||X_j|| * V_j: Wanda times VarP's V_j", wanda_varp, uses_varp=True),
+        Method("ria+varp", "RIA+VarP", "RIA's score times VarP's V_j", ria_varp, uses_varp=True),
     ]
 }
 
 
 def get_method(name: str) -> Method:
-    try:
+    """A built-in method, an ``acetui.methods`` entry point, or a plug-in reference (``module:function``,
+    ``path/file.py:function``)."""
+    if name in METHODS:
         return METHODS[name]
-    except KeyError:
-        raise UserError(f"Unknown method '{name}'; choose one of: {', '.join(METHODS)}.") from None
+    from acetui_core.plugins import plugin_method
+
+    return plugin_method(name, builtin=tuple(METHODS))
+
+
+def paper_name(method: str) -> str:
+    """The paper's name of a built-in method; a plug-in's function name (or entry-point name)."""
+    if method in METHODS:
+        return METHODS[method].paper_name
+    return method.rsplit(":", 1)[-1]

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from acetui_core import histograms
+from acetui_core.allocation import outlier_ratio, owl_sparsities
 from acetui_core.checkpoint import save_checkpoint
 from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration, wikitext2_test_ids
@@ -35,8 +36,18 @@ from acetui_core.models import (
     weight_matrix,
 )
 from acetui_core.paths import file_identity
-from acetui_core.records import Calibration, LayerRecord, LinearRecord, LinearSparsity, RunResult, TaskAccuracy
-from acetui_core.sparsegpt import sparsegpt_prune
+from acetui_core.plugins import check_scores
+from acetui_core.records import (
+    Calibration,
+    LayerAllocation,
+    LayerRecord,
+    LinearRecord,
+    LinearSparsity,
+    RunResult,
+    TaskAccuracy,
+)
+from acetui_core.sparsegpt import obs_update, sparsegpt_prune
+from acetui_core.sparsity import Sparsity
 from acetui_core.stats import ColumnStats
 from acetui_core.validate import check_against_model, check_config, resolve_seqlen
 
@@ -117,7 +128,15 @@ def _layer_forward(layer, hidden, kwargs, device):
 
 
 @torch.no_grad()  # with autograd on, the accumulators would keep every batch's activations alive
-def _gather_stats(layer, linears, inputs, device, hessian: bool, dense_outputs: list | None) -> dict[str, ColumnStats]:
+def _gather_stats(
+    layer,
+    linears,
+    inputs,
+    device,
+    hessian: bool = False,
+    inverse_scales: dict | None = None,
+    dense_outputs: list | None = None,
+) -> dict[str, ColumnStats]:
     """One pass of the calibration inputs through ``layer``, recording what enters every linear.
 
     Linears fed the same tensor (q/k/v, gate/up) share one computation of its column sums. Once the
@@ -126,7 +145,11 @@ def _gather_stats(layer, linears, inputs, device, hessian: bool, dense_outputs: 
     ``dense_outputs`` is a list (output fidelity): the pass then runs to the end and appends each batch's
     dense output to it, for the pruned pass to compare with and drop (at most one extra copy of the
     activations, which the pruned pass replaces as it goes)."""
-    stats = {name: ColumnStats(weight_matrix(m).shape[1], device, hessian=hessian) for name, m in linears.items()}
+    scales = inverse_scales or {}
+    stats = {
+        name: ColumnStats(weight_matrix(m).shape[1], device, hessian=hessian, inverse_scale=scales.get(name))
+        for name, m in linears.items()
+    }
     last = {"input": None, "sums": None}
     seen: set[str] = set()
 
@@ -153,38 +176,72 @@ def _gather_stats(layer, linears, inputs, device, hessian: bool, dense_outputs: 
     return stats
 
 
+def _layer_stats(
+    index, layer, linears, inputs, loaded, config, method, device, dense_outputs: list | None = None
+) -> dict[str, ColumnStats]:
+    """Every linear's calibration statistics, checked finite. ``--varp-form inverse`` needs the scale of
+    a linear's whole input before its ``E[1/(1 - (x/s)^2)]`` can be summed: with ``--varp-scale rms|max``
+    a first pass measures it. ``dense_outputs``: see ``_gather_stats``."""
+    if not method.calibrated(config):
+        return {}
+    hessian = method.score is None or config.update == "obs" or config.fidelity
+    scales = None
+    if config.varp_form == "inverse":
+        if config.varp_scale == "none":
+            scales = dict.fromkeys(linears, 1.0)
+        else:
+            measured = _gather_stats(layer, linears, inputs, device)
+            scales = {name: s.scale(config.varp_scale) for name, s in measured.items()}
+    stats = _gather_stats(
+        layer, linears, inputs, device, hessian=hessian, inverse_scales=scales, dense_outputs=dense_outputs
+    )
+    for name, s in stats.items():
+        if not s.is_finite():
+            hint = "" if loaded.dtype == torch.float32 else " (try --dtype float32)"
+            raise UserError(
+                f"Calibration activations entering layer {index} {name} contain NaN or inf; "
+                f"nothing was pruned there{hint}."
+            )
+    return stats
+
+
+def _dense_weight(index, name, module) -> torch.Tensor:
+    W = weight_matrix(module).float()  # the weight itself when it is float32, else a float32 copy
+    if not torch.isfinite(W).all():
+        raise UserError(
+            f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "
+            f"and nothing was pruned there."
+        )
+    return W
+
+
+def _scores(method, W, stats, config, where: str) -> torch.Tensor:
+    scores = method.score(W, stats, config)  # a plug-in scores a copy of W (acetui_core.plugins)
+    if method.source != "built-in":
+        check_scores(method, scores, W.shape, where)
+    return scores
+
+
 def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, masks, dense_outputs):
     """Gather statistics over every calibration token, then score, mask and write back each linear
     (and its pruned positions to ``masks`` when kept)."""
     linears = prunable_linears(layer)
-    stats: dict[str, ColumnStats] = {}
-    if method.needs_activations:
-        hessian = method.score is None or config.fidelity
-        stats = _gather_stats(layer, linears, inputs, device, hessian, dense_outputs)
-        for name, s in stats.items():
-            if not s.is_finite():
-                hint = "" if loaded.dtype == torch.float32 else " (try --dtype float32)"
-                raise UserError(
-                    f"Calibration activations entering layer {index} {name} contain NaN or inf; "
-                    f"nothing was pruned there{hint}."
-                )
+    stats = _layer_stats(index, layer, linears, inputs, loaded, config, method, device, dense_outputs)
     records = []
     for name, module in linears.items():
         start = time.perf_counter()
-        W = weight_matrix(module).float()  # the weight itself when it is float32, else a float32 copy
-        if not torch.isfinite(W).all():
-            raise UserError(
-                f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "
-                f"and nothing was pruned there."
-            )
+        W = _dense_weight(index, name, module)
         histogram, fidelity = None, None
         dense = W.clone() if config.fidelity and name in stats else None
         if method.score is None:
             W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
         else:
-            scores = method.score(W, stats.get(name), config)
+            scores = _scores(method, W, stats.get(name), config, f"layer {index} {name}")
             mask, threshold = prune_mask(scores, sparsity, config.group)
-            W.masked_fill_(mask, 0)
+            if config.update == "obs":
+                W = obs_update(W, stats[name].hessian, mask, f"layer {index} {name}")
+            else:
+                W.masked_fill_(mask, 0)
             histogram = histograms.histogram(scores, threshold, pruned=mask)
         if W.data_ptr() != module.weight.data_ptr():
             set_weight_matrix(module, W.to(module.weight.dtype))
@@ -208,6 +265,34 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
     return records, stats
 
 
+@torch.no_grad()
+def _owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> list[LayerAllocation]:
+    """OWL's statistics pass (as OWL's code does it): every decoder layer, dense, on the outputs of the
+    dense layers before it, scored with the chosen metric; then each layer's sparsity from its outlier
+    ratio (``acetui_core.allocation``). Costs one more pass of statistics and forwards than pruning."""
+    ratios = []
+    for index, layer in enumerate(layers):
+        emit(Stage("outlier ratios", index, len(layers)))
+        home = _module_device(layer)
+        device = home if hasattr(loaded.model, "hf_device_map") else loaded.device
+        layer.to(device)
+        linears = prunable_linears(layer)
+        stats = _layer_stats(index, layer, linears, inputs, loaded, config, method, device)
+        scores = [
+            _scores(method, _dense_weight(index, name, m), stats.get(name), config, f"layer {index} {name}")
+            for name, m in linears.items()
+        ]
+        ratios.append(outlier_ratio(scores, config.owl_m))
+        del scores
+        if inputs:
+            inputs = [(_layer_forward(layer, h, kw, device).to(h.device), kw) for h, kw in inputs]
+        layer.to(home)
+    emit(Stage("outlier ratios", len(layers), len(layers)))
+    sizes = [sum(weight_matrix(m).numel() for m in prunable_linears(layer).values()) for layer in layers]
+    allocated = owl_sparsities(ratios, sizes, sparsity.ratio, config.owl_lambda)
+    return [LayerAllocation(i, r, s) for i, (r, s) in enumerate(zip(ratios, allocated, strict=True))]
+
+
 def _peak_memory(device: torch.device) -> tuple[float, float | None]:
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
     gpu_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
@@ -222,6 +307,7 @@ class Pruned:
     overall_sparsity: float
     prune_seconds: float
     calibration: Calibration | None
+    allocation: list[LayerAllocation] | None = None
 
 
 @dataclass
@@ -259,7 +345,7 @@ def prune(
     )
 
     windows, calibration = None, None
-    if method.needs_activations:
+    if method.calibrated(config):
         seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
         emit(Stage("calibration", 0, config.nsamples))
         ids, source = tokenized_calibration(loaded.tokenizer, config.calib)
@@ -277,6 +363,9 @@ def prune(
         batch = max(1, CALIB_TOKENS_PER_BATCH // windows.shape[1])
         inputs = _capture_layer0_inputs(loaded, windows, batch, keep_on)
 
+    allocation = None
+    if config.allocation == "owl":
+        allocation = _owl_allocation(loaded, layers, inputs, config, method, sparsity, emit)
     summaries: list[LinearSparsity] = []
     with mask_writer(masks_path if config.keep_masks else None) as masks:
         for index, layer in enumerate(layers):
@@ -288,8 +377,9 @@ def prune(
             device = home if hasattr(loaded.model, "hf_device_map") else loaded.device
             layer.to(device)
             dense_outputs: list[torch.Tensor] | None = [] if config.fidelity and inputs else None
+            target = sparsity if allocation is None else Sparsity(ratio=allocation[index].sparsity)
             linears, stats = _prune_layer(
-                index, layer, inputs, loaded, config, method, sparsity, device, masks, dense_outputs
+                index, layer, inputs, loaded, config, method, target, device, masks, dense_outputs
             )
             agreement = OutputAgreement() if dense_outputs is not None else None
             if inputs:
@@ -307,7 +397,7 @@ def prune(
 
     sizes = _linear_sizes(layers)
     zeros = sum(summary.sparsity * size for summary, size in zip(summaries, sizes, strict=False))
-    return Pruned(summaries, zeros / sum(sizes), prune_seconds, calibration)
+    return Pruned(summaries, zeros / sum(sizes), prune_seconds, calibration, allocation)
 
 
 @torch.no_grad()
@@ -417,6 +507,7 @@ def run(
         saved_to=saved_to,
         model_fingerprint=loaded.fingerprint,
         masks=str(masks_path) if config.keep_masks else None,
+        method_fingerprint=get_method(config.method).fingerprint,
         config=config,
     )
     if on_event:

@@ -109,6 +109,15 @@ class LinearSparsity:
 
 
 @dataclass
+class LayerAllocation:
+    """A decoder layer's share of the sparsity under ``--allocation owl``."""
+
+    layer: int
+    outlier_ratio: float  # share of the layer's scores above M x their mean (OWL)
+    sparsity: float  # the target this layer was pruned to
+
+
+@dataclass
 class Calibration:
     """The calibration data a run used."""
 
@@ -161,6 +170,8 @@ class RunResult:
     saved_to: str | None = None
     model_fingerprint: str | None = None  # identity of the model's files (or the hub revision)
     masks: str | None = None  # the file of the run's masks (--keep-masks; ``acetui_core.maskfile``)
+    method_fingerprint: str | None = None  # a plug-in metric's file: its SHA-256
+    allocation: list[LayerAllocation] | None = None  # per-layer targets under --allocation owl
     config: RunConfig | None = None
     run_id: str | None = None
 

@@ -1,5 +1,6 @@
 """SparseGPT (Frantar & Alistarh, 2023): prune by OBS with the Hessian of the layer's inputs,
-updating the remaining weights to compensate, in blocks of 128 columns."""
+updating the remaining weights to compensate, in blocks of 128 columns. ``obs_update`` runs the same
+reconstruction with a mask chosen beforehand by any score (``--update obs``, as in Wanda's ablation)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import torch
 from acetui_core.errors import UserError
 from acetui_core.sparsity import Sparsity
 
+NO_SPARSITY = Sparsity()  # with a fixed mask the loop chooses nothing
+
 
 def sparsegpt_prune(
     W: torch.Tensor, H: torch.Tensor, sparsity: Sparsity, name: str, blocksize: int = 128, percdamp: float = 0.01
@@ -15,6 +18,20 @@ def sparsegpt_prune(
     """Return the pruned and updated ``W`` (float32). Unstructured masks are chosen per block of
     ``blocksize`` columns (SparseGPT's adaptive mask selection), so rows differ slightly in sparsity;
     N:M masks are exact."""
+    return _obs(W, H, name, blocksize, percdamp, sparsity=sparsity)
+
+
+def obs_update(
+    W: torch.Tensor, H: torch.Tensor, mask: torch.Tensor, name: str, blocksize: int = 128, percdamp: float = 0.01
+) -> torch.Tensor:
+    """Return ``W`` (float32) with the ``mask`` (True = pruned) positions zeroed and the other weights
+    updated, column by column, by SparseGPT's OBS reconstruction to compensate."""
+    return _obs(W, H, name, blocksize, percdamp, mask=mask)
+
+
+def _obs(W, H, name, blocksize, percdamp, sparsity: Sparsity = NO_SPARSITY, mask: torch.Tensor | None = None):
+    """SparseGPT's loop; the mask of each block is ``mask``'s when given, else chosen by OBS saliency for
+    ``sparsity``."""
     W = W.clone().float()
     H = H.clone()
     d_in = W.shape[1]
@@ -27,6 +44,7 @@ def sparsegpt_prune(
     except torch.linalg.LinAlgError:
         raise UserError(f"SparseGPT could not invert the Hessian of {name}; try more calibration samples.") from None
 
+    choose_nm = mask is None and sparsity.is_nm
     for i1 in range(0, d_in, blocksize):
         i2 = min(i1 + blocksize, d_in)
         W1 = W[:, i1:i2].clone()
@@ -34,7 +52,9 @@ def sparsegpt_prune(
         Err1 = torch.zeros_like(W1)
         Hinv1 = Hinv[i1:i2, i1:i2]
         diag = torch.diag(Hinv1)
-        if sparsity.is_nm:
+        if mask is not None:
+            mask1 = mask[:, i1:i2]
+        elif sparsity.is_nm:
             mask1 = torch.zeros_like(W1, dtype=torch.bool)
         else:
             saliency = W1**2 / diag.reshape(1, -1) ** 2
@@ -44,7 +64,7 @@ def sparsegpt_prune(
             mask1[order] = True
             mask1 = mask1.view_as(W1)
         for i in range(i2 - i1):
-            if sparsity.is_nm and i % sparsity.m == 0:
+            if choose_nm and i % sparsity.m == 0:
                 saliency = W1[:, i : i + sparsity.m] ** 2 / diag[i : i + sparsity.m].reshape(1, -1) ** 2
                 order = torch.sort(saliency, dim=1, stable=True).indices[:, : sparsity.m - sparsity.n]
                 mask1.scatter_(1, i + order, True)

@@ -6,36 +6,52 @@ import torch
 
 from acetui_core.records import ActStats, Spread
 
+# --varp-form inverse: (x/s)^2 is clamped to at most this before 1/(1 - (x/s)^2), so one activation
+# adds at most 1/(1 - 0.99) = 100 to a column's sum (the series diverges at |x/s| = 1, which max scaling
+# reaches at the largest activation and no scaling exceeds everywhere).
+INVERSE_CLAMP = 0.99
+
 
 class ColumnStats:
-    """Accumulates ``sq_j = sum_t x_tj^2``, ``q_j = sum_t x_tj^4`` and the token count ``T``.
+    """Accumulates ``sq_j = sum_t x_tj^2``, ``q_j = sum_t x_tj^4``, the token count ``T`` and the largest
+    ``x^2`` of the whole input.
 
     Accumulators are float32 whatever the model's dtype: ``x^4`` overflows half precision.
-    With ``hessian=True`` it also accumulates ``X^T X``, for SparseGPT and output fidelity.
+    With ``hessian=True`` it also accumulates ``X^T X``, for SparseGPT, ``--update obs`` and output
+    fidelity. With an ``inverse_scale`` ``s`` it also accumulates ``sum_t 1/(1 - min((x_tj/s)^2,
+    INVERSE_CLAMP))`` for ``--varp-form inverse``.
     """
 
-    def __init__(self, d_in: int, device: torch.device, hessian: bool = False):
+    def __init__(self, d_in: int, device: torch.device, hessian: bool = False, inverse_scale: float | None = None):
         self.sq = torch.zeros(d_in, dtype=torch.float32, device=device)
         self.q = torch.zeros(d_in, dtype=torch.float32, device=device)
+        self.x2_max = torch.zeros((), dtype=torch.float32, device=device)
         self.tokens = 0
         self.xtx = torch.zeros(d_in, d_in, dtype=torch.float32, device=device) if hessian else None
+        self.inverse_scale = inverse_scale
+        self.inverse = torch.zeros(d_in, dtype=torch.float32, device=device) if inverse_scale is not None else None
 
     @staticmethod
     def column_sums(x: torch.Tensor, gram: bool = False) -> tuple:
-        """``(sum_t x^2, sum_t x^4, T, X^T X or None)`` of one batch of inputs, any leading shape."""
-        x = x.reshape(-1, x.shape[-1]).float()
+        """``(sum_t x^2, sum_t x^4, max x^2, T, X^T X or None)`` of one batch of inputs, any leading shape."""
+        x = x.detach().reshape(-1, x.shape[-1]).float()
         x2 = x * x
-        return x2.sum(dim=0), (x2 * x2).sum(dim=0), x.shape[0], x.t() @ x if gram else None
+        return x2.sum(dim=0), (x2 * x2).sum(dim=0), x2.amax(), x.shape[0], x.t() @ x if gram else None
 
     def add(self, x: torch.Tensor, sums: tuple | None = None) -> None:
         """Accumulate one batch; ``sums`` are its ``column_sums`` when already computed for a linear
         that shares this input (q/k/v, gate/up): they then share one ``X^T X`` product too."""
-        sq, q, tokens, gram = sums if sums is not None else self.column_sums(x, gram=self.xtx is not None)
+        sq, q, x2_max, tokens, gram = sums if sums is not None else self.column_sums(x, gram=self.xtx is not None)
         self.sq += sq
         self.q += q
+        torch.maximum(self.x2_max, x2_max, out=self.x2_max)
         self.tokens += tokens
         if self.xtx is not None:
             self.xtx += gram
+        if self.inverse is not None:
+            x = x.detach().reshape(-1, x.shape[-1]).float()
+            scaled = (x / float(self.inverse_scale or 1.0)).square_().clamp_(max=INVERSE_CLAMP)
+            self.inverse += (1 / (1 - scaled)).sum(dim=0)
 
     def is_finite(self) -> bool:
         return bool(torch.isfinite(self.sq).all() and torch.isfinite(self.q).all())
@@ -52,6 +68,23 @@ class ColumnStats:
     @property
     def e4(self) -> torch.Tensor:
         return self.q / self.tokens
+
+    def scale(self, kind: str) -> float:
+        """VarP's activation scale ``s`` of this input (``--varp-scale``): 1, the RMS over every entry of
+        ``X``, or the largest ``|x|``."""
+        if kind == "rms":
+            value = (self.sq.double().sum() / (self.tokens * self.sq.numel())).sqrt().item()
+        elif kind == "max":
+            value = self.x2_max.double().sqrt().item()
+        else:
+            return 1.0
+        return value if value > 0 else 1.0  # an all-zero input: nothing to scale
+
+    @property
+    def inverse_mean(self) -> torch.Tensor:
+        """``E[1/(1 - (x/s)^2)]`` per column (``--varp-form inverse``)."""
+        assert self.inverse is not None, "ColumnStats(inverse_scale=s) sums the inverse series"
+        return self.inverse / self.tokens
 
     @property
     def hessian(self) -> torch.Tensor:

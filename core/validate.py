@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from acetui_core import parse
+from acetui_core.allocation import ALLOCATIONS
 from acetui_core.checkpoint import check_save_dir
 from acetui_core.config import FULL_CONTEXT_CAP, RunConfig
 from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents
@@ -25,6 +26,9 @@ from acetui_core.paths import data_dir, file_identity
 from acetui_core.sparsity import parse_sparsity
 
 GROUPS = ("row", "layer")
+VARP_SCALES = ("none", "rms", "max")
+VARP_FORMS = ("series", "inverse")
+UPDATES = ("none", "obs")
 
 
 def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
@@ -33,9 +37,11 @@ def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
     ``local_device``: the run executes on this machine, so ``--device cuda`` needs a GPU here (a Slurm
     job checks on its own node)."""
     model_source(_model(config.model))  # a missing path first: the most common mistake, and cheap to see
-    config = replace(config, method=get_method(config.method).name, sparsity=str(parse_sparsity(config.sparsity)))
+    method = get_method(config.method)
+    config = replace(config, method=method.name, sparsity=str(parse_sparsity(config.sparsity)))
     if config.group not in GROUPS:
         raise UserError(f"--group must be row or layer, not '{config.group}'.")
+    config = _check_variants(config, method)
     config = replace(
         config,
         nsamples=parse.whole(config.nsamples, "--nsamples", minimum=1),
@@ -44,7 +50,7 @@ def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
         batch_size=parse.whole(config.batch_size, "--batch-size", minimum=1),
         evals=parse.evals(",".join(config.evals)),
     )
-    if get_method(config.method).needs_activations:
+    if get_method(config.method).calibrated(config):
         check_calibration_source(config.calib)
     if "wikitext2" in config.evals:
         config = replace(
@@ -69,9 +75,41 @@ def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
     return replace(config, model=config.model.strip())
 
 
+def _choice(value, allowed: tuple[str, ...], flag: str) -> str:
+    if value not in allowed:
+        raise UserError(f"{flag} must be {', '.join(allowed[:-1])} or {allowed[-1]}, not '{value}'.")
+    return value
+
+
+def _check_variants(config: RunConfig, method) -> RunConfig:
+    """VarP's scale and form, the layer allocation and the weight update; settings a method cannot use are
+    put back to their defaults, so they never split a comparison's cells."""
+    _choice(config.varp_scale, VARP_SCALES, "--varp-scale")
+    _choice(config.varp_form, VARP_FORMS, "--varp-form")
+    _choice(config.allocation, ALLOCATIONS, "--allocation")
+    _choice(config.update, UPDATES, "--update")
+    if method.source == "built-in" and not method.uses_varp:
+        config = replace(config, varp_scale="none", varp_form="series")
+    if method.score is None and (config.update != "none" or config.allocation != "uniform"):
+        flag = "--update obs" if config.update != "none" else "--allocation owl"
+        raise UserError(f"{flag} needs a scoring method; {method.name} chooses and updates its own weights.")
+    if config.allocation == "uniform":
+        return replace(config, owl_lambda=0.08, owl_m=5.0)
+    if config.sparsity_spec.is_nm:
+        raise UserError(
+            f"--allocation owl needs unstructured sparsity (a ratio such as 0.7), not the pattern {config.sparsity}."
+        )
+    lam, m = parse.number(config.owl_lambda, "--owl-lambda"), parse.number(config.owl_m, "--owl-m")
+    if not 0 <= lam < min(config.sparsity_spec.ratio, 1 - config.sparsity_spec.ratio):
+        raise UserError(f"--owl-lambda {lam:g} must be at least 0 and leave every layer's sparsity inside (0, 1).")
+    if m <= 0:
+        raise UserError(f"--owl-m must be positive, not {m:g}.")
+    return replace(config, owl_lambda=lam, owl_m=m)
+
+
 def check_against_model(config: RunConfig, context_length: int) -> None:
     """What the loaded model decides: calibration and evaluation windows must fit its context."""
-    if get_method(config.method).needs_activations:
+    if get_method(config.method).calibrated(config):
         resolve_seqlen(config.seqlen, context_length, "--seqlen")
     if "wikitext2" in config.evals:
         resolve_seqlen(config.eval_seqlen, context_length, "--eval-seqlen")

@@ -7,7 +7,7 @@ import torch
 
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
-from acetui_core.metrics import METHODS, get_method
+from acetui_core.metrics import METHODS, get_method, variance_term
 from acetui_core.stats import ColumnStats
 
 W = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.25, -4.0]])
@@ -41,6 +41,21 @@ def V(j):
     return 1 + col(j, 2) / T + col(j, 4) / T
 
 
+def activation_scale(kind):
+    """--varp-scale by hand: the RMS over every entry of X, or the largest |x|."""
+    entries = [X[t, j].item() for t in range(X.shape[0]) for j in range(X.shape[1])]
+    if kind == "rms":
+        return math.sqrt(sum(x * x for x in entries) / len(entries))
+    return max(abs(x) for x in entries) if kind == "max" else 1.0
+
+
+def V_variant(j, scale, form):
+    xs = [X[t, j].item() / activation_scale(scale) for t in range(X.shape[0])]
+    if form == "inverse":  # the paper's E[1/(1 - x^2)], x^2 clamped at 0.99
+        return sum(1 / (1 - min(x * x, 0.99)) for x in xs) / len(xs)
+    return 1 + sum(x**2 for x in xs) / len(xs) + sum(x**4 for x in xs) / len(xs)
+
+
 def expected(name, i, j, squared=False):
     w = abs(W[i, j].item())
     norm = math.sqrt(col(j, 2))
@@ -59,6 +74,10 @@ def expected(name, i, j, squared=False):
         return lead * V(j)
     if name == "ace":
         return lead * V(j) * C(i, j)
+    if name == "wanda+varp":
+        return expected("wanda", i, j) * V(j)
+    if name == "ria+varp":
+        return expected("ria", i, j) * V(j)
     raise KeyError(name)
 
 
@@ -72,7 +91,7 @@ def test_column_statistics_match_definitions():
         assert s.e4[j].item() == pytest.approx(col(j, 4) / 4)
 
 
-@pytest.mark.parametrize("name", ["magnitude", "wanda", "ria", "cosp", "varp", "ace"])
+@pytest.mark.parametrize("name", ["magnitude", "wanda", "ria", "cosp", "varp", "ace", "wanda+varp", "ria+varp"])
 def test_score_equals_formula(name):
     scores = METHODS[name].score(W, stats(), opts())
     for i in range(2):
@@ -86,6 +105,29 @@ def test_squared_weight_variant(name):
     for i in range(2):
         for j in range(3):
             assert scores[i, j].item() == pytest.approx(expected(name, i, j, squared=True), rel=1e-5)
+
+
+@pytest.mark.parametrize("scale", ["none", "rms", "max"])
+@pytest.mark.parametrize("form", ["series", "inverse"])
+@pytest.mark.parametrize("name", ["varp", "ace", "wanda+varp", "ria+varp"])
+def test_varp_variants_equal_their_formulas(name, scale, form):
+    """Each --varp-scale x --varp-form, by hand: V_j is replaced by its variant in every score that reads it."""
+    s = stats()
+    if form == "inverse":  # the pipeline gathers a second pass with the scale the first one measured
+        assert s.scale(scale) == pytest.approx(activation_scale(scale), rel=1e-6)
+        s = ColumnStats(3, torch.device("cpu"), inverse_scale=s.scale(scale))
+        s.add(X)
+    scores = METHODS[name].score(W, s, opts(varp_scale=scale, varp_form=form))
+    for i in range(2):
+        for j in range(3):
+            want = expected(name, i, j) / V(j) * V_variant(j, scale, form)
+            assert scores[i, j].item() == pytest.approx(want, rel=1e-5), (name, scale, form, i, j)
+
+
+def test_default_variance_term_is_unchanged():
+    """The defaults (scale none, series) are ACE.md's V_j = 1 + E[x^2] + E[x^4], bit for bit."""
+    s = stats()
+    assert torch.equal(variance_term(s, opts()), 1 + s.e2 + s.e4)
 
 
 def test_cosine_row_factor_only_matters_across_rows():

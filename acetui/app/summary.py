@@ -169,6 +169,10 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
         f"{run.label} ({config.method}"
         + (", |W|² variant" if config.squared_weight else "")
         + (f", a = {config.ria_alpha}" if config.method == "ria" else "")
+        + (f", VarP scale {config.varp_scale}" if config.varp_scale != "none" else "")
+        + (f", VarP {config.varp_form}" if config.varp_form != "series" else "")
+        + (f", OWL λ {config.owl_lambda:g} M {config.owl_m:g}" if config.allocation == "owl" else "")
+        + (", OBS update" if config.update == "obs" else "")
         + ")"
     )
     group = (
@@ -178,7 +182,7 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
     )
     calibration = (
         "none (the method reads no activations)"
-        if method and not method.needs_activations
+        if method and not method.calibrated(config)
         else f"{config.calib}: {config.nsamples} samples × {config.seqlen} tokens, seed {config.seed}"
     )
     device = config.device + (f" → {env['device']}" if env.get("device") and env["device"] != config.device else "")

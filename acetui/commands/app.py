@@ -25,8 +25,35 @@ def open_app(theme: str | None, store: Path | None, attach: str | None = None, n
     make_app(Store(store), theme=theme, attach=attach, notify_mode=notify).run()
 
 
-def workbench(ctx: typer.Context, theme: Theme = None, store: StorePath = None, notify: Notify = None) -> None:
+PluginMethods = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--method",
+        help="A plug-in metric (module:function or path/file.py:function) for the New run list; remembered.",
+    ),
+]
+
+
+def remember_plugins(references: list[str]) -> None:
+    """Check each plug-in (one sentence when it cannot be used) and add it to the remembered list."""
+    from acetui import settings
+    from acetui_core.metrics import get_method
+
+    names = [get_method(reference).name for reference in references]
+    saved = settings.load().plugins
+    settings.update(plugins=list(dict.fromkeys([*saved, *names])))
+
+
+def workbench(
+    ctx: typer.Context,
+    theme: Theme = None,
+    store: StorePath = None,
+    notify: Notify = None,
+    method: PluginMethods = None,
+) -> None:
     """Without a subcommand: open the workbench (pick a model and metrics, watch runs, compare results)."""
+    if method:
+        remember_plugins(method)
     ctx.obj = {"theme": theme, "store": store, "notify": notify}
     if ctx.invoked_subcommand is None:
         open_app(theme, store, notify=notify)

@@ -6,15 +6,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from acetui import settings
 from acetui_core.metrics import METHODS
+from acetui_core.plugins import available_methods
 
 
 def methods() -> None:
-    """List the pruning methods with a one-line description and the paper's name for each."""
+    """List the pruning methods with a one-line description, the paper's name, and where each comes from
+    (built in, an installed package's ``acetui.methods`` entry point, or a remembered plug-in)."""
     table = Table(title="Pruning methods (unstructured sparsity competes per output row unless --group layer)")
-    table.add_column("method")
+    table.add_column("method", overflow="fold")
     table.add_column("paper name")
     table.add_column("score (higher = keep)")
-    for method in METHODS.values():
-        table.add_row(method.name, method.paper_name, escape(method.description))
+    table.add_column("from", overflow="fold")
+    for method in available_methods(METHODS, settings.load().plugins).values():
+        table.add_row(method.name, method.paper_name, escape(method.description), escape(method.source))
     Console().print(table)

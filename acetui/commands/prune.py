@@ -73,7 +73,14 @@ def default_model() -> str:
 
 def prune(
     model: options.Model = None,
-    method: Annotated[str, typer.Option("--method", "-m", help=f"One of: {', '.join(METHODS)}.")] = "ace",
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            "-m",
+            help=f"One of: {', '.join(METHODS)}; or a plug-in: module:function, path/file.py:function.",
+        ),
+    ] = "ace",
     sparsity: Annotated[str, typer.Option("--sparsity", "-s", help="A ratio in (0, 1) or N:M such as 2:4.")] = "0.5",
     group: options.Group = "row",
     calib: options.Calib = "c4",
@@ -93,6 +100,12 @@ def prune(
     squared_weight: options.SquaredWeight = False,
     fidelity: options.Fidelity = False,
     keep_masks: options.KeepMasks = False,
+    varp_scale: options.VarpScale = "none",
+    varp_form: options.VarpForm = "series",
+    allocation: options.Allocation = "uniform",
+    owl_lambda: options.OwlLambda = 0.08,
+    owl_m: options.OwlM = 5.0,
+    update: options.Update = "none",
     save: Annotated[Path | None, typer.Option(help="Save the pruned model as a Hugging Face checkpoint here.")] = None,
     overwrite: Annotated[
         bool, typer.Option(help="Allow --save to replace a checkpoint folder acetui wrote before.")

@@ -30,6 +30,7 @@ from acetui.app.widgets.marks import Tick, TickList
 from acetui_core.config import ZEROSHOT_TASKS
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
+from acetui_core.plugins import available_methods
 
 CANDIDATES_SHOWN = 3  # rows of model completions under the model field
 CANDIDATE_WIDTH = 64  # characters of a completion shown (its end: the file name matters most)
@@ -82,6 +83,13 @@ class NewRunScreen(Screen):
         )
     ]
 
+    @property
+    def methods(self) -> dict:
+        """The built-in metrics, installed entry points, and the plug-ins the settings name (``acetui --method``)."""
+        if not hasattr(self, "_methods"):
+            self._methods = available_methods(METHODS, self.app.settings.plugins)
+        return self._methods
+
     def compose(self) -> ComposeResult:
         yield Header()
         with VerticalScroll(id="form"):
@@ -91,7 +99,10 @@ class NewRunScreen(Screen):
                 with Vertical(id="metrics-column"):
                     yield Label("Metrics [dim](space picks)[/]", classes="section")
                     yield TickList(
-                        *(Selection(f"{m.paper_name:<10} {name}", name, name == "ace") for name, m in METHODS.items()),
+                        *(
+                            Selection(f"{m.paper_name:<10} {name}", name, name == "ace")
+                            for name, m in self.methods.items()
+                        ),
                         id="metrics",
                     )
                     yield Static("", id="metrics-error", classes="error")
@@ -204,7 +215,7 @@ class NewRunScreen(Screen):
         for tick in TICKS:
             if isinstance(saved.get(tick), bool):
                 self.query_one(f"#{tick}", Checkbox).value = saved[tick]
-        metrics = [m for m in saved.get("metrics") or [] if m in METHODS]
+        metrics = [m for m in saved.get("metrics") or [] if m in self.methods]
         if metrics:
             chosen = self.query_one("#metrics", SelectionList)
             chosen.deselect_all()

@@ -63,7 +63,7 @@ class Column:
 def _calibration(run: RunRecord) -> str:
     """Samples x window length, e.g. ``128×16`` (– for methods without calibration data)."""
     method = METHODS.get(run.config.method)
-    if method is not None and not method.needs_activations:
+    if method is not None and not method.calibrated(run.config):
         return "–"
     return f"{run.config.nsamples}×{run.config.seqlen}"
 

@@ -1,0 +1,128 @@
+"""OWL's layer allocation (--allocation owl) and the OBS update of any mask (--update obs)."""
+
+import pytest
+import torch
+
+from acetui_core import pipeline
+from acetui_core.allocation import outlier_ratio, owl_sparsities
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.masks import row_mask
+from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+from acetui_core.sparsegpt import obs_update
+
+
+def test_outlier_ratio_counts_scores_above_m_times_the_mean_of_all_linears_together():
+    a = torch.tensor([[1.0, 1.0], [1.0, 10.0]])  # with b: mean 18/6 = 3; above 2 x 3 = 6: 10
+    b = torch.tensor([[2.0, 3.0]])
+    assert outlier_ratio([a, b], m=2) == pytest.approx(1 / 6)
+    assert outlier_ratio([a, b], m=0.5) == pytest.approx(3 / 6)  # above 1.5: 10, 2 and 3
+    assert outlier_ratio([a], m=0.5) == pytest.approx(1 / 4)  # a alone: mean 3.25, above 1.625: 10
+
+
+def test_owl_sparsities_average_to_the_target_weighted_by_parameters_and_follow_the_ratios():
+    ratios = [0.010, 0.030, 0.020, 0.005]
+    sizes = [100, 300, 50, 1000]
+    s = owl_sparsities(ratios, sizes, target=0.7, lam=0.08)
+    assert sum(si * n for si, n in zip(s, sizes, strict=True)) / sum(sizes) == pytest.approx(0.7, abs=1e-12)
+    assert sorted(range(4), key=lambda i: s[i]) == sorted(
+        range(4), key=lambda i: -ratios[i]
+    )  # more outliers, fewer pruned
+    assert max(s) - min(s) == pytest.approx(2 * 0.08)
+    assert owl_sparsities([0.1, 0.1], [1, 1], 0.5, 0.08) == [0.5, 0.5]
+
+
+def test_owl_spread_outside_zero_one_is_one_sentence():
+    with pytest.raises(UserError, match="choose a smaller lambda"):
+        owl_sparsities([0.0, 1.0], [1, 100], target=0.9, lam=0.09)
+
+
+@pytest.fixture(scope="module")
+def tiny(make_tiny_model):
+    model = load_model(str(make_tiny_model("llama")), device="cpu")
+    model.snapshot()
+    return model
+
+
+def _config(loaded, calib, method="wanda", sparsity="0.7", **kw):
+    return RunConfig(
+        model=str(loaded.source), method=method, sparsity=sparsity, calib=calib, nsamples=8, seqlen=16, evals=[], **kw
+    )
+
+
+def test_owl_run_prunes_each_layer_to_its_allocation(tiny, calib_file):
+    tiny.reset()
+    result = pipeline.run(_config(tiny, calib_file, allocation="owl", owl_lambda=0.05), loaded=tiny)
+    allocation = result.allocation
+    assert [a.layer for a in allocation] == [0, 1]
+    sizes = [sum(m.weight.numel() for m in prunable_linears(layer).values()) for layer in decoder_layers(tiny.model)]
+    weighted = sum(a.sparsity * n for a, n in zip(allocation, sizes, strict=True)) / sum(sizes)
+    assert weighted == pytest.approx(0.7, abs=1e-12)
+    high, low = sorted(allocation, key=lambda a: -a.outlier_ratio)
+    assert high.sparsity == pytest.approx(0.65) and low.sparsity == pytest.approx(0.75)
+    for index, layer in enumerate(decoder_layers(tiny.model)):
+        for name, module in prunable_linears(layer).items():
+            W = weight_matrix(module)
+            assert ((W == 0).sum(dim=1) == int(W.shape[1] * allocation[index].sparsity)).all(), (index, name)
+    assert result.overall_sparsity == pytest.approx(0.7, abs=0.01)
+
+
+def test_uniform_allocation_records_none_and_keeps_every_layer_at_the_target(tiny, calib_file):
+    tiny.reset()
+    result = pipeline.run(_config(tiny, calib_file), loaded=tiny)
+    assert result.allocation is None and result.config.owl_lambda == 0.08
+
+
+def _correlated_inputs(tokens=512, d_in=64, rank=16):
+    """Inputs with correlated features, as a layer's activations are: what OBS can compensate through."""
+    torch.manual_seed(0)
+    return torch.randn(tokens, rank) @ torch.randn(rank, d_in) + 0.1 * torch.randn(tokens, d_in)
+
+
+def test_obs_update_keeps_the_mask_and_lowers_the_output_error_of_a_magnitude_mask():
+    X = _correlated_inputs()
+    W = torch.randn(32, 64)
+    mask, _ = row_mask(W.abs(), 0.5)
+    H = 2 / X.shape[0] * X.T @ X
+    updated = obs_update(W, H, mask, "test")
+    assert torch.equal(updated == 0, mask)
+    dense = X @ W.T
+    error = lambda V: ((X @ V.T - dense).norm() / dense.norm()).item()  # noqa: E731
+    assert error(updated) < 0.8 * error(W.masked_fill(mask, 0))
+
+
+def _hidden_error(loaded, dense_outputs, windows):
+    with torch.no_grad():
+        out = loaded.model(input_ids=windows, output_hidden_states=True).hidden_states[-1]
+    return ((out - dense_outputs).norm() / dense_outputs.norm()).item()
+
+
+def test_obs_update_on_a_tiny_model_lowers_the_error_of_the_last_hidden_states(tiny, calib_file):
+    from acetui_core.data import calibration_windows, tokenized_calibration
+
+    tiny.reset()
+    windows = calibration_windows(tokenized_calibration(tiny.tokenizer, calib_file)[0], 8, 16, 0)
+    with torch.no_grad():
+        dense = tiny.model(input_ids=windows, output_hidden_states=True).hidden_states[-1]
+    errors, masks = {}, {}
+    for update in ("none", "obs"):
+        tiny.reset()
+        result = pipeline.run(_config(tiny, calib_file, method="magnitude", sparsity="0.5", update=update), loaded=tiny)
+        assert (result.calibration is not None) == (update == "obs")  # magnitude reads activations only to update
+        errors[update] = _hidden_error(tiny, dense, windows)
+        masks[update] = [
+            weight_matrix(m) == 0 for layer in decoder_layers(tiny.model) for m in prunable_linears(layer).values()
+        ]
+    assert errors["obs"] < errors["none"]
+    assert all(torch.equal(a, b) for a, b in zip(masks["none"], masks["obs"], strict=True))  # the mask is magnitude's
+
+
+def test_settings_a_method_cannot_use_are_put_back_so_they_never_split_a_comparison(make_tiny_model, calib_file):
+    from acetui_core.validate import check_config
+
+    model = str(make_tiny_model("llama"))
+    variant = dict(calib=calib_file, varp_scale="rms", varp_form="inverse", owl_lambda=0.2)
+    wanda = check_config(RunConfig(model=model, method="wanda", sparsity="0.5", **variant))
+    ace = check_config(RunConfig(model=model, method="ace", sparsity="0.5", **variant))
+    assert (wanda.varp_scale, wanda.varp_form, wanda.owl_lambda) == ("none", "series", 0.08)  # uniform: lambda unused
+    assert (ace.varp_scale, ace.varp_form) == ("rms", "inverse")

@@ -1,0 +1,124 @@
+"""Plug-in metrics: a function (W, stats, opts) -> scores from a file or a module, run like a built-in."""
+
+import contextlib
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+from runhelpers import cli
+
+from acetui_core.store import Store
+
+WANDA = '''
+def my_wanda(W, stats, opts):
+    """Wanda, written outside acetui."""
+    return W.abs() * stats.norm[None, :]
+'''
+
+BAD = {
+    "a file that does not import": ("import no_such_module_anywhere\n", "could not be imported (ModuleNotFoundError"),
+    "no such function": ("def other(W, stats, opts):\n    return W\n", "names no function 'score'"),
+    "a wrong signature": ("def score(W, stats):\n    return W\n", "it must take three arguments (W, stats, opts)"),
+    "scores of the wrong shape": (
+        "def score(W, stats, opts):\n    return W.t()\n",
+        "it must return one score per weight",
+    ),
+    "NaN scores": ("def score(W, stats, opts):\n    return W * float('nan')\n", "returned NaN scores for layer 0"),
+    "a failing score": ("def score(W, stats, opts):\n    return 1 / 0\n", "failed (ZeroDivisionError"),
+}
+
+
+@pytest.fixture
+def fast(tmp_path, shared_data) -> list[str]:
+    source = shared_data / "c4" / "c4-train.00000-of-01024.first1000.jsonl"
+    calib = tmp_path / "c4-30.jsonl"
+    calib.write_text("".join(source.read_text().splitlines(keepends=True)[:30]))
+    return ["--calib", str(calib), "--nsamples", "4", "--seqlen", "16", "--eval-limit", "2", "--eval-seqlen", "64"]
+
+
+def _wait_finished(store_path: Path, run_id: str, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = Store(store_path).get_run(run_id)
+        if run.status not in ("queued", "running"):
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} did not finish")
+
+
+def test_a_plugin_file_runs_detached_and_equals_the_builtin_wanda(make_tiny_model, fast, tmp_path, monkeypatch, capsys):
+    model, store = make_tiny_model("llama"), tmp_path / "store" / "runs.db"
+    (tmp_path / "mine.py").write_text(WANDA)
+    monkeypatch.chdir(tmp_path)  # a relative reference: the worker must import the same file
+    code, out, err = cli(
+        monkeypatch, capsys, "prune", model, "--method", "./mine.py:my_wanda", *fast, "--detach", "--store", store
+    )
+    assert code == 0, err
+    plugin = _wait_finished(store, out.strip())
+    code, _, err = cli(monkeypatch, capsys, "prune", model, "--method", "wanda", *fast, "--store", store)
+    assert code == 0, err
+    builtin = next(r for r in Store(store).list_runs() if r.config.method == "wanda")
+    assert plugin.status == "finished", plugin.error
+    assert plugin.config.method == f"{tmp_path / 'mine.py'}:my_wanda" and plugin.label == "my_wanda-16"
+    assert plugin.results.method_fingerprint == hashlib.sha256(WANDA.encode()).hexdigest()
+    assert plugin.results.ppl_wikitext2 == builtin.results.ppl_wikitext2
+    assert [x.sparsity for x in plugin.results.layers] == [x.sparsity for x in builtin.results.layers]
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_bad_plugin_gets_one_sentence(case, make_tiny_model, fast, tmp_path, monkeypatch, capsys):
+    source, fragment = BAD[case]
+    (tmp_path / "bad.py").write_text(source)
+    code, _, err = cli(
+        monkeypatch, capsys, "prune", make_tiny_model("llama"), "--method", f"{tmp_path}/bad.py:score", *fast,
+        "--store", tmp_path / "runs.db",
+    )  # fmt: skip
+    last = err.strip().splitlines()[-1]  # after the progress bars of a run that started
+    assert code == 2 and last.startswith("acetui: ") and "Traceback" not in err, err
+    assert fragment in last, err
+
+
+def test_a_missing_module_or_file_is_one_sentence(make_tiny_model, tmp_path, monkeypatch, capsys):
+    for reference, fragment in [
+        ("no_such_pkg.metrics:score", "Plug-in module 'no_such_pkg.metrics'"),
+        (f"{tmp_path}/absent.py:score", "does not exist"),
+    ]:
+        code, _, err = cli(monkeypatch, capsys, "prune", make_tiny_model("llama"), "--method", reference)
+        assert code == 2 and fragment in err and err.count("\n") == 1, err
+
+
+def test_methods_lists_where_each_comes_from(tmp_path, monkeypatch, capsys):
+    from acetui.commands.app import remember_plugins
+
+    monkeypatch.setenv("ACETUI_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("COLUMNS", "200")
+    (tmp_path / "mine.py").write_text(WANDA)
+    remember_plugins([f"{tmp_path}/mine.py:my_wanda"])
+    code, out, _ = cli(monkeypatch, capsys, "methods")
+    assert code == 0
+    row = next(line for line in out.splitlines() if "my_wanda" in line)
+    assert "Wanda, written outside acetui" in row and "mine.py" in out
+    assert "built-in" in next(line for line in out.splitlines() if "CosP+VarP" in line)
+
+
+@pytest.mark.asyncio
+async def test_a_plugin_given_on_the_command_line_is_in_the_new_run_metric_list(tmp_path, monkeypatch):
+    from textual.widgets import SelectionList
+
+    from acetui.app import make_app
+    from acetui.app.app import AceApp
+    from acetui.cli import main
+
+    (tmp_path / "mine.py").write_text(WANDA)
+    monkeypatch.setattr(AceApp, "run", lambda self: None)
+    monkeypatch.setattr(
+        "sys.argv", ["acetui", "--store", str(tmp_path / "runs.db"), "--method", f"{tmp_path}/mine.py:my_wanda"]
+    )
+    with contextlib.suppress(SystemExit):
+        main()
+    app = make_app(Store(tmp_path / "runs.db"))
+    async with app.run_test(size=(120, 40)):
+        metrics = app.screen.query_one("#metrics", SelectionList)
+        values = [metrics.get_option_at_index(i).value for i in range(metrics.option_count)]
+    assert values[:2] == ["magnitude", "wanda"] and values[-1] == f"{tmp_path / 'mine.py'}:my_wanda"
