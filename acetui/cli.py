@@ -9,7 +9,7 @@ import sys
 import typer
 
 from acetui.commands import app as workbench
-from acetui.commands import evaluate, export, grid, methods, prune, runs
+from acetui.commands import evaluate, export, grid, methods, plan, prune, runs
 from acetui_core.errors import Cancelled, UserError
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app.command()(grid.sweep)
 app.command("export")(export.export_runs)
 app.command("eval")(evaluate.eval_command)
 app.command()(methods.methods)
+app.command()(plan.plan)
 app.command()(workbench.attach)
 app.add_typer(runs.runs_app, name="runs")
 

@@ -12,13 +12,14 @@ import time
 from dataclasses import dataclass, fields, replace
 
 import torch
+from torch import nn
 
 from acetui_core import histograms
 from acetui_core.checkpoint import save_checkpoint
 from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration, wikitext2_test_ids
 from acetui_core.errors import Cancelled, UserError
-from acetui_core.evaluate import perplexity
+from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH, from_nll, perplexity, windows_nll
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.masks import check_nm_fits, prune_mask
 from acetui_core.metrics import get_method
@@ -26,7 +27,6 @@ from acetui_core.models import (
     Loaded,
     decoder_layers,
     device_name,
-    load_model,
     prunable_linears,
     set_weight_matrix,
     weight_matrix,
@@ -35,6 +35,7 @@ from acetui_core.paths import file_identity
 from acetui_core.records import Calibration, LayerRecord, LinearRecord, LinearSparsity, RunResult, TaskAccuracy
 from acetui_core.sparsegpt import sparsegpt_prune
 from acetui_core.stats import ColumnStats
+from acetui_core.streaming import LayerFeed, PrunedLayers, load_for_run, load_offloaded
 from acetui_core.validate import check_against_model, check_config, resolve_seqlen
 
 CALIB_TOKENS_PER_BATCH = 4096  # calibration windows go through a layer in batches of about this many tokens
@@ -215,8 +216,11 @@ class Evaluation:
     zeroshot: dict[str, TaskAccuracy] | None = None
 
 
-def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Event | None = None) -> Pruned:
-    """Prune ``loaded.model`` in place; return the per-linear sparsities and timing."""
+def prune(
+    loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Event | None = None, release=None
+) -> Pruned:
+    """Prune ``loaded.model`` in place; return the per-linear sparsities and timing. ``release(index,
+    layer)`` sees each pruned layer before it leaves the compute device (a streamed run writes it out)."""
     emit = on_event or (lambda event: None)
     method, sparsity = get_method(config.method), config.sparsity_spec
     layers = decoder_layers(loaded.model)
@@ -249,23 +253,29 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
         inputs = _capture_layer0_inputs(loaded, windows, batch, keep_on)
 
     summaries: list[LinearSparsity] = []
-    for index, layer in enumerate(layers):
-        if cancel is not None and cancel.is_set():
-            raise Cancelled()
-        emit(LayerStarted(index, len(layers)))
-        layer_start = time.perf_counter()
-        home = _module_device(layer)
-        device = home if hasattr(loaded.model, "hf_device_map") else loaded.device
-        layer.to(device)
-        linears, stats = _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event)
-        if inputs:
-            with torch.no_grad():
-                inputs = [(_layer_forward(layer, h, kw, device).to(h.device), kw) for h, kw in inputs]
-            if calibration is not None:
-                calibration.tokens_per_linear = max(s.tokens for s in stats.values())
-        layer.to(home)
-        emit(LayerPruned(LayerRecord(index, len(layers), time.perf_counter() - layer_start, linears)))
-        summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds) for r in linears]
+    feed = _feed(loaded, release)
+    try:
+        for index, layer in enumerate(layers):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            emit(LayerStarted(index, len(layers)))
+            layer_start = time.perf_counter()
+            device = _module_device(layer) if feed is None else loaded.device
+            if feed is not None:
+                feed.enter(index)
+            linears, stats = _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event)
+            if inputs:
+                with torch.no_grad():
+                    inputs = [(_layer_forward(layer, h, kw, device).to(h.device), kw) for h, kw in inputs]
+                if calibration is not None:
+                    calibration.tokens_per_linear = max(s.tokens for s in stats.values())
+            if feed is not None:
+                feed.leave(index)
+            emit(LayerPruned(LayerRecord(index, len(layers), time.perf_counter() - layer_start, linears)))
+            summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds) for r in linears]
+    finally:
+        if feed is not None:
+            feed.close()
     prune_seconds = time.perf_counter() - started
     if loaded.device.type == "cuda":
         torch.cuda.synchronize(loaded.device)
@@ -273,6 +283,14 @@ def prune(loaded: Loaded, config: RunConfig, on_event=None, cancel: threading.Ev
     sizes = _linear_sizes(layers)
     zeros = sum(summary.sparsity * size for summary, size in zip(summaries, sizes, strict=False))
     return Pruned(summaries, zeros / sum(sizes), prune_seconds, calibration)
+
+
+def _feed(loaded: Loaded, release=None) -> LayerFeed | None:
+    """How layers reach the compute device: a ``LayerFeed``, or None for a model accelerate has already
+    spread over devices (compare/sweep reuse a model placed for evaluation), whose layers run where they are."""
+    if hasattr(loaded.model, "hf_device_map"):
+        return None
+    return LayerFeed(loaded.model, loaded.device, loaded.streamed, release)
 
 
 def _linear_sizes(layers) -> list[int]:
@@ -298,23 +316,91 @@ def place_for_eval(loaded: Loaded) -> None:
         dispatch_model(model, device_map=device_map)
 
 
-def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> Evaluation:
+class _Replay(nn.Module):
+    """Stands in for the decoder stack: returns the hidden states a layer-by-layer pass already computed,
+    one batch per call, so the model's own forward applies its final norm and head (and whatever its
+    family adds there, such as Gemma's logit soft-capping)."""
+
+    def __init__(self, outputs: list[torch.Tensor], as_tuple: bool):
+        super().__init__()
+        self.outputs, self.as_tuple = iter(outputs), as_tuple
+
+    def forward(self, *args, **kwargs):
+        hidden = next(self.outputs)
+        return (hidden,) if self.as_tuple else hidden
+
+
+@torch.no_grad()
+def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_event=None, cancel=None):
+    """WikiText-2 perplexity of a model whose layers are read from ``streamed`` one at a time: every window
+    goes through layer 0, then all of them through layer 1, and so on, in the same batches as
+    ``evaluate.perplexity``'s full forward pass (and to the same numbers). Returns
+    ``(ppl, windows_used, windows_total)``."""
+    total = ids.numel() // seqlen
+    windows = min(total, limit) if limit else total
+    tokens = ids[: windows * seqlen].reshape(windows, seqlen)
+    batch = max(1, EVAL_TOKENS_PER_BATCH // seqlen)
+    hidden_size = loaded.model.get_input_embeddings().weight.shape[1]
+    inputs = _capture_layer0_inputs(loaded, tokens, batch, _activation_device(loaded, tokens, hidden_size))
+    layers = decoder_layers(loaded.model)
+    feed = LayerFeed(loaded.model, loaded.device, streamed)
+    as_tuple = False
+    try:
+        for index in range(len(layers)):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            if on_event:
+                on_event(Stage("wikitext2", index, len(layers)))
+            layer = feed.enter(index)
+            outputs = []
+            for hidden, kwargs in inputs:
+                out = layer(hidden.to(loaded.device), **_to(kwargs, loaded.device))
+                as_tuple = isinstance(out, tuple)
+                outputs.append((out[0] if as_tuple else out).to(hidden.device))
+            inputs = [(out, kwargs) for out, (_, kwargs) in zip(outputs, inputs, strict=True)]
+            feed.leave(index)
+    finally:
+        feed.close()
+    stack = layers._modules
+    layers._modules = {"0": _Replay([hidden.to(loaded.device) for hidden, _ in inputs], as_tuple)}
+    nll = 0.0
+    try:
+        for start in range(0, windows, batch):
+            window = tokens[start : start + batch].to(loaded.device)
+            nll += windows_nll(loaded.model(input_ids=window, use_cache=False).logits, window)
+    finally:
+        layers._modules = stack
+    if on_event:
+        on_event(Stage("wikitext2", len(layers), len(layers)))
+    return from_nll(nll, windows, seqlen), windows, total
+
+
+def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None, pruned_folder=None) -> Evaluation:
+    """Perplexity and zero-shot of the pruned model: ``loaded`` itself or, for a streamed run, the pruned
+    checkpoint in ``pruned_folder`` (perplexity layer by layer; zero-shot through accelerate's offloading)."""
     results = Evaluation()
     if not config.evals:
         return results
-    place_for_eval(loaded)
+    streamed = loaded.streamed.reading(pruned_folder) if loaded.streamed is not None else None
+    if streamed is None:
+        place_for_eval(loaded)
     device = loaded.device if not hasattr(loaded.model, "hf_device_map") else None
     if "wikitext2" in config.evals:
         seqlen = resolve_seqlen(config.eval_seqlen, loaded.context_length, "--eval-seqlen")
-        ppl, used, total = perplexity(
-            loaded.model, wikitext2_test_ids(loaded.tokenizer), seqlen, config.eval_limit, device, on_event, cancel
-        )
+        ids = wikitext2_test_ids(loaded.tokenizer)
+        if streamed is None:
+            ppl, used, total = perplexity(loaded.model, ids, seqlen, config.eval_limit, device, on_event, cancel)
+        else:
+            ppl, used, total = streamed_perplexity(loaded, streamed, ids, seqlen, config.eval_limit, on_event, cancel)
         results = replace(results, ppl_wikitext2=ppl, ppl_windows=used, ppl_partial=used < total, ppl_seqlen=seqlen)
     if "zeroshot" in config.evals:
         from acetui_core.zeroshot import evaluate_zeroshot
 
+        model = loaded.model
+        if streamed is not None:
+            model = load_offloaded(pruned_folder, loaded.dtype, loaded.device, pruned_folder.parent / "offload")
         results.zeroshot = evaluate_zeroshot(
-            loaded.model,
+            model,
             loaded.tokenizer,
             config.tasks,
             limit=config.zeroshot_limit,
@@ -331,23 +417,36 @@ def run(
     """Check, load (unless given), prune, save, evaluate; emit ``RunFinished`` and return the result."""
     config = check_config(config)
     if loaded is None:
-        loaded = load_model(config.model, device=config.device, dtype=config.dtype, on_event=on_event)
-    check_against_model(config, loaded.context_length)
-    pruned = prune(loaded, config, on_event, cancel)
-    # Saved before evaluation, so a failed or cancelled evaluation never loses the pruned model.
-    saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite) if config.save else None
-    try:
-        scores = evaluate(loaded, config, on_event, cancel)
-    except Cancelled:
-        raise
-    except Exception as error:  # the layers are recorded; say where the pruned weights are, or how to keep them
-        what = str(error) if isinstance(error, UserError) else f"Evaluation failed ({type(error).__name__}: {error})."
-        kept = (
-            f"The pruned model is saved in {saved_to}."
-            if saved_to
-            else "The pruned weights were not kept; pass --save DIR to keep them next time."
+        loaded = load_for_run(
+            config.model, device=config.device, dtype=config.dtype, offload=config.offload, on_event=on_event
         )
-        raise UserError(f"{what} {kept}") from error
+    check_against_model(config, loaded.context_length)
+    with contextlib.ExitStack() as cleanup:
+        out = None  # a streamed run writes each pruned layer as it leaves: to --save, or to scratch for evaluation
+        if loaded.streamed is not None and (config.save or config.evals):
+            out = PrunedLayers(loaded, config.save, config.overwrite)
+            cleanup.callback(out.close)
+        pruned = prune(loaded, config, on_event, cancel, release=out.release if out else None)
+        # Saved before evaluation, so a failed or cancelled evaluation never loses the pruned model.
+        pruned_folder = out.finish() if out else None
+        if out is None and config.save:
+            saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite)
+        else:
+            saved_to = str(pruned_folder) if config.save else None
+        try:
+            scores = evaluate(loaded, config, on_event, cancel, pruned_folder)
+        except Cancelled:
+            raise
+        except Exception as error:  # the layers are recorded; say where the pruned weights are, or how to keep them
+            what = (
+                str(error) if isinstance(error, UserError) else f"Evaluation failed ({type(error).__name__}: {error})."
+            )
+            kept = (
+                f"The pruned model is saved in {saved_to}."
+                if saved_to
+                else "The pruned weights were not kept; pass --save DIR to keep them next time."
+            )
+            raise UserError(f"{what} {kept}") from error
     rss_mb, gpu_mb = _peak_memory(loaded.device)
     result = RunResult(
         model=config.model,

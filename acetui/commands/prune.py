@@ -90,6 +90,7 @@ def prune(
     batch_size: options.BatchSize = 8,
     device: options.Device = "auto",
     dtype: options.Dtype = "auto",
+    offload: options.Offload = "auto",
     squared_weight: options.SquaredWeight = False,
     save: Annotated[Path | None, typer.Option(help="Save the pruned model as a Hugging Face checkpoint here.")] = None,
     overwrite: Annotated[
