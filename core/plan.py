@@ -90,8 +90,12 @@ def plan_run(run: RunConfig) -> Plan:
         dtype = resolve_dtype(run.dtype, torch.device("cpu"))
     size = dtype.itemsize
     stored = _bytes(getattr(config, "torch_dtype", None) or torch.bfloat16)
-    folder = local_checkpoint(run.model) if model_source(run.model)[0] != "gguf" else None
-    on_disk = checkpoint_bytes(folder) if folder is not None else parameters * stored
+    kind, path = model_source(run.model)
+    folder = local_checkpoint(run.model) if kind != "gguf" else None
+    if kind == "gguf":
+        on_disk = path.stat().st_size
+    else:
+        on_disk = checkpoint_bytes(folder) if folder is not None else parameters * stored
     streaming = streaming_folder(run.model, run.offload, dtype) is not None
 
     method = get_method(run.method)
@@ -130,7 +134,7 @@ def plan_run(run: RunConfig) -> Plan:
         layer_parameters=layer_parameters,
         resident_parameters=resident,
         checkpoint_bytes=on_disk,
-        checkpoint_on_disk=folder is not None,
+        checkpoint_on_disk=kind == "gguf" or folder is not None,
         device="cuda" if on_gpu else "cpu",
         dtype=str(dtype).removeprefix("torch."),
         streaming=streaming,

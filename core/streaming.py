@@ -209,7 +209,7 @@ def load_streamed(folder: Path, dtype: torch.dtype):
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         raise UserError(f"The checkpoint folder {folder} could not be loaded as a model ({first}).") from None
     with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     prefixes = layer_prefixes(model)
     shards = Shards(folder, weight_map(folder), dtype)
     base = model.base_model_prefix

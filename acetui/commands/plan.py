@@ -20,6 +20,10 @@ def _gib(count: int) -> str:
     return f"{count / 2**30:.2f} GiB"
 
 
+def _count(number: int) -> str:
+    return f"{number / 1e9:.2f} B" if number >= 1e9 else f"{number / 1e6:.1f} M" if number >= 1e5 else f"{number:,}"
+
+
 def plan_table(plan, nsamples: int, seqlen) -> Table:
     table = Table(title=f"plan: {plan.model}", show_header=False)
     table.add_column(style="bold")
@@ -31,7 +35,7 @@ def plan_table(plan, nsamples: int, seqlen) -> Table:
     rows = [
         (
             "parameters",
-            f"{plan.parameters / 1e9:.3f} B ({plan.family}, {plan.layers} layers of {plan.layer_parameters / 1e6:.1f} M)",
+            f"{_count(plan.parameters)} ({plan.family}, {plan.layers} layers of {_count(plan.layer_parameters)})",
         ),
         ("checkpoint", checkpoint),
         ("device", f"{plan.device} ({plan.dtype})"),

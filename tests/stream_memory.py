@@ -1,0 +1,59 @@
+"""Run by test_streaming in a fresh process: prune MODEL with --offload disk into OUT and print, as one JSON
+line, the interpreter's baseline RSS, the run's peak RSS, what ``acetui plan`` predicted, and the row
+sparsities of the saved checkpoint.
+
+    python tests/stream_memory.py MODEL OUT
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+
+import psutil
+import torch
+import transformers  # noqa: F401  (imported before the baseline is taken, as a run imports it)
+
+from acetui_core import pipeline
+from acetui_core.config import RunConfig
+from acetui_core.plan import plan_run
+
+model, out = sys.argv[1:3]
+torch.set_num_threads(2)
+config = RunConfig(
+    model=model,
+    method="wanda",
+    sparsity="0.5",
+    nsamples=16,
+    seqlen=16,
+    evals=[],
+    device="cpu",
+    offload="disk",
+    save=out,
+)
+planned = plan_run(config)
+baseline = psutil.Process().memory_info().rss
+result = pipeline.run(config)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from acetui_core.models import decoder_layers, prunable_linears  # noqa: E402
+
+pruned = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
+rows = set()
+for layer in decoder_layers(pruned):
+    for module in prunable_linears(layer).values():
+        rows.update(((module.weight == 0).sum(dim=1) / module.weight.shape[1]).unique().tolist())
+print(
+    json.dumps(
+        {
+            "baseline_rss": baseline,
+            "peak_rss": peak,
+            "planned_cpu": planned.peak_cpu_bytes,
+            "reported_rss": result.peak_rss_mb * 2**20,
+            "row_sparsities": sorted(rows),
+        }
+    )
+)
