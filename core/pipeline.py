@@ -81,6 +81,14 @@ def _activation_device(loaded: Loaded, windows: torch.Tensor, hidden_size: int) 
     return loaded.device if need < free / 4 else torch.device("cpu")
 
 
+def _keep(hidden: torch.Tensor, keep_on: torch.device) -> torch.Tensor:
+    """Hidden states where the layer loop keeps them: a GPU run whose activations do not fit on the GPU
+    keeps them in pinned CPU memory, so each batch's copy to the GPU is fast."""
+    if keep_on.type == "cpu" and hidden.device.type == "cuda":
+        return hidden.to("cpu").pin_memory()
+    return hidden.to(keep_on)
+
+
 @torch.no_grad()
 def _capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, keep_on) -> list[tuple]:
     """Run the model up to decoder layer 0 and keep, per batch, its hidden states and keyword arguments
@@ -93,7 +101,7 @@ def _capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, ke
     def grab(module, args, kwargs):
         hidden = args[0] if args else kwargs.pop("hidden_states")
         kwargs = {k: v for k, v in kwargs.items() if k not in ("past_key_value", "past_key_values", "use_cache")}
-        captured.append((hidden.to(keep_on), _to(kwargs, keep_on)))
+        captured.append((_keep(hidden, keep_on), _to(kwargs, keep_on)))
         raise _StopForward
 
     hook = layers[0].register_forward_pre_hook(grab, with_kwargs=True)
@@ -266,7 +274,7 @@ def prune(
             linears, stats = _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, on_event)
             if inputs:
                 with torch.no_grad():
-                    inputs = [(_layer_forward(layer, h, kw, device).to(h.device), kw) for h, kw in inputs]
+                    inputs = [(_keep(_layer_forward(layer, h, kw, device), h.device), kw) for h, kw in inputs]
                 if calibration is not None:
                     calibration.tokens_per_linear = max(s.tokens for s in stats.values())
             if feed is not None:
@@ -356,7 +364,7 @@ def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_ev
             for hidden, kwargs in inputs:
                 out = layer(hidden.to(loaded.device), **_to(kwargs, loaded.device))
                 as_tuple = isinstance(out, tuple)
-                outputs.append((out[0] if as_tuple else out).to(hidden.device))
+                outputs.append(_keep(out[0] if as_tuple else out, hidden.device))
             inputs = [(out, kwargs) for out, (_, kwargs) in zip(outputs, inputs, strict=True)]
             feed.leave(index)
     finally:
