@@ -68,7 +68,8 @@ PAPER_A100_7B = {"wanda-FL": 64.6, "wanda-16": 23.7, "ria-16": 33.2, "ace-16": 3
 
 
 def write_checkpoint(folder: Path, shape: dict, layers: int) -> int:
-    """A random bf16 checkpoint written one layer per shard, never more than one layer in memory."""
+    """A random bf16 LLaMA checkpoint of ``shape`` (LlamaConfig's fields) with ``layers`` decoder layers,
+    written one layer per shard, never more than one layer in memory; returns its bytes."""
     import torch
     from accelerate import init_empty_weights
     from safetensors.torch import save_file
@@ -78,7 +79,7 @@ def write_checkpoint(folder: Path, shape: dict, layers: int) -> int:
 
     gguf = bundled_model()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    config = LlamaConfig(vocab_size=len(tokenizer), **{**shape, "num_hidden_layers": layers}, torch_dtype="bfloat16")
+    config = LlamaConfig(vocab_size=len(tokenizer), **{**shape, "num_hidden_layers": layers}, dtype="bfloat16")
     with init_empty_weights():
         skeleton = AutoModelForCausalLM.from_config(config)
     groups: dict[str, dict] = {}

