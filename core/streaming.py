@@ -241,6 +241,15 @@ def _tied(model: nn.Module, name: str) -> bool:
     )
 
 
+def _move_buffers(layer: nn.Module, device: torch.device) -> None:
+    """Move a layer's buffers (rotary tables in older families), not its parameters: those are placed one
+    by one, and a streamed layer's are on the meta device once it leaves."""
+    for module in layer.modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None:
+                module._buffers[name] = buffer.to(device)
+
+
 class LayerFeed:
     """Puts decoder layer ``index`` on ``device`` for the layer loop (``enter``) and takes it off again
     (``leave``). Resident layers on the CPU stay as they are. Otherwise the next layer's weights are
@@ -302,7 +311,7 @@ class LayerFeed:
         for name, tensor in tensors.items():
             set_tensor(layer, name, tensor)
         if self.device.type == "cuda":
-            layer.to(self.device)  # buffers (rotary tables in older families)
+            _move_buffers(layer, self.device)
         return layer
 
     def leave(self, index: int) -> None:
@@ -319,7 +328,7 @@ class LayerFeed:
                 set_tensor(layer, name, self.home[name])
             self.home = {}
         if self.device.type == "cuda":
-            layer.to("cpu")  # buffers
+            _move_buffers(layer, torch.device("cpu"))
 
     def close(self) -> None:
         if self.pool is not None:
