@@ -44,6 +44,7 @@ class Plan:
     baseline_bytes: int  # this process: Python, torch, transformers
     peak_cpu_bytes: int
     peak_gpu_bytes: int | None
+    gpu_assumed: bool = False  # planned for a GPU this machine does not have (an 80 GB card)
 
 
 def _config(source: str):
@@ -143,4 +144,5 @@ def plan_run(run: RunConfig) -> Plan:
         baseline_bytes=baseline,
         peak_cpu_bytes=cpu,
         peak_gpu_bytes=gpu,
+        gpu_assumed=on_gpu and not torch.cuda.is_available(),
     )

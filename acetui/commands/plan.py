@@ -52,7 +52,8 @@ def plan_table(plan, nsamples: int, seqlen) -> Table:
         ),
     ]
     if plan.peak_gpu_bytes is not None:
-        rows.append(("peak GPU memory", _gib(plan.peak_gpu_bytes)))
+        assumed = " (no GPU here: planned for an 80 GB card)" if plan.gpu_assumed else ""
+        rows.append(("peak GPU memory", _gib(plan.peak_gpu_bytes) + assumed))
     for key, value in rows:
         table.add_row(key, value)
     return table
