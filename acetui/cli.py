@@ -9,7 +9,7 @@ import sys
 import typer
 
 from acetui.commands import app as workbench
-from acetui.commands import evaluate, export, grid, methods, overlap, prune, runs
+from acetui.commands import evaluate, export, grid, methods, overlap, plan, prune, runs
 from acetui_core.errors import Cancelled, UserError
 
 app = typer.Typer(
@@ -26,6 +26,7 @@ app.command("export")(export.export_runs)
 app.command("eval")(evaluate.eval_command)
 app.command()(methods.methods)
 app.command()(overlap.overlap)
+app.command()(plan.plan)
 app.command()(workbench.attach)
 app.add_typer(runs.runs_app, name="runs")
 

@@ -80,6 +80,13 @@ ZeroshotLimit = Annotated[
 BatchSize = Annotated[int, typer.Option(parser=_whole("--batch-size", 1), metavar="N", help="Zero-shot batch size.")]
 Device = Annotated[str, typer.Option(help="auto, cpu or cuda[:i]; with auto and several GPUs a grid runs one per GPU.")]
 Dtype = Annotated[str, typer.Option(help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.")]
+Offload = Annotated[
+    str,
+    typer.Option(
+        help="Decoder layers read from the safetensors shards one at a time: disk, none, or auto (when the model "
+        "would take over 70% of available memory)."
+    ),
+]
 SquaredWeight = Annotated[bool, typer.Option(help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md).")]
 Fidelity = Annotated[
     bool,
@@ -161,6 +168,7 @@ RUN_SETTINGS = (
     "batch_size",
     "device",
     "dtype",
+    "offload",
     "squared_weight",
     "fidelity",
     "keep_masks",

@@ -1,18 +1,23 @@
 """Saving a pruned model as a Hugging Face checkpoint (safetensors, config, tokenizer).
 
 acetui deletes nothing it did not make: ``--overwrite`` replaces only a folder that holds nothing but a
-checkpoint acetui could have written, never the working folder or the home folder. The checkpoint is
-written to a hidden sibling folder and renamed into place, so a full disk or an OS refusal leaves no
-half checkpoint behind.
+checkpoint acetui could have written, never the working folder or the home folder. Every save is atomic:
+it is written into a hidden sibling folder that is renamed to the asked name only once complete, so a
+full disk or an OS refusal leaves no half checkpoint that looks whole. A streamed model is written layer
+by layer (``LayerwiseCheckpoint``) as its layers are pruned.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+
+import torch
 
 from acetui_core.errors import UserError
 from acetui_core.models import quiet_transformers
@@ -24,6 +29,7 @@ _CHECKPOINT_FILE = re.compile(
     r"|vocab\.json|vocab\.txt|merges\.txt|tokenizer\.model|sentencepiece\.bpe\.model"
 )
 _TEMP_PREFIX = ".acetui-save-"
+INDEX_FILE = "model.safetensors.index.json"
 
 
 def _replaceable(path: Path, save: str) -> None:
@@ -65,33 +71,88 @@ def check_save_dir(save: str | None, overwrite: bool) -> None:
         raise UserError(f"--save folder {save} cannot be written ({error.strerror or error}).") from None
 
 
-def save_checkpoint(model, tokenizer, save: str, overwrite: bool) -> str:
-    """Write the checkpoint to a hidden sibling of ``save``, then rename it into place; return its path.
+class AtomicFolder:
+    """A folder written under a hidden sibling name and renamed into place by ``commit``; ``discard`` (or
+    a failure inside ``writing``) removes it and says, in one sentence, that nothing was saved."""
 
-    A failure (a full disk, a refusal of the OS) removes the partial copy and is one sentence."""
-    path = Path(save).expanduser().absolute()
-    check_save_dir(save, overwrite)
-    temporary = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=path.parent))
-        with quiet_transformers():
-            model.save_pretrained(temporary, safe_serialization=True)
-            tokenizer.save_pretrained(temporary)
-        if path.is_dir() and any(path.iterdir()):  # checked by check_save_dir: a checkpoint, and --overwrite
-            previous = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=path.parent))
-            os.replace(path, previous)  # the empty folder mkdtemp made is replaced
-            os.replace(temporary, path)
+    def __init__(self, save: str, overwrite: bool):
+        check_save_dir(save, overwrite)
+        self.path = Path(save).expanduser().absolute()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.temp = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=self.path.parent))
+
+    @contextmanager
+    def writing(self):
+        try:
+            yield self.temp
+        except (UserError, KeyboardInterrupt):
+            self.discard()
+            raise
+        except Exception as error:  # a full disk is an OSError from Python, a SafetensorError from safetensors
+            self.discard()
+            reason = getattr(error, "strerror", None) or str(error).splitlines()[0][:160] or type(error).__name__
+            raise UserError(
+                f"Saving the pruned model to {self.path} failed ({reason}); no partial checkpoint was left."
+            ) from None
+        except BaseException:
+            self.discard()
+            raise
+
+    def commit(self) -> str:
+        if self.path.is_dir() and any(self.path.iterdir()):  # a checkpoint, and --overwrite (check_save_dir)
+            previous = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=self.path.parent))
+            os.replace(self.path, previous)  # replaces the empty folder mkdtemp made
+            os.replace(self.temp, self.path)
             shutil.rmtree(previous, ignore_errors=True)
         else:
-            if path.is_dir():
-                path.rmdir()
-            os.replace(temporary, path)
-    except Exception as error:  # OSError, or the writers' own wrappers of one (safetensors raises its own type)
-        if temporary is not None:
-            shutil.rmtree(temporary, ignore_errors=True)
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error) or type(error).__name__
-        raise UserError(
-            f"Saving the pruned model to {save} failed ({reason}); no partial checkpoint was left."
-        ) from None
-    return str(path.resolve())
+            if self.path.is_dir():
+                self.path.rmdir()
+            os.replace(self.temp, self.path)
+        return str(self.path.resolve())
+
+    def discard(self) -> None:
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def save_checkpoint(model, tokenizer, save: str, overwrite: bool) -> str:
+    folder = AtomicFolder(save, overwrite)
+    with folder.writing() as temp, quiet_transformers():
+        model.save_pretrained(temp, safe_serialization=True)
+        tokenizer.save_pretrained(temp)
+    return folder.commit()
+
+
+class LayerwiseCheckpoint:
+    """A sharded safetensors checkpoint written one decoder layer at a time (one shard per layer, the
+    resident tensors in a last shard), with the index, config and tokenizer written last:
+    ``from_pretrained`` loads it like any other."""
+
+    def __init__(self, save: str, overwrite: bool, layers: int):
+        self.folder = AtomicFolder(save, overwrite)
+        self.shards = layers + 1
+        self.weight_map: dict[str, str] = {}
+        self.total = 0
+
+    def _write(self, number: int, tensors: dict[str, torch.Tensor]) -> None:
+        from safetensors.torch import save_file
+
+        name = f"model-{number:05d}-of-{self.shards:05d}.safetensors"
+        with self.folder.writing() as temp:
+            save_file({k: t.detach().cpu().contiguous() for k, t in tensors.items()}, temp / name, {"format": "pt"})
+        self.weight_map.update(dict.fromkeys(tensors, name))
+        self.total += sum(t.numel() * t.element_size() for t in tensors.values())
+
+    def write_layer(self, index: int, tensors: dict[str, torch.Tensor]) -> None:
+        self._write(index + 1, tensors)
+
+    def finish(self, resident: dict[str, torch.Tensor], model_config, tokenizer) -> str:
+        self._write(self.shards, resident)
+        with self.folder.writing() as temp:
+            index = {"metadata": {"total_size": self.total}, "weight_map": dict(sorted(self.weight_map.items()))}
+            model_config.save_pretrained(temp)
+            tokenizer.save_pretrained(temp)
+            (temp / INDEX_FILE).write_text(json.dumps(index, indent=2))
+        return self.folder.commit()
+
+    def discard(self) -> None:
+        self.folder.discard()

@@ -27,6 +27,9 @@ class RunConfig:
     batch_size: int = 8  # calibration windows per forward pass, and lm-eval's batch size
     device: str = "auto"
     dtype: str = "auto"
+    offload: str = (
+        "auto"  # decoder layers read from disk one at a time: "auto" (when the model would not fit), "none", "disk"
+    )
     squared_weight: bool = False  # VarP/ACE variant: |W|^2 in place of |W| (ACE.md, appendix)
     ria_alpha: float = 0.5
     fidelity: bool = False  # record each linear's and layer's output fidelity (``acetui_core.fidelity``)

@@ -35,13 +35,22 @@ def perplexity(
             raise Cancelled()
         stop = min(start + batch, windows)
         inputs = ids[start * seqlen : stop * seqlen].reshape(stop - start, seqlen).to(device)
-        logits = model(input_ids=inputs, use_cache=False).logits
-        loss = F.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.shape[-1]).float(), inputs[:, 1:].reshape(-1), reduction="none"
-        ).view(stop - start, seqlen - 1)
-        nll += (loss.mean(dim=1) * seqlen).sum().item()
+        nll += windows_nll(model(input_ids=inputs, use_cache=False).logits, inputs)
         if on_event:
             on_event(Stage("wikitext2", stop, windows))
+    return from_nll(nll, windows, seqlen), windows, total
+
+
+def windows_nll(logits: torch.Tensor, inputs: torch.Tensor) -> float:
+    """The summed NLL of a batch of windows: each window's mean next-token loss times its length."""
+    count, seqlen = inputs.shape
+    loss = F.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), inputs[:, 1:].reshape(-1), reduction="none"
+    ).view(count, seqlen - 1)
+    return (loss.mean(dim=1) * seqlen).sum().item()
+
+
+def from_nll(nll: float, windows: int, seqlen: int) -> float:
     mean_nll = nll / (windows * seqlen)
     # A model pruned to noise can exceed exp's range: its perplexity is reported as infinite, not a crash.
-    return (math.exp(mean_nll) if mean_nll < MAX_EXP else math.inf), windows, total
+    return math.exp(mean_nll) if mean_nll < MAX_EXP else math.inf

@@ -4,6 +4,7 @@ linears for each supported family, and device/dtype choices."""
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import platform
 from collections.abc import Callable
@@ -109,10 +110,14 @@ class Loaded:
     dtype: torch.dtype
     context_length: int
     fingerprint: str | None = None  # the model files' identity, or the hub revision
+    streamed: object | None = None  # a ``streaming.StreamedModel`` when decoder layers are read from disk
     _dense: dict = field(default_factory=dict, repr=False)
 
     def snapshot(self) -> None:
-        """Keep a CPU copy of every decoder linear's weight, so ``reset`` can undo a pruning run."""
+        """Keep a CPU copy of every decoder linear's weight, so ``reset`` can undo a pruning run (a streamed
+        model needs none: its dense weights are the shards on disk)."""
+        if self.streamed is not None:
+            return
         self._dense = {
             (i, name): cast(torch.Tensor, module.weight).detach().to("cpu", copy=True)
             for i, layer in enumerate(decoder_layers(self.model))
@@ -121,6 +126,8 @@ class Loaded:
 
     def reset(self) -> None:
         """Restore the dense weights captured by ``snapshot`` (compare/sweep prune one model repeatedly)."""
+        if self.streamed is not None:
+            return
         if not self._dense:
             raise RuntimeError("reset() needs snapshot() first")
         for i, layer in enumerate(decoder_layers(self.model)):
@@ -266,6 +273,18 @@ def _check_shards(folder: Path, expected: dict[str, tuple]) -> None:
     """Every safetensors shard must have a readable header whose tensors fit the configuration."""
     from safetensors import safe_open
 
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            listed = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise UserError(f"The checkpoint folder {folder} has an unreadable {index.name} ({error}).") from None
+        gone = sorted(name for name in listed if not (folder / name).is_file())
+        if gone:
+            raise UserError(
+                f"The checkpoint folder {folder} is incomplete: {gone[0]}"
+                f"{f' and {len(gone) - 1} more shard(s)' if len(gone) > 1 else ''}, named in {index.name}, is missing."
+            )
     for shard in sorted(folder.glob("*.safetensors")):
         try:
             with safe_open(str(shard), "pt") as tensors:

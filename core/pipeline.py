@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from acetui_core import histograms
 from acetui_core.allocation import outlier_ratio, owl_sparsities
@@ -20,7 +21,7 @@ from acetui_core.checkpoint import save_checkpoint
 from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration, wikitext2_test_ids
 from acetui_core.errors import Cancelled, UserError
-from acetui_core.evaluate import perplexity
+from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH, from_nll, perplexity, windows_nll
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.fidelity import OutputAgreement, linear_fidelity
 from acetui_core.maskfile import mask_writer
@@ -30,7 +31,6 @@ from acetui_core.models import (
     Loaded,
     decoder_layers,
     device_name,
-    load_model,
     prunable_linears,
     set_weight_matrix,
     weight_matrix,
@@ -49,6 +49,7 @@ from acetui_core.records import (
 from acetui_core.sparsegpt import obs_update, sparsegpt_prune
 from acetui_core.sparsity import Sparsity
 from acetui_core.stats import ColumnStats
+from acetui_core.streaming import LayerFeed, PrunedLayers, load_for_run, load_offloaded
 from acetui_core.validate import check_against_model, check_config, resolve_seqlen
 
 # Calibration windows go through a layer in batches of about this many tokens: enough rows for full-speed
@@ -97,6 +98,14 @@ def _activation_device(loaded: Loaded, windows: torch.Tensor, hidden_size: int) 
     return loaded.device if need < free / 4 else torch.device("cpu")
 
 
+def _keep(hidden: torch.Tensor, keep_on: torch.device) -> torch.Tensor:
+    """Hidden states where the layer loop keeps them: a GPU run whose activations do not fit on the GPU
+    keeps them in pinned CPU memory, so each batch's copy to the GPU is fast."""
+    if keep_on.type == "cpu" and hidden.device.type == "cuda":
+        return hidden.to("cpu").pin_memory()
+    return hidden.to(keep_on)
+
+
 @torch.no_grad()
 def _capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, keep_on) -> list[tuple]:
     """Run the model up to decoder layer 0 and keep, per batch, its hidden states and keyword arguments
@@ -109,7 +118,7 @@ def _capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, ke
     def grab(module, args, kwargs):
         hidden = args[0] if args else kwargs.pop("hidden_states")
         kwargs = {k: v for k, v in kwargs.items() if k not in ("past_key_value", "past_key_values", "use_cache")}
-        captured.append((hidden.to(keep_on), _to(kwargs, keep_on)))
+        captured.append((_keep(hidden, keep_on), _to(kwargs, keep_on)))
         raise _StopForward
 
     hook = layers[0].register_forward_pre_hook(grab, with_kwargs=True)
@@ -271,22 +280,28 @@ def _owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> l
     dense layers before it, scored with the chosen metric; then each layer's sparsity from its outlier
     ratio (``acetui_core.allocation``). Costs one more pass of statistics and forwards than pruning."""
     ratios = []
-    for index, layer in enumerate(layers):
-        emit(Stage("outlier ratios", index, len(layers)))
-        home = _module_device(layer)
-        device = home if hasattr(loaded.model, "hf_device_map") else loaded.device
-        layer.to(device)
-        linears = prunable_linears(layer)
-        stats = _layer_stats(index, layer, linears, inputs, loaded, config, method, device)
-        scores = [
-            _scores(method, _dense_weight(index, name, m), stats.get(name), config, f"layer {index} {name}")
-            for name, m in linears.items()
-        ]
-        ratios.append(outlier_ratio(scores, config.owl_m))
-        del scores
-        if inputs:
-            inputs = [(_layer_forward(layer, h, kw, device).to(h.device), kw) for h, kw in inputs]
-        layer.to(home)
+    feed = _feed(loaded)  # layers reach the compute device as in the pruning loop (streamed, or to a GPU)
+    try:
+        for index, layer in enumerate(layers):
+            emit(Stage("outlier ratios", index, len(layers)))
+            device = _module_device(layer) if feed is None else loaded.device
+            if feed is not None:
+                feed.enter(index)
+            linears = prunable_linears(layer)
+            stats = _layer_stats(index, layer, linears, inputs, loaded, config, method, device)
+            scores = [
+                _scores(method, _dense_weight(index, name, m), stats.get(name), config, f"layer {index} {name}")
+                for name, m in linears.items()
+            ]
+            ratios.append(outlier_ratio(scores, config.owl_m))
+            del scores
+            if inputs:
+                inputs = [(_keep(_layer_forward(layer, h, kw, device), h.device), kw) for h, kw in inputs]
+            if feed is not None:
+                feed.leave(index)
+    finally:
+        if feed is not None:
+            feed.close()
     emit(Stage("outlier ratios", len(layers), len(layers)))
     sizes = [sum(weight_matrix(m).numel() for m in prunable_linears(layer).values()) for layer in layers]
     allocated = owl_sparsities(ratios, sizes, sparsity.ratio, config.owl_lambda)
@@ -327,9 +342,11 @@ def prune(
     on_event=None,
     cancel: threading.Event | None = None,
     masks_path: Path | None = None,
+    release=None,
 ) -> Pruned:
     """Prune ``loaded.model`` in place; return the per-linear sparsities and timing. With
-    ``config.keep_masks`` the masks go to ``masks_path`` (``acetui_core.maskfile``)."""
+    ``config.keep_masks`` the masks go to ``masks_path`` (``acetui_core.maskfile``). ``release(index,
+    layer)`` sees each pruned layer before it leaves the compute device (a streamed run writes it out)."""
     if config.keep_masks and masks_path is None:
         raise UserError("--keep-masks needs a run store to keep the masks beside; run it through acetui prune.")
     emit = on_event or (lambda event: None)
@@ -367,30 +384,36 @@ def prune(
     if config.allocation == "owl":
         allocation = _owl_allocation(loaded, layers, inputs, config, method, sparsity, emit)
     summaries: list[LinearSparsity] = []
-    with mask_writer(masks_path if config.keep_masks else None) as masks:
-        for index, layer in enumerate(layers):
-            if cancel is not None and cancel.is_set():
-                raise Cancelled()
-            emit(LayerStarted(index, len(layers)))
-            layer_start = time.perf_counter()
-            home = _module_device(layer)
-            device = home if hasattr(loaded.model, "hf_device_map") else loaded.device
-            layer.to(device)
-            dense_outputs: list[torch.Tensor] | None = [] if config.fidelity and inputs else None
-            target = sparsity if allocation is None else Sparsity(ratio=allocation[index].sparsity)
-            linears, stats = _prune_layer(
-                index, layer, inputs, loaded, config, method, target, device, masks, dense_outputs
-            )
-            agreement = OutputAgreement() if dense_outputs is not None else None
-            if inputs:
-                inputs = _pruned_pass(layer, inputs, device, dense_outputs, agreement)
-                if calibration is not None:
-                    calibration.tokens_per_linear = max(s.tokens for s in stats.values())
-            layer.to(home)
-            fidelity = agreement.result() if agreement else None
-            seconds = time.perf_counter() - layer_start
-            emit(LayerPruned(LayerRecord(index, len(layers), seconds, linears, fidelity=fidelity)))
-            summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds) for r in linears]
+    feed = _feed(loaded, release)
+    try:
+        with mask_writer(masks_path if config.keep_masks else None) as masks:
+            for index, layer in enumerate(layers):
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled()
+                emit(LayerStarted(index, len(layers)))
+                layer_start = time.perf_counter()
+                device = _module_device(layer) if feed is None else loaded.device
+                if feed is not None:
+                    feed.enter(index)
+                dense_outputs: list[torch.Tensor] | None = [] if config.fidelity and inputs else None
+                target = sparsity if allocation is None else Sparsity(ratio=allocation[index].sparsity)
+                linears, stats = _prune_layer(
+                    index, layer, inputs, loaded, config, method, target, device, masks, dense_outputs
+                )
+                agreement = OutputAgreement() if dense_outputs is not None else None
+                if inputs:
+                    inputs = _pruned_pass(layer, inputs, device, dense_outputs, agreement)
+                    if calibration is not None:
+                        calibration.tokens_per_linear = max(s.tokens for s in stats.values())
+                if feed is not None:
+                    feed.leave(index)
+                fidelity = agreement.result() if agreement else None
+                seconds = time.perf_counter() - layer_start
+                emit(LayerPruned(LayerRecord(index, len(layers), seconds, linears, fidelity=fidelity)))
+                summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds) for r in linears]
+    finally:
+        if feed is not None:
+            feed.close()
     prune_seconds = time.perf_counter() - started
     if loaded.device.type == "cuda":
         torch.cuda.synchronize(loaded.device)
@@ -406,11 +429,19 @@ def _pruned_pass(layer, inputs, device, dense_outputs, agreement) -> list[tuple]
     when there are some, each dropped once compared."""
     outputs = []
     for hidden, kwargs in inputs:
-        out = _layer_forward(layer, hidden, kwargs, device).to(hidden.device)
+        out = _keep(_layer_forward(layer, hidden, kwargs, device), hidden.device)
         if agreement is not None:
             agreement.add(dense_outputs.pop(0), out)
         outputs.append((out, kwargs))
     return outputs
+
+
+def _feed(loaded: Loaded, release=None) -> LayerFeed | None:
+    """How layers reach the compute device: a ``LayerFeed``, or None for a model accelerate has already
+    spread over devices (compare/sweep reuse a model placed for evaluation), whose layers run where they are."""
+    if hasattr(loaded.model, "hf_device_map"):
+        return None
+    return LayerFeed(loaded.model, loaded.device, loaded.streamed, release)
 
 
 def _linear_sizes(layers) -> list[int]:
@@ -436,23 +467,91 @@ def place_for_eval(loaded: Loaded) -> None:
         dispatch_model(model, device_map=device_map)
 
 
-def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None) -> Evaluation:
+class _Replay(nn.Module):
+    """Stands in for the decoder stack: returns the hidden states a layer-by-layer pass already computed,
+    one batch per call, so the model's own forward applies its final norm and head (and whatever its
+    family adds there, such as Gemma's logit soft-capping)."""
+
+    def __init__(self, outputs: list[torch.Tensor], as_tuple: bool):
+        super().__init__()
+        self.outputs, self.as_tuple = iter(outputs), as_tuple
+
+    def forward(self, *args, **kwargs):
+        hidden = next(self.outputs)
+        return (hidden,) if self.as_tuple else hidden
+
+
+@torch.no_grad()
+def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_event=None, cancel=None):
+    """WikiText-2 perplexity of a model whose layers are read from ``streamed`` one at a time: every window
+    goes through layer 0, then all of them through layer 1, and so on, in the same batches as
+    ``evaluate.perplexity``'s full forward pass (and to the same numbers). Returns
+    ``(ppl, windows_used, windows_total)``."""
+    total = ids.numel() // seqlen
+    windows = min(total, limit) if limit else total
+    tokens = ids[: windows * seqlen].reshape(windows, seqlen)
+    batch = max(1, EVAL_TOKENS_PER_BATCH // seqlen)
+    hidden_size = loaded.model.get_input_embeddings().weight.shape[1]
+    inputs = _capture_layer0_inputs(loaded, tokens, batch, _activation_device(loaded, tokens, hidden_size))
+    layers = decoder_layers(loaded.model)
+    feed = LayerFeed(loaded.model, loaded.device, streamed)
+    as_tuple = False
+    try:
+        for index in range(len(layers)):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            if on_event:
+                on_event(Stage("wikitext2", index, len(layers)))
+            layer = feed.enter(index)
+            outputs = []
+            for hidden, kwargs in inputs:
+                out = layer(hidden.to(loaded.device), **_to(kwargs, loaded.device))
+                as_tuple = isinstance(out, tuple)
+                outputs.append(_keep(out[0] if as_tuple else out, hidden.device))
+            inputs = [(out, kwargs) for out, (_, kwargs) in zip(outputs, inputs, strict=True)]
+            feed.leave(index)
+    finally:
+        feed.close()
+    stack = layers._modules
+    layers._modules = {"0": _Replay([hidden.to(loaded.device) for hidden, _ in inputs], as_tuple)}
+    nll = 0.0
+    try:
+        for start in range(0, windows, batch):
+            window = tokens[start : start + batch].to(loaded.device)
+            nll += windows_nll(loaded.model(input_ids=window, use_cache=False).logits, window)
+    finally:
+        layers._modules = stack
+    if on_event:
+        on_event(Stage("wikitext2", len(layers), len(layers)))
+    return from_nll(nll, windows, seqlen), windows, total
+
+
+def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None, pruned_folder=None) -> Evaluation:
+    """Perplexity and zero-shot of the pruned model: ``loaded`` itself or, for a streamed run, the pruned
+    checkpoint in ``pruned_folder`` (perplexity layer by layer; zero-shot through accelerate's offloading)."""
     results = Evaluation()
     if not config.evals:
         return results
-    place_for_eval(loaded)
+    streamed = loaded.streamed.reading(pruned_folder) if loaded.streamed is not None else None
+    if streamed is None:
+        place_for_eval(loaded)
     device = loaded.device if not hasattr(loaded.model, "hf_device_map") else None
     if "wikitext2" in config.evals:
         seqlen = resolve_seqlen(config.eval_seqlen, loaded.context_length, "--eval-seqlen")
-        ppl, used, total = perplexity(
-            loaded.model, wikitext2_test_ids(loaded.tokenizer), seqlen, config.eval_limit, device, on_event, cancel
-        )
+        ids = wikitext2_test_ids(loaded.tokenizer)
+        if streamed is None:
+            ppl, used, total = perplexity(loaded.model, ids, seqlen, config.eval_limit, device, on_event, cancel)
+        else:
+            ppl, used, total = streamed_perplexity(loaded, streamed, ids, seqlen, config.eval_limit, on_event, cancel)
         results = replace(results, ppl_wikitext2=ppl, ppl_windows=used, ppl_partial=used < total, ppl_seqlen=seqlen)
     if "zeroshot" in config.evals:
         from acetui_core.zeroshot import evaluate_zeroshot
 
+        model = loaded.model
+        if streamed is not None:
+            model = load_offloaded(pruned_folder, loaded.dtype, loaded.device, pruned_folder.parent / "offload")
         results.zeroshot = evaluate_zeroshot(
-            loaded.model,
+            model,
             loaded.tokenizer,
             config.tasks,
             limit=config.zeroshot_limit,
@@ -474,23 +573,36 @@ def run(
     ``masks_path``: where ``--keep-masks`` keeps the masks."""
     config = check_config(config)
     if loaded is None:
-        loaded = load_model(config.model, device=config.device, dtype=config.dtype, on_event=on_event)
+        loaded = load_for_run(
+            config.model, device=config.device, dtype=config.dtype, offload=config.offload, on_event=on_event
+        )
     check_against_model(config, loaded.context_length)
-    pruned = prune(loaded, config, on_event, cancel, masks_path)
-    saved_to = None
-    try:  # saved before evaluation, so a failed or cancelled evaluation never loses the pruned model
-        if config.save:
+    with contextlib.ExitStack() as cleanup:
+        out = None  # a streamed run writes each pruned layer as it leaves: to --save, or to scratch for evaluation
+        if loaded.streamed is not None and (config.save or config.evals):
+            out = PrunedLayers(loaded, config.save, config.overwrite)
+            cleanup.callback(out.close)
+        pruned = prune(loaded, config, on_event, cancel, masks_path, release=out.release if out else None)
+        # Saved before evaluation, so a failed or cancelled evaluation never loses the pruned model.
+        pruned_folder = out.finish() if out else None
+        if out is None and config.save:
             saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite)
-        scores = evaluate(loaded, config, on_event, cancel)
-    except Cancelled:
-        raise
-    except Exception as error:  # the layers are recorded; say where the pruned weights are, or how to keep them
-        what = str(error) if isinstance(error, UserError) else f"Evaluation failed ({type(error).__name__}: {error})."
-        if saved_to:
-            what += f" The pruned model is saved in {saved_to}."
-        elif not config.save:
-            what += " The pruned weights were not kept; pass --save DIR to keep them next time."
-        raise UserError(what) from error
+        else:
+            saved_to = str(pruned_folder) if config.save else None
+        try:
+            scores = evaluate(loaded, config, on_event, cancel, pruned_folder)
+        except Cancelled:
+            raise
+        except Exception as error:  # the layers are recorded; say where the pruned weights are, or how to keep them
+            what = (
+                str(error) if isinstance(error, UserError) else f"Evaluation failed ({type(error).__name__}: {error})."
+            )
+            kept = (
+                f"The pruned model is saved in {saved_to}."
+                if saved_to
+                else "The pruned weights were not kept; pass --save DIR to keep them next time."
+            )
+            raise UserError(f"{what} {kept}") from error
     rss_mb, gpu_mb = _peak_memory(loaded.device)
     result = RunResult(
         model=config.model,

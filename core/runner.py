@@ -206,15 +206,17 @@ class ModelCache:
         self.key, self.loaded = None, None
 
     def get(self, config: RunConfig, on_event=None):
-        from acetui_core.models import load_model
+        from acetui_core.streaming import load_for_run
 
-        key = (config.model, config.device, config.dtype)
+        key = (config.model, config.device, config.dtype, config.offload)
         if key == self.key:
             self.loaded.reset()
             return self.loaded
         self.key = self.loaded = None
         gc.collect()  # let the previous model go before the next one arrives
-        loaded = load_model(config.model, device=config.device, dtype=config.dtype, on_event=on_event)
+        loaded = load_for_run(
+            config.model, device=config.device, dtype=config.dtype, offload=config.offload, on_event=on_event
+        )
         loaded.snapshot()
         self.key, self.loaded = key, loaded
         return loaded

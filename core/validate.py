@@ -24,6 +24,7 @@ from acetui_core.metrics import get_method
 from acetui_core.models import model_source, preflight, resolve_device, resolve_dtype
 from acetui_core.paths import data_dir, file_identity
 from acetui_core.sparsity import parse_sparsity
+from acetui_core.streaming import check_offload, streaming_folder
 
 GROUPS = ("row", "layer")
 VARP_SCALES = ("none", "rms", "max")
@@ -68,6 +69,8 @@ def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
     elif config.device not in ("auto", "cpu") and not config.device.startswith("cuda"):
         raise UserError(f"Unknown device '{config.device}'; use auto, cpu or cuda[:i].")
     resolve_dtype(config.dtype, torch.device("cpu"))  # checks the name; "auto" is decided where the run executes
+    if check_offload(config.offload) == "disk":
+        streaming_folder(config.model.strip(), config.offload)  # says why a model cannot stream
     check_save_dir(config.save, config.overwrite)
     context = preflight(config.model.strip())  # last: it reads the model's files
     if context is not None:

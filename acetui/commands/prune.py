@@ -97,6 +97,7 @@ def prune(
     batch_size: options.BatchSize = 8,
     device: options.Device = "auto",
     dtype: options.Dtype = "auto",
+    offload: options.Offload = "auto",
     squared_weight: options.SquaredWeight = False,
     fidelity: options.Fidelity = False,
     keep_masks: options.KeepMasks = False,

@@ -1,0 +1,94 @@
+"""``acetui plan``: what a run will cost, from the model's config alone, before starting it."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from acetui import options
+from acetui.commands.prune import default_model
+from acetui_core.config import RunConfig
+from acetui_core.metrics import METHODS
+from acetui_core.records import to_dict
+
+
+def _gib(count: int) -> str:
+    return f"{count / 2**30:.2f} GiB"
+
+
+def _count(number: int) -> str:
+    return f"{number / 1e9:.2f} B" if number >= 1e9 else f"{number / 1e6:.1f} M" if number >= 1e5 else f"{number:,}"
+
+
+def plan_table(plan, nsamples: int, seqlen) -> Table:
+    table = Table(title=f"plan: {plan.model}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    checkpoint = _gib(plan.checkpoint_bytes) + ("" if plan.checkpoint_on_disk else " (estimated from the config)")
+    where = (
+        "on the GPU" if plan.activations_on_gpu else "in CPU memory" + (" (pinned)" if plan.device == "cuda" else "")
+    )
+    rows = [
+        (
+            "parameters",
+            f"{_count(plan.parameters)} ({plan.family}, {plan.layers} layers of {_count(plan.layer_parameters)})",
+        ),
+        ("checkpoint", checkpoint),
+        ("device", f"{plan.device} ({plan.dtype})"),
+        (
+            "streaming",
+            "yes: decoder layers read from the shards one at a time"
+            if plan.streaming
+            else "no: the whole model in memory",
+        ),
+        ("calibration", f"{_gib(plan.calibration_bytes)} of activations ({nsamples} x {seqlen} tokens), {where}"),
+        (
+            "peak CPU memory",
+            f"{_gib(plan.peak_cpu_bytes)} (of which {_gib(plan.baseline_bytes)} Python, torch, transformers)",
+        ),
+    ]
+    if plan.peak_gpu_bytes is not None:
+        assumed = " (no GPU here: planned for an 80 GB card)" if plan.gpu_assumed else ""
+        rows.append(("peak GPU memory", _gib(plan.peak_gpu_bytes) + assumed))
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def plan(
+    model: options.Model = None,
+    method: Annotated[str, typer.Option("--method", "-m", help=f"One of: {', '.join(METHODS)}.")] = "ace",
+    nsamples: options.Nsamples = 128,
+    seqlen: Annotated[str, typer.Option(help="Calibration window length in tokens, or 'full'.")] = "16",
+    device: options.Device = "auto",
+    dtype: options.Dtype = "auto",
+    offload: options.Offload = "auto",
+    as_json: options.JsonOption = False,
+) -> None:
+    """What a run will cost, from the model's config alone: parameters, checkpoint size, streaming,
+    calibration activations, peak CPU and GPU memory."""
+    from acetui_core import parse
+    from acetui_core.metrics import get_method
+    from acetui_core.plan import plan_run
+    from acetui_core.streaming import check_offload
+
+    check_offload(offload)
+    config = RunConfig(
+        model=model or default_model(),
+        method=get_method(method).name,
+        sparsity="0.5",
+        nsamples=nsamples,
+        seqlen=parse.seqlen(seqlen),
+        device=device,
+        dtype=dtype,
+        offload=offload,
+    )
+    result = plan_run(config)
+    if as_json:
+        print(json.dumps(to_dict(result), indent=2))
+    else:
+        Console().print(plan_table(result, nsamples, config.seqlen))

@@ -1,0 +1,267 @@
+"""What pruning a 7B-70B model costs: random-weight bf16 checkpoints of real shapes, pruned with
+``--offload disk`` (one decoder layer in memory at a time), each method in a fresh process.
+
+    ACETUI_DATA_DIR=../shared/data .venv/bin/python bench/scale.py --shape llama-7b --layers 2
+
+Writes a checkpoint with the shape's widths and ``--layers K`` decoder layers (the shape's full depth by
+default) under ``--dir``, prunes it with each method, and prints per method: seconds per layer, total
+seconds (measured, or extrapolated from K layers to the full depth, and said so), peak CPU RSS, peak GPU
+memory, the ratio to the floor (two plain calibration passes through each layer plus one read of its
+weights, measured the same way) and, for LLaMA-7B, to the paper's A100 figures. The checkpoint is
+deleted afterwards unless ``--keep``.
+
+The vocabulary is SmolLM2's tokenizer's (49152 tokens, the tokenizer bundled with acetui) instead of
+LLaMA's 32000: the embeddings and head are 1.5x LLaMA's; the decoder layers, which are what is
+pruned, have the real shapes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+
+SHAPES = {  # hidden, intermediate, heads, key/value heads, layers, context
+    "llama-7b": dict(
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        num_hidden_layers=32,
+        max_position_embeddings=2048,
+    ),
+    "llama-2-13b": dict(
+        hidden_size=5120,
+        intermediate_size=13824,
+        num_attention_heads=40,
+        num_key_value_heads=40,
+        num_hidden_layers=40,
+        max_position_embeddings=4096,
+    ),
+    "llama-2-70b": dict(
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        num_hidden_layers=80,
+        max_position_embeddings=4096,
+    ),
+}
+# label -> (method, calibration length); "FL" is the shape's context (2048 for LLaMA-7B)
+METHODS = {
+    "wanda-16": ("wanda", 16),
+    "ace-16": ("ace", 16),
+    "ria-16": ("ria", 16),
+    "wanda-FL": ("wanda", "FL"),
+    "sparsegpt-FL": ("sparsegpt", "FL"),
+}
+PAPER_A100_7B = {"wanda-FL": 64.6, "wanda-16": 23.7, "ria-16": 33.2, "ace-16": 30.2}  # seconds, LLaMA-7B
+
+
+def write_checkpoint(folder: Path, shape: dict, layers: int) -> int:
+    """A random bf16 LLaMA checkpoint of ``shape`` (LlamaConfig's fields) with ``layers`` decoder layers,
+    written one layer per shard, never more than one layer in memory; returns its bytes."""
+    import torch
+    from accelerate import init_empty_weights
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    from acetui_core.paths import bundled_model
+
+    gguf = bundled_model()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = LlamaConfig(vocab_size=len(tokenizer), **{**shape, "num_hidden_layers": layers}, dtype="bfloat16")
+    with init_empty_weights():
+        skeleton = AutoModelForCausalLM.from_config(config)
+    groups: dict[str, dict] = {}
+    for name, tensor in skeleton.state_dict().items():
+        key = ".".join(name.split(".")[:3]) if name.startswith("model.layers.") else "rest"
+        groups.setdefault(key, {})[name] = tuple(tensor.shape)
+    folder.mkdir(parents=True, exist_ok=True)
+    weight_map, total = {}, 0
+    generator = torch.Generator().manual_seed(0)
+    for number, shapes in enumerate(groups.values(), 1):
+        tensors = {
+            name: (torch.ones(size) if "norm" in name else torch.randn(size, generator=generator) * 0.02).to(
+                torch.bfloat16
+            )
+            for name, size in shapes.items()
+        }
+        file = f"model-{number:05d}-of-{len(groups):05d}.safetensors"
+        save_file(tensors, folder / file, {"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, file))
+        total += sum(t.numel() * 2 for t in tensors.values())
+        del tensors
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return total
+
+
+def worker(checkpoint: str, label: str, nsamples: int, device: str) -> dict:
+    """One method in this process (``--worker``); the floor when ``label`` is "floor"."""
+    import torch
+
+    from acetui_core import pipeline
+    from acetui_core.config import RunConfig
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    method, seqlen = METHODS.get(label, ("wanda", 16))
+    if label == "floor-FL":
+        seqlen = "full"
+    config = RunConfig(
+        model=checkpoint,
+        method=method,
+        sparsity="0.5",
+        nsamples=nsamples,
+        seqlen="full" if seqlen == "FL" else seqlen,
+        evals=[],
+        device=device,
+        offload="disk",
+    )
+    if label.startswith("floor"):
+        seconds = floor(config)
+        gpu = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() and device != "cpu" else None
+    else:
+        result = pipeline.run(config)
+        seconds, gpu = result.prune_seconds, result.peak_gpu_mb
+    return {"seconds": seconds, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "gpu_mb": gpu}
+
+
+def floor(config) -> float:
+    """Seconds for what any sequential layer-wise method must do: read each layer's weights once and pass
+    the calibration tokens through it twice (statistics, then outputs for the next layer); no hooks, no
+    scoring."""
+    import torch
+
+    from acetui_core import pipeline
+    from acetui_core.data import calibration_windows, tokenized_calibration
+    from acetui_core.models import decoder_layers
+    from acetui_core.streaming import LayerFeed, load_for_run
+    from acetui_core.validate import resolve_seqlen
+
+    loaded = load_for_run(config.model, device=config.device, dtype=config.dtype, offload="disk")
+    seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
+    windows = calibration_windows(tokenized_calibration(loaded.tokenizer, "c4")[0], config.nsamples, seqlen, 0)
+    start = time.perf_counter()
+    inputs = pipeline._capture_layer0_inputs(
+        loaded, windows, max(1, pipeline.CALIB_TOKENS_PER_BATCH // seqlen), loaded.device
+    )
+    feed = LayerFeed(loaded.model, loaded.device, loaded.streamed)
+    with torch.no_grad():
+        for index in range(len(decoder_layers(loaded.model))):
+            layer = feed.enter(index)
+            for _ in range(2):
+                outputs = [pipeline._layer_forward(layer, h, kw, loaded.device) for h, kw in inputs]
+            inputs = [(o, kw) for o, (_, kw) in zip(outputs, inputs, strict=True)]
+            feed.leave(index)
+    feed.close()
+    if loaded.device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def run_worker(checkpoint: Path, label: str, nsamples: int, device: str) -> dict:
+    done = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            label,
+            "--checkpoint",
+            str(checkpoint),
+            "--nsamples",
+            str(nsamples),
+            "--device",
+            device,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        sys.exit(f"{label} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=SHAPES, default="llama-7b")
+    parser.add_argument("--layers", type=int, default=None, help="decoder layers to write and prune (default: all)")
+    parser.add_argument("--methods", default="wanda-16,ace-16,wanda-FL,sparsegpt-FL")
+    parser.add_argument("--nsamples", type=int, default=128, help="calibration windows of the -16 methods")
+    parser.add_argument("--fl-samples", type=int, default=128, help="calibration windows of the FL methods")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dir", default=None, help="where to write the checkpoint (default: a temporary folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the checkpoint afterwards")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.checkpoint, args.worker, args.nsamples, args.device)))
+        return
+
+    shape = SHAPES[args.shape]
+    depth = shape["num_hidden_layers"]
+    layers = args.layers or depth
+    labels = [label.strip() for label in args.methods.split(",")]
+    unknown = [label for label in labels if label not in METHODS]
+    if unknown:
+        sys.exit(f"unknown method {unknown[0]}; use {', '.join(METHODS)}")
+    folder = Path(args.dir or tempfile.mkdtemp(prefix=f"acetui-scale-{args.shape}-"))
+    started = time.perf_counter()
+    size = write_checkpoint(folder / "model", shape, layers)
+    print(
+        f"wrote {size / 2**30:.2f} GiB ({layers} of {depth} layers) in {time.perf_counter() - started:.0f} s "
+        f"to {folder / 'model'}",
+        file=sys.stderr,
+    )
+    try:
+        rows = []
+        floors = {}
+        for label in labels:
+            full = METHODS[label][1] == "FL"
+            nsamples = args.fl_samples if full else args.nsamples
+            kind = "floor-FL" if full else "floor-16"
+            if kind not in floors:
+                floors[kind] = run_worker(folder / "model", kind, nsamples, args.device)
+            measured = run_worker(folder / "model", label, nsamples, args.device)
+            rows.append((label, nsamples, measured, floors[kind]))
+            print(f"{label}: {measured}", file=sys.stderr)
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    print(table(args.shape, rows, layers, depth, shape["max_position_embeddings"]))
+
+
+def table(shape: str, rows, layers: int, depth: int, context: int) -> str:
+    scale = depth / layers
+    total = "total s" if layers == depth else f"total s (extrapolated from {layers} of {depth} layers)"
+    lines = [
+        f"| {shape} | windows | s/layer | {total} | peak RSS MiB | peak GPU MiB | x floor | x paper A100 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, nsamples, measured, floor_run in rows:
+        length = context if label.endswith("FL") else 16
+        per_layer = measured["seconds"] / layers
+        paper = PAPER_A100_7B.get(label) if shape == "llama-7b" else None
+        gpu = f"{measured['gpu_mb']:.0f}" if measured["gpu_mb"] is not None else "-"
+        lines.append(
+            f"| {label} | {nsamples}x{length} | {per_layer:.1f} | {per_layer * depth if scale != 1 else measured['seconds']:.0f} "
+            f"| {measured['rss_mb']:.0f} | {gpu} | {measured['seconds'] / floor_run['seconds']:.2f} "
+            f"| {f'{per_layer * depth / paper:.1f}' if paper else '-'} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""What a run will cost, from the model's config alone (``acetui plan``): parameters, checkpoint size,
+whether it streams, the calibration activations, and the peak CPU and GPU memory to expect.
+
+The peaks add up what the layer loop holds at its fullest (ACE.md, "The pipeline"): what stays resident
+(the whole model, or with streaming only embeddings, final norm and head), the decoder layers in flight
+(the current one, the next one being prefetched, the previous one being written out), the calibration
+activations entering and leaving a layer, and the scratch of scoring the largest linear. The process's
+own memory (Python, torch, transformers) is measured, not guessed: it is this process's RSS now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+import torch
+
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.metrics import get_method
+from acetui_core.models import _context_length, decoder_layers, model_source, prunable_linears, resolve_dtype
+from acetui_core.streaming import checkpoint_bytes, local_checkpoint, streaming_folder
+from acetui_core.validate import resolve_seqlen
+
+SCORE_BYTES_PER_WEIGHT = 24  # scoring one linear: float32 weight copy, |W|, scores, the kthvalue cut and its masks
+ASSUMED_GPU_BYTES = 80 * 2**30  # planning for a GPU this machine does not have: an 80 GB card
+
+
+@dataclass
+class Plan:
+    model: str
+    family: str
+    parameters: int
+    layers: int
+    layer_parameters: int  # one decoder layer
+    resident_parameters: int  # embeddings, final norm and head
+    checkpoint_bytes: int
+    checkpoint_on_disk: bool  # measured from the files; else parameters times the config's dtype
+    device: str
+    dtype: str
+    streaming: bool
+    calibration_bytes: int  # one copy of the hidden states of every calibration token
+    activations_on_gpu: bool | None  # None on the CPU
+    baseline_bytes: int  # this process: Python, torch, transformers
+    peak_cpu_bytes: int
+    peak_gpu_bytes: int | None
+    gpu_assumed: bool = False  # planned for a GPU this machine does not have (an 80 GB card)
+
+
+def _config(source: str):
+    from transformers import AutoConfig
+
+    kind, path = model_source(source)
+    try:
+        if kind == "gguf":
+            return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        return AutoConfig.from_pretrained(str(local_checkpoint(source) or path))
+    except Exception as error:  # offline hub id, damaged config: many kinds
+        raise UserError(f"Could not read the configuration of {source} ({type(error).__name__}).") from None
+
+
+def _skeleton(config):
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights():
+        return AutoModelForCausalLM.from_config(config)
+
+
+def _bytes(dtype) -> int:
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.removeprefix("torch."), torch.bfloat16)
+    return dtype.itemsize if isinstance(dtype, torch.dtype) else 2
+
+
+def plan_run(run: RunConfig) -> Plan:
+    config = _config(run.model)
+    model = _skeleton(config)
+    layers = decoder_layers(model)
+    parameters = sum(p.numel() for p in model.parameters())  # a tied head is counted once
+    layer_parameters = sum(p.numel() for p in layers[0].parameters())
+    resident = parameters - layer_parameters * len(layers)
+    largest = max(m.weight.numel() for m in prunable_linears(layers[0]).values())
+    widest = max(m.weight.shape[1] for m in prunable_linears(layers[0]).values())
+    linears_in = [m.weight.shape[1] for m in prunable_linears(layers[0]).values()]
+
+    on_gpu = run.device.startswith("cuda") or (run.device == "auto" and torch.cuda.is_available())
+    if run.dtype == "auto":  # what resolve_dtype picks, without asking a GPU this machine may not have
+        dtype = torch.bfloat16 if on_gpu else torch.float32
+    else:
+        dtype = resolve_dtype(run.dtype, torch.device("cpu"))
+    size = dtype.itemsize
+    stored = _bytes(getattr(config, "dtype", None) or torch.bfloat16)
+    kind, path = model_source(run.model)
+    folder = local_checkpoint(run.model) if kind != "gguf" else None
+    if kind == "gguf":
+        on_disk = path.stat().st_size
+    else:
+        on_disk = checkpoint_bytes(folder) if folder is not None else parameters * stored
+    streaming = streaming_folder(run.model, run.offload, dtype) is not None
+
+    method = get_method(run.method)
+    calibration = 0
+    if method.needs_activations:
+        seqlen = resolve_seqlen(run.seqlen, _context_length(config))
+        calibration = run.nsamples * seqlen * config.hidden_size * size
+    scoring = SCORE_BYTES_PER_WEIGHT * largest
+    statistics = 4 * sum(d * d for d in linears_in) if method.score is None else 0  # SparseGPT's X^T X per linear
+    if method.score is None:
+        scoring += 3 * 4 * widest * widest  # its Hessian's inverse and Cholesky factor
+
+    gpu_free = None
+    if on_gpu:
+        gpu_free = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else ASSUMED_GPU_BYTES
+    activations_on_gpu = on_gpu and 2 * calibration < gpu_free / 4
+    baseline = psutil.Process().memory_info().rss
+    layer = layer_parameters * size
+    if streaming:
+        # resident parts; the current layer and the prefetched next one (each read in the checkpoint's dtype
+        # first), on a GPU also their pinned staging copies; the pruned layer cast back to be written out
+        held = resident * size + (2 * layer if not on_gpu else 3 * layer) + layer_parameters * stored
+    else:
+        held = parameters * size
+    cpu = baseline + held + (0 if activations_on_gpu else 2 * calibration)
+    if not on_gpu:
+        cpu += scoring + statistics
+    gpu = None
+    if on_gpu:
+        gpu = resident * size + 2 * layer + scoring + statistics + (2 * calibration if activations_on_gpu else 0)
+    return Plan(
+        model=run.model,
+        family=config.model_type,
+        parameters=parameters,
+        layers=len(layers),
+        layer_parameters=layer_parameters,
+        resident_parameters=resident,
+        checkpoint_bytes=on_disk,
+        checkpoint_on_disk=kind == "gguf" or folder is not None,
+        device="cuda" if on_gpu else "cpu",
+        dtype=str(dtype).removeprefix("torch."),
+        streaming=streaming,
+        calibration_bytes=calibration,
+        activations_on_gpu=activations_on_gpu if on_gpu else None,
+        baseline_bytes=baseline,
+        peak_cpu_bytes=cpu,
+        peak_gpu_bytes=gpu,
+        gpu_assumed=on_gpu and not torch.cuda.is_available(),
+    )

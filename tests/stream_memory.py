@@ -1,0 +1,63 @@
+"""Run by test_streaming in a fresh process: prune MODEL with --offload disk into OUT and print, as one JSON
+line, the interpreter's baseline RSS, the run's peak RSS, what ``acetui plan`` predicted, and the row
+sparsities of the saved checkpoint.
+
+    python tests/stream_memory.py MODEL OUT
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+
+import psutil
+import torch
+from transformers import AutoTokenizer
+
+from acetui_core import pipeline
+from acetui_core.config import RunConfig
+from acetui_core.data import tokenized_calibration
+from acetui_core.plan import plan_run
+
+model, out = sys.argv[1:3]
+torch.set_num_threads(2)
+config = RunConfig(
+    model=model,
+    method="wanda",
+    sparsity="0.5",
+    nsamples=16,
+    seqlen=16,
+    evals=[],
+    device="cpu",
+    offload="disk",
+    save=out,
+)
+# The calibration corpus is tokenized (and cached) before the baseline is taken: its lists of token ids
+# are the same whatever the model's size, and lazy tokenization is another change's business.
+tokenized_calibration(AutoTokenizer.from_pretrained(model), config.calib)
+planned = plan_run(config)  # measures this process's RSS as its baseline, as the run will start from it
+baseline = psutil.Process().memory_info().rss
+result = pipeline.run(config)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from acetui_core.models import decoder_layers, prunable_linears  # noqa: E402
+
+pruned = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
+rows = set()
+for layer in decoder_layers(pruned):
+    for module in prunable_linears(layer).values():
+        rows.update(((module.weight == 0).sum(dim=1) / module.weight.shape[1]).unique().tolist())
+print(
+    json.dumps(
+        {
+            "baseline_rss": baseline,
+            "peak_rss": peak,
+            "planned_cpu": planned.peak_cpu_bytes,
+            "reported_rss": result.peak_rss_mb * 2**20,
+            "row_sparsities": sorted(rows),
+        }
+    )
+)
