@@ -491,7 +491,7 @@ def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_ev
     windows = min(total, limit) if limit else total
     tokens = ids[: windows * seqlen].reshape(windows, seqlen)
     batch = max(1, EVAL_TOKENS_PER_BATCH // seqlen)
-    hidden_size = loaded.model.get_input_embeddings().weight.shape[1]
+    hidden_size = loaded.model.config.hidden_size
     inputs = _capture_layer0_inputs(loaded, tokens, batch, _activation_device(loaded, tokens, hidden_size))
     layers = decoder_layers(loaded.model)
     feed = LayerFeed(loaded.model, loaded.device, streamed)
@@ -585,6 +585,7 @@ def run(
         pruned = prune(loaded, config, on_event, cancel, masks_path, release=out.release if out else None)
         # Saved before evaluation, so a failed or cancelled evaluation never loses the pruned model.
         pruned_folder = out.finish() if out else None
+        saved_to: str | None
         if out is None and config.save:
             saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite)
         else:

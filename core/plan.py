@@ -11,6 +11,7 @@ own memory (Python, torch, transformers) is measured, not guessed: it is this pr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import torch
@@ -18,7 +19,14 @@ import torch
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import get_method
-from acetui_core.models import _context_length, decoder_layers, model_source, prunable_linears, resolve_dtype
+from acetui_core.models import (
+    _context_length,
+    decoder_layers,
+    model_source,
+    prunable_linears,
+    resolve_dtype,
+    weight_matrix,
+)
 from acetui_core.streaming import checkpoint_bytes, local_checkpoint, streaming_folder
 from acetui_core.validate import resolve_seqlen
 
@@ -53,7 +61,7 @@ def _config(source: str):
     kind, path = model_source(source)
     try:
         if kind == "gguf":
-            return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+            return AutoConfig.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name)
         return AutoConfig.from_pretrained(str(local_checkpoint(source) or path))
     except Exception as error:  # offline hub id, damaged config: many kinds
         raise UserError(f"Could not read the configuration of {source} ({type(error).__name__}).") from None
@@ -80,9 +88,10 @@ def plan_run(run: RunConfig) -> Plan:
     parameters = sum(p.numel() for p in model.parameters())  # a tied head is counted once
     layer_parameters = sum(p.numel() for p in layers[0].parameters())
     resident = parameters - layer_parameters * len(layers)
-    largest = max(m.weight.numel() for m in prunable_linears(layers[0]).values())
-    widest = max(m.weight.shape[1] for m in prunable_linears(layers[0]).values())
-    linears_in = [m.weight.shape[1] for m in prunable_linears(layers[0]).values()]
+    shapes = [weight_matrix(m).shape for m in prunable_linears(layers[0]).values()]
+    largest = max(d_out * d_in for d_out, d_in in shapes)
+    widest = max(d_in for _, d_in in shapes)
+    linears_in = [d_in for _, d_in in shapes]
 
     on_gpu = run.device.startswith("cuda") or (run.device == "auto" and torch.cuda.is_available())
     if run.dtype == "auto":  # what resolve_dtype picks, without asking a GPU this machine may not have
@@ -94,7 +103,7 @@ def plan_run(run: RunConfig) -> Plan:
     kind, path = model_source(run.model)
     folder = local_checkpoint(run.model) if kind != "gguf" else None
     if kind == "gguf":
-        on_disk = path.stat().st_size
+        on_disk = Path(path).stat().st_size
     else:
         on_disk = checkpoint_bytes(folder) if folder is not None else parameters * stored
     streaming = streaming_folder(run.model, run.offload, dtype) is not None
@@ -103,7 +112,7 @@ def plan_run(run: RunConfig) -> Plan:
     calibration = 0
     if method.needs_activations:
         seqlen = resolve_seqlen(run.seqlen, _context_length(config))
-        calibration = run.nsamples * seqlen * config.hidden_size * size
+        calibration = run.nsamples * seqlen * int(config.hidden_size) * size
     scoring = SCORE_BYTES_PER_WEIGHT * largest
     statistics = 4 * sum(d * d for d in linears_in) if method.score is None else 0  # SparseGPT's X^T X per linear
     if method.score is None:
@@ -112,7 +121,7 @@ def plan_run(run: RunConfig) -> Plan:
     gpu_free = None
     if on_gpu:
         gpu_free = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else ASSUMED_GPU_BYTES
-    activations_on_gpu = on_gpu and 2 * calibration < gpu_free / 4
+    activations_on_gpu = gpu_free is not None and 2 * calibration < gpu_free / 4
     baseline = psutil.Process().memory_info().rss
     layer = layer_parameters * size
     if streaming:

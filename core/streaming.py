@@ -15,9 +15,10 @@ import logging
 import shutil
 import tempfile
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import torch
@@ -26,6 +27,9 @@ from torch import nn
 from acetui_core.checkpoint import INDEX_FILE, LayerwiseCheckpoint
 from acetui_core.errors import UserError
 from acetui_core.models import decoder_layers, model_source
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 OFFLOAD_MODES = ("auto", "none", "disk")
 AUTO_FRACTION = 0.7  # --offload auto streams a model whose weights take more than this share of available memory
@@ -51,7 +55,8 @@ def local_checkpoint(source: str) -> Path | None:
         if not isinstance(cached, str):
             return None
         path = Path(cached).parent
-    return path if any(Path(path).glob("*.safetensors")) else None
+    folder = Path(path)
+    return folder if any(folder.glob("*.safetensors")) else None
 
 
 def streaming_folder(source: str, offload: str, dtype: torch.dtype = torch.bfloat16) -> Path | None:
@@ -230,7 +235,7 @@ def load_streamed(folder: Path, dtype: torch.dtype):
     return model, tokenizer, StreamedModel(shards, prefixes, base)
 
 
-def _tied(model: nn.Module, name: str) -> bool:
+def _tied(model: PreTrainedModel, name: str) -> bool:
     """Whether ``name`` is the output head tied to the input embeddings (checkpoints then omit it)."""
     head = model.get_output_embeddings()
     return (
@@ -267,7 +272,7 @@ class LayerFeed:
         self.idle = streamed is None and device.type == "cpu"
         self.side = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.pool = None if self.idle else ThreadPoolExecutor(1, thread_name_prefix="acetui-prefetch")
-        self.pending: dict[int, object] = {}
+        self.pending: dict[int, Future] = {}
         self.home: dict[str, torch.Tensor] = {}  # a resident layer's CPU tensors while it is on the GPU
 
     def _read(self, index: int) -> dict[str, torch.Tensor]:
@@ -290,7 +295,7 @@ class LayerFeed:
         return cpu, moved, (done, pinned)
 
     def _prefetch(self, index: int) -> None:
-        if 0 <= index < len(self.layers) and index not in self.pending:
+        if self.pool is not None and 0 <= index < len(self.layers) and index not in self.pending:
             self.pending[index] = self.pool.submit(self._stage, index)
 
     def enter(self, index: int) -> nn.Module:
@@ -398,7 +403,7 @@ class PrunedLayers:
         self.loaded, self.streamed = loaded, loaded.streamed
         self.scratch = None if save else tempfile.mkdtemp(prefix="acetui-pruned-")
         layers = len(self.streamed.prefixes)
-        self.checkpoint = LayerwiseCheckpoint(save or self.scratch, overwrite or bool(self.scratch), layers)
+        self.checkpoint = LayerwiseCheckpoint(str(save or self.scratch), overwrite or bool(self.scratch), layers)
         self.folder: Path | None = None
 
     def release(self, index: int, layer: nn.Module) -> None:
@@ -442,7 +447,7 @@ def load_offloaded(folder: Path, dtype: torch.dtype, device: torch.device, scrat
         "Zero-shot on a model that does not fit in memory runs through accelerate's disk offloading: "
         "every layer is read from disk for every batch, which is slow."
     )
-    memory = {"cpu": int(AUTO_FRACTION * psutil.virtual_memory().available)}
+    memory: dict[str | int, int] = {"cpu": int(AUTO_FRACTION * psutil.virtual_memory().available)}
     if device.type == "cuda":
         memory[device.index or 0] = int(0.8 * torch.cuda.mem_get_info(device)[0])
     return AutoModelForCausalLM.from_pretrained(
