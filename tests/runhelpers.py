@@ -160,3 +160,22 @@ def cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
         main()
     out, err = capsys.readouterr()
     return exit.value.code or 0, out, err
+
+
+def tiny_prune_command(model: str, *extra: str) -> list[str]:
+    """``acetui prune`` of a tiny model as a process of its own: Wanda on 4 windows, 2 evaluation windows."""
+    quick = [
+        "--method",
+        "wanda",
+        "--nsamples",
+        "4",
+        "--seqlen",
+        "16",
+        "--eval-limit",
+        "2",
+        "--eval-seqlen",
+        "64",
+        "--device",
+        "cpu",
+    ]
+    return [sys.executable, "-m", "acetui", "prune", model, *quick, *extra]

@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 from rich.console import Console
-from runhelpers import layer_event
+from runhelpers import layer_event, tiny_prune_command
 from textual.widgets import Checkbox, ContentSwitcher, DataTable, Footer, Input, RichLog, SelectionList, Static
 
 import acetui_themes as themes
@@ -351,25 +351,7 @@ async def test_a_folder_that_is_not_a_model_is_refused_before_any_run(store, tmp
 @pytest.mark.asyncio
 async def test_attach_to_a_run_started_from_the_cli(store, make_tiny_model):
     model = str(make_tiny_model("llama"))
-    command = [
-        sys.executable,
-        "-m",
-        "acetui",
-        "prune",
-        model,
-        "--method",
-        "wanda",
-        "--nsamples",
-        "4",
-        "--seqlen",
-        "16",
-        "--eval-limit",
-        "2",
-        "--eval-seqlen",
-        "64",
-        "--device",
-        "cpu",
-    ]
+    command = tiny_prune_command(model)
     env = {**os.environ, "ACETUI_HOME": str(store.path.parent)}
     with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as cli:
         deadline = time.monotonic() + 60

@@ -8,12 +8,11 @@ import contextlib
 import io
 import os
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
-from runhelpers import Clock, cli, insert_run, layer_event, result_for
+from runhelpers import Clock, cli, insert_run, layer_event, result_for, tiny_prune_command
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
 from textual.widgets import Input, RichLog, SelectionList, Static
@@ -140,26 +139,7 @@ async def test_no_key_on_any_screen_raises(store, monkeypatch, tmp_path, state):
 async def test_f2_opens_a_run_started_from_the_cli(store, make_tiny_model):
     model = str(make_tiny_model("llama"))
     finished_run(store)  # an older run: F2 must prefer the live one
-    command = [
-        sys.executable,
-        "-m",
-        "acetui",
-        "prune",
-        model,
-        "--method",
-        "wanda",
-        "--nsamples",
-        "4",
-        "--seqlen",
-        "16",
-        "--eval-limit",
-        "2",
-        "--eval-seqlen",
-        "64",
-        "--device",
-        "cpu",
-        "--detach",
-    ]
+    command = tiny_prune_command(model, "--detach")
     env = {**os.environ, "ACETUI_HOME": str(store.path.parent)}
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:

@@ -45,6 +45,12 @@ def readme_commands() -> list[tuple[list[str], list[str]]]:
     return commands
 
 
+def readme_files() -> dict[str, str]:
+    """The files the README shows in full: a ```python block whose first line is ``# NAME.py``."""
+    blocks = re.findall(r"^```python\n# (\S+\.py)\n(.*?)^```", README.read_text(), flags=re.M | re.S)
+    return {name: body for name, body in blocks}
+
+
 def test_the_readme_shows_the_commands_it_promises():
     words = [" ".join(command[:2]) for command, _ in readme_commands()]
     for expected in (
@@ -66,6 +72,8 @@ def test_every_readme_command_runs_word_for_word(make_tiny_model, tmp_path, monk
     (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))  # the README's lengths
     monkeypatch.setattr("acetui.commands.prune.bundled_model", lambda: model)
     monkeypatch.chdir(tmp_path)
+    for name, body in readme_files().items():  # the plug-in its commands name
+        (tmp_path / name).write_text(body)
     store = Store()
     for words, shown in readme_commands():
         finished = [run.id for run in store.list_runs(status="finished")]
