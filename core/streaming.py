@@ -10,6 +10,7 @@ on a side CUDA stream) while the current one is scored, so reads and transfers h
 from __future__ import annotations
 
 import copy
+import ctypes
 import json
 import logging
 import shutil
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 OFFLOAD_MODES = ("auto", "none", "disk")
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 AUTO_FRACTION = 0.7  # --offload auto streams a model whose weights take more than this share of available memory
 
 
@@ -368,6 +370,17 @@ def _numel(shape: tuple[int, ...]) -> int:
     return count
 
 
+def return_freed_layers_to_the_os() -> None:
+    """Serve every allocation of 1 MiB or more (a layer's weights, a batch's activations) by mmap, so it goes
+    back to the OS when freed. glibc otherwise raises its mmap threshold after the first large frees and
+    serves later layer-sized blocks from a heap that fragments and only grows: on a 56-layer checkpoint,
+    over 600 MB of RSS that no tensor held (tests/test_streaming.py measures it). No-op off glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 1 << 20)
+    except (OSError, AttributeError):
+        pass
+
+
 def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event=None):
     """Load ``source`` whole (``models.load_model``) or, when ``offload`` says so, streamed: a ``Loaded``
     whose decoder layers stay on disk until the layer loop needs them."""
@@ -382,6 +395,7 @@ def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event
         return load_model(source, device=device, dtype=dtype, on_event=on_event)
     if on_event:
         on_event(Stage("load", 0, 1))
+    return_freed_layers_to_the_os()
     model, tokenizer, streamed = load_streamed(folder, torch_dtype)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
