@@ -9,7 +9,7 @@ forward pass, running-mean ``scaler_row`` hooks, a full stable sort per row, a s
 layer's inputs) and ``llm-compressor`` (``oneshot`` with ``WandaPruningModifier``, run by
 ``--peer-python``, an interpreter where ``llmcompressor`` is installed; skipped with a note when none is).
 All load the same dense float32 checkpoint (written once from the GGUF into ``--checkpoint``) on the CPU
-with one torch thread; loading is not timed. Peak RSS is the child's ``ru_maxrss`` (``os.wait4``), so it
+with one torch thread; loading is not timed. Peak RSS is the child's own high-water mark (``VmHWM``), so it
 includes loading: the column "RSS loaded" says how much of it that is.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -160,7 +159,10 @@ def child(tool: str, checkpoint: str, windows_file: str) -> None:
     windows = torch.load(windows_file)
     prune = {"acetui": prune_acetui, "wanda-ref": prune_wanda_reference, "llm-compressor": prune_llm_compressor}
     report("seconds", prune[tool](checkpoint, windows))
-    report("peak_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # Linux reports KiB
+    # VmHWM, not ru_maxrss: the latter keeps the forking parent's high-water mark across exec. Read here
+    # rather than through acetui_core, which the peer's interpreter may not have.
+    with open("/proc/self/status") as status:
+        report("peak_mb", next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024)
 
 
 def run_child(python: str, tool: str, checkpoint: str, windows_file: str) -> dict:

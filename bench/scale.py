@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -114,6 +113,7 @@ def worker(checkpoint: str, label: str, nsamples: int, device: str) -> dict:
 
     from acetui_core import pipeline
     from acetui_core.config import RunConfig
+    from acetui_core.resources import peak_rss_mb
 
     torch.set_num_threads(os.cpu_count() or 1)
     method, seqlen = METHODS.get(label, ("wanda", 16))
@@ -135,7 +135,7 @@ def worker(checkpoint: str, label: str, nsamples: int, device: str) -> dict:
     else:
         result = pipeline.run(config)
         seconds, gpu = result.prune_seconds, result.peak_gpu_mb
-    return {"seconds": seconds, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "gpu_mb": gpu}
+    return {"seconds": seconds, "rss_mb": peak_rss_mb(), "gpu_mb": gpu}
 
 
 def floor(config) -> float:

@@ -8,7 +8,6 @@ the decoder stack.
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import time
 
@@ -19,6 +18,7 @@ from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration
 from acetui_core.models import decoder_layers, load_model
 from acetui_core.paths import bundled_model
+from acetui_core.resources import peak_rss_mb
 
 # (row label, method, calibration length: "16" or "FL")
 ROWS = [
@@ -104,7 +104,7 @@ def main() -> None:
             print(
                 f"ace-16 {sparsity}: {seconds[('ace-16', sparsity)]:.1f} s = {seconds[('ace-16', sparsity)] / floor:.2f} x floor (target <= 1.3)"
             )
-    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB", file=sys.stdout)
+    print(f"peak RSS {peak_rss_mb():.0f} MiB", file=sys.stdout)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ layers."""
 from __future__ import annotations
 
 import contextlib
-import resource
 import threading
 import time
 from dataclasses import dataclass, fields, replace
@@ -46,6 +45,7 @@ from acetui_core.records import (
     RunResult,
     TaskAccuracy,
 )
+from acetui_core.resources import peak_rss_mb
 from acetui_core.sparsegpt import obs_update, sparsegpt_prune
 from acetui_core.sparsity import Sparsity
 from acetui_core.stats import ColumnStats
@@ -309,7 +309,7 @@ def _owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> l
 
 
 def _peak_memory(device: torch.device) -> tuple[float, float | None]:
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    rss_mb = peak_rss_mb()
     gpu_mb = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     return rss_mb, gpu_mb
 

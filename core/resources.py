@@ -6,6 +6,7 @@ run executing in another process, even on another machine sharing the store's fo
 
 from __future__ import annotations
 
+import resource
 import sys
 import time
 from dataclasses import dataclass
@@ -60,3 +61,18 @@ def _gpu_fields() -> dict:
         "gpu_process_mb": torch.cuda.memory_reserved(device) / 2**20,
         "gpu_util_percent": util,
     }
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory since it started running its program. Linux's ``ru_maxrss``
+    keeps the high-water mark of the process that forked it across exec, so a run started by a 4 GB
+    pytest or app process would report 4 GB; ``VmHWM`` belongs to this program's address space alone."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # macOS reports bytes, Linux KiB

@@ -8,7 +8,6 @@ sparsities of the saved checkpoint.
 from __future__ import annotations
 
 import json
-import resource
 import sys
 
 import psutil
@@ -19,6 +18,7 @@ from acetui_core import pipeline
 from acetui_core.config import RunConfig
 from acetui_core.data import tokenized_calibration
 from acetui_core.plan import plan_run
+from acetui_core.resources import peak_rss_mb
 
 model, out = sys.argv[1:3]
 torch.set_num_threads(2)
@@ -39,7 +39,7 @@ tokenized_calibration(AutoTokenizer.from_pretrained(model), config.calib)
 planned = plan_run(config)  # measures this process's RSS as its baseline, as the run will start from it
 baseline = psutil.Process().memory_info().rss
 result = pipeline.run(config)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = peak_rss_mb() * 2**20  # not ru_maxrss: that keeps the pytest parent's high-water mark
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 

@@ -309,8 +309,10 @@ async def test_a_failing_run_shows_its_error(store, tmp_path, make_tiny_model):
 
         await pilot.press("f4")
         table = app.screen.query_one("#runs", DataTable)
-        await wait_for(pilot, lambda: table.row_count == 1, "the Runs list")
-        assert cell_texts(table)[0][1] == "failed"
+        # The list comes from the app's store poll, which may not have seen the run end yet.
+        await wait_for(
+            pilot, lambda: table.row_count == 1 and cell_texts(table)[0][1] == "failed", "the Runs list to say failed"
+        )
         assert recorded in str(app.screen.query_one("#run-detail", Static).render())
 
 

@@ -73,3 +73,18 @@ def test_the_heartbeat_records_a_sample(tmp_path):
             time.sleep(0.1)
     sample = from_dict(ResourceSample, store.get_run(run_id, layers=False).resources)
     assert sample.rss_mb > 10 and abs(sample.taken - time.time()) < 10
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the inherited high-water mark is Linux's")
+def test_a_run_started_by_a_large_process_reports_its_own_peak_memory():
+    """A run launched by a big parent (pytest late in the suite, the app) reports what it used itself:
+    ru_maxrss would report the parent's 400 MiB."""
+    import subprocess
+
+    held = bytearray(400 * 2**20)
+    held[::4096] = b"\1" * len(held[::4096])  # touch every page so it is resident
+    code = "from acetui_core.resources import peak_rss_mb; print(peak_rss_mb())"
+    child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert child < 300, child
+    assert resources.peak_rss_mb() > 400
+    del held
