@@ -72,7 +72,9 @@ def _skeleton(config):
     from transformers import AutoModelForCausalLM
 
     with init_empty_weights():
-        return AutoModelForCausalLM.from_config(config)
+        model = AutoModelForCausalLM.from_config(config)
+    model.tie_weights()  # on the meta device from_config leaves a tied head untied: it would count twice
+    return model
 
 
 def _bytes(dtype) -> int:

@@ -118,6 +118,32 @@ async def test_form_flags_bad_values_with_the_cli_sentence(store):
 
 
 @pytest.mark.asyncio
+async def test_the_form_says_what_its_runs_will_cost(store, make_tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    from acetui.app.summary import fmt_count
+
+    model = make_tiny_model("llama")
+    parameters = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model).parameters())
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await fill_form(pilot, str(model), ["wanda", "ace"], sparsity="0.5, 2:4")
+        cost = screen.query_one("#cost", Static)
+        shown = lambda: str(cost.render())  # noqa: E731
+        await wait_for(pilot, lambda: not shown().endswith("working it out…"), "the cost estimate")
+        assert shown().startswith(f"Cost: {fmt_count(parameters)} parameters · checkpoint ")
+        assert "peak CPU ≈ " in shown() and shown().endswith("whole model in memory")
+
+        screen.query_one("#model", Input).value = "some-org/not-in-the-cache"  # a hub id, offline here
+        await wait_for(pilot, lambda: shown().startswith("Cost unknown"), "the unknown cost")
+        assert shown() == "Cost unknown: Could not read the configuration of some-org/not-in-the-cache (OSError)."
+
+        screen.query_one("#sparsity", Input).value = "1.3"
+        await pilot.pause()
+        assert not cost.display  # nothing to estimate while a field is flagged
+
+
+@pytest.mark.asyncio
 async def test_zero_shot_fields_are_checked_only_when_zero_shot_is_on(store):
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:

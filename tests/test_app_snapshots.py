@@ -361,21 +361,27 @@ def test_run_nm_histogram(snap_compare, store, size):
     )
 
 
+def in_comparison(app) -> bool:
+    """The app has found the comparison of runs 1-3 (from its store poll): the title says "(k/3)"."""
+    return app.batch == ("run00001", "run00002", "run00003")
+
+
 def test_run_comparison(snap_compare, store):
     """The second run of a comparison: every run of it with its perplexity on the batch line."""
-    assert snap_compare(
-        make_app(store, attach="run00002"),
-        run_before=both(layer_rows(NUM_LAYERS), lambda app: app.batch == ("run00001", "run00002", "run00003")),
-    )
+    assert snap_compare(make_app(store, attach="run00002"), run_before=both(layer_rows(NUM_LAYERS), in_comparison))
 
 
 def test_run_variance_ticks(snap_compare, store):
     """Var[x²] over seven decades at 80 columns: compact ticks (1e3), not 20-character labels."""
-    assert snap_compare(make_app(store, attach="run00003"), press=["v"], run_before=until(layer_rows(NUM_LAYERS)))
+    assert snap_compare(
+        make_app(store, attach="run00003"), press=["v"], run_before=both(layer_rows(NUM_LAYERS), in_comparison)
+    )
 
 
 def test_run_config(snap_compare, store):
-    assert snap_compare(make_app(store, attach="run00003"), press=["i"], run_before=until(layer_rows(NUM_LAYERS)))
+    assert snap_compare(
+        make_app(store, attach="run00003"), press=["i"], run_before=both(layer_rows(NUM_LAYERS), in_comparison)
+    )
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -396,7 +402,9 @@ def test_help_on_results(snap_compare, store):
 
 def test_run_depth_plots_light(snap_compare, store):
     assert snap_compare(
-        make_app(store, theme="light", attach="run00003"), press=["s"], run_before=rows("#layers", NUM_LAYERS)
+        make_app(store, theme="light", attach="run00003"),
+        press=["s"],
+        run_before=both(layer_rows(NUM_LAYERS), in_comparison),
     )
 
 

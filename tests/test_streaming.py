@@ -209,7 +209,9 @@ def test_disk_full_mid_write_leaves_no_checkpoint(sharded, tmp_path, monkeypatch
     assert list(save.parent.iterdir()) == []
 
 
-def test_plan_prints_the_figures(sharded, monkeypatch, capsys):
+@pytest.mark.parametrize("tied", [False, True], ids=["own-head", "tied-head"])
+def test_plan_prints_the_figures(tied, tmp_path, tokenizer_dir, monkeypatch, capsys):
+    sharded = _checkpoint(tmp_path / "sharded", tokenizer_dir, tied=tied)
     code, out, _ = cli(monkeypatch, capsys, "plan", sharded, "--seqlen", "16", "--offload", "disk", "--json")
     assert code == 0
     plan = json.loads(out)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from statistics import median
+from typing import TYPE_CHECKING
 
 from textual.markup import escape
 
@@ -18,6 +19,9 @@ from acetui_core.records import LayerRecord, Spread, from_dict
 from acetui_core.resources import ResourceSample
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.store import RunRecord
+
+if TYPE_CHECKING:  # the plan module imports torch; the app's screens need only its figures
+    from acetui_core.plan import Plan
 
 # The theme colour of each run status (a theme variable, so every theme, ANSI too, has it).
 STATUS_COLOR = {
@@ -70,6 +74,27 @@ def fmt_mb(mb: float | None) -> str:
     if mb is None:
         return "–"
     return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
+
+
+def fmt_count(number: int) -> str:
+    return f"{number / 1e9:.2f} B" if number >= 1e9 else f"{number / 1e6:.1f} M" if number >= 1e5 else f"{number:,}"
+
+
+def cost_text(plans: list[Plan]) -> str:
+    """What the costliest of a form's runs will need (``acetui plan``'s figures), on one line."""
+    first = plans[0]
+    parts = [
+        f"{fmt_count(first.parameters)} parameters",
+        f"checkpoint {fmt_mb(first.checkpoint_bytes / 2**20)}",
+        f"peak CPU ≈ {fmt_mb(max(p.peak_cpu_bytes for p in plans) / 2**20)}",
+    ]
+    gpu = [p.peak_gpu_bytes for p in plans if p.peak_gpu_bytes is not None]
+    if gpu:
+        parts.append(
+            f"peak GPU ≈ {fmt_mb(max(gpu) / 2**20)}" + (" (planned for an 80 GB card)" if first.gpu_assumed else "")
+        )
+    parts.append("layers streamed from disk" if any(p.streaming for p in plans) else "whole model in memory")
+    return "Cost: " + " · ".join(parts)
 
 
 def ppl_text(run: RunRecord) -> str:

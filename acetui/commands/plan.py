@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from acetui import options
+from acetui.app.summary import fmt_count
 from acetui.commands.prune import default_model
 from acetui_core.config import RunConfig
 from acetui_core.metrics import METHODS
@@ -18,10 +19,6 @@ from acetui_core.records import to_dict
 
 def _gib(count: int) -> str:
     return f"{count / 2**30:.2f} GiB"
-
-
-def _count(number: int) -> str:
-    return f"{number / 1e9:.2f} B" if number >= 1e9 else f"{number / 1e6:.1f} M" if number >= 1e5 else f"{number:,}"
 
 
 def plan_table(plan, nsamples: int, seqlen) -> Table:
@@ -35,7 +32,7 @@ def plan_table(plan, nsamples: int, seqlen) -> Table:
     rows = [
         (
             "parameters",
-            f"{_count(plan.parameters)} ({plan.family}, {plan.layers} layers of {_count(plan.layer_parameters)})",
+            f"{fmt_count(plan.parameters)} ({plan.family}, {plan.layers} layers of {fmt_count(plan.layer_parameters)})",
         ),
         ("checkpoint", checkpoint),
         ("device", f"{plan.device} ({plan.dtype})"),

@@ -7,6 +7,7 @@ of the last start are remembered (``acetui.settings``) and come back at the next
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -22,8 +23,9 @@ from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, Opti
 from textual.widgets.option_list import Option
 from textual.widgets.select import InvalidSelectValueError
 from textual.widgets.selection_list import Selection
+from textual.worker import get_current_worker
 
-from acetui.app import form
+from acetui.app import form, summary
 from acetui.app.candidates import default_model, model_candidates, shorten
 from acetui.app.messages import CandidatesFound
 from acetui.app.widgets.marks import Tick, TickList
@@ -36,6 +38,7 @@ CANDIDATES_SHOWN = 3  # rows of model completions under the model field
 CANDIDATE_WIDTH = 64  # characters of a completion shown (its end: the file name matters most)
 CHOICES = ("group", "device", "dtype")  # the Select fields, remembered with the text fields
 TICKS = ("eval-wikitext2", "eval-zeroshot")
+COST_DELAY = 0.3  # seconds a cost estimate waits for the typing to stop
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,7 @@ class NewRunScreen(Screen):
             with Horizontal(id="start-row"):
                 yield Button("Start ▶", id="start", variant="primary", compact=True)
                 yield Static("", id="plan")
+            yield Static("", id="cost")
         yield Footer(show_command_palette=False, compact=True)
 
     # ---- composing fields ----
@@ -289,7 +293,33 @@ class NewRunScreen(Screen):
             configs = self.configs()
             runs = ", ".join(f"{c.label} {c.sparsity}" for c in configs)
             plan.update(escape(f"{len(configs)} run(s): {runs}"))
+        cost = self.query_one("#cost", Static)
+        cost.display = not bad
+        if not bad:
+            cost.update("[dim]Cost: working it out…[/]")
+            self.estimate_cost(configs)
         return bad
+
+    @work(thread=True, exclusive=True, group="cost")
+    def estimate_cost(self, configs: list) -> None:
+        """``acetui plan``'s figures for the form's runs, from the model's config alone; typing in a field
+        starts a new estimate, so this one waits a moment and gives up if it has been superseded."""
+        worker = get_current_worker()
+        time.sleep(COST_DELAY)
+        if worker.is_cancelled:
+            return
+        from acetui_core.plan import plan_run
+
+        # Runs that differ only in sparsity cost the same.
+        distinct = {(c.method, c.seqlen, c.nsamples): c for c in configs}.values()
+        try:
+            text = escape(summary.cost_text([plan_run(c) for c in distinct]))
+        except UserError as error:
+            text = f"[dim]Cost unknown: {escape(str(error))}[/]"
+        except Exception as error:  # an estimate is advice: a config transformers cannot build must not end the app
+            text = f"[dim]Cost unknown: the model's configuration could not be planned ({type(error).__name__}).[/]"
+        if not worker.is_cancelled:
+            self.app.call_from_thread(self.query_one("#cost", Static).update, text)
 
     def configs(self):
         """The run configurations the form describes (every relevant field must be valid)."""

@@ -158,7 +158,7 @@ class RunScreen(Screen):
         self._linear = 0
         self._log_ended = threading.Event()
         self.watch(self.app, "followed", self._follow)
-        self.app.runs_signal.subscribe(self, lambda runs: self._show_batch())
+        self.app.runs_signal.subscribe(self, lambda runs: self._runs_listed())
         self.set_interval(1.0, self._tick)
 
     # ---- following a run ----
@@ -241,13 +241,22 @@ class RunScreen(Screen):
             table.move_cursor(row=table.row_count - 1)
         self._replot()
 
-    def _show_status(self, run: RunRecord) -> None:
+    def _show_title(self, run: RunRecord) -> None:
         batch = self.app.batch
         place = f" ({batch.index(run.id) + 1}/{len(batch)})" if len(batch) > 1 and run.id in batch else ""
         self.query_one("#run-title", Static).update(
             f"[b]{escape(run.label)}[/b] · {run.config.sparsity} · {escape(model_name(run.config.model))} · "
             f"[${STATUS_COLOR[run.status]}]{run.status}[/] · run {run.id}{place}"
         )
+
+    def _runs_listed(self) -> None:
+        """The app's run list changed; the comparison the shown run belongs to may just have been found."""
+        if self._run is not None:
+            self._show_title(self._run)
+        self._show_batch()
+
+    def _show_status(self, run: RunRecord) -> None:
+        self._show_title(run)
         total = run.num_layers
         done = total if run.status == "finished" and total else run.layers_done
         bar = self.query_one("#progress", ProgressBar)
