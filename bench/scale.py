@@ -81,8 +81,9 @@ def write_checkpoint(folder: Path, shape: dict, layers: int) -> int:
     config = LlamaConfig(vocab_size=len(tokenizer), **{**shape, "num_hidden_layers": layers}, dtype="bfloat16")
     with init_empty_weights():
         skeleton = AutoModelForCausalLM.from_config(config)
+    skeleton.tie_weights()  # a tied head is not stored, as save_pretrained leaves it out
     groups: dict[str, dict] = {}
-    for name, tensor in skeleton.state_dict().items():
+    for name, tensor in skeleton.named_parameters():
         key = ".".join(name.split(".")[:3]) if name.startswith("model.layers.") else "rest"
         groups.setdefault(key, {})[name] = tuple(tensor.shape)
     folder.mkdir(parents=True, exist_ok=True)

@@ -42,12 +42,14 @@ def perplexity(
 
 
 def windows_nll(logits: torch.Tensor, inputs: torch.Tensor) -> float:
-    """The summed NLL of a batch of windows: each window's mean next-token loss times its length."""
-    count, seqlen = inputs.shape
-    loss = F.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), inputs[:, 1:].reshape(-1), reduction="none"
-    ).view(count, seqlen - 1)
-    return (loss.mean(dim=1) * seqlen).sum().item()
+    """The summed NLL of a batch of windows: each window's mean next-token loss times its length.
+
+    One window at a time: the batch's logits (tokens x vocabulary, 800 MB for 4096 tokens of a 49k
+    vocabulary) are the largest tensor of an evaluation, and a loss over the whole batch at once would
+    add a float32 copy and its log-softmax, two more of the same size."""
+    seqlen = inputs.shape[1]
+    losses = [F.cross_entropy(window[:-1].float(), ids[1:]) for window, ids in zip(logits, inputs, strict=True)]
+    return (torch.stack(losses) * seqlen).sum().item()
 
 
 def from_nll(nll: float, windows: int, seqlen: int) -> float:

@@ -4,7 +4,9 @@ whether it streams, the calibration activations, and the peak CPU and GPU memory
 The peaks add up what the layer loop holds at its fullest (ACE.md, "The pipeline"): what stays resident
 (the whole model, or with streaming only embeddings, final norm and head), the decoder layers in flight
 (the current one, the next one being prefetched, the previous one being written out), the calibration
-activations entering and leaving a layer, and the scratch of scoring the largest linear. The process's
+activations entering and leaving a layer, and the scratch of scoring the largest linear, or, when larger,
+the WikiText-2 evaluation's logits. A streamed evaluation also holds the hidden states of every window it
+evaluates, which the plan leaves out (their number is known only once the test set is tokenized). The process's
 own memory (Python, torch, transformers) is measured, not guessed: it is this process's RSS now.
 """
 
@@ -18,6 +20,7 @@ import torch
 
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
+from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH
 from acetui_core.metrics import get_method
 from acetui_core.models import (
     _context_length,
@@ -48,6 +51,8 @@ class Plan:
     dtype: str
     streaming: bool
     calibration_bytes: int  # one copy of the hidden states of every calibration token
+    evaluation_bytes: int  # WikiText-2: a batch's logits and one window's float32 log-probabilities
+    evaluation_tokens: int  # tokens in one evaluation batch (0: no perplexity)
     activations_on_gpu: bool | None  # None on the CPU
     baseline_bytes: int  # this process: Python, torch, transformers
     peak_cpu_bytes: int
@@ -120,6 +125,15 @@ def plan_run(run: RunConfig) -> Plan:
     if method.score is None:
         scoring += 3 * 4 * widest * widest  # its Hessian's inverse and Cholesky factor
 
+    evaluation = evaluation_tokens = 0
+    if "wikitext2" in run.evals:
+        eval_seqlen = resolve_seqlen(run.eval_seqlen, _context_length(config), "--eval-seqlen")
+        evaluation_tokens = max(1, EVAL_TOKENS_PER_BATCH // eval_seqlen) * eval_seqlen
+        vocabulary = int(config.vocab_size)
+        # a window's log-softmax in float32, and before it a float32 copy of its logits when they are not
+        log_probs = (1 if size == 4 else 2) * eval_seqlen * vocabulary * 4
+        evaluation = evaluation_tokens * vocabulary * size + log_probs
+
     gpu_free = None
     if on_gpu:
         gpu_free = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else ASSUMED_GPU_BYTES
@@ -134,10 +148,12 @@ def plan_run(run: RunConfig) -> Plan:
         held = parameters * size
     cpu = baseline + held + (0 if activations_on_gpu else 2 * calibration)
     if not on_gpu:
-        cpu += scoring + statistics
+        # The evaluation comes after pruning, with the same model held: the larger of the two phases.
+        cpu += max(scoring + statistics, evaluation)
     gpu = None
     if on_gpu:
-        gpu = resident * size + 2 * layer + scoring + statistics + (2 * calibration if activations_on_gpu else 0)
+        pruning = scoring + statistics + (2 * calibration if activations_on_gpu else 0)
+        gpu = resident * size + 2 * layer + max(pruning, evaluation)
     return Plan(
         model=run.model,
         family=config.model_type,
@@ -151,6 +167,8 @@ def plan_run(run: RunConfig) -> Plan:
         dtype=str(dtype).removeprefix("torch."),
         streaming=streaming,
         calibration_bytes=calibration,
+        evaluation_bytes=evaluation,
+        evaluation_tokens=evaluation_tokens,
         activations_on_gpu=activations_on_gpu if on_gpu else None,
         baseline_bytes=baseline,
         peak_cpu_bytes=cpu,

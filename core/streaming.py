@@ -232,7 +232,8 @@ def load_streamed(folder: Path, dtype: torch.dtype):
     tensors = shards.read({name: key for name, key in resident.items() if key is not None})
     for name, tensor in tensors.items():
         set_tensor(model, name, tensor)
-    model.tie_weights()
+    if tied:  # a head the checkpoint stores is kept, even under tie_word_embeddings, as from_pretrained keeps it
+        model.tie_weights()
     model.eval()
     return model, tokenizer, StreamedModel(shards, prefixes, base)
 

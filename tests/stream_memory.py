@@ -1,8 +1,9 @@
 """Run by test_streaming in a fresh process: prune MODEL with --offload disk into OUT and print, as one JSON
 line, the interpreter's baseline RSS, the run's peak RSS, what ``acetui plan`` predicted, and the row
-sparsities of the saved checkpoint.
+sparsities of the saved checkpoint. SETTINGS (JSON) replaces RunConfig fields, e.g. to load the model
+whole and evaluate it.
 
-    python tests/stream_memory.py MODEL OUT
+    python tests/stream_memory.py MODEL OUT [SETTINGS]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from acetui_core.resources import peak_rss_mb
 
 model, out = sys.argv[1:3]
 torch.set_num_threads(2)
-config = RunConfig(
+settings = dict(
     model=model,
     method="wanda",
     sparsity="0.5",
@@ -33,6 +34,7 @@ config = RunConfig(
     offload="disk",
     save=out,
 )
+config = RunConfig(**{**settings, **json.loads(sys.argv[3] if len(sys.argv) > 3 else "{}")})
 # The calibration corpus is tokenized (and cached) before the baseline is taken: its lists of token ids
 # are the same whatever the model's size, and lazy tokenization is another change's business.
 tokenized_calibration(AutoTokenizer.from_pretrained(model), config.calib)

@@ -96,6 +96,26 @@ def test_streamed_perplexity_equals_a_full_forward_pass(sharded):
     assert all(p.device.type == "meta" for layer in decoder_layers(streamed.model) for p in layer.parameters())
 
 
+def test_a_head_stored_beside_tied_embeddings_is_kept_as_from_pretrained_keeps_it(tmp_path, tokenizer_dir):
+    """A checkpoint of a tied model that stores its head anyway: the streamed model uses the stored head,
+    as from_pretrained (``--offload none``) does, so both give the same numbers."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    from acetui_core.streaming import load_streamed
+
+    folder = _checkpoint(tmp_path / "tied", tokenizer_dir, tied=True, shard="100GB")
+    shard = folder / "model.safetensors"
+    tensors = load_file(shard)
+    tensors["lm_head.weight"] = torch.randn_like(tensors["model.embed_tokens.weight"])
+    save_file(tensors, shard, metadata={"format": "pt"})
+
+    streamed, _, _ = load_streamed(folder, torch.float32)
+    whole = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    assert torch.equal(streamed.lm_head.weight, whole.lm_head.weight)
+    assert torch.equal(streamed.model.embed_tokens.weight, whole.model.embed_tokens.weight)
+
+
 def test_streamed_bf16_tied_checkpoint_saves_in_its_own_dtype(tmp_path, tokenizer_dir):
     """A bf16 checkpoint with tied embeddings (SmolLM's layout), pruned in float32 and written back in bf16:
     masking is exact in any dtype, so every row keeps exactly half its weights."""
@@ -222,6 +242,26 @@ def test_plan_prints_the_figures(tied, tmp_path, tokenizer_dir, monkeypatch, cap
     model = AutoModelForCausalLM.from_pretrained(sharded)
     assert plan["parameters"] == sum(p.numel() for p in model.parameters())
     assert plan["checkpoint_bytes"] == sum(f.stat().st_size for f in sharded.glob("*.safetensors"))
+
+
+def test_plan_counts_the_evaluation_logits(tmp_path, tokenizer_dir):
+    """A tiny model with a 49k vocabulary evaluated on 4096-token batches: the logits, not the weights,
+    set the peak, and the plan says so within 20%."""
+    from transformers import AutoTokenizer
+
+    model = _checkpoint(tmp_path / "tiny", tokenizer_dir)
+    settings = {"offload": "none", "evals": ["wikitext2"], "eval_seqlen": 64, "eval_limit": 64}
+    done = subprocess.run(
+        [sys.executable, str(TESTS / "stream_memory.py"), str(model), str(tmp_path / "out"), json.dumps(settings)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    logits = 4096 * len(AutoTokenizer.from_pretrained(tokenizer_dir)) * 4
+    assert report["peak_rss"] - report["baseline_rss"] > logits  # the phase the plan must cover
+    assert abs(report["planned_cpu"] - report["peak_rss"]) < 0.2 * report["peak_rss"], report
 
 
 @pytest.mark.slow

@@ -21,6 +21,13 @@ def _gib(count: int) -> str:
     return f"{count / 2**30:.2f} GiB"
 
 
+def _evaluation(plan) -> str:
+    if not plan.evaluation_tokens:
+        return "no perplexity"
+    text = f"{_gib(plan.evaluation_bytes)} of WikiText-2 logits (batches of {plan.evaluation_tokens} tokens)"
+    return text + (", plus the hidden states of every window it evaluates" if plan.streaming else "")
+
+
 def plan_table(plan, nsamples: int, seqlen) -> Table:
     table = Table(title=f"plan: {plan.model}", show_header=False)
     table.add_column(style="bold")
@@ -43,6 +50,7 @@ def plan_table(plan, nsamples: int, seqlen) -> Table:
             else "no: the whole model in memory",
         ),
         ("calibration", f"{_gib(plan.calibration_bytes)} of activations ({nsamples} x {seqlen} tokens), {where}"),
+        ("evaluation", _evaluation(plan)),
         (
             "peak CPU memory",
             f"{_gib(plan.peak_cpu_bytes)} (of which {_gib(plan.baseline_bytes)} Python, torch, transformers)",
@@ -64,10 +72,12 @@ def plan(
     device: options.Device = "auto",
     dtype: options.Dtype = "auto",
     offload: options.Offload = "auto",
+    evals: options.Evals = "wikitext2",
+    eval_seqlen: options.EvalSeqlen = None,
     as_json: options.JsonOption = False,
 ) -> None:
     """What a run will cost, from the model's config alone: parameters, checkpoint size, streaming,
-    calibration activations, peak CPU and GPU memory."""
+    calibration activations, evaluation logits, peak CPU and GPU memory."""
     from acetui_core import parse
     from acetui_core.metrics import get_method
     from acetui_core.plan import plan_run
@@ -83,6 +93,8 @@ def plan(
         device=device,
         dtype=dtype,
         offload=offload,
+        evals=parse.evals(evals),
+        eval_seqlen=eval_seqlen,
     )
     result = plan_run(config)
     if as_json:
