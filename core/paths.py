@@ -33,6 +33,19 @@ def data_dir() -> Path | None:
     return Path(value).expanduser().resolve() if value else None
 
 
+def content_identity(source: str | os.PathLike | None) -> str | None:
+    """The SHA-256 of a file's bytes (16 hex digits): a calibration file re-copied or re-downloaded with
+    the same text is the same file, which size and modification time cannot tell. Calibration files
+    are megabytes, so this is quick; models keep ``file_identity``. None for what is not a local file."""
+    if source is None or not Path(source).expanduser().is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(Path(source).expanduser(), "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
 def file_identity(source: str | os.PathLike | None) -> str | None:
     """Size and modification time of a file, or of a folder's files: tells two versions of "the same"
     model or calibration file apart. None for what is not a local path (a hub id)."""

@@ -34,7 +34,7 @@ from acetui_core.models import (
     set_weight_matrix,
     weight_matrix,
 )
-from acetui_core.paths import file_identity
+from acetui_core.paths import content_identity
 from acetui_core.plugins import check_scores
 from acetui_core.records import (
     Calibration,
@@ -368,7 +368,11 @@ def prune(
         ids, source = tokenized_calibration(loaded.tokenizer, config.calib)
         windows = calibration_windows(ids, config.nsamples, seqlen, config.seed)
         calibration = Calibration(
-            source=source, nsamples=config.nsamples, seqlen=seqlen, seed=config.seed, fingerprint=file_identity(source)
+            source=source,
+            nsamples=config.nsamples,
+            seqlen=seqlen,
+            seed=config.seed,
+            fingerprint=content_identity(source),
         )
         emit(Stage("calibration", config.nsamples, config.nsamples))
 

@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -192,3 +193,25 @@ def test_calibration_statistics_hold_no_autograd_graph(make_tiny_model, method):
         assert s.tokens == 2 * SEQLEN
         assert not s.sq.requires_grad and not s.q.requires_grad
         assert s.xtx is None or not s.xtx.requires_grad
+
+
+def test_a_calibration_file_is_known_by_its_content(make_tiny_model, calib_file, tmp_path):
+    """A results table must not split runs whose calibration text is the same file re-copied (a new
+    modification time), and must split them when the text changed."""
+    import os
+    import shutil
+
+    model = load_model(str(make_tiny_model("llama")), device="cpu", dtype="float32")
+    copy = tmp_path / "copy.jsonl"
+    shutil.copy(calib_file, copy)
+    os.utime(copy, ns=(1, 1))
+
+    def fingerprint(path):
+        result = pipeline.run(config(model.source, "wanda", calib=str(path)), loaded=model)
+        return result.calibration.fingerprint
+
+    assert fingerprint(calib_file) == fingerprint(copy)
+    edited = tmp_path / "edited.jsonl"
+    lines = Path(calib_file).read_text().splitlines()
+    edited.write_text("\n".join(lines[:-1]) + "\n")
+    assert fingerprint(edited) != fingerprint(calib_file)
