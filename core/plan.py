@@ -12,6 +12,7 @@ own memory (Python, torch, transformers) is measured, not guessed: it is this pr
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from acetui_core.models import (
     resolve_dtype,
     weight_matrix,
 )
+from acetui_core.paths import file_identity
 from acetui_core.streaming import checkpoint_bytes, local_checkpoint, streaming_folder
 from acetui_core.validate import resolve_seqlen
 
@@ -61,6 +63,14 @@ class Plan:
 
 
 def _config(source: str):
+    kind, path = model_source(source)
+    return _read_config(source, file_identity(local_checkpoint(source) or path) if kind != "hub" else None)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_config(source: str, _identity: str | None):
+    """The model's config, read once per version of its files: reading a GGUF's takes seconds, and the
+    New run form plans again at every change of a field."""
     from transformers import AutoConfig
 
     kind, path = model_source(source)
