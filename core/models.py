@@ -252,11 +252,10 @@ def _preflight(kind: str, path: str, _identity: str | None) -> int | None:
             return None
         path = str(Path(cached).parent)
     try:
-        from accelerate import init_empty_weights
         from transformers import AutoConfig, AutoModelForCausalLM
 
         config = AutoConfig.from_pretrained(path)
-        with init_empty_weights():
+        with torch.device("meta"):  # per thread, unlike init_empty_weights (the New run form checks in a thread)
             skeleton = AutoModelForCausalLM.from_config(config)
         expected = {name: tuple(tensor.shape) for name, tensor in skeleton.state_dict().items()}
         _check_shards(Path(path), expected)

@@ -83,10 +83,12 @@ def _read_config(source: str, _identity: str | None):
 
 
 def _skeleton(config):
-    from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
-    with init_empty_weights():
+    # torch's device context is per thread; accelerate's init_empty_weights patches nn.Module for the whole
+    # process, so an estimate in the New run form's thread would put any model built meanwhile (or, when
+    # two estimates overlap, every later one) on the meta device.
+    with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     model.tie_weights()  # on the meta device from_config leaves a tied head untied: it would count twice
     return model

@@ -244,6 +244,29 @@ def test_plan_prints_the_figures(tied, tmp_path, tokenizer_dir, monkeypatch, cap
     assert plan["checkpoint_bytes"] == sum(f.stat().st_size for f in sharded.glob("*.safetensors"))
 
 
+def test_planning_in_threads_leaves_every_other_model_real(tmp_path, tokenizer_dir):
+    """The New run form plans in threads while the app (or a test) builds models: no model built meanwhile
+    or afterwards may end up on the meta device (accelerate's init_empty_weights patches nn.Module for the
+    whole process, and overlapping uses can leave it patched)."""
+    import threading
+
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from acetui_core.plan import plan_run
+
+    folder = _checkpoint(tmp_path / "plan", tokenizer_dir)
+    config = RunConfig(model=str(folder), method="wanda", sparsity="0.5", evals=[])
+    threads = [threading.Thread(target=plan_run, args=(config,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    small = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    built = [AutoModelForCausalLM.from_config(small) for _ in range(20)]
+    for thread in threads:
+        thread.join()
+    built.append(AutoModelForCausalLM.from_config(small))
+    assert not any(p.is_meta for model in built for p in model.parameters())
+
+
 def test_plan_counts_the_evaluation_logits(tmp_path, tokenizer_dir):
     """A tiny model with a 49k vocabulary evaluated on 4096-token batches: the logits, not the weights,
     set the peak, and the plan says so within 20%."""
