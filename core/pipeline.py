@@ -53,9 +53,10 @@ from acetui_core.streaming import LayerFeed, PrunedLayers, load_for_run, load_of
 from acetui_core.validate import check_against_model, check_config, resolve_seqlen
 
 # Calibration windows go through a layer in batches of about this many tokens: enough rows for full-speed
-# matmuls, few enough that a batch's temporaries (MLP intermediates, attention) stay small next to the
-# activations kept between layers (on SmolLM2, 1024 against 4096 tokens: same speed, ~100 MB less peak RSS).
-CALIB_TOKENS_PER_BATCH = 1024
+# matmuls (on one CPU core, SmolLM2's linears run at the same speed from 128 to 4096 rows), few enough
+# that a batch's temporaries (MLP intermediates, attention, the statistics' squares) stay small next to
+# the activations kept between layers (on SmolLM2, 4096 -> 1024 tokens: ~100 MB less peak RSS).
+CALIB_TOKENS_PER_BATCH = 512
 
 
 class _StopForward(Exception):
@@ -90,7 +91,8 @@ def _move_all_but_layers(model, layers, device) -> None:
 
 
 def _activation_device(loaded: Loaded, windows: torch.Tensor, hidden_size: int) -> torch.device:
-    """Keep calibration activations on the GPU only when two copies use under a quarter of its free memory."""
+    """Keep calibration activations on the GPU only when two copies (the most the loop holds: with output
+    fidelity or OWL) use under a quarter of its free memory."""
     if loaded.device.type != "cuda":
         return loaded.device
     need = 2 * windows.numel() * hidden_size * torch.finfo(loaded.dtype).bits // 8
@@ -118,7 +120,7 @@ def _capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, ke
     def grab(module, args, kwargs):
         hidden = args[0] if args else kwargs.pop("hidden_states")
         kwargs = {k: v for k, v in kwargs.items() if k not in ("past_key_value", "past_key_values", "use_cache")}
-        captured.append((_keep(hidden, keep_on), _to(kwargs, keep_on)))
+        captured.append((_keep(hidden.contiguous(), keep_on), _to(kwargs, keep_on)))  # written over in place
         raise _StopForward
 
     hook = layers[0].register_forward_pre_hook(grab, with_kwargs=True)
@@ -280,6 +282,7 @@ def _owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> l
     dense layers before it, scored with the chosen metric; then each layer's sparsity from its outlier
     ratio (``acetui_core.allocation``). Costs one more pass of statistics and forwards than pruning."""
     ratios = []
+    inputs = [(hidden.clone(), kwargs) for hidden, kwargs in inputs]  # advanced here; pruning starts from layer 0's
     feed = _feed(loaded)  # layers reach the compute device as in the pruning loop (streamed, or to a GPU)
     try:
         for index, layer in enumerate(layers):
@@ -295,8 +298,7 @@ def _owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> l
             ]
             ratios.append(outlier_ratio(scores, config.owl_m))
             del scores
-            if inputs:
-                inputs = [(_keep(_layer_forward(layer, h, kw, device), h.device), kw) for h, kw in inputs]
+            _advance(layer, inputs, device)
             if feed is not None:
                 feed.leave(index)
     finally:
@@ -405,10 +407,11 @@ def prune(
                     index, layer, inputs, loaded, config, method, target, device, masks, dense_outputs
                 )
                 agreement = OutputAgreement() if dense_outputs is not None else None
-                if inputs:
-                    inputs = _pruned_pass(layer, inputs, device, dense_outputs, agreement)
-                    if calibration is not None:
-                        calibration.tokens_per_linear = max(s.tokens for s in stats.values())
+                if calibration is not None:
+                    calibration.tokens_per_linear = max(s.tokens for s in stats.values())
+                # The last layer's outputs feed no layer: computed only to compare them with the dense ones.
+                if index < len(layers) - 1 or agreement is not None:
+                    _advance(layer, inputs, device, dense_outputs, agreement)
                 if feed is not None:
                     feed.leave(index)
                 fidelity = agreement.result() if agreement else None
@@ -428,16 +431,19 @@ def prune(
 
 
 @torch.no_grad()
-def _pruned_pass(layer, inputs, device, dense_outputs, agreement) -> list[tuple]:
-    """The pruned layer's outputs, the next layer's inputs; compared on the way with the dense outputs
-    when there are some, each dropped once compared."""
-    outputs = []
+def _advance(layer, inputs, device, dense_outputs=None, agreement=None) -> bool:
+    """Run every batch of ``inputs`` through ``layer`` and write its output over the batch's input, which
+    nothing needs any more: the loop holds one copy of the activations, not two (Wanda's code keeps
+    inputs and outputs). Outputs are compared on the way with the dense outputs when there are some,
+    each dropped once compared. Returns whether the layer returns a tuple (``_Replay`` must do the same)."""
+    as_tuple = False
     for hidden, kwargs in inputs:
-        out = _keep(_layer_forward(layer, hidden, kwargs, device), hidden.device)
+        out = layer(hidden.to(device), **_to(kwargs, device))
+        as_tuple = isinstance(out, tuple)
+        hidden.copy_(out[0] if as_tuple else out)
         if agreement is not None:
-            agreement.add(dense_outputs.pop(0), out)
-        outputs.append((out, kwargs))
-    return outputs
+            agreement.add(dense_outputs.pop(0), hidden)
+    return as_tuple
 
 
 def _feed(loaded: Loaded, release=None) -> LayerFeed | None:
@@ -476,12 +482,12 @@ class _Replay(nn.Module):
     one batch per call, so the model's own forward applies its final norm and head (and whatever its
     family adds there, such as Gemma's logit soft-capping)."""
 
-    def __init__(self, outputs: list[torch.Tensor], as_tuple: bool):
+    def __init__(self, outputs: list[torch.Tensor], as_tuple: bool, device: torch.device):
         super().__init__()
-        self.outputs, self.as_tuple = iter(outputs), as_tuple
+        self.outputs, self.as_tuple, self.device = iter(outputs), as_tuple, device
 
     def forward(self, *args, **kwargs):
-        hidden = next(self.outputs)
+        hidden = next(self.outputs).to(self.device)  # one batch at a time on the GPU, not every window's
         return (hidden,) if self.as_tuple else hidden
 
 
@@ -506,18 +512,12 @@ def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_ev
                 raise Cancelled()
             if on_event:
                 on_event(Stage("wikitext2", index, len(layers)))
-            layer = feed.enter(index)
-            outputs = []
-            for hidden, kwargs in inputs:
-                out = layer(hidden.to(loaded.device), **_to(kwargs, loaded.device))
-                as_tuple = isinstance(out, tuple)
-                outputs.append(_keep(out[0] if as_tuple else out, hidden.device))
-            inputs = [(out, kwargs) for out, (_, kwargs) in zip(outputs, inputs, strict=True)]
+            as_tuple = _advance(feed.enter(index), inputs, loaded.device)
             feed.leave(index)
     finally:
         feed.close()
     stack = layers._modules
-    layers._modules = {"0": _Replay([hidden.to(loaded.device) for hidden, _ in inputs], as_tuple)}
+    layers._modules = {"0": _Replay([hidden for hidden, _ in inputs], as_tuple, loaded.device)}
     nll = 0.0
     try:
         for start in range(0, windows, batch):

@@ -4,10 +4,11 @@ whether it streams, the calibration activations, and the peak CPU and GPU memory
 The peaks add up what the layer loop holds at its fullest (ACE.md, "The pipeline"): what stays resident
 (the whole model, or with streaming only embeddings, final norm and head), the decoder layers in flight
 (the current one, the next one being prefetched, the previous one being written out), the calibration
-activations entering and leaving a layer, and the scratch of scoring the largest linear, or, when larger,
-the WikiText-2 evaluation's logits. A streamed evaluation also holds the hidden states of every window it
-evaluates, which the plan leaves out (their number is known only once the test set is tokenized). The process's
-own memory (Python, torch, transformers) is measured, not guessed: it is this process's RSS now.
+activations (one copy: each layer's outputs replace its inputs), and the scratch of scoring the largest
+linear, or, when larger, the WikiText-2 evaluation's logits, plus for a streamed evaluation the hidden
+states of every window it evaluates (from a typical token count of the test split: the plan comes before
+any tokenizer runs). The process's own memory (Python, torch, transformers) is measured, not guessed: it
+is this process's RSS now.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from acetui_core.paths import file_identity
 from acetui_core.streaming import checkpoint_bytes, local_checkpoint, streaming_folder
 from acetui_core.validate import resolve_seqlen
 
+# WikiText-2's test split in tokens, at the upper end of common tokenizers (LLaMA-2's: 166 windows of 2048,
+# about 341k; GPT-2's: 287k): a streamed evaluation holds every window's hidden states, and the plan is
+# made before any tokenizer runs.
+WIKITEXT2_TEST_TOKENS = 342_000
 SCORE_BYTES_PER_WEIGHT = 24  # scoring one linear: float32 weight copy, |W|, scores, the kthvalue cut and its masks
 ASSUMED_GPU_BYTES = 80 * 2**30  # planning for a GPU this machine does not have: an 80 GB card
 
@@ -55,6 +60,7 @@ class Plan:
     calibration_bytes: int  # one copy of the hidden states of every calibration token
     evaluation_bytes: int  # WikiText-2: a batch's logits and one window's float32 log-probabilities
     evaluation_tokens: int  # tokens in one evaluation batch (0: no perplexity)
+    evaluation_hidden_bytes: int  # a streamed evaluation: the hidden states of every window it evaluates
     activations_on_gpu: bool | None  # None on the CPU
     baseline_bytes: int  # this process: Python, torch, transformers
     peak_cpu_bytes: int
@@ -137,7 +143,11 @@ def plan_run(run: RunConfig) -> Plan:
     if method.score is None:
         scoring += 3 * 4 * widest * widest  # its Hessian's inverse and Cholesky factor
 
-    evaluation = evaluation_tokens = 0
+    # The layer loop writes each layer's outputs over its inputs: one copy of the calibration activations;
+    # output fidelity keeps the dense outputs beside them, OWL's pass advances a copy of its own.
+    activations = (2 if run.fidelity or run.allocation == "owl" else 1) * calibration
+
+    evaluation = evaluation_tokens = evaluation_hidden = 0
     if "wikitext2" in run.evals:
         eval_seqlen = resolve_seqlen(run.eval_seqlen, _context_length(config), "--eval-seqlen")
         evaluation_tokens = max(1, EVAL_TOKENS_PER_BATCH // eval_seqlen) * eval_seqlen
@@ -145,11 +155,17 @@ def plan_run(run: RunConfig) -> Plan:
         # a window's log-softmax in float32, and before it a float32 copy of its logits when they are not
         log_probs = (1 if size == 4 else 2) * eval_seqlen * vocabulary * 4
         evaluation = evaluation_tokens * vocabulary * size + log_probs
+        if streaming:
+            evaluated = min(WIKITEXT2_TEST_TOKENS, (run.eval_limit or WIKITEXT2_TEST_TOKENS) * eval_seqlen)
+            evaluation_hidden = evaluated * int(config.hidden_size) * size
 
     gpu_free = None
     if on_gpu:
         gpu_free = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else ASSUMED_GPU_BYTES
+    # where the pipeline keeps activations (``pipeline._activation_device``): on the GPU when two copies fit
+    # in a quarter of its free memory
     activations_on_gpu = gpu_free is not None and 2 * calibration < gpu_free / 4
+    hidden_on_gpu = gpu_free is not None and 2 * evaluation_hidden < gpu_free / 4
     baseline = psutil.Process().memory_info().rss
     layer = layer_parameters * size
     if streaming:
@@ -158,14 +174,18 @@ def plan_run(run: RunConfig) -> Plan:
         held = resident * size + (2 * layer if not on_gpu else 3 * layer) + layer_parameters * stored
     else:
         held = parameters * size
-    cpu = baseline + held + (0 if activations_on_gpu else 2 * calibration)
-    if not on_gpu:
-        # The evaluation comes after pruning, with the same model held: the larger of the two phases.
-        cpu += max(scoring + statistics, evaluation)
+    # Evaluation comes after pruning, with the same model held: each peak is the larger of the two phases.
     gpu = None
     if on_gpu:
-        pruning = scoring + statistics + (2 * calibration if activations_on_gpu else 0)
-        gpu = resident * size + 2 * layer + max(pruning, evaluation)
+        assert gpu_free is not None  # measured (or assumed) above for every GPU plan
+        cpu = baseline + held + max(0 if activations_on_gpu else activations, 0 if hidden_on_gpu else evaluation_hidden)
+        pruning = scoring + statistics + (activations if activations_on_gpu else 0)
+        # an in-memory model goes to the GPU whole for evaluation when it fits (``pipeline.place_for_eval``)
+        placed = resident * size + 2 * layer if streaming else min(parameters * size, int(0.8 * gpu_free))
+        evaluating = placed + evaluation + (evaluation_hidden if hidden_on_gpu else 0)
+        gpu = max(resident * size + 2 * layer + pruning, evaluating)
+    else:
+        cpu = baseline + held + max(activations + scoring + statistics, evaluation + evaluation_hidden)
     return Plan(
         model=run.model,
         family=config.model_type,
@@ -181,6 +201,7 @@ def plan_run(run: RunConfig) -> Plan:
         calibration_bytes=calibration,
         evaluation_bytes=evaluation,
         evaluation_tokens=evaluation_tokens,
+        evaluation_hidden_bytes=evaluation_hidden,
         activations_on_gpu=activations_on_gpu if on_gpu else None,
         baseline_bytes=baseline,
         peak_cpu_bytes=cpu,

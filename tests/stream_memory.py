@@ -1,7 +1,7 @@
 """Run by test_streaming in a fresh process: prune MODEL with --offload disk into OUT and print, as one JSON
 line, the interpreter's baseline RSS, the run's peak RSS, what ``acetui plan`` predicted, and the row
-sparsities of the saved checkpoint. SETTINGS (JSON) replaces RunConfig fields, e.g. to load the model
-whole and evaluate it.
+sparsities of the saved checkpoint (none without --save). SETTINGS (JSON) replaces RunConfig fields, e.g.
+to load the model whole and evaluate it.
 
     python tests/stream_memory.py MODEL OUT [SETTINGS]
 """
@@ -42,22 +42,26 @@ planned = plan_run(config)  # measures this process's RSS as its baseline, as th
 baseline = psutil.Process().memory_info().rss
 result = pipeline.run(config)
 peak = peak_rss_mb() * 2**20  # not ru_maxrss: that keeps the pytest parent's high-water mark
+result_dtype = getattr(torch, result.dtype)
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from acetui_core.models import decoder_layers, prunable_linears  # noqa: E402
 
-pruned = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
 rows = set()
-for layer in decoder_layers(pruned):
-    for module in prunable_linears(layer).values():
-        rows.update(((module.weight == 0).sum(dim=1) / module.weight.shape[1]).unique().tolist())
+if config.save:
+    pruned = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
+    for layer in decoder_layers(pruned):
+        for module in prunable_linears(layer).values():
+            rows.update(((module.weight == 0).sum(dim=1) / module.weight.shape[1]).unique().tolist())
 print(
     json.dumps(
         {
             "baseline_rss": baseline,
             "peak_rss": peak,
             "planned_cpu": planned.peak_cpu_bytes,
+            "planned_calibration": planned.calibration_bytes,
+            "weights": planned.parameters * torch.finfo(result_dtype).bits // 8,
             "reported_rss": result.peak_rss_mb * 2**20,
             "row_sparsities": sorted(rows),
         }

@@ -244,6 +244,21 @@ def test_plan_prints_the_figures(tied, tmp_path, tokenizer_dir, monkeypatch, cap
     assert plan["checkpoint_bytes"] == sum(f.stat().st_size for f in sharded.glob("*.safetensors"))
 
 
+def test_plan_counts_a_streamed_evaluations_hidden_states(sharded, monkeypatch, capsys):
+    """A streamed evaluation holds every evaluated window's hidden states (64 wide here): the WikiText-2
+    test split's typical token count, or what --eval-limit leaves of it; a model in memory holds none."""
+    from acetui_core.plan import WIKITEXT2_TEST_TOKENS
+
+    def planned(*args):
+        code, out, _ = cli(monkeypatch, capsys, "plan", sharded, "--eval-seqlen", "64", *args, "--json")
+        assert code == 0
+        return json.loads(out)["evaluation_hidden_bytes"]
+
+    assert planned("--offload", "disk") == WIKITEXT2_TEST_TOKENS * 64 * 4
+    assert planned("--offload", "disk", "--eval-limit", "10") == 10 * 64 * 64 * 4
+    assert planned("--offload", "none") == 0
+
+
 def test_planning_in_threads_leaves_every_other_model_real(tmp_path, tokenizer_dir):
     """The New run form plans in threads while the app (or a test) builds models: no model built meanwhile
     or afterwards may end up on the meta device (accelerate's init_empty_weights patches nn.Module for the
@@ -267,6 +282,14 @@ def test_planning_in_threads_leaves_every_other_model_real(tmp_path, tokenizer_d
     assert not any(p.is_meta for model in built for p in model.parameters())
 
 
+def _measured_run(model: Path, out: Path, settings: dict | None = None) -> dict:
+    """Prune ``model`` in a fresh process (``stream_memory.py``) and return what it measured."""
+    args = [sys.executable, str(TESTS / "stream_memory.py"), str(model), str(out)]
+    done = subprocess.run(args + [json.dumps(settings or {})], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_plan_counts_the_evaluation_logits(tmp_path, tokenizer_dir):
     """A tiny model with a 49k vocabulary evaluated on 4096-token batches: the logits, not the weights,
     set the peak, and the plan says so within 20%."""
@@ -274,17 +297,24 @@ def test_plan_counts_the_evaluation_logits(tmp_path, tokenizer_dir):
 
     model = _checkpoint(tmp_path / "tiny", tokenizer_dir)
     settings = {"offload": "none", "evals": ["wikitext2"], "eval_seqlen": 64, "eval_limit": 64}
-    done = subprocess.run(
-        [sys.executable, str(TESTS / "stream_memory.py"), str(model), str(tmp_path / "out"), json.dumps(settings)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = _measured_run(model, tmp_path / "out", settings)
     logits = 4096 * len(AutoTokenizer.from_pretrained(tokenizer_dir)) * 4
     assert report["peak_rss"] - report["baseline_rss"] > logits  # the phase the plan must cover
     assert abs(report["planned_cpu"] - report["peak_rss"]) < 0.2 * report["peak_rss"], report
+
+
+def test_the_layer_loop_holds_one_copy_of_the_calibration_activations(tmp_path, tokenizer_dir):
+    """512 windows of 256 tokens through a small model: the activations (256 MiB), not the weights, are
+    what the loop holds. Each layer's outputs are written over its inputs, so the peak over the loaded
+    weights is one copy of them (plus a batch, the first forward pass's one-off cost and the allocator's
+    slack: 110-145 MB here), not the two that keeping inputs and outputs would take."""
+    model = _checkpoint(tmp_path / "narrow", tokenizer_dir, layers=2, hidden=512, tied=True, shard="50MB")
+    settings = {"offload": "none", "nsamples": 512, "seqlen": 256, "save": None}
+    report = _measured_run(model, tmp_path / "out", settings)
+    activations = report["planned_calibration"]
+    assert activations == 512 * 256 * 512 * 4
+    held = report["peak_rss"] - report["baseline_rss"] - report["weights"]
+    assert activations < held < 1.75 * activations, report  # measured 1.42-1.54; two copies: over 2 (3.4 before)
 
 
 @pytest.mark.slow
@@ -306,14 +336,7 @@ def test_a_2gb_checkpoint_streams_in_bounded_memory(tmp_path):
     )
     size = write_checkpoint(tmp_path / "big", shape, layers=56)
     assert size > 1.9e9
-    done = subprocess.run(
-        [sys.executable, str(TESTS / "stream_memory.py"), str(tmp_path / "big"), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = _measured_run(tmp_path / "big", tmp_path / "out")
     over = report["peak_rss"] - report["baseline_rss"]
     assert over < 0.4 * size, (over / 2**20, size / 2**20)
     assert report["peak_rss"] == pytest.approx(report["planned_cpu"], rel=0.2)

@@ -25,7 +25,9 @@ def _evaluation(plan) -> str:
     if not plan.evaluation_tokens:
         return "no perplexity"
     text = f"{_gib(plan.evaluation_bytes)} of WikiText-2 logits (batches of {plan.evaluation_tokens} tokens)"
-    return text + (", plus the hidden states of every window it evaluates" if plan.streaming else "")
+    if plan.evaluation_hidden_bytes:
+        text += f", plus {_gib(plan.evaluation_hidden_bytes)} of hidden states of the windows it evaluates"
+    return text
 
 
 def plan_table(plan, nsamples: int, seqlen) -> Table:
@@ -74,6 +76,7 @@ def plan(
     offload: options.Offload = "auto",
     evals: options.Evals = "wikitext2",
     eval_seqlen: options.EvalSeqlen = None,
+    eval_limit: options.EvalLimit = None,
     as_json: options.JsonOption = False,
 ) -> None:
     """What a run will cost, from the model's config alone: parameters, checkpoint size, streaming,
@@ -95,6 +98,7 @@ def plan(
         offload=offload,
         evals=parse.evals(evals),
         eval_seqlen=eval_seqlen,
+        eval_limit=eval_limit,
     )
     result = plan_run(config)
     if as_json:
