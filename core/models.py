@@ -125,8 +125,14 @@ class Loaded:
             for name, module in prunable_linears(layer).items()
         }
 
-    def reset(self) -> None:
-        """Restore the dense weights captured by ``snapshot`` (compare/sweep prune one model repeatedly)."""
+    @property
+    def can_reset(self) -> bool:
+        """Whether ``reset`` can restore the dense weights: a streamed model always can."""
+        return self.streamed is not None or bool(self._dense)
+
+    def reset(self, keep_copy: bool = True) -> None:
+        """Restore the dense weights captured by ``snapshot`` (compare/sweep prune one model repeatedly);
+        ``keep_copy=False`` lets the copy go, for the last run of the model."""
         if self.streamed is not None:
             return
         if not self._dense:
@@ -134,6 +140,8 @@ class Loaded:
         for i, layer in enumerate(decoder_layers(self.model)):
             for name, module in prunable_linears(layer).items():
                 cast(torch.Tensor, module.weight).data.copy_(self._dense[(i, name)])
+        if not keep_copy:
+            self._dense = {}
 
 
 @contextmanager

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from runhelpers import cli
 
 from acetui_core.store import TERMINAL, Store
@@ -279,6 +280,29 @@ def test_compare_loads_the_model_once_and_prints_the_table(make_tiny_model, fast
     ]
     # The last run pruned a model the others had pruned before: reset must give it the dense weights back.
     assert grid[-1].ppl == pytest.approx(alone, rel=1e-6)
+
+
+def test_a_model_is_copied_for_reset_only_while_a_later_run_reuses_it(make_tiny_model):
+    """A dense copy of the decoder weights costs as much memory as the weights: a single run keeps none,
+    a grid keeps one until its last run of the model has its weights back."""
+    from dataclasses import replace
+
+    from acetui_core.config import RunConfig
+    from acetui_core.models import decoder_layers, prunable_linears
+    from acetui_core.runner import ModelCache
+
+    single = RunConfig(model=str(make_tiny_model("llama")), method="wanda", sparsity="0.5", device="cpu")
+    assert not ModelCache([single]).get(single).can_reset
+    grid = [single, replace(single, method="ace")]
+    cache = ModelCache(grid)
+    first = cache.get(grid[0])
+    weight = prunable_linears(decoder_layers(first.model)[0])["mlp.up_proj"].weight
+    dense = weight.detach().clone()
+    with torch.no_grad():
+        weight.zero_()  # what a pruning run leaves behind, at its worst
+    second = cache.get(grid[1])
+    assert second is first and torch.equal(weight, dense)
+    assert not second.can_reset
 
 
 def test_sweep_puts_calibration_lengths_in_columns(make_tiny_model, fast, store_path, monkeypatch, capsys):
