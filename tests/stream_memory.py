@@ -42,7 +42,6 @@ planned = plan_run(config)  # measures this process's RSS as its baseline, as th
 baseline = psutil.Process().memory_info().rss
 result = pipeline.run(config)
 peak = peak_rss_mb() * 2**20  # not ru_maxrss: that keeps the pytest parent's high-water mark
-result_dtype = getattr(torch, result.dtype)
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
@@ -61,7 +60,7 @@ print(
             "peak_rss": peak,
             "planned_cpu": planned.peak_cpu_bytes,
             "planned_calibration": planned.calibration_bytes,
-            "weights": planned.parameters * torch.finfo(result_dtype).bits // 8,
+            "weights": planned.parameters * getattr(torch, result.dtype).itemsize,
             "reported_rss": result.peak_rss_mb * 2**20,
             "row_sparsities": sorted(rows),
         }
