@@ -139,7 +139,8 @@ def plan_run(run: RunConfig) -> Plan:
         seqlen = resolve_seqlen(run.seqlen, _context_length(config))
         calibration = run.nsamples * seqlen * int(config.hidden_size) * size
     scoring = SCORE_BYTES_PER_WEIGHT * largest
-    statistics = 4 * sum(d * d for d in linears_in) if method.score is None else 0  # SparseGPT's X^T X per linear
+    # SparseGPT's X^T X per linear, accumulated in float64
+    statistics = 8 * sum(d * d for d in linears_in) if method.score is None else 0
     if method.score is None:
         scoring += 3 * 4 * widest * widest  # its Hessian's inverse and Cholesky factor
 
