@@ -33,6 +33,7 @@ class Settings:
     notify: str = "osc"  # how a run's end is announced in the terminal: bell, osc (bell + OSC 9/777) or none
     new_run: dict = field(default_factory=dict)  # the New run form's values when a run was last started there
     plugins: list = field(default_factory=list)  # plug-in metrics (module:function, file.py:function) to list
+    export_dir: str | None = None  # where the app saves exports (None: ~/Documents/acetui; see acetui.app.exports)
     problem: str | None = field(default=None, compare=False)  # why the file could not be read (not saved)
 
 

@@ -497,6 +497,7 @@ def test_cli_opens_the_app_and_attaches(store, monkeypatch):
     from acetui.app.app import AceApp
 
     started = []
+    monkeypatch.setattr("acetui.commands.app.require_terminal", lambda: None)  # pytest's stdin is no terminal
     monkeypatch.setattr(AceApp, "run", lambda self: started.append((self._start_theme, self._attach, self.store.path)))
     assert run_cli(monkeypatch, "--store", str(store.path), "--theme", "ansi") == 0
     run_id = store.create_run(configs(model="m", methods=["wanda"], sparsities=["0.5"], seqlens=[16], evals=[])[0])

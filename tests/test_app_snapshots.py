@@ -442,3 +442,52 @@ def test_runs_ansi_theme(snap_compare, store):
         await rows("#runs", 9)(pilot)
 
     assert snap_compare(make_app(store, theme="ansi"), run_before=runs)
+
+
+# ---- every screen at 80x24 under NO_COLOR: series told apart by glyph, no legend over the data, titles
+# that fit, no stray scrollbar marks, the active tab underlined ----------------------------------------
+
+
+def _results(*keys: str):
+    async def steps(pilot):
+        await pilot.press("f3")
+        await rows("#results", 6)(pilot)
+        await pilot.press(*keys)
+
+    return steps
+
+
+async def _runs_steps(pilot):
+    await pilot.press("f4")
+    await rows("#runs", 9)(pilot)
+
+
+NO_COLOR_SCREENS = {
+    "run-histogram": ("run00003", [], None),
+    "run-sparsity": ("run00003", ["s"], None),
+    "run-variance": ("run00003", ["v"], None),
+    "run-config": ("run00003", ["i"], None),
+    "results": (None, [], _results()),
+    "results-paper": (None, [], _results("v")),
+    "runs": (None, [], _runs_steps),
+    "help": (None, [], _results("question_mark")),
+}
+
+
+@pytest.mark.parametrize("screen", NO_COLOR_SCREENS)
+def test_no_color_80x24(snap_compare, store, monkeypatch, screen):
+    monkeypatch.setenv("NO_COLOR", "1")
+    attach, press, steps = NO_COLOR_SCREENS[screen]
+    ready = steps or both(layer_rows(NUM_LAYERS), in_comparison)
+    assert snap_compare(make_app(store, attach=attach), terminal_size=(80, 24), press=press, run_before=ready)
+
+
+def test_no_color_new_run_80x24(snap_compare, store, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    from textual.widgets import Input
+
+    async def fill(pilot):
+        for field in pilot.app.screen.query(Input):
+            field.cursor_blink = False
+
+    assert snap_compare(make_app(store), terminal_size=(80, 24), run_before=fill)

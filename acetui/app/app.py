@@ -89,6 +89,7 @@ class AceApp(App):
         self.runs_signal: Signal[list[RunRecord]] = Signal(self, "runs")
 
     def on_mount(self) -> None:
+        self.set_class(os.environ.get("NO_COLOR") is not None, "-no-color")
         self.register_themes()
         self.theme = self._start_theme
         self.watch(self, "theme", self._remember_theme, init=False)

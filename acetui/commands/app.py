@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,7 @@ import typer
 
 from acetui.options import Notify
 from acetui.options import StoreOption as StorePath
+from acetui_core.errors import UserError
 
 Theme = Annotated[
     str | None,
@@ -18,7 +20,18 @@ Theme = Annotated[
 ]
 
 
+def require_terminal() -> None:
+    """Textual reads keys from stdin and draws on stderr; without a terminal on both (a pipe, cron, nohup)
+    it would wait forever, so say so instead."""
+    if not (sys.stdin.isatty() and sys.__stderr__ is not None and sys.__stderr__.isatty()):
+        raise UserError(
+            "The workbench needs a terminal (its input or screen is a pipe or a file here); "
+            "in scripts and cron use acetui prune, compare, runs or export."
+        )
+
+
 def open_app(theme: str | None, store: Path | None, attach: str | None = None, notify: str | None = None) -> None:
+    require_terminal()
     from acetui.app import make_app
     from acetui_core.store import Store
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from rich.console import Group
 from rich.table import Table
@@ -23,6 +21,7 @@ from textual.message import Message
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, Static
 
 from acetui.app import summary
+from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, new_file, tmux_drops_clipboard
 from acetui.app.screens.common import RunListScreen, refill
 from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot
 from acetui_core.config import model_name
@@ -94,26 +93,6 @@ COLUMNS = [
     Column("Id", lambda r: r.id, lambda r: r.id),
 ]
 PPL_COLUMN = [c.title for c in COLUMNS].index("PPL")
-
-
-def export_dir() -> Path:
-    """Where exports are saved: ``ACETUI_EXPORT_DIR``, else the user's downloads folder if it exists,
-    else the working directory."""
-    if os.environ.get("ACETUI_EXPORT_DIR"):
-        return Path(os.environ["ACETUI_EXPORT_DIR"]).expanduser()
-    from platformdirs import user_downloads_path
-
-    downloads = user_downloads_path()
-    return downloads if downloads.is_dir() else Path.cwd()
-
-
-def new_file(folder: Path, stem: str, suffix: str) -> Path:
-    """``folder/stem.suffix``, or ``stem-2``, ``stem-3``... when taken: an export never overwrites another."""
-    path, n = folder / f"{stem}{suffix}", 1
-    while path.exists():
-        n += 1
-        path = folder / f"{stem}-{n}{suffix}"
-    return path
 
 
 class OverlapReady(Message):
@@ -367,13 +346,24 @@ class ResultsScreen(RunListScreen):
         text = self._export_text(fmt)
         if text is None:
             return
-        folder = export_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        path = new_file(folder, f"acetui-{time.strftime('%Y%m%d-%H%M%S')}", ".tex" if fmt == "latex" else f".{fmt}")
+        suffix = ".tex" if fmt == "latex" else f".{fmt}"
+        try:
+            folder = export_dir(self.app.settings.export_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+        except (UserError, OSError) as error:
+            self.notify(f"Could not save the export: {error}", severity="error", timeout=10)
+            return
+        path = new_file(folder, f"acetui-{time.strftime('%Y%m%d-%H%M%S')}", suffix)
         self.app.deliver_text(io.StringIO(text), save_directory=folder, save_filename=path.name, name="export")
 
     def action_copy_latex(self) -> None:
         text = self._export_text("latex")
-        if text is not None:
-            self.app.copy_to_clipboard(text)
-            self.notify(f"LaTeX table of {len(self.chosen())} run(s) copied to the clipboard (OSC 52).")
+        if text is None:
+            return
+        self.app.copy_to_clipboard(text)
+        what = f"LaTeX table of {len(self.chosen())} run(s)"
+        if tmux_drops_clipboard():  # the copy never reaches the terminal: keep it in a file too
+            self.action_export("latex")
+            self.notify(f"{TMUX_CLIPBOARD_HINT}; the {what} is saved as a file instead.", timeout=12)
+            return
+        self.notify(f"{what} copied to the clipboard (OSC 52).")

@@ -2,7 +2,9 @@
 
 Each plot keeps its data and redraws from it in ``replot`` (as textual-plotext's weather example
 does), so new layers only append data. Series use the 16 named ANSI colours, which every theme and
-a 256-colour terminal render; under an ANSI theme the plot background is the terminal's own.
+a 256-colour terminal render; under an ANSI theme the plot background is the terminal's own. Each
+series also has its own glyph, named in a legend under the plot (never over the data), so plots read
+under ``NO_COLOR`` too; titles are cut to the plot's width (plotext drops a title that does not fit).
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ def _ticks(lo: float, hi: float, count: int = 4) -> list[float]:
     return [lo + i * step for i in range(count)]
 
 
+AXIS_WIDTH = 5  # plotext drops a title or label longer than the width less about this many columns
+
+PRUNED_MARKER = "░"  # pruned bins are shaded, kept ones solid: the split reads without colour
+
+
 class Plot(PlotextPlot):
     """A plot that follows the app theme: the terminal's colours under an ANSI theme."""
 
@@ -38,6 +45,14 @@ class Plot(PlotextPlot):
         self.plt.clear_figure()
         self.draw()
         self.refresh()
+
+    def on_resize(self) -> None:
+        self.replot()  # the title and legend are fitted to the width
+
+    def fit(self, text: str) -> str:
+        """``text`` cut to what plotext shows of a title or an axis label at this width."""
+        room = max(self.size.width - AXIS_WIDTH, 8)
+        return text if len(text) <= room else text[: room - 1] + "…"
 
     def draw(self) -> None:
         raise NotImplementedError
@@ -59,7 +74,7 @@ class ScoreHistogram(Plot):
 
     def draw(self) -> None:
         plt = self.plt
-        plt.title(self._title)
+        plt.title(self.fit(self._title))
         histogram = self._histogram
         if not histogram or not histogram.counts:
             return
@@ -70,11 +85,12 @@ class ScoreHistogram(Plot):
         pruned = pruned_per_bin(histogram, centres, axis)
         # Whole bins in red, then their kept part in blue over them: the red left showing was pruned.
         # Empty bars are left out: plotext draws a bar of height 0 as one row, which would hide the red.
+        # No plotext legend: it is drawn over the bars; the caption says what each shade means.
         if any(pruned):
-            plt.bar(*_nonzero(centres, counts), width=1, color="red", label="pruned")
+            plt.bar(*_nonzero(centres, counts), width=1, color="red", marker=PRUNED_MARKER)
         kept = _nonzero(centres, [c - p for c, p in zip(counts, pruned, strict=False)])
         if kept[0]:
-            plt.bar(*kept, width=1, color="blue", label="kept" if any(pruned) else None)
+            plt.bar(*kept, width=1, color="blue")
         ticks = _ticks(axis(edges[0]), axis(edges[-1]))
         plt.xticks(ticks, [f"{(10**t if log else t):.2g}" for t in ticks])
         heights = _ticks(0, max(counts))
@@ -110,19 +126,23 @@ def pruned_per_bin(histogram: Histogram, centres: list[float], axis) -> list[int
     ]
 
 
+SHADES = f"{PRUNED_MARKER} red pruned, █ blue kept"
+
+
 def histogram_caption(sparsity: str, group: str, histogram: Histogram | None) -> str:
     """What the histogram's colours and line mean for this run's kind of sparsity."""
     if histogram is None:
         return ""
     if summary.is_nm(sparsity):
         spec = parse_sparsity(sparsity)
-        return f"{spec} keeps the top {spec.n} of every {spec.m}: no single threshold. Red pruned, blue kept."
+        return f"{spec} keeps the top {spec.n} of every {spec.m}: no single threshold. {SHADES}."
     if group == "row":
-        return "Red pruned, blue kept; line: the rows' median cut-off."
-    return "Red pruned, blue kept; line: the layer's threshold."
+        return f"{SHADES}; line: the rows' median cut-off."
+    return f"{SHADES}; line: the layer's threshold."
 
 
 SERIES_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "gray", "orange")
+SERIES_MARKERS = ("•", "x", "+", "=", "*", "#", "%", "@")  # one glyph per series, as many as colours
 
 
 class DepthPlot(Plot):
@@ -147,8 +167,7 @@ class DepthPlot(Plot):
 
     def draw(self) -> None:
         plt = self.plt
-        plt.title(self._title)
-        plt.xlabel("layer")
+        plt.title(self.fit(self._title))
         if self._total:
             last = self._total - 1
             plt.xlim(0, max(last, 1))
@@ -159,15 +178,26 @@ class DepthPlot(Plot):
             label: [(x, math.log10(y) if self._log else y) for x, y in points if not self._log or y > 0]
             for label, points in self._series.items()
         }
-        for (label, points), color in zip(series.items(), SERIES_COLORS, strict=False):
+        several = len(series) > 1
+        styles = list(zip(series.items(), SERIES_COLORS, SERIES_MARKERS, strict=False))
+        for (_, points), color, marker in styles:
             if points:
                 xs, ys = zip(*points, strict=False)
-                plt.plot(xs, ys, marker="braille", color=color, label=label if len(series) > 1 else None)
+                plt.plot(xs, ys, marker=marker if several else "braille", color=color)
+        plt.xlabel(self.fit(self.legend([(marker, label) for (label, _), _, marker in styles])))
         values = [y for points in series.values() for _, y in points]
         if self._log and values:
             low, high = math.floor(min(values)), math.ceil(max(values))
             decades = list(range(low, high + 1, max(1, math.ceil((high - low) / 4))))
             plt.yticks(decades, [f"1e{d}" for d in decades])
+
+    def legend(self, entries: list[tuple[str, str]]) -> str:
+        """The x axis label: "layer", then each series' glyph and name when there are several, as
+        spaced as the width allows."""
+        if len(entries) < 2:
+            return "layer"
+        wide = "layer │ " + "  ".join(f"{marker}{label}" for marker, label in entries)
+        return wide if len(self.fit(wide)) == len(wide) else " ".join(f"{marker}{label}" for marker, label in entries)
 
 
 def sparsity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:
@@ -182,7 +212,7 @@ def sparsity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, floa
 def sparsity_title(series: dict[str, list[tuple[int, float]]]) -> str:
     values = {round(y, 4) for points in series.values() for _, y in points}
     if len(values) == 1:
-        return f"sparsity by layer: every linear {values.pop():.3f}"
+        return f"sparsity: every linear {values.pop():.3f}"
     return "sparsity by layer and linear"
 
 
@@ -209,5 +239,5 @@ def fidelity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, floa
 
 def fidelity_title(series: dict[str, list[tuple[int, float]]]) -> str:
     if not series:
-        return "no output fidelity recorded (start the run with --fidelity)"
+        return "no fidelity: run with --fidelity"
     return "||Y-Y'||/||Y|| of layer outputs and linears (log)"

@@ -1,0 +1,54 @@
+"""Where the app puts what it exports, and whether a copy to the clipboard can reach the terminal.
+
+Exports go to one documented folder, never the working directory (often a git checkout):
+``$ACETUI_EXPORT_DIR``, else the ``export_dir`` setting, else ``acetui`` in the user's documents folder
+(platformdirs: ``~/Documents/acetui`` on Linux and macOS). Notices name the full path.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from acetui_core.errors import UserError
+
+EXPORT_DIR_ENV = "ACETUI_EXPORT_DIR"
+TMUX_CLIPBOARD_HINT = "tmux passes a copy to your terminal only with `set -g set-clipboard on` in ~/.tmux.conf"
+
+
+def export_dir(setting: str | None = None) -> Path:
+    """The export folder, absolute (see the module docstring for the order); UserError for a path
+    naming an unknown user (``~nouser/...``)."""
+    chosen = os.environ.get(EXPORT_DIR_ENV) or setting
+    if not chosen:
+        import platformdirs
+
+        return platformdirs.user_documents_path() / "acetui"
+    try:
+        return Path(chosen).expanduser().absolute()
+    except RuntimeError:
+        raise UserError(f"Cannot use the export folder {chosen}: no such user's home folder.") from None
+
+
+def new_file(folder: Path, stem: str, suffix: str) -> Path:
+    """``folder/stem.suffix``, or ``stem-2``, ``stem-3``... when taken: an export never overwrites another."""
+    path, n = folder / f"{stem}{suffix}", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stem}-{n}{suffix}"
+    return path
+
+
+def tmux_drops_clipboard(environ=os.environ) -> bool:
+    """Inside tmux, whether an application's OSC 52 copy is dropped: tmux forwards it only when its
+    ``set-clipboard`` option is ``on`` (the default, ``external``, keeps it from applications)."""
+    if not environ.get("TMUX"):
+        return False
+    try:
+        answer = subprocess.run(
+            ["tmux", "show-options", "-gv", "set-clipboard"], capture_output=True, text=True, timeout=2, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return True  # cannot ask: assume the default
+    return answer.stdout.strip() != "on"

@@ -1,0 +1,177 @@
+"""The app in a real terminal (issue 22, item 16): NO_COLOR plots whose series are told apart by glyph,
+legends under the data, titles that fit, no stray scrollbar marks, the active tab underlined, no hang
+without a terminal, the tmux clipboard, the model field emptied, exports in the documented folder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.style import Style
+from rich.text import Text
+from test_app_snapshots import add_run
+from textual.app import App
+from textual.widgets import Input, Static, Tab
+
+from acetui.app import exports, make_app
+from acetui.app.widgets.plots import SERIES_MARKERS, DepthPlot
+from acetui_core.store import Store
+
+SIZE = (80, 24)
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    """Two finished runs and one cancelled (no process behind any of them)."""
+    store = Store(tmp_path / "runs.db")
+    add_run(store, "wanda", "0.5", ppl=7.89)
+    add_run(store, "ace", "0.5", ppl=7.11)
+    add_run(store, "ria", "0.5", layers=2, status="cancelled", error="Stopped on request between layers.")
+    return store
+
+
+async def wait_for(pilot, condition, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.1)
+
+
+def toasts(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def test_without_a_terminal_the_app_says_so_instead_of_hanging(store):
+    done = subprocess.run(
+        [sys.executable, "-m", "acetui", "--store", str(store.path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "acetui: The workbench needs a terminal (its input or screen is a pipe or a file here); "
+        "in scripts and cron use acetui prune, compare, runs or export.\n"
+    )
+
+
+class OnePlot(App):
+    def __init__(self, plot: DepthPlot) -> None:
+        super().__init__()
+        self.plot = plot
+
+    def compose(self):
+        yield self.plot
+
+
+@pytest.mark.asyncio
+async def test_each_series_has_its_own_glyph_named_under_the_plot_not_over_it(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    plot = DepthPlot("a title much longer than the forty columns this plot is given here", id="p")
+    series = {name: [(x, 0.1 * (i + 1) + 0.01 * x) for x in range(6)] for i, name in enumerate(("q", "k", "v"))}
+    async with OnePlot(plot).run_test(size=(40, 16)) as pilot:
+        plot.show(6, series)
+        await pilot.pause()
+        lines = Text.from_ansi(plot.plt.build()).plain.splitlines()
+    plotted = "\n".join(lines[2:-3])  # inside the frame
+    glyphs = SERIES_MARKERS[:3]
+    assert len(set(glyphs)) == 3 and all(glyph in plotted for glyph in glyphs)
+    assert lines[-1].strip() == "layer │ •q  xk  +v"  # the legend, under the x axis
+    assert not any(name in plotted for name in ("q", "k", "v"))  # nothing written over the data
+    assert lines[0].strip() == "a title much longer than the forty…"  # cut to fit, not dropped
+
+
+@pytest.mark.asyncio
+async def test_no_color_hides_scrollbars_and_the_active_tab_is_underlined(store, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(store, attach="run00002")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        log = app.screen.query_one("#log")
+        assert (log.styles.scrollbar_size_vertical, log.styles.scrollbar_size_horizontal) == (0, 0)
+        active = app.screen.query_one("Tab.-active", Tab)
+        assert active.styles.text_style.underline and active.styles.text_style.bold
+    monkeypatch.delenv("NO_COLOR")
+    app = make_app(store, theme="ansi", attach="run00002")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.screen.query_one("#log").styles.scrollbar_size_vertical > 0  # colours: scrollbars stay
+        rendered = app.screen.query_one("Tab.-active", Tab).rich_style
+        assert isinstance(rendered, Style) and rendered.underline
+
+
+@pytest.mark.asyncio
+async def test_the_model_field_can_be_emptied_and_stays_empty(store):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        model = app.screen.query_one("#model", Input)
+        model.value = "org/some-model"
+        model.focus()
+        await pilot.press("ctrl+u")
+        await pilot.pause(0.5)  # the candidates arrive from their thread meanwhile
+        await pilot.press("f4", "f1", "ctrl+r")
+        await pilot.pause()
+        assert model.value == ""
+        assert str(app.screen.query_one("#model-error", Static).render()).startswith("Choose a model:")
+        assert store.list_runs(status="queued") == []
+
+
+def test_exports_go_to_the_documented_folder(tmp_path, monkeypatch):
+    import platformdirs
+
+    monkeypatch.delenv(exports.EXPORT_DIR_ENV, raising=False)
+    monkeypatch.setattr(platformdirs, "user_documents_path", lambda: tmp_path / "Documents")
+    assert exports.export_dir() == tmp_path / "Documents" / "acetui"
+    assert exports.export_dir(str(tmp_path / "chosen")) == tmp_path / "chosen"  # the setting
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(tmp_path / "env"))
+    assert exports.export_dir(str(tmp_path / "chosen")) == tmp_path / "env"  # the environment wins
+
+
+@pytest.mark.asyncio
+async def test_an_export_lands_in_the_export_folder_and_the_notice_names_it(store, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(exports.EXPORT_DIR_ENV, raising=False)
+    folder = tmp_path / "my exports"
+    app = make_app(store)
+    app.settings.export_dir = str(folder)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: app.screen.query_one("#results").row_count == 2, "the results")
+        await pilot.press("e")
+        await wait_for(pilot, lambda: list(folder.glob("*.csv")), "the CSV")
+        saved = next(folder.glob("*.csv"))
+        await wait_for(pilot, lambda: f"Saved {saved}" in toasts(app), "the notice")
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".csv"] == []  # not the working directory
+
+
+def test_tmux_drops_osc52_unless_set_clipboard_is_on(monkeypatch):
+    answers = {}
+
+    def fake_run(command, **kwargs):
+        return subprocess.CompletedProcess(command, 0, stdout=answers["value"] + "\n", stderr="")
+
+    monkeypatch.setattr(exports.subprocess, "run", fake_run)
+    assert not exports.tmux_drops_clipboard({})  # not in tmux
+    for value, dropped in (("external", True), ("off", True), ("on", False)):
+        answers["value"] = value
+        assert exports.tmux_drops_clipboard({"TMUX": "/tmp/tmux-1000/default,1,0"}) is dropped
+
+
+@pytest.mark.asyncio
+async def test_copy_inside_tmux_without_set_clipboard_saves_a_file_and_says_how(store, tmp_path, monkeypatch):
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(tmp_path / "exports"))
+    monkeypatch.setattr("acetui.app.screens.results.tmux_drops_clipboard", lambda: True)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: app.screen.query_one("#results").row_count == 2, "the results")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: list(Path(tmp_path / "exports").glob("*.tex")), "the LaTeX file")
+        saved = next((tmp_path / "exports").glob("*.tex"))
+        assert saved.read_text() == app.clipboard  # the same table the copy held
+        await wait_for(pilot, lambda: f"Saved {saved}" in toasts(app), "the saved notice")
+        assert any("`set -g set-clipboard on`" in toast and "saved as a file" in toast for toast in toasts(app))
