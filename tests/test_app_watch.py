@@ -393,7 +393,7 @@ def test_the_sparsity_plot_has_one_line_per_kind_of_linear():
     series = sparsity_series(layers)
     assert list(series) == ["q", "k", "v", "o", "gate", "up", "down"]
     assert series["q"] == [(0, 0.5), (1, 0.5)]
-    assert sparsity_title(series) == "sparsity by layer: every linear 0.500"
+    assert sparsity_title(series) == "sparsity: every linear 0.500"
 
 
 # ---- help, cancel, settings -----------------------------------------------------------------------
