@@ -38,7 +38,7 @@ CELLS = ("ppl", "ppl-time")
 COLUMNS = ("sparsity", "seqlen", "seed")
 
 _TIME_FIELDS = ("created", "started", "finished", "heartbeat")
-_SKIPPED = {"layers", "results.layers", "results.config"}  # per-layer data, and a copy of ``config``
+_SKIPPED = {"layers", "results.layers", "results.config", "results.window_losses", "results.task_outcomes"}
 
 
 def check_format(fmt: str) -> None:

@@ -20,7 +20,7 @@ from acetui_core.checkpoint import save_checkpoint
 from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration, wikitext2_test_ids
 from acetui_core.errors import Cancelled, UserError
-from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH, from_nll, perplexity, windows_nll
+from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH, perplexity, ppl, window_losses, windows_nll
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.fidelity import OutputAgreement, linear_fidelity
 from acetui_core.maskfile import mask_writer
@@ -44,6 +44,8 @@ from acetui_core.records import (
     LinearSparsity,
     RunResult,
     TaskAccuracy,
+    TaskOutcomes,
+    WindowLosses,
 )
 from acetui_core.resources import peak_rss_mb
 from acetui_core.sparsegpt import obs_update, sparsegpt_prune
@@ -336,6 +338,8 @@ class Evaluation:
     ppl_partial: bool = False
     ppl_seqlen: int | None = None
     zeroshot: dict[str, TaskAccuracy] | None = None
+    window_losses: WindowLosses | None = None
+    task_outcomes: dict[str, TaskOutcomes] | None = None
 
 
 def prune(
@@ -495,8 +499,7 @@ class _Replay(nn.Module):
 def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_event=None, cancel=None):
     """WikiText-2 perplexity of a model whose layers are read from ``streamed`` one at a time: every window
     goes through layer 0, then all of them through layer 1, and so on, in the same batches as
-    ``evaluate.perplexity``'s full forward pass (and to the same numbers). Returns
-    ``(ppl, windows_used, windows_total)``."""
+    ``evaluate.perplexity``'s full forward pass (and to the same numbers). Returns what it returns."""
     total = ids.numel() // seqlen
     windows = min(total, limit) if limit else total
     tokens = ids[: windows * seqlen].reshape(windows, seqlen)
@@ -518,7 +521,7 @@ def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_ev
         feed.close()
     stack = layers._modules
     layers._modules = {"0": _Replay([hidden for hidden, _ in inputs], as_tuple, loaded.device)}
-    nll = 0.0
+    nll: list[float] = []
     try:
         for start in range(0, windows, batch):
             window = tokens[start : start + batch].to(loaded.device)
@@ -527,7 +530,7 @@ def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_ev
         layers._modules = stack
     if on_event:
         on_event(Stage("wikitext2", len(layers), len(layers)))
-    return from_nll(nll, windows, seqlen), windows, total
+    return window_losses(nll, seqlen, limit), total
 
 
 def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None, pruned_folder=None) -> Evaluation:
@@ -544,17 +547,25 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None, prun
         seqlen = resolve_seqlen(config.eval_seqlen, loaded.context_length, "--eval-seqlen")
         ids = wikitext2_test_ids(loaded.tokenizer)
         if streamed is None:
-            ppl, used, total = perplexity(loaded.model, ids, seqlen, config.eval_limit, device, on_event, cancel)
+            losses, total = perplexity(loaded.model, ids, seqlen, config.eval_limit, device, on_event, cancel)
         else:
-            ppl, used, total = streamed_perplexity(loaded, streamed, ids, seqlen, config.eval_limit, on_event, cancel)
-        results = replace(results, ppl_wikitext2=ppl, ppl_windows=used, ppl_partial=used < total, ppl_seqlen=seqlen)
+            losses, total = streamed_perplexity(loaded, streamed, ids, seqlen, config.eval_limit, on_event, cancel)
+        used = len(losses.nll)
+        results = replace(
+            results,
+            ppl_wikitext2=ppl(losses),
+            ppl_windows=used,
+            ppl_partial=used < total,
+            ppl_seqlen=seqlen,
+            window_losses=losses,
+        )
     if "zeroshot" in config.evals:
         from acetui_core.zeroshot import evaluate_zeroshot
 
         model = loaded.model
         if streamed is not None:
             model = load_offloaded(pruned_folder, loaded.dtype, loaded.device, pruned_folder.parent / "offload")
-        results.zeroshot = evaluate_zeroshot(
+        results.zeroshot, results.task_outcomes = evaluate_zeroshot(
             model,
             loaded.tokenizer,
             config.tasks,

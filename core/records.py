@@ -145,6 +145,32 @@ class TaskAccuracy:
 
 
 @dataclass
+class WindowLosses:
+    """The per-window loss of one perplexity evaluation, in window order: what a paired test of two runs
+    evaluated on the same windows needs. A window's ``nll`` is its mean next-token loss times ``tokens``
+    (Wanda's convention), so ``exp(sum(nll) / sum(tokens))`` is the run's perplexity."""
+
+    dataset: str  # "wikitext2"
+    split: str  # "test"
+    seqlen: int  # window length in tokens
+    limit: int | None  # --eval-limit: the first N windows only
+    nll: list[float]
+    tokens: list[int]
+
+
+@dataclass
+class TaskOutcomes:
+    """Per-example correctness of one zero-shot task (0/1 per document), as lm-evaluation-harness scored it."""
+
+    task: str
+    lm_eval: str  # the harness's version
+    limit: int | None  # --zeroshot-limit: the first N documents only
+    doc_ids: list[int]
+    acc: list[int]
+    acc_norm: list[int] | None  # None for tasks the harness scores by acc only
+
+
+@dataclass
 class RunResult:
     """What a finished run measured: the object ``acetui prune --json`` prints."""
 
@@ -165,6 +191,10 @@ class RunResult:
     ppl_partial: bool = False  # fewer windows than the test set holds (--eval-limit)
     ppl_seqlen: int | None = None  # evaluation window length
     zeroshot: dict[str, TaskAccuracy] | None = None
+    # What a test of a difference needs; the store keeps them apart from the result (``Store.evidence``),
+    # so a run read from the store has None here. None also in runs recorded before acetui kept them.
+    window_losses: WindowLosses | None = None
+    task_outcomes: dict[str, TaskOutcomes] | None = None
     peak_rss_mb: float | None = None
     peak_gpu_mb: float | None = None
     saved_to: str | None = None

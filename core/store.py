@@ -30,7 +30,7 @@ import secrets
 import sqlite3
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from acetui_core import liveness, store_schema
@@ -38,7 +38,16 @@ from acetui_core.config import RunConfig, model_name
 from acetui_core.errors import UserError
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.paths import home
-from acetui_core.records import Fidelity, LayerRecord, LinearRecord, RunResult, from_dict, to_dict
+from acetui_core.records import (
+    Fidelity,
+    LayerRecord,
+    LinearRecord,
+    RunResult,
+    TaskOutcomes,
+    WindowLosses,
+    from_dict,
+    to_dict,
+)
 from acetui_core.store_schema import APPLICATION_ID, SCHEMA_VERSION, STATUSES
 
 STORE_FILENAME = "runs.db"
@@ -117,6 +126,15 @@ class RunRecord:
     def to_dict(self) -> dict:
         """JSON-ready: every field, plus ``label``."""
         return {**asdict(self), "label": self.label}
+
+
+@dataclass
+class RunEvidence:
+    """What a run kept for tests of a difference (``Store.evidence``): its perplexity windows' losses and
+    its zero-shot documents' correctness per task; empty for runs recorded before acetui kept them."""
+
+    window_losses: WindowLosses | None = None
+    task_outcomes: dict[str, TaskOutcomes] = field(default_factory=dict)
 
 
 class Store:
@@ -377,11 +395,23 @@ class Store:
             elif isinstance(event, LayerPruned):
                 self._write_layer(db, run_id, event.layer)
             elif isinstance(event, RunFinished):
-                db.execute(
+                result = event.result
+                finished = db.execute(
                     "UPDATE runs SET results = ?, status = 'finished', finished = ?, current_layer = NULL,"
                     " error = NULL WHERE id = ? AND status IN ('queued', 'running', 'interrupted')",
-                    (json.dumps(to_dict(event.result)), self.clock(), run_id),
-                )
+                    (
+                        json.dumps(to_dict(replace(result, window_losses=None, task_outcomes=None))),
+                        self.clock(),
+                        run_id,
+                    ),
+                ).rowcount
+                if finished:
+                    evidence = [("wikitext2", result.window_losses)] if result.window_losses else []
+                    evidence += [(f"zeroshot:{task}", o) for task, o in (result.task_outcomes or {}).items()]
+                    db.executemany(
+                        "INSERT OR REPLACE INTO evidence (run_id, evaluation, record) VALUES (?, ?, ?)",
+                        [(run_id, name, json.dumps(to_dict(record))) for name, record in evidence],
+                    )
 
     def _write_layer(self, db: sqlite3.Connection, run_id: str, layer: LayerRecord) -> None:
         db.execute("DELETE FROM layers WHERE run_id = ? AND layer = ?", (run_id, layer.index))
@@ -533,6 +563,30 @@ class Store:
             if layers and records:
                 _attach_layers(db, records)
         return records
+
+    def evidence(self, run_ids: list[str]) -> dict[str, RunEvidence]:
+        """What each run kept for tests of a difference (full run ids); an empty ``RunEvidence`` for a run
+        recorded before acetui kept it, or whose record is damaged."""
+        out = {run_id: RunEvidence() for run_id in run_ids}
+        if not run_ids:
+            return out
+        marks = ",".join("?" * len(run_ids))
+        with self._db() as db:
+            rows = db.execute(
+                f"SELECT run_id, evaluation, record FROM evidence WHERE run_id IN ({marks}) ORDER BY run_id, evaluation",
+                run_ids,
+            ).fetchall()
+        for run_id, evaluation, text in rows:
+            try:
+                if evaluation == "wikitext2":
+                    out[run_id].window_losses = from_dict(WindowLosses, json.loads(text))
+                else:
+                    out[run_id].task_outcomes[evaluation.removeprefix("zeroshot:")] = from_dict(
+                        TaskOutcomes, json.loads(text)
+                    )
+            except Exception:  # a damaged record: the run's numbers stand, they just cannot be tested
+                continue
+        return out
 
     def layers_since(self, run_id: str, after: int = -1) -> list[LayerRecord]:
         """The run's recorded layers with index above ``after``: for live views that poll."""

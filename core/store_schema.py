@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION_ID = 0x41434554  # "ACET": marks the file as an acetui store
 STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted")
 
@@ -168,4 +168,17 @@ def _migrate_2_to_3(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE linears ADD COLUMN fidelity TEXT")
 
 
-MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3}
+def _migrate_3_to_4(db: sqlite3.Connection) -> None:
+    """Version 4 keeps what a test of a difference needs, apart from the results so that listing runs
+    stays light: each perplexity window's loss and each zero-shot document's correctness. Older runs have
+    none; they keep their numbers and say they cannot be tested."""
+    db.execute(
+        "CREATE TABLE evidence ("
+        " run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
+        " evaluation TEXT NOT NULL,"  # "wikitext2", or "zeroshot:<task>"
+        " record TEXT NOT NULL,"  # JSON: records.WindowLosses, or records.TaskOutcomes
+        " PRIMARY KEY (run_id, evaluation))"
+    )
+
+
+MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}

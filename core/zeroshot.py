@@ -23,7 +23,7 @@ from acetui_core.config import ZEROSHOT_TASKS
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import Stage
 from acetui_core.paths import data_dir, home
-from acetui_core.records import TaskAccuracy
+from acetui_core.records import TaskAccuracy, TaskOutcomes
 
 # Where each task's YAML lives inside ``lm_eval/tasks`` (looking it up avoids the harness's
 # TaskManager, which indexes ~15k configs in several seconds on every call).
@@ -264,10 +264,11 @@ def _metric(results: dict, name: str) -> float | None:
 
 def evaluate_zeroshot(
     model, tokenizer, tasks, *, limit: int | None = None, batch_size: int = 8, on_event=None, cancel=None
-) -> dict[str, TaskAccuracy]:
+) -> tuple[dict[str, TaskAccuracy], dict[str, TaskOutcomes]]:
     """Evaluate ``model`` (a loaded ``transformers`` causal LM, evaluated where it is) on each task.
 
-    Returns ``{task: TaskAccuracy}`` (``acc_norm`` is None for tasks the harness scores by ``acc`` only). Emits
+    Returns ``{task: TaskAccuracy}`` (``acc_norm`` is None for tasks the harness scores by ``acc`` only)
+    and ``{task: TaskOutcomes}``, each document's 0/1 correctness, for paired tests. Emits
     ``Stage("zeroshot:<task>", done, total)`` over the task's scored requests, and stops with
     ``Cancelled`` between slices when ``cancel`` is set.
     """
@@ -289,6 +290,7 @@ def evaluate_zeroshot(
         # An empty index: our tasks arrive as full configs, so the ~15k built-in ones need no scan.
         manager = TaskManager(include_defaults=False)
         out: dict[str, TaskAccuracy] = {}
+        outcomes: dict[str, TaskOutcomes] = {}
         for task in tasks:
             stage = f"zeroshot:{task}"
             report(0, None)
@@ -308,7 +310,8 @@ def evaluate_zeroshot(
                 harness_task.set_config(key="num_fewshot", value=0)
             # ``evaluate`` rather than ``simple_evaluate``: the latter only adds seeding (unused by
             # loglikelihood tasks) and a `git describe` of the user's cwd that prints errors outside a repo.
-            evaluated = evaluate(lm=lm, task_dict=loaded, limit=limit, log_samples=False)
+            evaluated = evaluate(lm=lm, task_dict=loaded, limit=limit, log_samples=True)
+            outcomes[task] = _outcomes(task, evaluated["samples"][task], limit)
             metrics = evaluated["results"][task]
             counts = evaluated["n-samples"][task]
             out[task] = TaskAccuracy(
@@ -322,4 +325,20 @@ def evaluate_zeroshot(
                 source=source,
                 note=note,
             )
-    return out
+    return out, outcomes
+
+
+def _outcomes(task: str, samples: list[dict], limit: int | None) -> TaskOutcomes:
+    """Each scored document's correctness from the harness's logged samples, in document order."""
+    from importlib.metadata import version
+
+    samples = sorted(samples, key=lambda sample: sample["doc_id"])
+    norm = all("acc_norm" in sample for sample in samples) and bool(samples)
+    return TaskOutcomes(
+        task=task,
+        lm_eval=version("lm_eval"),
+        limit=limit,
+        doc_ids=[int(sample["doc_id"]) for sample in samples],
+        acc=[int(sample["acc"]) for sample in samples],
+        acc_norm=[int(sample["acc_norm"]) for sample in samples] if norm else None,
+    )

@@ -221,7 +221,7 @@ def test_a_float32_run_is_not_told_to_use_float32(make_tiny_model):
 
 
 def test_a_perplexity_beyond_floats_is_infinite_not_a_crash():
-    from acetui_core.evaluate import perplexity
+    from acetui_core.evaluate import perplexity, ppl
 
     class Noise(torch.nn.Module):
         """Puts all probability on token 0 with a margin no float can exponentiate back."""
@@ -235,8 +235,8 @@ def test_a_perplexity_beyond_floats_is_infinite_not_a_crash():
             logits[..., 0] = 1e4
             return type("Out", (), {"logits": logits})()
 
-    ppl, used, total = perplexity(Noise(), torch.ones(64, dtype=torch.long), seqlen=16)
-    assert ppl == math.inf and (used, total) == (4, 4)
+    losses, total = perplexity(Noise(), torch.ones(64, dtype=torch.long), seqlen=16)
+    assert ppl(losses) == math.inf and (len(losses.nll), total) == (4, 4)
 
 
 def test_one_damaged_row_does_not_hide_the_others(tmp_path, monkeypatch, capsys):

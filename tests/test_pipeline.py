@@ -178,6 +178,18 @@ def test_the_evaluation_stage_is_announced_before_its_first_batch(make_tiny_mode
     assert first > stages.index(("calibration", NSAMPLES)) and all(done > 0 for _, done in stages[first + 1 :])
 
 
+def test_the_perplexity_is_counted_from_the_windows_it_keeps(make_tiny_model, calib_file):
+    import math
+
+    run = config(str(make_tiny_model("llama")), "wanda", calib=calib_file)
+    result = pipeline.run(replace(run, evals=["wikitext2"], eval_seqlen=64, eval_limit=3))
+    losses = result.window_losses
+    assert (losses.dataset, losses.split, losses.seqlen, losses.limit) == ("wikitext2", "test", 64, 3)
+    assert len(losses.nll) == result.ppl_windows == 3 and losses.tokens == [64, 64, 64]
+    assert len(set(losses.nll)) == 3  # each window its own loss, not a share of the total
+    assert result.ppl_wikitext2 == pytest.approx(math.exp(sum(losses.nll) / 192), rel=1e-12)
+
+
 @pytest.mark.parametrize("method", ["wanda", "sparsegpt"])
 def test_calibration_statistics_hold_no_autograd_graph(make_tiny_model, method):
     """Statistics gathered with autograd on keep every batch's activations alive through their graph:

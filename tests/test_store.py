@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,8 @@ from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.events import LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.liveness import STALE_AFTER
-from acetui_core.records import Histogram
-from acetui_core.store import Store
+from acetui_core.records import Histogram, TaskOutcomes, WindowLosses
+from acetui_core.store import RunEvidence, Store
 from acetui_core.store_schema import APPLICATION_ID, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
@@ -275,3 +276,20 @@ def test_a_version_0_store_is_migrated(tmp_path):
     )
     store.create_run(config())  # and it takes new runs
     assert len(Store(path).list_runs()) == 3
+    # runs from before acetui kept per-window losses keep their numbers and have nothing to test
+    assert store.evidence([old.id, failed.id]) == {old.id: RunEvidence(), failed.id: RunEvidence()}
+
+
+def test_a_runs_window_losses_and_document_outcomes_are_kept_apart_from_its_result(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    losses = WindowLosses("wikitext2", "test", 16, 3, [40.5, 38.25, 41.0], [16, 16, 16])
+    outcomes = TaskOutcomes("boolq", "0.4.9", 4, [0, 1, 2, 3], [1, 0, 0, 1], None)
+    run_id = store.create_run(config())
+    store.claim(run_id)
+    result = result_for(config(), ppl=12.0, seconds=1.0)
+    store.record_event(run_id, RunFinished(replace(result, window_losses=losses, task_outcomes={"boolq": outcomes})))
+    assert store.get_run(run_id).results == result  # listing runs does not read the windows
+    assert "38.25" not in raw(store, "SELECT results FROM runs")[0][0]
+    assert store.evidence([run_id]) == {run_id: RunEvidence(losses, {"boolq": outcomes})}
+    store.delete_runs([run_id])
+    assert raw(store, "SELECT COUNT(*) FROM evidence") == [(0,)]

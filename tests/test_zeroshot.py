@@ -160,7 +160,7 @@ def tiny_results(tiny, module_env):
 
 
 def test_each_local_task_reports_the_harness_fields(tiny_results, shared_data):
-    results, _ = tiny_results
+    (results, _), _ = tiny_results
     assert list(results) == list(ZEROSHOT_TASKS)
     for task, entry in results.items():
         assert entry.n == 3 and entry.partial is True
@@ -172,8 +172,20 @@ def test_each_local_task_reports_the_harness_fields(tiny_results, shared_data):
     assert "leading space" in results["hellaswag"].note
 
 
+def test_each_task_keeps_every_documents_correctness(tiny_results):
+    """A paired test needs each document's 0/1, and they must add up to the reported accuracy."""
+    (results, outcomes), _ = tiny_results
+    assert list(outcomes) == list(ZEROSHOT_TASKS)
+    for task, entry in outcomes.items():
+        assert entry.doc_ids == [0, 1, 2] and entry.limit == 3 and entry.lm_eval
+        assert set(entry.acc) <= {0, 1} and sum(entry.acc) / 3 == pytest.approx(results[task].acc)
+        assert (entry.acc_norm is not None) == (task in ACC_NORM_TASKS)
+        if entry.acc_norm is not None:
+            assert sum(entry.acc_norm) / 3 == pytest.approx(results[task].acc_norm)
+
+
 def test_progress_is_reported_per_task_until_done(tiny_results):
-    results, events = tiny_results
+    (results, _), events = tiny_results
     for task in results:
         stages = [e for e in events if isinstance(e, Stage) and e.name == f"zeroshot:{task}"]
         choices = 2 if task in ("boolq", "rte", "winogrande") else 4
@@ -207,6 +219,7 @@ def test_pipeline_runs_zeroshot_on_the_pruned_model(make_tiny_model):
     result = pipeline.run(config)
     assert list(result.zeroshot) == ["arc_easy", "boolq"]
     assert all(entry.n == 2 for entry in result.zeroshot.values())
+    assert {task: len(entry.acc) for task, entry in result.task_outcomes.items()} == {"arc_easy": 2, "boolq": 2}
 
 
 # ---------------------------------------------------------------- acetui eval
@@ -277,14 +290,14 @@ def dense_and_pruned(smollm, module_env):
 
     smollm.reset()
     dense = {
-        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["arc_easy"]),
-        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT),
+        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["arc_easy"])[0],
+        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT)[0],
     }
     # Pruned and scored on ARC-Easy by `acetui prune --eval zeroshot`'s path; HellaSwag on the same pruned weights.
     config = RunConfig(model=smollm.source, method="wanda", sparsity="0.5", evals=["zeroshot"], tasks=["arc_easy"])
     pruned = {
         **pipeline.run(config, loaded=smollm).zeroshot,
-        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT),
+        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT)[0],
     }
     smollm.reset()
     print(

@@ -83,7 +83,7 @@ def eval_command(
         loaded = load_model(model, device=device, dtype=dtype, on_event=progress)
         place_for_eval(loaded)
         started = time.perf_counter()
-        zeroshot = evaluate_zeroshot(
+        zeroshot, _ = evaluate_zeroshot(
             loaded.model, loaded.tokenizer, task_list, limit=zeroshot_limit, batch_size=batch_size, on_event=progress
         )
         seconds = time.perf_counter() - started
