@@ -406,8 +406,11 @@ class Store:
                     ),
                 ).rowcount
                 if finished:
-                    evidence = [("wikitext2", result.window_losses)] if result.window_losses else []
-                    evidence += [(f"zeroshot:{task}", o) for task, o in (result.task_outcomes or {}).items()]
+                    evidence: list[tuple[str, WindowLosses | TaskOutcomes]] = [
+                        (f"zeroshot:{task}", o) for task, o in (result.task_outcomes or {}).items()
+                    ]
+                    if result.window_losses:
+                        evidence.append(("wikitext2", result.window_losses))
                     db.executemany(
                         "INSERT OR REPLACE INTO evidence (run_id, evaluation, record) VALUES (?, ?, ?)",
                         [(run_id, name, json.dumps(to_dict(record))) for name, record in evidence],
