@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from acetui_core import parse
+from acetui_core.comparison import CELLS
 from acetui_core.config import ZEROSHOT_TASKS
 from acetui_core.errors import UserError
-from acetui_core.export import CELLS
 from acetui_core.metrics import METHODS
 
 

@@ -16,9 +16,10 @@ import subprocess
 import pytest
 from runhelpers import Clock, cli, insert_run
 
+from acetui_core.comparison import comparison
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
-from acetui_core.export import comparison, latex_escape, to_markdown
+from acetui_core.export import latex_escape, to_markdown
 from acetui_core.store import Store
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")

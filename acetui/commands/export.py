@@ -10,8 +10,9 @@ import typer
 
 from acetui import options
 from acetui_core import parse
+from acetui_core.comparison import COLUMNS, MEASURES
 from acetui_core.errors import UserError
-from acetui_core.export import COLUMNS, FORMATS, MEASURES, check_format, export
+from acetui_core.export import FORMATS, check_format, export
 from acetui_core.store import RunRecord, Store
 
 

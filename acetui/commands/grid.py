@@ -15,9 +15,10 @@ from acetui import options
 from acetui.commands.prune import default_model
 from acetui.commands.runs import Follower, run_summary
 from acetui_core import parse
+from acetui_core.comparison import comparison
 from acetui_core.config import model_name
 from acetui_core.errors import Cancelled
-from acetui_core.export import comparison, to_markdown
+from acetui_core.export import to_markdown
 from acetui_core.launch import Grid, InProcess, LocalProcesses, gpus_for, launch, queue
 from acetui_core.runner import stop_signals
 from acetui_core.store import Store

@@ -24,9 +24,10 @@ from acetui.app import summary
 from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, new_file, tmux_drops_clipboard
 from acetui.app.screens.common import RunListScreen, refill
 from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot
+from acetui_core.comparison import comparison
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
-from acetui_core.export import comparison, export
+from acetui_core.export import export
 from acetui_core.maskfile import run_overlap, total
 from acetui_core.metrics import METHODS
 from acetui_core.records import linear_kind

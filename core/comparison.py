@@ -1,0 +1,275 @@
+"""The comparison grid shared by LaTeX, Markdown, the terminal and the app: one row per method with
+its calibration length (``Wanda-16``, ``CosP+VarP-16``, ``Wanda-FL``: ``RunConfig.label``), one column per
+sparsity pattern (grouped by model when there are several), cells = WikiText-2 perplexity or zero-shot
+accuracy.
+
+Runs share a cell only when every setting that can change its number is equal (``settings``): only
+seeds may differ, and the cell then shows their mean ``± sd`` and ``(n=...)``. Runs that differ in
+anything else get rows of their own, labelled with the difference (``Wanda-16 (32 samples)``). Settings
+that cannot change a number (``--keep-masks``, ``--fidelity``, where the model is saved) never split
+rows. A perplexity measured on part of the test set (``--eval-limit``) carries a dagger and a note.
+The layout can instead put calibration lengths (``columns="seqlen"``, the paper's appendix study) or
+seeds (``columns="seed"``) in the columns. Whether a cell's difference from its column's best is real
+is ``acetui_core.verdicts``' business; the grid only prints its verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from acetui_core.config import model_name
+from acetui_core.errors import UserError
+from acetui_core.metrics import paper_name
+from acetui_core.records import RunResult, any_partial, mean_accuracy
+from acetui_core.sparsity import parse_sparsity
+from acetui_core.store import RunRecord
+
+# ppl: WikiText-2 perplexity (lower is better); zeroshot: accuracy per task with Avg. last (the paper's
+# appendix); zeroshot-mean: mean accuracy of the seven tasks (the paper's summary table).
+MEASURES = ("ppl", "zeroshot", "zeroshot-mean")
+CELLS = ("ppl", "ppl-time")
+COLUMNS = ("sparsity", "seqlen", "seed")
+CI_STYLES = ("none", "pm", "interval")  # --ci: no interval, "73.5 ± 1.5" (half its width), "[72.1, 75.0]"
+
+
+@dataclass
+class Cell:
+    values: list[float]  # perplexities, or accuracies in percent: one per seed
+    seconds: list[float]
+    partial: bool
+
+    @property
+    def value(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def sd(self) -> float | None:
+        return statistics.stdev(self.values) if len(self.values) > 1 and all(map(math.isfinite, self.values)) else None
+
+
+@dataclass
+class Comparison:
+    """Rows x (model, column) of cells; ``best`` holds the (row, column) keys printed bold."""
+
+    models: list[str]
+    columns: list[tuple[str, str]]  # (model, column header), grouped by model
+    rows: list[str]
+    cells: dict[tuple[str, tuple[str, str]], Cell]
+    cell_format: str
+    measure: str = "ppl"
+    best: set = field(default_factory=set)
+
+    @property
+    def partial(self) -> bool:
+        return any(cell.partial for cell in self.cells.values())
+
+    @property
+    def seeds(self) -> bool:
+        """Whether some cell is a mean over several seeds."""
+        return any(len(cell.values) > 1 for cell in self.cells.values())
+
+    def text(self, row: str, column: tuple[str, str], bold, dagger: str, bar: str, pm: str) -> str:
+        """A cell as text, with the markup of the target format; ``--`` where no run is."""
+        cell = self.cells.get((row, column))
+        if cell is None:
+            return "--"
+        value = f"{cell.value:.2f}"
+        if (row, column) in self.best:
+            value = bold(value)
+        if cell.sd is not None:
+            value += f" {pm} {cell.sd:.2f}"
+        if len(cell.values) > 1:
+            value += f" (n={len(cell.values)})"
+        if cell.partial:
+            value += dagger
+        if self.cell_format == "ppl-time":
+            value += f" {bar} {statistics.fmean(cell.seconds):.1f}"
+        return value
+
+
+def _sparsity_header(text: str) -> str:
+    spec = parse_sparsity(text)
+    return str(spec) if spec.is_nm else f"{spec.ratio * 100:g}%"
+
+
+def _result(record: RunRecord) -> RunResult:
+    """The results of a run the comparison kept (finished, with results)."""
+    assert record.results is not None, record.id
+    return record.results
+
+
+def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tuple[str, str, float, bool]]:
+    """(row, column header, value, partial) entries one run adds to the grid."""
+    result = _result(record)
+    if measure == "ppl":
+        assert result.ppl_wikitext2 is not None, record.id
+        return [(row, header, result.ppl_wikitext2, result.ppl_partial)]
+    tasks = result.zeroshot or {}
+    mean = 100 * mean_accuracy(tasks)
+    if measure == "zeroshot-mean":
+        return [(row, header, mean, any_partial(tasks))]
+    return [(row, task, 100 * (entry.acc or 0.0), entry.partial) for task, entry in tasks.items()] + [
+        (row, "Avg.", mean, any_partial(tasks))
+    ]
+
+
+# ---- which runs may share a cell ----------------------------------------------------------------
+
+# Settings that cannot change a measured number: runs differing only in these share a cell. Seeds are
+# the repeats a cell averages over; the table's own axes (sparsity, or the chosen columns) are not rows.
+_NEVER_SPLIT = {"seed", "device", "save", "overwrite", "evals", "batch_size", "sparsity"}
+_PPL_ONLY = {"eval_seqlen", "eval_limit"}
+_ZEROSHOT_ONLY = {"tasks", "zeroshot_limit"}
+_CALIBRATION = {"calib", "nsamples", "seqlen"}
+
+
+def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]:
+    """Every setting of a finished run that can change the number a table shows, except its seed and the
+    table's column axis: the configuration, with what the run resolved (window lengths, windows counted,
+    dtype) and the identity of the files it read (model, calibration)."""
+    config, result = record.config, _result(record)
+    skip = _NEVER_SPLIT | (_ZEROSHOT_ONLY if measure == "ppl" else _PPL_ONLY) | {columns}
+    if result.calibration is None:  # no calibration data: its settings cannot matter
+        skip |= _CALIBRATION
+    values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
+    values["dtype"] = result.dtype
+    values["model file"] = result.model_fingerprint
+    if result.method_fingerprint is not None:  # a plug-in metric: its file's version
+        values["method file"] = result.method_fingerprint
+    if result.calibration is not None:
+        values["calibration file"] = result.calibration.fingerprint
+        if "seqlen" in values:
+            values["seqlen"] = result.calibration.seqlen
+    if measure == "ppl":
+        values["eval_seqlen"], values["eval_limit"] = result.ppl_seqlen, result.ppl_windows
+    else:
+        values["tasks"] = tuple((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
+        values.pop("zeroshot_limit", None)
+    return values
+
+
+_DESCRIBE: dict[str, Callable[[Any], str]] = {
+    "nsamples": lambda v: f"{v} samples",
+    "seqlen": lambda v: f"{v}-token calibration",
+    "calib": lambda v: f"calib {str(v).rsplit('/', 1)[-1]}",
+    "eval_seqlen": lambda v: f"eval {v} tokens",
+    "eval_limit": lambda v: f"{v} windows",
+    "group": lambda v: f"{v} groups",
+    "squared_weight": lambda v: "|W|^2" if v else "|W|",
+    "ria_alpha": lambda v: f"alpha {v}",
+    "varp_scale": lambda v: f"VarP scale {v}",
+    "varp_form": lambda v: f"VarP {v}",
+    "allocation": lambda v: "OWL" if v == "owl" else "uniform",
+    "owl_lambda": lambda v: f"OWL lambda {v:g}",
+    "owl_m": lambda v: f"OWL M {v:g}",
+    "update": lambda v: "OBS update" if v == "obs" else "no update",
+    "dtype": str,
+    "model": str,
+    "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),
+}
+
+
+def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, columns: str) -> dict[str, str]:
+    """Each run's row label: its base label, plus the settings in which it differs from the other runs of
+    the same base label and model column (for example ``Wanda-16 (32 samples)``), so that runs with
+    different settings never share a cell. File identities that differ are numbered in order of
+    appearance (``model file 2``)."""
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for record in records:
+        groups.setdefault((base[record.id], model_name(record.config.model)), []).append(record)
+    labels = {}
+    for (label, _), group in groups.items():
+        values = {record.id: settings(record, measure, columns) for record in group}
+        names = list(dict.fromkeys(name for v in values.values() for name in v))
+        differing = [name for name in names if len({repr(v.get(name)) for v in values.values()}) > 1]
+        versions = {name: list(dict.fromkeys(repr(v.get(name)) for v in values.values())) for name in differing}
+        for record in group:
+            parts = []
+            for name in differing:
+                value = values[record.id].get(name)
+                if name.endswith(" file"):
+                    parts.append(f"{name} {versions[name].index(repr(value)) + 1}")
+                else:
+                    parts.append(_DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")(value))
+            labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
+    return labels
+
+
+def comparison(
+    records: list[RunRecord], *, cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl"
+) -> Comparison:
+    """Arrange the finished runs into the paper's grid: perplexity (best = lowest) or zero-shot accuracy
+    in percent (best = highest), per task with Avg. last or as the mean of the tasks.
+
+    Runs share a cell only when every setting that can change the number is equal (``settings``); seeds
+    may differ, and the cell is then their mean ± sd with n. Runs that differ in anything else get rows
+    of their own whose labels name the difference."""
+    if cells not in CELLS:
+        raise UserError(f"Unknown --cells '{cells}'; choose one of: {', '.join(CELLS)}.")
+    if columns not in COLUMNS:
+        raise UserError(f"Unknown --columns '{columns}'; choose one of: {', '.join(COLUMNS)}.")
+    if measure not in MEASURES:
+        raise UserError(f"Unknown --table '{measure}'; choose one of: {', '.join(MEASURES)}.")
+    finished = [r for r in records if r.status == "finished" and r.results is not None]
+    if measure == "ppl":
+        usable = [r for r in finished if r.ppl is not None]
+        what = "a WikiText-2 perplexity"
+    else:
+        usable = [r for r in finished if _result(r).zeroshot]
+        what = "zero-shot results (prune --eval zeroshot)"
+    if not usable:
+        raise UserError(
+            f"None of the {len(records)} selected run(s) has finished with {what}, "
+            f"so there is no table to make (--format csv exports any run)."
+        )
+    several_sparsities = len({r.config.sparsity for r in usable}) > 1
+
+    def keys(record: RunRecord) -> tuple[str, str]:
+        config = record.config
+        if columns == "sparsity" and measure != "zeroshot":
+            return record.label, _sparsity_header(config.sparsity)
+        suffix = f" ({_sparsity_header(config.sparsity)})" if several_sparsities else ""
+        if columns == "seqlen":
+            return paper_name(config.method) + suffix, "FL" if config.seqlen == "full" else str(config.seqlen)
+        if columns == "seed":
+            return record.label + suffix, f"seed {config.seed}"
+        return record.label + suffix, ""  # per-task table: the tasks are the columns
+
+    axis = "sparsity" if columns == "sparsity" and measure != "zeroshot" else columns
+    row_labels = _row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)
+    models = list(dict.fromkeys(model_name(r.config.model) for r in usable))
+    headers: dict[str, list[str]] = {m: [] for m in models}
+    rows: list[str] = []
+    grid: dict = {}
+    for record in usable:
+        model = model_name(record.config.model)
+        for row, header, value, partial in _values(record, measure, row_labels[record.id], keys(record)[1]):
+            rows.append(row)
+            headers[model].append(header)
+            cell = grid.setdefault((row, (model, header)), Cell([], [], False))
+            cell.values.append(value)
+            cell.seconds.append(record.prune_seconds or 0.0)
+            cell.partial = cell.partial or partial
+    table = Comparison(
+        models,
+        [(m, h) for m in models for h in dict.fromkeys(headers[m])],
+        list(dict.fromkeys(rows)),
+        grid,
+        cells,
+        measure,
+    )
+    pick = min if measure == "ppl" else max
+    for column in table.columns:
+        shown = {
+            row: round(grid[(row, column)].value, 2)
+            for row in table.rows
+            if (row, column) in grid and math.isfinite(grid[(row, column)].value)
+        }
+        if shown:
+            best = pick(shown.values())
+            table.best |= {(row, column) for row, value in shown.items() if value == best}
+    return table
