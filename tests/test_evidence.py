@@ -1,0 +1,65 @@
+"""Intervals, paired tests and Holm's correction on hand-made unit values, checked against direct
+computations."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from acetui_core.evidence import (
+    Group,
+    accuracy_interval,
+    group_interval,
+    holm,
+    paired_difference,
+    perplexity_interval,
+)
+
+
+def test_one_runs_perplexity_interval_is_the_bootstrap_of_its_windows():
+    """Half the windows at NLL a, half at b: a resampled mean is a + (b - a) K / n with K ~ Binomial(n, 1/2),
+    so the percentile interval of exp(mean) sits at that binomial's quantiles."""
+    a, b, n = 3.0, 3.5, 40
+    low, high = perplexity_interval(np.array([a, b] * (n // 2)))
+    k_low, k_high = stats.binom.ppf([0.025, 0.975], n, 0.5)
+    assert low == pytest.approx(np.exp(a + (b - a) * k_low / n))
+    assert high == pytest.approx(np.exp(a + (b - a) * k_high / n))
+    assert perplexity_interval(np.full(8, 3.0)) == pytest.approx((np.exp(3.0), np.exp(3.0)))
+
+
+def test_an_accuracy_interval_is_wilsons():
+    ci = stats.binomtest(30, 40).proportion_ci(0.9, method="wilson")
+    assert accuracy_interval(np.array([1] * 30 + [0] * 10), level=0.9) == pytest.approx((ci.low, ci.high))
+
+
+def test_a_groups_interval_counts_the_seed_spread():
+    """Units that agree within each run leave only the seeds' spread: mean ± t(k-1) s / sqrt(k)."""
+    means = [2.0, 2.3, 2.1]
+    group = Group([[np.full(16, m)] for m in means])
+    half = stats.t.ppf(0.975, 2) * np.std(means, ddof=1) / np.sqrt(3)
+    assert group_interval(group) == pytest.approx((np.mean(means) - half, np.mean(means) + half))
+
+
+def test_a_paired_difference_of_single_runs_is_the_paired_t_test():
+    rng = np.random.default_rng(1)
+    x = rng.normal(4.0, 0.3, 50)
+    y = x + rng.normal(0.05, 0.1, 50)
+    difference = paired_difference(Group([[y]]), Group([[x]]))
+    assert difference.p == pytest.approx(stats.ttest_rel(y, x).pvalue)
+    assert difference.value == pytest.approx(np.mean(y - x))
+    assert difference.seed_noise_known is False
+
+
+def test_identical_windows_give_p_one():
+    x = np.random.default_rng(2).normal(4.0, 0.3, 32)
+    difference = paired_difference(Group([[x], [x + 0.1]]), Group([[x], [x + 0.1]]))
+    assert difference.p == 1.0 and difference.value == 0.0 and difference.seed_noise_known
+
+
+def test_a_paired_difference_needs_the_same_units():
+    with pytest.raises(ValueError, match="same units"):
+        paired_difference(Group([[np.zeros(4)]]), Group([[np.zeros(5)]]))
+
+
+def test_holm_adjusts_step_down():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
