@@ -117,6 +117,33 @@ OwlM = Annotated[
     float, typer.Option(parser=lambda t: parse.number(t, "--owl-m"), help="OWL: outlier = score above M x layer mean.")
 ]
 Update = Annotated[str, typer.Option(help="After the mask: none, or obs (SparseGPT's OBS update of the kept weights).")]
+Permute = Annotated[
+    str,
+    typer.Option(
+        help="N:M only: reorder each linear's input channels before the mask so its groups keep more score: "
+        "none, greedy (RIA's reallocation) or lsa (greedy, then linear sum assignment; docs/methods.md)."
+    ),
+]
+Refine = Annotated[
+    str, typer.Option(help="After the mask, before --update: none, or dsnot (DSnoT's weight swaps; docs/methods.md).")
+]
+DsnotCycles = Annotated[
+    int, typer.Option(parser=_whole("--dsnot-cycles", 1), metavar="N", help="DSnoT: at most N swaps per row.")
+]
+DsnotThreshold = Annotated[
+    float,
+    typer.Option(
+        parser=lambda t: parse.number(t, "--dsnot-threshold", minimum=0),
+        help="DSnoT: a row stops once its expected-output error is at most this.",
+    ),
+]
+DsnotVarPower = Annotated[
+    float,
+    typer.Option(
+        parser=lambda t: parse.number(t, "--dsnot-var-power", minimum=0),
+        help="DSnoT: the power of the input variance dividing a weight's growth key.",
+    ),
+]
 Detach = Annotated[bool, typer.Option(help="Run in the background, detached from this terminal; print the run id(s).")]
 Executor = Annotated[
     str,
@@ -178,6 +205,11 @@ RUN_SETTINGS = (
     "owl_lambda",
     "owl_m",
     "update",
+    "permute",
+    "refine",
+    "dsnot_cycles",
+    "dsnot_threshold",
+    "dsnot_var_power",
 )
 
 

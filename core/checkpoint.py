@@ -27,6 +27,7 @@ _CHECKPOINT_FILE = re.compile(
     r"config\.json|generation_config\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json"
     r"|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|added_tokens\.json|chat_template\.jinja"
     r"|vocab\.json|vocab\.txt|merges\.txt|tokenizer\.model|sentencepiece\.bpe\.model"
+    r"|permutations\.json"  # --permute's sidecar (acetui_core.permute)
 )
 _TEMP_PREFIX = ".acetui-save-"
 INDEX_FILE = "model.safetensors.index.json"

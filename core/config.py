@@ -40,6 +40,11 @@ class RunConfig:
     owl_lambda: float = 0.08  # OWL: layer sparsities lie within target +- lambda
     owl_m: float = 5.0  # OWL: a score is an outlier above M x its decoder layer's mean score
     update: str = "none"  # after the mask: "obs" updates the kept weights by SparseGPT's OBS reconstruction
+    permute: str = "none"  # N:M only: input channels reordered before the mask ("greedy" or "lsa"; acetui_core.permute)
+    refine: str = "none"  # after the mask, before any update: "dsnot" swaps weights (acetui_core.dsnot)
+    dsnot_cycles: int = 50  # DSnoT: at most this many swaps per row
+    dsnot_threshold: float = 0.1  # DSnoT: a row stops refining once its expected-output error is this small
+    dsnot_var_power: float = 1.0  # DSnoT: the power of the input variance dividing a weight's growth key
     save: str | None = None  # folder for the pruned Hugging Face checkpoint
     overwrite: bool = False  # allow ``save`` into a non-empty folder
 

@@ -57,9 +57,23 @@ def nm_mask(scores: torch.Tensor, n: int, m: int) -> tuple[torch.Tensor, None]:
     return torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, order, True).reshape(d_out, d_in), None
 
 
-def prune_mask(scores: torch.Tensor, sparsity: Sparsity, group: str) -> tuple[torch.Tensor, float | None]:
-    """The mask and its cut-off score for ``sparsity`` with ``group`` ("row" or "layer") competition."""
+def permuted_nm_mask(scores: torch.Tensor, n: int, m: int, order: torch.Tensor) -> torch.Tensor:
+    """The N:M mask of the columns taken in ``order`` (``acetui_core.permute``), in the original column
+    order: ``mask[:, order]`` is N:M."""
+    chosen, _ = nm_mask(scores[:, order], n, m)
+    mask = torch.empty_like(chosen)
+    mask[:, order] = chosen
+    return mask
+
+
+def prune_mask(
+    scores: torch.Tensor, sparsity: Sparsity, group: str, order: torch.Tensor | None = None
+) -> tuple[torch.Tensor, float | None]:
+    """The mask and its cut-off score for ``sparsity`` with ``group`` ("row" or "layer") competition;
+    ``order``: the input order an N:M pattern's groups are taken in (None: the original order)."""
     if sparsity.is_nm:
+        if order is not None:
+            return permuted_nm_mask(scores, sparsity.n, sparsity.m, order), None
         return nm_mask(scores, sparsity.n, sparsity.m)
     if group == "layer":
         return layer_mask(scores, sparsity.ratio)

@@ -20,5 +20,5 @@ class Method:
 
     def calibrated(self, config) -> bool:
         """Whether a run of this method with ``config`` reads calibration activations: ``--update obs``
-        needs the Hessian even for magnitude."""
-        return self.needs_activations or config.update == "obs"
+        needs the Hessian even for magnitude, ``--refine dsnot`` the inputs' means and variances."""
+        return self.needs_activations or config.update == "obs" or config.refine == "dsnot"

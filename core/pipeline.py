@@ -19,12 +19,13 @@ from acetui_core.allocation import outlier_ratio, owl_sparsities
 from acetui_core.checkpoint import save_checkpoint
 from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration, wikitext2_test_ids
+from acetui_core.dsnot import DSnoTSettings, refine
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH, perplexity, ppl, window_losses, windows_nll
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.fidelity import OutputAgreement, linear_fidelity
 from acetui_core.maskfile import mask_writer
-from acetui_core.masks import check_nm_fits, prune_mask
+from acetui_core.masks import check_nm_fits, nm_mask, prune_mask
 from acetui_core.metrics import get_method
 from acetui_core.models import (
     Loaded,
@@ -35,6 +36,7 @@ from acetui_core.models import (
     weight_matrix,
 )
 from acetui_core.paths import content_identity
+from acetui_core.permute import channel_permutation, retained_fraction, write_permutations
 from acetui_core.plugins import check_scores
 from acetui_core.records import (
     Calibration,
@@ -42,6 +44,7 @@ from acetui_core.records import (
     LayerRecord,
     LinearRecord,
     LinearSparsity,
+    MaskChoice,
     RunResult,
     TaskAccuracy,
     TaskOutcomes,
@@ -235,6 +238,38 @@ def _scores(method, W, stats, config, where: str) -> torch.Tensor:
     return scores
 
 
+def _choose_mask(
+    W, scores, stats: ColumnStats | None, config, sparsity
+) -> tuple[torch.Tensor, float | None, MaskChoice]:
+    """The metric's mask and how it was chosen: an N:M pattern's groups taken in a permuted input order
+    (``--permute``), then DSnoT's swaps (``--refine dsnot``, in that same order so N:M groups stay whole).
+    ``--update obs`` comes after, on the refined mask."""
+    order = None
+    if config.permute != "none":
+        order = channel_permutation(scores, sparsity.n, sparsity.m, config.permute)
+    mask, threshold = prune_mask(scores, sparsity, config.group, order)
+    choice = MaskChoice(retained=retained_fraction(scores, mask))
+    if order is not None:
+        choice.retained_unpermuted = retained_fraction(scores, nm_mask(scores, sparsity.n, sparsity.m)[0])
+        choice.permutation = order.tolist()
+    if config.refine == "dsnot":
+        assert stats is not None, "--refine dsnot reads calibration statistics (Method.calibrated)"
+        columns = order if order is not None else torch.arange(W.shape[1], device=W.device)
+        settings = DSnoTSettings(config.dsnot_cycles, config.dsnot_threshold, config.dsnot_var_power)
+        mean = stats.s / config.nsamples  # the reference code's scale: summed over tokens, averaged over windows
+        refined, choice.refinement = refine(
+            W[:, columns],
+            mask[:, columns],
+            scores[:, columns],
+            mean[columns],
+            stats.variance[columns],
+            settings,
+            m=sparsity.m,
+        )
+        mask[:, columns] = refined
+    return mask, threshold, choice
+
+
 def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, masks, dense_outputs):
     """Gather statistics over every calibration token, then score, mask and write back each linear
     (and its pruned positions to ``masks`` when kept)."""
@@ -244,13 +279,13 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
     for name, module in linears.items():
         start = time.perf_counter()
         W = _dense_weight(index, name, module)
-        histogram, fidelity = None, None
+        histogram, fidelity, choice = None, None, None
         dense = W.clone() if config.fidelity and name in stats else None
         if method.score is None:
             W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
         else:
             scores = _scores(method, W, stats.get(name), config, f"layer {index} {name}")
-            mask, threshold = prune_mask(scores, sparsity, config.group)
+            mask, threshold, choice = _choose_mask(W, scores, stats.get(name), config, sparsity)
             if config.update == "obs":
                 W = obs_update(W, stats[name].hessian, mask, f"layer {index} {name}")
             else:
@@ -273,6 +308,7 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
                 act_stats=stats[name].summary() if name in stats else None,
                 histogram=histogram,
                 fidelity=fidelity,
+                choice=choice,
             )
         )
     return records, stats
@@ -327,6 +363,7 @@ class Pruned:
     prune_seconds: float
     calibration: Calibration | None
     allocation: list[LayerAllocation] | None = None
+    permutations: dict[str, list[int]] | None = None  # --permute: each linear's input order, by weight name
 
 
 @dataclass
@@ -394,6 +431,8 @@ def prune(
     if config.allocation == "owl":
         allocation = _owl_allocation(loaded, layers, inputs, config, method, sparsity, emit)
     summaries: list[LinearSparsity] = []
+    permutations: dict[str, list[int]] = {}
+    prefixes = {id(module): name for name, module in loaded.model.named_modules()}
     feed = _feed(loaded, release)
     try:
         with mask_writer(masks_path if config.keep_masks else None) as masks:
@@ -422,6 +461,9 @@ def prune(
                 seconds = time.perf_counter() - layer_start
                 emit(LayerPruned(LayerRecord(index, len(layers), seconds, linears, fidelity=fidelity)))
                 summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds) for r in linears]
+                for r in linears:
+                    if r.choice is not None and r.choice.permutation is not None:
+                        permutations[f"{prefixes[id(layer)]}.{r.name}.weight"] = r.choice.permutation
     finally:
         if feed is not None:
             feed.close()
@@ -431,7 +473,9 @@ def prune(
 
     sizes = _linear_sizes(layers)
     zeros = sum(summary.sparsity * size for summary, size in zip(summaries, sizes, strict=False))
-    return Pruned(summaries, zeros / sum(sizes), prune_seconds, calibration, allocation)
+    return Pruned(
+        summaries, zeros / sum(sizes), prune_seconds, calibration, allocation, permutations if permutations else None
+    )
 
 
 @torch.no_grad()
@@ -605,6 +649,8 @@ def run(
             saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite)
         else:
             saved_to = str(pruned_folder) if config.save else None
+        if saved_to and pruned.permutations:
+            write_permutations(saved_to, config.sparsity_spec, pruned.permutations)
         try:
             scores = evaluate(loaded, config, on_event, cancel, pruned_folder)
         except Cancelled:
@@ -626,7 +672,7 @@ def run(
         label=config.label,
         sparsity=config.sparsity,
         group=config.group,
-        **_fields(pruned),
+        **{k: v for k, v in _fields(pruned).items() if k != "permutations"},  # they go to --save's sidecar
         **_fields(scores),
         peak_rss_mb=rss_mb,
         peak_gpu_mb=gpu_mb,

@@ -60,6 +60,29 @@ class Fidelity:
 
 
 @dataclass
+class Refinement:
+    """What ``--refine dsnot`` did to one linear's mask (``acetui_core.dsnot``): the swaps it made and the
+    error it minimizes before and after, ``||e|| / ||W mu||`` (``e_r``: the change of row ``r``'s expected
+    output over the calibration inputs; ``W mu``: the dense expected output)."""
+
+    swaps: int
+    error_before: float
+    error_after: float
+
+
+@dataclass
+class MaskChoice:
+    """How a scoring method's mask was chosen for one linear: the share of the score it keeps (kept score
+    over total score, before any refinement), the same share without ``--permute``, the input order its
+    N:M groups were taken in (``acetui_core.permute``), and the DSnoT refinement."""
+
+    retained: float
+    retained_unpermuted: float | None = None  # only with --permute
+    permutation: list[int] | None = None  # only with --permute: group k*M..k*M+M-1 holds these inputs
+    refinement: Refinement | None = None  # only with --refine dsnot
+
+
+@dataclass
 class LinearRecord:
     name: str  # e.g. "self_attn.q_proj"
     d_out: int
@@ -69,6 +92,7 @@ class LinearRecord:
     act_stats: ActStats | None = None  # None when the method reads no activations (magnitude)
     histogram: Histogram | None = None  # None when the method solves rather than scores (SparseGPT)
     fidelity: Fidelity | None = None  # None without --fidelity, or without calibration data (magnitude)
+    choice: MaskChoice | None = None  # None for methods that solve rather than score (SparseGPT)
 
     @property
     def size(self) -> int:

@@ -13,8 +13,8 @@ INVERSE_CLAMP = 0.99
 
 
 class ColumnStats:
-    """Accumulates ``sq_j = sum_t x_tj^2``, ``q_j = sum_t x_tj^4``, the token count ``T`` and the largest
-    ``x^2`` of the whole input.
+    """Accumulates ``s_j = sum_t x_tj`` (for DSnoT), ``sq_j = sum_t x_tj^2``, ``q_j = sum_t x_tj^4``, the
+    token count ``T`` and the largest ``x^2`` of the whole input.
 
     Accumulators are float64 whatever the model's dtype (``x^4`` overflows half precision), and so is each
     batch's sum: float32 sums round differently when the same tokens come in other batches, which moved a
@@ -26,6 +26,7 @@ class ColumnStats:
     """
 
     def __init__(self, d_in: int, device: torch.device, hessian: bool = False, inverse_scale: float | None = None):
+        self.s = torch.zeros(d_in, dtype=torch.float64, device=device)
         self.sq = torch.zeros(d_in, dtype=torch.float64, device=device)
         self.q = torch.zeros(d_in, dtype=torch.float64, device=device)
         self.x2_max = torch.zeros((), dtype=torch.float64, device=device)
@@ -36,15 +37,17 @@ class ColumnStats:
 
     @staticmethod
     def column_sums(x: torch.Tensor, gram: bool = False) -> tuple:
-        """``(sum_t x^2, sum_t x^4, max x^2, T, X^T X or None)`` of one batch of inputs, any leading shape."""
+        """``(sum_t x, sum_t x^2, sum_t x^4, max x^2, T, X^T X or None)`` of one batch of inputs, any
+        leading shape."""
         x = x.detach().reshape(-1, x.shape[-1]).double()
         x2 = x * x
-        return x2.sum(dim=0), (x2 * x2).sum(dim=0), x2.amax(), x.shape[0], x.t() @ x if gram else None
+        return x.sum(dim=0), x2.sum(dim=0), (x2 * x2).sum(dim=0), x2.amax(), x.shape[0], x.t() @ x if gram else None
 
     def add(self, x: torch.Tensor, sums: tuple | None = None) -> None:
         """Accumulate one batch; ``sums`` are its ``column_sums`` when already computed for a linear
         that shares this input (q/k/v, gate/up): they then share one ``X^T X`` product too."""
-        sq, q, x2_max, tokens, gram = sums if sums is not None else self.column_sums(x, gram=self.xtx is not None)
+        s, sq, q, x2_max, tokens, gram = sums if sums is not None else self.column_sums(x, gram=self.xtx is not None)
+        self.s += s
         self.sq += sq
         self.q += q
         torch.maximum(self.x2_max, x2_max, out=self.x2_max)
@@ -71,6 +74,12 @@ class ColumnStats:
     @property
     def e4(self) -> torch.Tensor:
         return (self.q / self.tokens).float()
+
+    @property
+    def variance(self) -> torch.Tensor:
+        """``Var[x_j] = E[x^2] - E[x]^2`` per column, in float64 (the difference of two close numbers)."""
+        mean = self.s / self.tokens
+        return (self.sq / self.tokens - mean * mean).clamp_min(0)
 
     def scale(self, kind: str) -> float:
         """VarP's activation scale ``s`` of this input (``--varp-scale``): 1, the RMS over every entry of

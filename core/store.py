@@ -431,7 +431,7 @@ class Store:
         )
         db.executemany(
             "INSERT INTO linears (run_id, layer, position, name, d_out, d_in, sparsity, seconds, act_stats, histogram,"
-            " fidelity) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " fidelity, choice) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     run_id,
@@ -445,6 +445,7 @@ class Store:
                     _dumps(_as_dict(linear.act_stats)),
                     _dumps(_as_dict(linear.histogram)),
                     _dumps(_as_dict(linear.fidelity)),
+                    _dumps(_as_dict(linear.choice)),
                 )
                 for position, linear in enumerate(layer.linears)
             ],
@@ -717,12 +718,19 @@ def _layers(db: sqlite3.Connection, run_ids: list[str], damaged: dict | None = N
     for row in db.execute(f"SELECT * FROM linears WHERE run_id IN ({marks}) ORDER BY run_id, layer, position", run_ids):
         try:
             act_stats = _loads(row["act_stats"]) or None  # magnitude's runs stored {}
-            histogram, fidelity = _loads(row["histogram"]), _loads(row["fidelity"])
+            histogram, fidelity, choice = _loads(row["histogram"]), _loads(row["fidelity"]), _loads(row["choice"])
             linear = LinearRecord(
                 name=row["name"], d_out=row["d_out"], d_in=row["d_in"], sparsity=row["sparsity"], seconds=row["seconds"]
             )
             linear = from_dict(
-                LinearRecord, {**to_dict(linear), "act_stats": act_stats, "histogram": histogram, "fidelity": fidelity}
+                LinearRecord,
+                {
+                    **to_dict(linear),
+                    "act_stats": act_stats,
+                    "histogram": histogram,
+                    "fidelity": fidelity,
+                    "choice": choice,
+                },
             )
         except Exception as error:  # a damaged linear must not hide the rest of the run
             if damaged is not None:

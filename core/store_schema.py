@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APPLICATION_ID = 0x41434554  # "ACET": marks the file as an acetui store
 STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted")
 
@@ -181,4 +181,10 @@ def _migrate_3_to_4(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
+def _migrate_4_to_5(db: sqlite3.Connection) -> None:
+    """Version 5 keeps how each linear's mask was chosen (retained score, --permute's order, --refine's
+    swaps: ``records.MaskChoice``): NULL in older runs."""
+    db.execute("ALTER TABLE linears ADD COLUMN choice TEXT")
+
+
+MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4, 4: _migrate_4_to_5}

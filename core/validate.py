@@ -19,10 +19,12 @@ from acetui_core.allocation import ALLOCATIONS
 from acetui_core.checkpoint import check_save_dir
 from acetui_core.config import FULL_CONTEXT_CAP, RunConfig
 from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents
+from acetui_core.dsnot import REFINEMENTS, DSnoTSettings
 from acetui_core.errors import UserError
 from acetui_core.metrics import get_method
 from acetui_core.models import model_source, preflight, resolve_device, resolve_dtype
 from acetui_core.paths import data_dir, file_identity
+from acetui_core.permute import PERMUTATIONS
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.streaming import check_offload, streaming_folder
 
@@ -43,6 +45,7 @@ def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
     if config.group not in GROUPS:
         raise UserError(f"--group must be row or layer, not '{config.group}'.")
     config = _check_variants(config, method)
+    config = _check_mask_choice(config, method)
     config = replace(
         config,
         nsamples=parse.whole(config.nsamples, "--nsamples", minimum=1),
@@ -108,6 +111,34 @@ def _check_variants(config: RunConfig, method) -> RunConfig:
     if m <= 0:
         raise UserError(f"--owl-m must be positive, not {m:g}.")
     return replace(config, owl_lambda=lam, owl_m=m)
+
+
+def _check_mask_choice(config: RunConfig, method) -> RunConfig:
+    """``--permute`` and ``--refine`` (and DSnoT's parameters, put back to their defaults without it)."""
+    _choice(config.permute, PERMUTATIONS, "--permute")
+    _choice(config.refine, REFINEMENTS, "--refine")
+    if method.score is None and (config.permute != "none" or config.refine != "none"):
+        flag = f"--permute {config.permute}" if config.permute != "none" else f"--refine {config.refine}"
+        raise UserError(f"{flag} needs a scoring method; {method.name} chooses and updates its own weights.")
+    if config.permute != "none" and not config.sparsity_spec.is_nm:
+        raise UserError(
+            f"--permute {config.permute} reorders input channels for N:M patterns; it needs a sparsity such as "
+            f"2:4, not {config.sparsity}."
+        )
+    defaults = DSnoTSettings()
+    if config.refine == "none":
+        return replace(
+            config,
+            dsnot_cycles=defaults.cycles,
+            dsnot_threshold=defaults.threshold,
+            dsnot_var_power=defaults.var_power,
+        )
+    return replace(
+        config,
+        dsnot_cycles=parse.whole(config.dsnot_cycles, "--dsnot-cycles", minimum=1),
+        dsnot_threshold=parse.number(config.dsnot_threshold, "--dsnot-threshold", minimum=0),
+        dsnot_var_power=parse.number(config.dsnot_var_power, "--dsnot-var-power", minimum=0),
+    )
 
 
 def check_against_model(config: RunConfig, context_length: int) -> None:

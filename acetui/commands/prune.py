@@ -107,6 +107,11 @@ def prune(
     owl_lambda: options.OwlLambda = 0.08,
     owl_m: options.OwlM = 5.0,
     update: options.Update = "none",
+    permute: options.Permute = "none",
+    refine: options.Refine = "none",
+    dsnot_cycles: options.DsnotCycles = 50,
+    dsnot_threshold: options.DsnotThreshold = 0.1,
+    dsnot_var_power: options.DsnotVarPower = 1.0,
     save: Annotated[Path | None, typer.Option(help="Save the pruned model as a Hugging Face checkpoint here.")] = None,
     overwrite: Annotated[
         bool, typer.Option(help="Allow --save to replace a checkpoint folder acetui wrote before.")

@@ -14,6 +14,7 @@ from acetui import options
 from acetui_core import jobfolder, parse
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
+from acetui_core.records import LayerRecord
 from acetui_core.store import STATUSES, TERMINAL, RunRecord, Store
 
 runs_app = typer.Typer(
@@ -140,22 +141,60 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
     print("config: " + ", ".join(f"{k}={v}" for k, v in run.config.to_dict().items()))
     print("env: " + ", ".join(f"{k}={v}" for k, v in run.env.items()))
     if run.layers:
+        headers, extra = mask_choice_columns(run.layers)
         print(
             text_table(
-                ["layer", "linears", "sparsity", "seconds"],
+                ["layer", "linears", "sparsity", "seconds", *headers],
                 [
                     [
                         str(layer.index),
                         str(len(layer.linears)),
                         "-" if layer.sparsity is None else f"{layer.sparsity:.4f}",
                         f"{layer.seconds:.2f}",
+                        *cells,
                     ]
-                    for layer in run.layers
+                    for layer, cells in zip(run.layers, extra, strict=True)
                 ],
             )
         )
+        if headers:
+            print(
+                "retained: kept score / total score, mean over the layer's linears (unpermuted: the same without "
+                "--permute); DSnoT error: ||e|| / ||W mu|| of the expected outputs, mean before -> after "
+                "(per linear: runs show --json)"
+            )
     if run.results:
         print(run_summary(run))
+
+
+def mask_choice_columns(layers: list[LayerRecord]) -> tuple[list[str], list[list[str]]]:
+    """How each layer's masks were chosen (``records.MaskChoice``), as extra columns of the layer table:
+    the retained score, without --permute when it was used, and DSnoT's swaps and error. None for runs
+    that recorded none (older runs, SparseGPT)."""
+    choices = [[linear.choice for linear in layer.linears if linear.choice] for layer in layers]
+    if not any(choices):
+        return [], [[] for _ in layers]
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    permuted = any(c.retained_unpermuted is not None for layer in choices for c in layer)
+    refined = any(c.refinement is not None for layer in choices for c in layer)
+    headers = ["retained", *(["unpermuted"] if permuted else []), *(["swaps", "DSnoT error"] if refined else [])]
+    rows = []
+    for layer in choices:
+        if not layer:
+            rows.append(["-"] * len(headers))
+            continue
+        row = [f"{mean([c.retained for c in layer]):.4f}"]
+        if permuted:
+            row.append(f"{mean([c.retained_unpermuted for c in layer if c.retained_unpermuted is not None]):.4f}")
+        if refined:
+            done = [c.refinement for c in layer if c.refinement]
+            row.append(str(sum(r.swaps for r in done)))
+            row.append(f"{mean([r.error_before for r in done]):.4f} -> {mean([r.error_after for r in done]):.4f}")
+        rows.append(row)
+    return headers, rows
 
 
 class Follower:

@@ -27,6 +27,7 @@ from acetui.app.widgets.logpane import LogPane
 from acetui.app.widgets.plots import (
     DepthPlot,
     ScoreHistogram,
+    choice_caption,
     fidelity_series,
     fidelity_title,
     histogram_caption,
@@ -346,7 +347,8 @@ class RunScreen(Screen):
             title += f" thr {histogram.threshold:.3g}"
         plot.show(title, histogram)
         config = self._run.config if self._run else None
-        caption.update(escape(histogram_caption(config.sparsity, config.group, histogram)) if config else "")
+        text = histogram_caption(config.sparsity, config.group, histogram) if config else ""
+        caption.update(escape(" ".join(filter(None, (text, choice_caption(linear.choice))))))
 
     # ---- actions ----
 

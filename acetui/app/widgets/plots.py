@@ -14,7 +14,7 @@ import math
 from textual_plotext import PlotextPlot
 
 from acetui.app import summary
-from acetui_core.records import Histogram, LayerRecord, linear_kind
+from acetui_core.records import Histogram, LayerRecord, MaskChoice, linear_kind
 from acetui_core.sparsity import parse_sparsity
 
 
@@ -139,6 +139,20 @@ def histogram_caption(sparsity: str, group: str, histogram: Histogram | None) ->
     if group == "row":
         return f"{SHADES}; line: the rows' median cut-off."
     return f"{SHADES}; line: the layer's threshold."
+
+
+def choice_caption(choice: MaskChoice | None) -> str:
+    """How a linear's mask was chosen: the share of the score it keeps (with and without --permute) and
+    what DSnoT did (--refine dsnot); empty for runs that recorded none."""
+    if choice is None:
+        return ""
+    text = f"Keeps {choice.retained:.2%} of the score"
+    if choice.retained_unpermuted is not None:
+        text += f" ({choice.retained_unpermuted:.2%} without --permute)"
+    if choice.refinement is not None:
+        done = choice.refinement
+        text += f"; DSnoT: {done.swaps} swaps, expected-output error {done.error_before:.3g} -> {done.error_after:.3g}"
+    return text + "."
 
 
 SERIES_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "gray", "orange")
