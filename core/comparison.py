@@ -41,6 +41,7 @@ class Cell:
     values: list[float]  # perplexities, or accuracies in percent: one per seed
     seconds: list[float]
     partial: bool
+    runs: list[RunRecord] = field(default_factory=list)  # the runs behind ``values``, in the same order
 
     @property
     def value(self) -> float:
@@ -52,8 +53,23 @@ class Cell:
 
 
 @dataclass
+class Verdict:
+    """Whether a cell differs from its column's best (``acetui_core.verdicts``). ``verdict``: best, tied,
+    worse, unknown (one seed of a calibrated method: seed noise unknown) or untested (no per-unit record,
+    or not on the best's units); ``note`` says why for the last two."""
+
+    verdict: str
+    ci: tuple[float, float] | None  # the cell's interval, in the table's scale
+    p: float | None  # Holm-adjusted p of the paired test against the column's best
+    ratio: float  # value / the column's best value
+    note: str | None = None
+    difference: tuple[float, float, float] | None = None  # vs the best: (value, low, high), table's scale
+
+
+@dataclass
 class Comparison:
-    """Rows x (model, column) of cells; ``best`` holds the (row, column) keys printed bold."""
+    """Rows x (model, column) of cells; ``best`` holds the (row, column) keys of each column's best value.
+    ``verdicts`` (filled by ``acetui_core.verdicts.judge``) make every cell tied with the best bold too."""
 
     models: list[str]
     columns: list[tuple[str, str]]  # (model, column header), grouped by model
@@ -62,6 +78,18 @@ class Comparison:
     cell_format: str
     measure: str = "ppl"
     best: set = field(default_factory=set)
+    verdicts: dict[tuple[str, tuple[str, str]], Verdict] = field(default_factory=dict)
+    level: float = 0.95
+    ci: str = "none"  # one of CI_STYLES
+
+    def bold(self, row: str, column: tuple[str, str]) -> bool:
+        verdict = self.verdicts.get((row, column))
+        return (row, column) in self.best or (verdict is not None and verdict.verdict == "tied")
+
+    @property
+    def tested(self) -> bool:
+        """Whether some cell was compared with its column's best by a test."""
+        return any(v.verdict in ("tied", "worse") for v in self.verdicts.values())
 
     @property
     def partial(self) -> bool:
@@ -78,9 +106,15 @@ class Comparison:
         if cell is None:
             return "--"
         value = f"{cell.value:.2f}"
-        if (row, column) in self.best:
+        if self.bold(row, column):
             value = bold(value)
-        if cell.sd is not None:
+        verdict = self.verdicts.get((row, column))
+        interval = verdict.ci if verdict is not None else None
+        if self.ci == "pm" and interval is not None:
+            value += f" {pm} {(interval[1] - interval[0]) / 2:.2f}"
+        elif self.ci == "interval" and interval is not None:
+            value += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+        elif cell.sd is not None:
             value += f" {pm} {cell.sd:.2f}"
         if len(cell.values) > 1:
             value += f" (n={len(cell.values)})"
@@ -121,7 +155,7 @@ def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tupl
 
 # Settings that cannot change a measured number: runs differing only in these share a cell. Seeds are
 # the repeats a cell averages over; the table's own axes (sparsity, or the chosen columns) are not rows.
-_NEVER_SPLIT = {"seed", "device", "save", "overwrite", "evals", "batch_size", "sparsity"}
+_NEVER_SPLIT = {"seed", "device", "save", "overwrite", "evals", "batch_size", "sparsity", "keep_masks", "fidelity"}
 _PPL_ONLY = {"eval_seqlen", "eval_limit"}
 _ZEROSHOT_ONLY = {"tasks", "zeroshot_limit"}
 _CALIBRATION = {"calib", "nsamples", "seqlen"}
@@ -140,8 +174,9 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     values["model file"] = result.model_fingerprint
     if result.method_fingerprint is not None:  # a plug-in metric: its file's version
         values["method file"] = result.method_fingerprint
-    if result.calibration is not None:
-        values["calibration file"] = result.calibration.fingerprint
+    if result.calibration is not None:  # named by its file, known by its content
+        values.pop("calib", None)
+        values["calibration"] = (_sample_name(config.calib, result.calibration.source), result.calibration.fingerprint)
         if "seqlen" in values:
             values["seqlen"] = result.calibration.seqlen
     if measure == "ppl":
@@ -152,10 +187,24 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     return values
 
 
+_SAMPLES = {"c4": "C4 sample", "wikitext2": "WikiText-2 sample"}
+
+
+def _sample_name(calib: str, source: str) -> str:
+    """A calibration sample as a paper names it: ``C4 sample c4_calib_merged``, ``calibration
+    c4-train.00000…first1000`` (a long file name keeps its start and end)."""
+    stem = source.rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".gz", ".jsonl", ".json", ".txt"):
+        stem = stem.removesuffix(suffix)
+    if len(stem) > 26:
+        stem = f"{stem[:14]}…{stem[-9:]}"
+    return f"{_SAMPLES.get(calib, 'calibration')} {stem}"
+
+
 _DESCRIBE: dict[str, Callable[[Any], str]] = {
+    "calibration": lambda v: v[0],
     "nsamples": lambda v: f"{v} samples",
     "seqlen": lambda v: f"{v}-token calibration",
-    "calib": lambda v: f"calib {str(v).rsplit('/', 1)[-1]}",
     "eval_seqlen": lambda v: f"eval {v} tokens",
     "eval_limit": lambda v: f"{v} windows",
     "group": lambda v: f"{v} groups",
@@ -182,7 +231,7 @@ def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, co
     """Each run's row label: its base label, plus the settings in which it differs from the other runs of
     the same base label and model column (for example ``Wanda-16 (32 samples)``), so that runs with
     different settings never share a cell. File identities that differ are numbered in order of
-    appearance (``model file 2``)."""
+    appearance (``model file 2``), and so are two versions of what reads the same (a re-written file)."""
     groups: dict[tuple[str, str], list[RunRecord]] = {}
     for record in records:
         groups.setdefault((base[record.id], model_name(record.config.model)), []).append(record)
@@ -196,10 +245,14 @@ def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, co
             parts = []
             for name in differing:
                 value = values[record.id].get(name)
+                version = versions[name].index(repr(value)) + 1
                 if name.endswith(" file"):
-                    parts.append(f"{name} {versions[name].index(repr(value)) + 1}")
-                else:
-                    parts.append(_DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")(value))
+                    parts.append(f"{name} {version}")
+                    continue
+                describe = _DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")
+                text = describe(value)
+                same_text = {repr(v.get(name)) for v in values.values() if describe(v.get(name)) == text}
+                parts.append(f"{text} v{version}" if len(same_text) > 1 else text)
             labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
     return labels
 
@@ -256,6 +309,7 @@ def comparison(
             rows.append(row)
             headers[model].append(header)
             cell = grid.setdefault((row, (model, header)), Cell([], [], False))
+            cell.runs.append(record)
             cell.values.append(value)
             cell.seconds.append(record.prune_seconds or 0.0)
             cell.partial = cell.partial or partial

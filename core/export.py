@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 
 from acetui_core.comparison import Comparison, comparison
 from acetui_core.errors import UserError
-from acetui_core.store import RunRecord
+from acetui_core.store import RunEvidence, RunRecord
+from acetui_core.verdicts import judge
 
 FORMATS = ("csv", "latex", "markdown")
 
@@ -24,13 +25,28 @@ def check_format(fmt: str) -> None:
 
 
 def export(
-    records: list[RunRecord], fmt: str, *, cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl"
+    records: list[RunRecord],
+    fmt: str,
+    *,
+    cells: str = "ppl",
+    columns: str = "sparsity",
+    measure: str = "ppl",
+    evidence: dict[str, RunEvidence] | None = None,
+    level: float = 0.95,
+    ci: str = "none",
 ) -> str:
-    """The text of ``records`` in ``fmt`` (one of ``FORMATS``)."""
+    """The text of ``records`` in ``fmt`` (one of ``FORMATS``), with the verdicts ``evidence`` (what the
+    runs kept, ``Store.evidence``) allows at ``level``; ``ci``: intervals in the cells (``CI_STYLES``)."""
     check_format(fmt)
+    kept = evidence or {}
     if fmt == "csv":
-        return to_csv(records)
-    table = comparison(records, cells=cells, columns=columns, measure=measure)
+        try:
+            table = judge(comparison(records, columns=columns, measure=measure), kept, level)
+        except UserError:  # no finished run with that measure: the CSV still lists every run
+            table = None
+        return to_csv(records, table)
+    table = judge(comparison(records, cells=cells, columns=columns, measure=measure), kept, level)
+    table.ci = ci
     return to_latex(table) if fmt == "latex" else to_markdown(table)
 
 
@@ -77,10 +93,38 @@ def fidelity_columns(record: RunRecord) -> dict:
     return columns
 
 
-def to_csv(records: list[RunRecord]) -> str:
-    """One row per run; the columns are the union of the runs' fields, in order of first appearance."""
+VERDICT_COLUMNS = ["value", "ci_low", "ci_high", "n", "verdict"]
+
+
+def verdict_columns(table: Comparison | None) -> dict[str, dict]:
+    """Per run id, the comparison cell it belongs to: its value (mean over seeds), interval, seeds and
+    verdict (the first column it appears in)."""
+    columns: dict[str, dict] = {}
+    for (row, column), cell in table.cells.items() if table else []:
+        verdict = table.verdicts.get((row, column)) if table else None
+        for run in cell.runs:
+            columns.setdefault(
+                run.id,
+                {
+                    "value": cell.value,
+                    "ci_low": verdict.ci[0] if verdict and verdict.ci else None,
+                    "ci_high": verdict.ci[1] if verdict and verdict.ci else None,
+                    "n": len(cell.values),
+                    "verdict": verdict.verdict if verdict else None,
+                },
+            )
+    return columns
+
+
+def to_csv(records: list[RunRecord], table: Comparison | None = None) -> str:
+    """One row per run; the columns are the union of the runs' fields, in order of first appearance, then
+    its comparison cell's value, interval, seeds and verdict (``table``)."""
+    cells = verdict_columns(table)
     rows = [csv_row(record) for record in records]
     header = list(dict.fromkeys(key for row in rows for key in row))
+    if cells:
+        header += VERDICT_COLUMNS
+        rows = [{**row, **cells.get(record.id, {})} for row, record in zip(rows, records, strict=True)]
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=header, lineterminator="\n")
     writer.writeheader()
@@ -120,7 +164,30 @@ def _caption(table: Comparison, latex: bool) -> str:
     model = latex_escape(table.models[0]) if latex else table.models[0]
     of = f" of {model}" if len(table.models) == 1 else ""
     better = "lower" if table.measure == "ppl" else "higher"
-    return f"{what}{of} ({better} is better; best per column in bold)."
+    bold = "best per column, and every row tied with it, in bold" if table.tested else "best per column in bold"
+    return f"{what}{of} ({better} is better; {bold})."
+
+
+def verdict_note(table: Comparison, dash: str = "–") -> str | None:
+    """The footnote of a table with verdicts: the test, its level, the seeds per cell and the interval."""
+    unknown = any(v.verdict == "unknown" for v in table.verdicts.values())
+    if not table.tested and not unknown:
+        return None
+    level = f"{table.level * 100:g}%"
+    units = "windows" if table.measure == "ppl" else "documents"
+    seeds = sorted({len(cell.values) for cell in table.cells.values()})
+    n = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}{dash}{seeds[-1]}"
+    parts = [
+        f"Tied: not distinguishable from the column's best by a paired t-test on the same {units} with the "
+        f"seed-to-seed spread added, Holm-corrected per column, at the {level} level; n = {n} seed(s) per cell."
+    ]
+    if table.ci == "pm":
+        parts.append(f"± is half the {level} interval.")
+    elif table.ci == "interval":
+        parts.append(f"[low, high] is the {level} interval.")
+    if unknown:
+        parts.append("A calibrated method with one seed is not tested: its seed noise is unknown.")
+    return " ".join(parts)
 
 
 _PARTIAL_NOTES = {
@@ -167,6 +234,10 @@ def to_latex(table: Comparison) -> str:
     if table.partial:
         # No "--eval-limit" here: LaTeX would typeset its "--" as an en dash.
         lines.append(f"\\par\\smallskip{{\\footnotesize $^\\dagger$ {_partial_note(table, '')}}}")
+    note = verdict_note(table, dash="--")
+    if note:
+        note = latex_escape(note).replace("±", "$\\pm$")
+        lines.append(f"\\par\\smallskip{{\\footnotesize {note}}}")
     lines.append("\\end{table}")
     return "\n".join(lines) + "\n"
 
@@ -197,4 +268,7 @@ def to_markdown(table: Comparison) -> str:
     out = [f"{_caption(table, latex=False)}", "", line(header), rule, *(line(cells) for cells in body)]
     if table.partial:
         out += ["", f"† {_partial_note(table, ' (--eval-limit)' if table.measure == 'ppl' else ' (--limit)')}"]
+    note = verdict_note(table)
+    if note:
+        out += ["", note]
     return "\n".join(out) + "\n"

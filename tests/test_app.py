@@ -285,7 +285,7 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
         lines = console.export_text().splitlines()
         assert any(line.split() == ["┃", "Method", "┃", "50%", "┃"] for line in lines)
         for run in by_ppl:
-            assert any(run.label in line and f"{run.ppl:.2f}†" in line for line in lines)
+            assert any(run.label in line and f"{run.ppl:.2f} [" in line and "]†" in line for line in lines)
 
 
 @pytest.mark.asyncio

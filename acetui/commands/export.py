@@ -1,7 +1,9 @@
-"""``acetui export``: runs as CSV (every field, one row per run), or a LaTeX/Markdown table in the paper's layout."""
+"""``acetui export``: runs as CSV (every field, one row per run), or a LaTeX/Markdown table in the paper's
+layout; ``acetui verdict``: whether each row of such a table differs from its column's best."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -9,25 +11,58 @@ from typing import Annotated
 import typer
 
 from acetui import options
-from acetui_core import parse
-from acetui_core.comparison import COLUMNS, MEASURES
+from acetui_core import parse, verdicts
+from acetui_core.comparison import CI_STYLES, COLUMNS, MEASURES, comparison
 from acetui_core.errors import UserError
 from acetui_core.export import FORMATS, check_format, export
 from acetui_core.store import RunRecord, Store
 
+Runs = Annotated[str | None, typer.Option(help="Run ids (or unique prefixes), comma-separated.")]
+ModelFilter = Annotated[str | None, typer.Option(help="Only runs of this model (path, hub id or its last part).")]
+MethodFilter = Annotated[str | None, typer.Option(help="Only runs of these methods, comma-separated.")]
+Columns = Annotated[str, typer.Option(help=f"Table columns: {', '.join(COLUMNS)} (rows are the methods).")]
+Table = Annotated[
+    str,
+    typer.Option(
+        help="What the table shows: ppl, zeroshot (accuracy per task, Avg. last) or zeroshot-mean (mean "
+        "accuracy by sparsity)."
+    ),
+]
+Level = Annotated[float, typer.Option(help="Confidence level of intervals and tests.")]
 
-def select_runs(store: Store, runs: str | None, model: str | None, last: int | None) -> list[RunRecord]:
+
+def check_level(level: float) -> None:
+    if not 0 < level < 1:
+        raise UserError(f"--level {level:g} is not a confidence level; give one between 0 and 1, such as 0.95.")
+
+
+def select_runs(
+    store: Store, runs: str | None, model: str | None, last: int | None, method: str | None = None
+) -> list[RunRecord]:
     """The runs an export names (all of them by default); an empty selection is the user's error."""
     ids = parse.some(runs, "--runs") if runs is not None else None
     records = store.list_runs(ids=ids, model=model, last=last, layers=True)  # layers: per-layer CSV columns
+    if method is not None:
+        methods = set(parse.some(method, "--method"))
+        records = [r for r in records if r.config.method in methods]
     if not records:
         chosen = " ".join(
             f"{flag} {value}"
-            for flag, value in (("--runs", runs), ("--model", model), ("--last", last))
+            for flag, value in (("--runs", runs), ("--model", model), ("--method", method), ("--last", last))
             if value is not None
         )
         raise UserError(f"No run in {store.path} matches {chosen or 'the selection'}; acetui runs lists them.")
     return records
+
+
+def runs_and_evidence(store, runs, model, last, method, table: str, level: float) -> tuple[list[RunRecord], dict]:
+    """The selected runs and what they kept for tests (``Store.evidence``), once the table and level are valid."""
+    if table not in MEASURES:
+        raise UserError(f"Unknown --table '{table}'; choose one of: {', '.join(MEASURES)}.")
+    check_level(level)
+    opened = Store(store)
+    records = select_runs(opened, runs, model, last, method)
+    return records, opened.evidence([r.id for r in records])
 
 
 def write_output(text: str, output: Path | None) -> None:
@@ -43,26 +78,43 @@ def write_output(text: str, output: Path | None) -> None:
 
 def export_runs(
     format: Annotated[str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.")] = "csv",
-    runs: Annotated[str | None, typer.Option(help="Run ids (or unique prefixes), comma-separated.")] = None,
-    model: Annotated[str | None, typer.Option(help="Only runs of this model (path, hub id or its last part).")] = None,
+    runs: Runs = None,
+    model: ModelFilter = None,
+    method: MethodFilter = None,
     last: options.Last = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     cells: options.Cells = "ppl",
-    columns: Annotated[
-        str, typer.Option(help=f"Table columns: {', '.join(COLUMNS)} (rows are the methods).")
-    ] = "sparsity",
-    table: Annotated[
-        str,
-        typer.Option(
-            help="What the LaTeX/Markdown table shows: ppl, zeroshot (accuracy per task, "
-            "Avg. last) or zeroshot-mean (mean accuracy by sparsity)."
-        ),
-    ] = "ppl",
+    columns: Columns = "sparsity",
+    table: Table = "ppl",
+    ci: Annotated[
+        str, typer.Option(help="Intervals in LaTeX/Markdown cells: none, pm (73.5 ± 1.5) or interval ([72.1, 75.0]).")
+    ] = "none",
+    level: Level = 0.95,
     store: options.StoreOption = None,
 ) -> None:
-    """Export runs: CSV (every field, one row per run), or a LaTeX/Markdown table in the paper's layout."""
+    """Export runs: CSV (every field, one row per run, with its cell's value, interval and verdict), or a
+    LaTeX/Markdown table in the paper's layout, every row tied with its column's best in bold."""
     check_format(format)
-    if table not in MEASURES:
-        raise UserError(f"Unknown --table '{table}'; choose one of: {', '.join(MEASURES)}.")
-    records = select_runs(Store(store), runs, model, last)
-    write_output(export(records, format, cells=cells, columns=columns, measure=table), output)
+    if ci not in CI_STYLES:
+        raise UserError(f"Unknown --ci '{ci}'; choose one of: {', '.join(CI_STYLES)}.")
+    records, kept = runs_and_evidence(store, runs, model, last, method, table, level)
+    text = export(records, format, cells=cells, columns=columns, measure=table, evidence=kept, level=level, ci=ci)
+    write_output(text, output)
+
+
+def verdict(
+    runs: Runs = None,
+    model: ModelFilter = None,
+    method: MethodFilter = None,
+    last: options.Last = None,
+    columns: Columns = "sparsity",
+    table: Table = "ppl",
+    level: Level = 0.95,
+    store: options.StoreOption = None,
+    as_json: options.JsonOption = False,
+) -> None:
+    """For each column of the comparison table, each row's value, seeds, interval, ratio to the best and
+    verdict: best, tied (not distinguishable from the best at --level) or worse."""
+    records, kept = runs_and_evidence(store, runs, model, last, method, table, level)
+    data = verdicts.report(verdicts.judge(comparison(records, columns=columns, measure=table), kept, level))
+    print(json.dumps(data, indent=2) if as_json else verdicts.text(data), end="\n" if as_json else "")

@@ -14,7 +14,7 @@ import typer
 from acetui import options
 from acetui.commands.prune import default_model
 from acetui.commands.runs import Follower, run_summary
-from acetui_core import parse
+from acetui_core import parse, verdicts
 from acetui_core.comparison import comparison
 from acetui_core.config import model_name
 from acetui_core.errors import Cancelled
@@ -122,7 +122,9 @@ def run_grid(
             if record.status != "finished":
                 print(run_summary(record), file=sys.stderr)
         if any(r.status == "finished" and r.ppl is not None for r in records):
-            print(to_markdown(comparison(records, cells=cells, columns=columns)), end="")
+            table = verdicts.judge(comparison(records, cells=cells, columns=columns), opened.evidence(run_ids))
+            print(to_markdown(table))
+            print(verdicts.text(verdicts.report(table)), end="")
     if interrupted:
         raise Cancelled()
     if any(r.status != "finished" for r in records):

@@ -33,6 +33,7 @@ from acetui_core.metrics import METHODS
 from acetui_core.records import linear_kind
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.store import RunRecord
+from acetui_core.verdicts import judge, run_difference
 
 
 def zeroshot_mean(run: RunRecord) -> float | None:
@@ -104,6 +105,17 @@ class OverlapReady(Message):
         self.title, self.series, self.error = title, series, error
 
 
+# A verdict's mark beside its cell: a glyph that reads without colour (NO_COLOR), and a colour that helps.
+VERDICT_MARKS = {
+    "best": ("●", "green"),
+    "tied": ("≈", "green"),
+    "worse": ("▼", "red"),
+    "unknown": ("?", "yellow"),
+    "untested": ("–", "dim"),
+}
+VERDICT_LEGEND = "● best · ≈ tied with it · ▼ worse · ? one seed: seed noise unknown · – cannot be tested"
+
+
 def _run_name(run: RunRecord) -> str:
     return f"{run.label} {run.config.sparsity} {run.id[:4]}"
 
@@ -153,6 +165,7 @@ class ResultsScreen(RunListScreen):
 
     def on_mount(self) -> None:
         self.selected: set[str] = set()
+        self.kept: dict = {}  # run id -> its RunEvidence: a finished run's never changes, so it is read once
         self.sort_column, self.descending = PPL_COLUMN, False
         self.query_one("#results", DataTable).add_columns(" ", *(c.title for c in COLUMNS))
         super().on_mount()
@@ -194,6 +207,9 @@ class ResultsScreen(RunListScreen):
             grid = comparison(runs)
         except UserError as error:
             return str(error)
+        kept = self._evidence(runs)
+        judge(grid, kept)
+        grid.ci = "interval"
         table = Table(expand=False)
         several = len(grid.models) > 1
         table.add_column("Method")
@@ -202,16 +218,49 @@ class ResultsScreen(RunListScreen):
         for row in grid.rows:
             table.add_row(
                 Text(row),
-                *(
-                    Text.from_markup(grid.text(row, column, lambda v: f"[b]{v}[/b]", "†", "|", "±"))
-                    for column in grid.columns
-                ),
+                *(self._cell(grid, row, column) for column in grid.columns),
             )
         which = "selected" if any(r.id in self.selected for r in self.visible()) else "listed"
-        notes = [f"WikiText-2 perplexity of the {which} runs; best per column in bold."]
+        notes = [
+            f"WikiText-2 perplexity of the {which} runs, [95% interval]; best per column, and rows tied with it, "
+            "in bold.",
+            VERDICT_LEGEND,
+        ]
         if grid.partial:
             notes.append("† over part of the test set (--eval-limit): not comparable to full-set numbers.")
+        picked = [r for r in runs if r.id in self.selected]
+        if len(picked) == 2:
+            notes.append(self._paired(picked, kept))
         return Group(Text("\n".join(notes)), table)
+
+    def _evidence(self, runs: list[RunRecord]) -> dict:
+        missing = [r.id for r in runs if r.id not in self.kept]
+        if missing:
+            self.kept.update(self.app.store.evidence(missing))
+        return self.kept
+
+    @staticmethod
+    def _cell(grid, row: str, column) -> Text:
+        text = Text.from_markup(grid.text(row, column, lambda v: f"[b]{v}[/b]", "†", "|", "±"))
+        verdict = grid.verdicts.get((row, column))
+        if verdict is not None:
+            glyph, colour = VERDICT_MARKS[verdict.verdict]
+            text.append(f" {glyph}", style=colour)
+        return text
+
+    @staticmethod
+    def _paired(picked: list[RunRecord], kept) -> str:
+        """The paired difference of the two selected runs on their shared windows."""
+        first, second = picked
+        names = f"{_run_name(second)} − {_run_name(first)}"
+        difference = run_difference(first, second, kept)
+        if isinstance(difference, str):
+            return f"Paired difference {names}: {difference}."
+        value, low, high, p = difference
+        return (
+            f"Paired difference {names}: {value:+.2f} ppl [{low:+.2f}, {high:+.2f}], p = {p:.3g} "
+            "(same windows; one run each, so seed noise is not included)."
+        )
 
     # ---- actions ----
 
