@@ -207,3 +207,45 @@ async def test_the_results_screen_marks_each_cell_with_its_verdict(store, monkey
         lines = shown()
         note = next(line for line in lines if line.startswith("Paired difference"))
         assert "RIA-16 0.5 c000 − Wanda-16 0.5 a000: +" in note and "p = " in note
+
+
+def outcomes(seed: int, accuracy: float) -> tuple[dict, dict]:
+    """A run's zero-shot results on two tasks of 300 documents: (TaskAccuracy fields, TaskOutcomes)."""
+    rng = np.random.default_rng(2000 + seed)
+    tasks, kept = {}, {}
+    for task in ("boolq", "rte"):
+        correct = (rng.random(300) < accuracy).astype(int).tolist()
+        fields = {"acc_stderr": 0.01, "acc_norm": None, "acc_norm_stderr": None, "partial": False}
+        tasks[task] = {"acc": sum(correct) / 300, "n": 300, "total": 300, "source": "local", **fields}
+        kept[task] = {
+            "task": task,
+            "lm_eval": "0.4.9",
+            "limit": None,
+            "doc_ids": list(range(300)),
+            "acc": correct,
+            "acc_norm": None,
+        }
+    return tasks, kept
+
+
+def test_zero_shot_verdicts_pair_the_documents(store):
+    clock = store.clock_
+    runs = [(f"a0{seed}", "wanda", seed, 0.7) for seed in range(3)] + [
+        (f"c1{seed}", "ria", seed, 0.6) for seed in range(3)
+    ]
+    for run_id, method, seed, accuracy in runs:
+        tasks, kept = outcomes(int(run_id[-2:]), accuracy)
+        run = RunConfig(model="org/tiny", method=method, sparsity="0.5", seed=seed, evals=["zeroshot"])
+        result = {"calibration": C4, "task_outcomes": kept}
+        insert_run(store, clock, run_id, run, created=clock.now + 10, ppl=None, zeroshot=tasks, result=result)
+    add(store, clock, "r0000004", method="ria", seed=1)  # a run without zero-shot results stays out
+    runs = store.list_runs()
+    table = judge(comparison(runs, measure="zeroshot"), store.evidence([r.id for r in runs]))
+    assert [header for _, header in table.columns] == ["boolq", "rte", "Avg."]
+    for column in table.columns:
+        assert table.verdicts[("Wanda-16", column)].verdict == "best"
+        assert table.verdicts[("RIA-16", column)].verdict == "worse"
+    mean = judge(comparison(runs, measure="zeroshot-mean"), store.evidence([r.id for r in runs]))
+    [column] = mean.columns
+    low, high = mean.verdicts[("Wanda-16", column)].ci
+    assert low < mean.cells[("Wanda-16", column)].value < high

@@ -387,7 +387,7 @@ class ResultsScreen(RunListScreen):
         if fmt == "csv":  # with their layers, for the per-layer columns
             runs = self.app.store.list_runs(ids=[r.id for r in runs], layers=True)
         try:
-            return export(runs, fmt)
+            return export(runs, fmt, evidence=self._evidence(runs))  # tied rows bold, the CSV's verdicts
         except UserError as error:
             self.notify(str(error), severity="error", timeout=8)
             return None
