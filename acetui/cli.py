@@ -9,7 +9,7 @@ import sys
 import typer
 
 from acetui.commands import app as workbench
-from acetui.commands import evaluate, export, grid, methods, overlap, plan, prune, runs
+from acetui.commands import evaluate, export, figure, grid, methods, overlap, plan, prune, runs
 from acetui_core.errors import Cancelled, UserError
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.command()(grid.compare)
 app.command()(grid.sweep)
 app.command("export")(export.export_runs)
 app.command()(export.verdict)
+app.command()(figure.figure)
 app.command("eval")(evaluate.eval_command)
 app.command()(methods.methods)
 app.command()(overlap.overlap)

@@ -249,3 +249,42 @@ def test_zero_shot_verdicts_pair_the_documents(store):
     [column] = mean.columns
     low, high = mean.verdicts[("Wanda-16", column)].ci
     assert low < mean.cells[("Wanda-16", column)].value < high
+
+
+def test_figures_draw_each_method_with_its_intervals(store, tmp_path, monkeypatch, capsys):
+    import importlib.util
+    import re
+
+    clock = store.clock_
+    for method, shift in (("wanda", 0.0), ("ria", 0.1)):
+        for seqlen in (16, 32):
+            for seed in range(2):
+                calibration = {**C4, "seqlen": seqlen}
+                add(
+                    store,
+                    clock,
+                    f"{method[0]}{seqlen}000{seed:02d}",
+                    method=method,
+                    seed=seed,
+                    shift=shift,
+                    calibration=calibration,
+                    seqlen=seqlen,
+                )
+    tex = tmp_path / "pareto.tex"
+    code, out, err = cli(monkeypatch, capsys, "figure", "pareto", "--x", "tokens", "-o", tex, "--store", store.path)
+    assert code == 0, err
+    text = tex.read_text()
+    for environment in ("tikzpicture", "axis"):
+        assert text.count(f"\\begin{{{environment}}}") == text.count(f"\\end{{{environment}}}") == 1
+    assert text.count("\\addplot") == 2 and "\\addlegendentry{Wanda}" in text and "\\addlegendentry{RIA}" in text
+    points = re.findall(r"\(([\d.e+]+), ([\d.e+]+)\) \+= \(0, ([\d.e+-]+)\) -= \(0, ([\d.e+-]+)\)", text)
+    assert [float(x) for x, *_ in points] == [128, 256, 128, 256]  # 8 samples x 16 and x 32 tokens
+    assert all(float(up) > 0 and float(down) > 0 for *_, up, down in points)
+    png = tmp_path / "seqlen.png"
+    code, _, err = cli(monkeypatch, capsys, "figure", "seqlen", "-o", png, "--store", store.path)
+    if importlib.util.find_spec("matplotlib") is None:
+        assert code == 2 and "pip install 'acetui[figures]'" in err
+    else:
+        assert code == 0 and png.read_bytes().startswith(b"\x89PNG")
+    code, _, err = cli(monkeypatch, capsys, "figure", "bars", "-o", tex, "--store", store.path)
+    assert code == 2 and "Unknown figure 'bars'; choose one of: pareto, seqlen" in err

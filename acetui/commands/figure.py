@@ -1,0 +1,46 @@
+"""``acetui figure``: quality against cost or calibration length, with intervals, as pgfplots or an image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from acetui import options
+from acetui.commands.export import Level, MethodFilter, ModelFilter, Runs, runs_and_evidence
+from acetui_core.comparison import comparison
+from acetui_core.errors import UserError
+from acetui_core.figures import FIGURES, X_AXES, Y_LABELS, series, write_figure
+from acetui_core.verdicts import judge
+
+
+def figure(
+    kind: Annotated[str, typer.Argument(help=f"One of: {', '.join(FIGURES)}.")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The figure file: .tex (pgfplots), .png, .pdf or .svg.")
+    ],
+    x: Annotated[str, typer.Option("--x", help=f"pareto's x axis: {' or '.join(X_AXES)}.")] = "seconds",
+    table: Annotated[str, typer.Option(help=f"The quality shown: {' or '.join(Y_LABELS)}.")] = "ppl",
+    runs: Runs = None,
+    model: ModelFilter = None,
+    method: MethodFilter = None,
+    last: options.Last = None,
+    level: Level = 0.95,
+    store: options.StoreOption = None,
+) -> None:
+    """Draw the selected runs, one series per method: quality against prune time or calibration tokens
+    (pareto: methods read at equal cost) or against calibration length (seqlen), with their intervals."""
+    if kind not in FIGURES:
+        raise UserError(f"Unknown figure '{kind}'; choose one of: {', '.join(FIGURES)}.")
+    if x not in X_AXES:
+        raise UserError(f"Unknown --x '{x}'; choose one of: {', '.join(X_AXES)}.")
+    if table not in Y_LABELS:
+        raise UserError(f"Unknown --table '{table}' for a figure; choose one of: {', '.join(Y_LABELS)}.")
+    if not output.parent.is_dir():
+        raise UserError(f"Cannot write {output}: the folder {output.parent} does not exist.")
+    records, kept = runs_and_evidence(store, runs, model, last, method, table, level)
+    grid = judge(comparison(records, columns="seqlen", measure=table), kept, level)
+    xlabel = "calibration length (tokens)" if kind == "seqlen" else X_AXES[x]
+    write_figure(series(grid, kind, x), xlabel, Y_LABELS[table], output)
+    print(output)

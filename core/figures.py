@@ -1,0 +1,104 @@
+"""Figures of a comparison with their intervals: quality against cost (``pareto``: prune seconds or
+calibration tokens, so methods are read at equal compute) or against calibration length (``seqlen``,
+the paper's appendix study); one series per method. Written as pgfplots ``.tex`` (a ``tikzpicture``
+with error bars, needs only ``\\usepackage{pgfplots}``) or, with matplotlib installed (``pip install
+'acetui[figures]'``), as PNG, PDF or SVG.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from acetui_core.comparison import Comparison
+from acetui_core.errors import UserError
+
+FIGURES = ("pareto", "seqlen")
+X_AXES = {"seconds": "prune time (s)", "tokens": "calibration tokens (samples x length)"}
+Y_LABELS = {"ppl": "WikiText-2 perplexity", "zeroshot-mean": "mean zero-shot accuracy (%)"}
+IMAGE_FORMATS = (".png", ".pdf", ".svg")
+
+
+@dataclass
+class Series:
+    name: str
+    points: list[tuple[float, float, float, float]] = field(default_factory=list)  # x, y, low, high
+
+
+def series(table: Comparison, figure: str, x_axis: str = "seconds") -> list[Series]:
+    """One series per row of a ``columns="seqlen"`` comparison with verdicts: each cell a point at its
+    cost (``pareto``) or its calibration length (``seqlen``), with its interval (the value itself when
+    the cell has none)."""
+    out = []
+    for row in table.rows:
+        line = Series(row)
+        for column in table.columns:
+            cell, verdict = table.cells.get((row, column)), table.verdicts.get((row, column))
+            results = [run.results for run in cell.runs if run.results] if cell else []
+            if cell is None or not results or not math.isfinite(cell.value):
+                continue
+            if figure == "seqlen":
+                x = sum(r.calibration.seqlen if r.calibration else 0 for r in results) / len(results)
+            elif x_axis == "tokens":
+                x = sum(r.calibration.nsamples * r.calibration.seqlen if r.calibration else 0 for r in results)
+                x /= len(results)
+            else:
+                x = sum(r.prune_seconds or 0.0 for r in results) / len(results)
+            low, high = verdict.ci if verdict and verdict.ci else (cell.value, cell.value)
+            line.points.append((x, cell.value, low, high))
+        if line.points:
+            out.append(Series(row, sorted(line.points)))
+    return out
+
+
+def _tex_text(text: str) -> str:
+    return "".join("\\" + char if char in "&%$#_{}" else char for char in text)
+
+
+def to_pgfplots(lines: list[Series], xlabel: str, ylabel: str) -> str:
+    """A ``tikzpicture`` with one ``\\addplot`` (asymmetric error bars) and legend entry per series."""
+    out = [
+        "% acetui figure: needs \\usepackage{pgfplots} in the preamble.",
+        "\\begin{tikzpicture}",
+        f"\\begin{{axis}}[xlabel={{{_tex_text(xlabel)}}}, ylabel={{{_tex_text(ylabel)}}}, xmode=log, "
+        "legend pos=outer north east]",
+    ]
+    for line in lines:
+        out.append("\\addplot+[error bars/.cd, y dir=both, y explicit] coordinates {")
+        out += [f"  ({x:g}, {y:.4g}) += (0, {high - y:.4g}) -= (0, {y - low:.4g})" for x, y, low, high in line.points]
+        out += ["};", f"\\addlegendentry{{{_tex_text(line.name)}}}"]
+    out += ["\\end{axis}", "\\end{tikzpicture}"]
+    return "\n".join(out) + "\n"
+
+
+def write_figure(lines: list[Series], xlabel: str, ylabel: str, output: Path) -> None:
+    """``output`` by its suffix: ``.tex`` (pgfplots) or an image through matplotlib."""
+    if output.suffix == ".tex":
+        output.write_text(to_pgfplots(lines, xlabel, ylabel))
+        return
+    if output.suffix not in IMAGE_FORMATS:
+        raise UserError(f"Cannot write a figure as '{output.suffix or output.name}'; use .tex, .png, .pdf or .svg.")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError(
+            f"{output.suffix[1:].upper()} figures need matplotlib: pip install 'acetui[figures]' "
+            "(a .tex figure needs nothing)."
+        ) from None
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for line in lines:
+        xs, ys, lows, highs = zip(*line.points, strict=True)
+        below = [y - low for y, low in zip(ys, lows, strict=True)]
+        above = [high - y for y, high in zip(ys, highs, strict=True)]
+        axes.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, label=line.name)
+    axes.set_xscale("log")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(output)
+    plt.close(figure)
