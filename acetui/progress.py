@@ -45,11 +45,8 @@ class EventProgress:
             name = STAGE_NAMES.get(event.name, event.name.replace("zeroshot:", "zero-shot "))
             self.progress.update(self._task(event.name, name, event.total), completed=event.done, total=event.total)
         elif isinstance(event, LayerStarted):
-            self.progress.update(self.tasks["layers"], description=f"layer {event.index + 1}/{event.total}")
+            self.progress.update(self.tasks["layers"], description=f"layer {event.index}")  # numbered from 0
         elif isinstance(event, LayerPruned):
             layer = event.layer
             self.progress.update(self.tasks["layers"], completed=layer.index + 1)
-            self.progress.console.print(
-                f"layer {layer.index:>3}  {len(layer.linears)} linears  "
-                f"sparsity {layer.sparsity or 0:.4f}  {layer.seconds:.2f}s"
-            )
+            self.progress.console.print(layer.line)

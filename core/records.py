@@ -121,6 +121,18 @@ class LayerRecord:
         size = sum(linear.size for linear in self.linears)
         return sum(linear.sparsity * linear.size for linear in self.linears) / size if size else None
 
+    @property
+    def line(self) -> str:
+        """The one line a pruned layer gets in a run's log, ``acetui prune``'s output and ``runs watch``.
+
+        Layers are numbered from 0 everywhere, as stored and as in the model's modules (``model.layers.0``);
+        ``k/N done`` counts layers."""
+        done = f" ({self.index + 1}/{self.total} done)" if self.total else ""
+        sparsity = "-" if self.sparsity is None else f"{self.sparsity:.4f}"
+        return (
+            f"layer {self.index} pruned{done}: {len(self.linears)} linears, sparsity {sparsity}, {self.seconds:.2f} s"
+        )
+
 
 @dataclass
 class LinearSparsity:

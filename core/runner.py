@@ -196,7 +196,7 @@ def log_line(log, event) -> None:
     if isinstance(event, Stage) and (event.done == 0 or event.done == event.total):
         line = f"{event.name} {event.done}/{event.total if event.total is not None else '?'}"
     elif isinstance(event, LayerPruned):
-        line = f"layer {event.layer.index + 1}/{event.layer.total} pruned in {event.layer.seconds:.2f} s"
+        line = event.layer.line
     elif isinstance(event, RunFinished):
         ppl = event.result.ppl_wikitext2
         line = f"finished: prune {event.result.prune_seconds:.1f} s, ppl {'-' if ppl is None else f'{ppl:.3f}'}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+import time
 
 import pytest
 
@@ -179,3 +180,11 @@ def tiny_prune_command(model: str, *extra: str) -> list[str]:
         "cpu",
     ]
     return [sys.executable, "-m", "acetui", "prune", model, *quick, *extra]
+
+
+async def wait_for(pilot, condition, what: str, timeout: float = 20.0) -> None:
+    """Let an app under Pilot run (its store-polling threads deliver) until ``condition()``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.1)

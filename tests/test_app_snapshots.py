@@ -128,7 +128,7 @@ def write_log(store: Store, run_id: str, layers: int, status: str) -> None:
         "12:00:09 load 1/1",
         "12:00:10 calibration 128/128",
     ]
-    lines += [f"12:0{1 + i}:00 layer {i + 1}/{NUM_LAYERS} pruned in {1.5 + 0.25 * i:.2f} s" for i in range(layers)]
+    lines += [f"12:0{1 + i}:00 {layer_event(i, '0.5').layer.line}" for i in range(layers)]
     path = store.log_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines + LOG_END[status]) + "\n")

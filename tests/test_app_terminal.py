@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from rich.style import Style
 from rich.text import Text
+from runhelpers import wait_for
 from test_app_snapshots import add_run
 from textual.app import App
 from textual.widgets import Input, Static, Tab
@@ -31,13 +31,6 @@ def store(tmp_path) -> Store:
     add_run(store, "ace", "0.5", ppl=7.11)
     add_run(store, "ria", "0.5", layers=2, status="cancelled", error="Stopped on request between layers.")
     return store
-
-
-async def wait_for(pilot, condition, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(0.1)
 
 
 def toasts(app) -> list[str]:

@@ -136,7 +136,7 @@ def test_in_process_runs_record_their_events_and_log(tmp_path, make_tiny_model):
     assert run.status == "finished" and run.results.run_id == run_id and run.layers_done == 2
     assert {rid for rid, _ in events} == {run_id}
     log = Path(run.env["log"]).read_text()
-    assert "layer 2/2 pruned" in log and "finished: prune" in log
+    assert "layer 1 pruned (2/2 done)" in log and "finished: prune" in log
 
 
 # ---- the import contracts ----------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, 
     shown = json.loads(out)
     assert (shown["status"], len(shown["layers"]), shown["results"]["ppl_wikitext2"]) == ("finished", 2, run.ppl)
     code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run.id, "--store", store_path)
-    assert code == 0 and "layer 2/2" in out and f"run {run.id} finished: ppl" in out
+    assert code == 0 and "layer 1 pruned (2/2 done)" in out and f"run {run.id} finished: ppl" in out
 
     code, out, err = cli(monkeypatch, capsys, "runs", "cancel", run.id, "--store", store_path)
     assert code == 2 and "already ended (finished)" in err
@@ -199,7 +199,7 @@ def test_a_detached_run_outlives_its_parent_and_can_be_watched(
     wait_for(store_path, lambda runs: runs[0].status == "running")  # its SIGHUP guard is installed by now
     os.kill(run.pid, signal.SIGHUP)  # what a dropped SSH connection sends; ignored
     code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run_id, "--store", store_path, "--interval", "0.1")
-    assert code == 0 and "layer 2/2" in out and f"run {run_id} finished: ppl" in out
+    assert code == 0 and "layer 1 pruned (2/2 done)" in out and f"run {run_id} finished: ppl" in out
     log = Path(Store(store_path).get_run(run_id).env["log"])
     assert log.parent == store_path.parent / "logs" and "finished: prune" in log.read_text()
 

@@ -66,7 +66,7 @@ def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny
         ("finished", 2, "CosP+VarP-16"),
     ]
     assert all(run.results.ppl_wikitext2 > 1 and run.results.run_id == run.id for run in runs)
-    assert all("layer 2/2 pruned" in Path(run.env["log"]).read_text() for run in runs)
+    assert all("layer 1 pruned (2/2 done)" in Path(run.env["log"]).read_text() for run in runs)
     assert sync(store) == 0  # everything was imported once
 
 
@@ -130,7 +130,7 @@ def test_a_two_run_grid_on_a_real_slurm_cluster(
     assert [job.split("_")[1] for job in jobs] == ["0", "1"] and len({job.split("_")[0] for job in jobs}) == 1
 
     code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run_ids[1], "--store", store.path, "--interval", "0.2")
-    assert code == 0 and "layer 2/2" in out and f"run {run_ids[1]} finished: ppl" in out
+    assert code == 0 and "layer 1 pruned (2/2 done)" in out and f"run {run_ids[1]} finished: ppl" in out
     runs = wait_until_ended(store, run_ids)
     assert [(run.status, run.layers_done) for run in runs] == [("finished", 2), ("finished", 2)]
     assert all(run.env.get("slurm_job_id") for run in runs)

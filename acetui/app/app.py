@@ -31,6 +31,7 @@ from acetui.app.screens.runs import RunsScreen
 from acetui.app.watch import watch_runs
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
+from acetui_core.kill import check_killable, force_kill, process_runs
 from acetui_core.launch import LocalProcesses, gpus_for, launch
 from acetui_core.store import RunRecord, Store
 
@@ -216,6 +217,42 @@ class AceApp(App):
         ids = launch(configs, LocalProcesses(detach=True, gpus=gpus_for(configs[0].device)), self.store)
         self.follow(ids[0], tuple(ids))
         return ids
+
+    async def rerun(self, run: RunRecord) -> None:
+        """The New run form filled with ``run``'s settings: ctrl+r starts it again as it was, or change
+        a field first for a variant."""
+        await self.switch_mode("new")
+        if isinstance(self.screen, NewRunScreen):
+            self.screen.fill(run.config)
+
+    def kill_run(self, run: RunRecord) -> None:
+        """Ask first; then end the run's process at once (``acetui_core.kill``): for a run that did not
+        stop after a cancel request."""
+        try:
+            check_killable(self.store, run.id)
+            others = [r.id for r in process_runs(self.store, run) if r.id != run.id]
+        except UserError as error:
+            self.notify(str(error), severity="warning", timeout=8)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            try:
+                cancelled = force_kill(self.store, run.id)
+            except UserError as error:
+                self.notify(str(error), severity="error", timeout=8)
+                return
+            self.notify(f"Process {run.pid} killed; recorded as cancelled: {', '.join(cancelled) or 'none'}.")
+
+        also = f" Its other run(s) {', '.join(others)} end too." if others else ""
+        self.push_screen(
+            ConfirmScreen(
+                f"Kill run {run.id} ({run.label} at {run.config.sparsity}) now? Its process {run.pid} is ended "
+                f"at once, mid-layer; the layers done are kept and the run is recorded as cancelled.{also}"
+            ),
+            answered,
+        )
 
     def cancel_run(self, run: RunRecord) -> None:
         """Ask first; then ask the run's process to stop after its current layer (a queued run is

@@ -78,14 +78,15 @@ def runs(
     model: Annotated[str | None, typer.Option(help="Only runs of this model (path, hub id or its last part).")] = None,
     last: options.Last = None,
 ) -> None:
-    """List the runs (oldest first): id, status, model, method, sparsity, calibration length, ppl, seconds, age."""
+    """List the runs (newest first, as the app does): id, status, model, method, sparsity, calibration length,
+    ppl, seconds, age."""
     if ctx.invoked_subcommand is not None:
         return
     if status is not None and status not in STATUSES:
         raise UserError(f"Unknown status '{status}'; choose one of: {', '.join(STATUSES)}.")
     opened = Store(store)
     jobfolder.sync(opened)
-    records = opened.list_runs(status=status, model=model, last=last)
+    records = opened.list_runs(status=status, model=model, last=last)[::-1]  # newest first, as the app lists them
     if as_json:
         print(json.dumps([r.to_dict() for r in records], indent=2))
         return
@@ -228,12 +229,7 @@ class Follower:
                 self._print(run_id, f"{run.stage.name} {run.stage.done}/{total}")
             for layer in self.store.layers_since(run_id, self.after[run_id]):
                 self.after[run_id] = layer.index
-                sparsity = "-" if layer.sparsity is None else f"{layer.sparsity:.4f}"
-                self._print(
-                    run_id,
-                    f"layer {layer.index + 1}/{layer.total}  {len(layer.linears)} linears"
-                    f"  sparsity {sparsity}  {layer.seconds:.2f} s",
-                )
+                self._print(run_id, layer.line)
             if run.status in TERMINAL:
                 self.done[run_id] = self.store.get_run(run_id, layers=False)
                 self._print(run_id, run_summary(self.done[run_id]))

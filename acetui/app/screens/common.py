@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.color import Color
@@ -57,6 +58,41 @@ class RunListScreen(Screen):
             return None
         key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
         return next((run for run in self.runs if run.id == key), None)
+
+
+class SortedRunListScreen(RunListScreen):
+    """A run list whose table sorts by column: ``s``/``S`` step through the columns, ``r`` reverses, a
+    header click sorts by that column (again: reverses). Subclasses set ``COLUMNS`` (each with an ``order``
+    key) and ``sort_column``/``descending`` before mounting; ``LEADING`` table columns precede them."""
+
+    COLUMNS: list = []
+    LEADING = 0
+    sort_column = 0
+    descending = False
+
+    def sort_key(self):
+        return self.COLUMNS[self.sort_column].order
+
+    def sort_text(self) -> str:
+        return f"by {self.COLUMNS[self.sort_column].title} {'↓' if self.descending else '↑'}"
+
+    @on(DataTable.HeaderSelected)
+    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
+        column = event.column_index - self.LEADING
+        if column < 0:
+            return
+        self.descending = not self.descending if column == self.sort_column else False
+        self.sort_column = column
+        self.show_runs()
+
+    def action_sort(self, step: int) -> None:
+        self.sort_column = (self.sort_column + step) % len(self.COLUMNS)
+        self.descending = False
+        self.show_runs()
+
+    def action_reverse(self) -> None:
+        self.descending = not self.descending
+        self.show_runs()
 
 
 def status_text(screen: Screen, status: str) -> Text:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -29,7 +29,7 @@ from acetui.app import form, summary
 from acetui.app.candidates import default_model, model_candidates, shorten
 from acetui.app.messages import CandidatesFound
 from acetui.app.widgets.marks import Tick, TickList
-from acetui_core.config import ZEROSHOT_TASKS
+from acetui_core.config import ZEROSHOT_TASKS, RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.plugins import available_methods
@@ -203,14 +203,15 @@ class NewRunScreen(Screen):
             "metrics": list(self.query_one("#metrics", SelectionList).selected),
         }
 
-    def restore(self, saved: dict) -> None:
+    def restore(self, saved: dict, model: str | None = None) -> None:
         """Fill the form with remembered values; what no longer fits (a GPU gone, a method renamed) is
-        left at its default. The model is the last one while it exists, else the bundled model."""
+        left at its default. The model is ``model`` if given, else the last one while it exists, else the
+        bundled model."""
         for field_id in FIELDS:
             if isinstance(saved.get(field_id), str) and field_id != "model":
                 self.query_one(f"#{field_id}", Input).value = saved[field_id]
-        model = self.query_one("#model", Input)
-        model.value = default_model(saved.get("model"))
+        field = self.query_one("#model", Input)
+        field.value = model if model is not None else default_model(saved.get("model"))
         self.call_after_refresh(self._show_model_end)
         for choice in CHOICES:
             if saved.get(choice) is not None:
@@ -225,6 +226,43 @@ class NewRunScreen(Screen):
             chosen.deselect_all()
             for metric in metrics:
                 chosen.select(metric)
+
+    def fill(self, config: RunConfig) -> None:
+        """The form set to a run's configuration (re-run or duplicate it); a notice names what the form
+        cannot hold (it is not carried over) or that no longer fits (a GPU this machine lacks)."""
+        text = {
+            "model": config.model,
+            "sparsity": config.sparsity,
+            "calib": config.calib,
+            "nsamples": str(config.nsamples),
+            "seqlen": str(config.seqlen),
+            "seed": str(config.seed),
+            "eval_limit": "" if config.eval_limit is None else str(config.eval_limit),
+            "eval_seqlen": "" if config.eval_seqlen is None else str(config.eval_seqlen),
+            "tasks": ",".join(config.tasks),
+            "zeroshot_limit": "" if config.zeroshot_limit is None else str(config.zeroshot_limit),
+        }
+        self.restore(
+            {
+                **text,
+                "group": config.group,
+                "device": config.device,
+                "dtype": config.dtype,
+                "eval-wikitext2": "wikitext2" in config.evals,
+                "eval-zeroshot": "zeroshot" in config.evals,
+                "metrics": [config.method],
+            },
+            model=config.model,
+        )
+        self._model_touched = True
+        try:
+            (shown,) = self.configs()
+        except UserError:
+            self.notify(f"Run settings of {config.label} at {config.sparsity} loaded; fix the flagged fields.")
+            return
+        lost = [f"{name} {value}" for name, value in asdict(config).items() if getattr(shown, name) != value]
+        left = f" Not carried over (no field for it here, or it does not fit): {', '.join(lost)}." if lost else ""
+        self.notify(f"{config.label} at {config.sparsity} loaded: ctrl+r starts it again.{left}", timeout=12)
 
     @work(thread=True, exclusive=True, group="candidates")
     def find_candidates(self) -> None:

@@ -22,7 +22,7 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, S
 
 from acetui.app import summary
 from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, new_file, tmux_drops_clipboard
-from acetui.app.screens.common import RunListScreen, refill
+from acetui.app.screens.common import SortedRunListScreen, refill
 from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot
 from acetui_core.comparison import comparison
 from acetui_core.config import model_name
@@ -120,8 +120,10 @@ def _run_name(run: RunRecord) -> str:
     return f"{run.label} {run.config.sparsity} {run.id[:4]}"
 
 
-class ResultsScreen(RunListScreen):
+class ResultsScreen(SortedRunListScreen):
     AUTO_FOCUS = "#results"
+    COLUMNS = COLUMNS
+    LEADING = 1  # the selection mark
     # The footer shows the main keys; the others are in the help (?).
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter", show=False, tooltip="Filter by model (enter or escape: back)"),
@@ -151,6 +153,7 @@ class ResultsScreen(RunListScreen):
         with Horizontal(id="results-bar"):
             yield Input(placeholder="filter by model (/)", id="filter", compact=True)
             yield Static("", id="results-info")
+        yield Static("", id="results-empty")
         with ContentSwitcher(initial="results", id="results-views"):
             yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="paper"):
@@ -176,8 +179,7 @@ class ResultsScreen(RunListScreen):
         """Finished runs matching the model filter, in the chosen order."""
         wanted = self.query_one("#filter", Input).value.strip().lower()
         runs = [r for r in self.runs if r.status == "finished" and wanted in r.config.model.lower()]
-        column = COLUMNS[self.sort_column]
-        return sorted(runs, key=column.order, reverse=self.descending)
+        return sorted(runs, key=self.sort_key(), reverse=self.descending)
 
     def chosen(self) -> list[RunRecord]:
         """The selected runs still visible, or every visible run when none is selected."""
@@ -191,12 +193,26 @@ class ResultsScreen(RunListScreen):
             [(r.id, ("✓" if r.id in self.selected else " ", *(c.cell(r) for c in COLUMNS))) for r in visible],
         )
         picked = len([r for r in visible if r.id in self.selected])
-        arrow = "↓" if self.descending else "↑"
         partial = " · † partial ppl" if any(r.ppl_partial for r in visible) else ""
         self.query_one("#results-info", Static).update(
-            f"{len(visible)} run(s) · {picked} selected · by {COLUMNS[self.sort_column].title} {arrow}{partial}"
+            f"{len(visible)} run(s) · {picked} selected · {self.sort_text()}{partial}"
         )
         self.query_one("#paper-table", Static).update(self.paper_table())
+        self._say_what_to_do(visible)
+
+    def _say_what_to_do(self, visible: list[RunRecord]) -> None:
+        """An empty table says why and what to do."""
+        empty = self.query_one("#results-empty", Static)
+        empty.display = not visible and self.app.runs_listed
+        if any(r.status == "finished" for r in self.runs):
+            empty.update("No finished run's model matches the filter: / edits it (escape: back to the table).")
+        elif any(r.active for r in self.runs):
+            empty.update("No run has finished yet: F2 follows the active one; its results come here when it ends.")
+        else:
+            empty.update(
+                "No finished runs yet: start one on New run (F1) or with `acetui prune`; "
+                "Runs (F4) shows the ones that failed or were cancelled."
+            )
 
     def paper_table(self) -> Group | str:
         """The chosen runs in the paper's layout: methods by sparsity, best perplexity in bold."""
@@ -272,15 +288,6 @@ class ResultsScreen(RunListScreen):
     def action_focus_table(self) -> None:
         self.query_one("#results", DataTable).focus()
 
-    @on(DataTable.HeaderSelected, "#results")
-    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
-        if event.column_index == 0:
-            return
-        column = event.column_index - 1
-        self.descending = not self.descending if column == self.sort_column else False
-        self.sort_column = column
-        self.show_runs()
-
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
 
@@ -293,15 +300,6 @@ class ResultsScreen(RunListScreen):
     def action_select_all(self) -> None:
         visible = {r.id for r in self.visible()}
         self.selected = set() if visible <= self.selected else self.selected | visible
-        self.show_runs()
-
-    def action_sort(self, step: int) -> None:
-        self.sort_column = (self.sort_column + step) % len(COLUMNS)
-        self.descending = False
-        self.show_runs()
-
-    def action_reverse(self) -> None:
-        self.descending = not self.descending
         self.show_runs()
 
     def action_plot(self, kind: str) -> None:

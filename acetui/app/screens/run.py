@@ -56,7 +56,7 @@ def describe_stage(run: RunRecord) -> str:
     if not run.active:
         return run.status
     if run.current_layer is not None and run.num_layers:
-        return f"layer {run.current_layer + 1}/{run.num_layers}"
+        return f"layer {run.current_layer} · {run.layers_done}/{run.num_layers} done"  # numbered from 0
     if run.stage:
         total = run.stage.total
         return f"{run.stage.name} {run.stage.done}/{total if total is not None else '?'}"
@@ -98,6 +98,19 @@ class RunScreen(Screen):
     AUTO_FOCUS = "#layers"
     BINDINGS = [
         Binding("c", "cancel_run", "Cancel", tooltip="Stop the run after its current layer (asks first)"),
+        Binding(
+            "k",
+            "kill_run",
+            "Kill",
+            tooltip="End the run's process now, once a cancel was asked and ignored (asks first)",
+        ),
+        Binding(
+            "u",
+            "rerun",
+            "Re-run",
+            show=False,
+            tooltip="New run filled with this run's settings (ctrl+r starts it; change a field to vary it)",
+        ),
         Binding(
             "right_square_bracket",
             "linear(1)",
@@ -353,9 +366,14 @@ class RunScreen(Screen):
     # ---- actions ----
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """Offer cancel only while the run is active, and run stepping only within a comparison."""
+        """Offer cancel only while the run is active (kill once a cancel was ignored), and run stepping
+        only within a comparison."""
         if action == "cancel_run":
-            return self._run is not None and self._run.active
+            return self._run is not None and self._run.active and not self._run.cancel_requested
+        if action == "kill_run":
+            return self._run is not None and self._run.active and self._run.cancel_requested
+        if action == "rerun":
+            return self._run is not None
         if action == "batch":
             batch, current = self.app.batch, self.app.followed
             return current in batch and 0 <= batch.index(current) + parameters[0] < len(batch)
@@ -383,3 +401,9 @@ class RunScreen(Screen):
 
     def action_cancel_run(self) -> None:
         self.app.cancel_run(self._run)
+
+    def action_kill_run(self) -> None:
+        self.app.kill_run(self._run)
+
+    async def action_rerun(self) -> None:
+        await self.app.rerun(self._run)

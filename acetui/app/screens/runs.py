@@ -1,21 +1,29 @@
-"""Runs: every run in the store with its status, progress, perplexity and duration; open (live when it
-runs), cancel, delete."""
+"""Runs: every run in the store with its status, progress, perplexity and duration, newest first (as
+``acetui runs`` lists them), filtered by status, model or method and sorted by any column; open (live when
+it runs), re-run or duplicate into the New run form, cancel, force-kill one that ignores cancel, delete."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual import on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.markup import escape
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from acetui.app import summary
-from acetui.app.screens.common import ConfirmScreen, RunListScreen, refill, status_text
+from acetui.app.screens.common import ConfirmScreen, SortedRunListScreen, refill, status_text
 from acetui.app.summary import STATUS_COLOR
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
-from acetui_core.store import RunRecord
+from acetui_core.sparsity import parse_sparsity
+from acetui_core.store import STATUSES, RunRecord
 
 BAR_WIDTH = 6
 
@@ -34,28 +42,98 @@ def duration(run: RunRecord) -> str:
     return summary.fmt_seconds(summary.elapsed_seconds(run, summary.clock()))
 
 
-class RunsScreen(RunListScreen):
+@dataclass(frozen=True)
+class Column:
+    title: str
+    order: Callable[[RunRecord], object]
+
+
+def _missing_last(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
+COLUMNS = [
+    Column("Run", lambda r: r.id),
+    Column("Status", lambda r: STATUSES.index(r.status) if r.status in STATUSES else len(STATUSES)),
+    Column("Method", lambda r: r.label),
+    Column("Sparsity", lambda r: (parse_sparsity(r.config.sparsity).is_nm, parse_sparsity(r.config.sparsity).fraction)),
+    Column("Layers", lambda r: r.layers_done),
+    Column("PPL", lambda r: _missing_last(r.ppl)),
+    Column("Took", lambda r: _missing_last(summary.elapsed_seconds(r, summary.clock()))),
+    Column("Model", lambda r: model_name(r.config.model)),
+    Column("Created", lambda r: (r.created, r.id)),
+]
+NEWEST_FIRST = (len(COLUMNS) - 1, True)  # the order runs are listed in everywhere (the CLI's too)
+
+
+def matches(run: RunRecord, words: list[str]) -> bool:
+    """Whether every word of a filter is in the run's status, model or method (``status:``, ``model:``
+    or ``method:`` before a word looks in that one only)."""
+    where = {
+        "status": run.status,
+        "model": run.config.model.lower(),
+        "method": f"{run.config.method} {run.label}".lower(),
+    }
+    for word in words:
+        field, colon, text = word.partition(":")
+        if not (colon and field in where):
+            field, text = "", word
+        if not any(text in place for place in ([where[field]] if field else where.values())):
+            return False
+    return True
+
+
+class RunsScreen(SortedRunListScreen):
     AUTO_FOCUS = "#runs"
+    COLUMNS = COLUMNS
     BINDINGS = [
         Binding("o", "open_run", "Open", tooltip="The highlighted run on the Run screen (also enter)"),
         Binding("c", "cancel_run", "Cancel", tooltip="Stop the highlighted run after its current layer (asks first)"),
+        Binding(
+            "k",
+            "kill_run",
+            "Kill",
+            tooltip="End the highlighted run's process now, once a cancel was asked and ignored (asks first)",
+        ),
         Binding("d", "delete_run", "Delete", tooltip="Remove the highlighted ended run from the store (asks first)"),
+        Binding(
+            "u",
+            "rerun",
+            "Re-run",
+            tooltip="New run filled with the highlighted run's settings (ctrl+r starts it; change a field to vary it)",
+        ),
+        Binding("s", "sort(1)", "Sort", tooltip="Sort by the next column (header clicks too)"),
+        Binding("S", "sort(-1)", "Sort back", show=False, tooltip="Sort by the previous column"),
+        Binding("r", "reverse", "Reverse sort", show=False, tooltip="Reverse the order"),
+        Binding(
+            "slash", "focus_filter", "Filter", show=False, tooltip="Filter by status, model or method (enter: back)"
+        ),
+        Binding("escape", "focus_table", "Table", show=False, tooltip="Back to the table from the filter"),
     ]
 
     def compose(self) -> ComposeResult:
         yield Header()
+        with Horizontal(id="runs-bar"):
+            yield Input(placeholder="filter: status, model or method words (/)", id="runs-filter", compact=True)
+            yield Static("", id="runs-info")
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static("", id="run-detail")
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#runs", DataTable).add_columns(
-            "Run", "Status", "Method", "Sparsity", "Layers", "PPL", "Took", "Model", "Created"
-        )
+        self.sort_column, self.descending = NEWEST_FIRST
+        self.query_one("#runs", DataTable).add_columns(*(c.title for c in COLUMNS))
         super().on_mount()
 
+    def visible(self) -> list[RunRecord]:
+        """The runs the filter lets through, in the chosen order."""
+        words = self.query_one("#runs-filter", Input).value.lower().split()
+        runs = [r for r in self.runs if matches(r, words)]
+        return sorted(runs, key=self.sort_key(), reverse=self.descending)
+
     def show_runs(self) -> None:
-        newest_first = sorted(self.runs, key=lambda r: (r.created, r.id), reverse=True)
+        shown = self.visible()
+        self.query_one("#runs-info", Static).update(f"{len(shown)} of {len(self.runs)} · {self.sort_text()}")
         refill(
             self.query_one("#runs", DataTable),
             [
@@ -73,21 +151,40 @@ class RunsScreen(RunListScreen):
                         summary.fmt_time(r.created, "%m-%d %H:%M"),
                     ),
                 )
-                for r in newest_first
+                for r in shown
             ],
         )
         self._show_detail()
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """Cancel only an active run, delete only an ended one, open only when there is a run."""
+        """Cancel only an active run (kill one whose cancel was ignored), delete only an ended one, open
+        and re-run only when there is a run."""
         run = self.cursor_run(self.query_one("#runs", DataTable)) if self.is_mounted else None
         if action == "cancel_run":
-            return run is not None and run.active
+            return run is not None and run.active and not run.cancel_requested
+        if action == "kill_run":
+            return run is not None and run.active and run.cancel_requested
         if action == "delete_run":
             return run is not None and not run.active
-        if action == "open_run":
+        if action in ("open_run", "rerun"):
             return run is not None
         return True
+
+    # ---- order and filter ----
+
+    @on(Input.Changed, "#runs-filter")
+    def _filter_changed(self) -> None:
+        self.show_runs()
+
+    @on(Input.Submitted, "#runs-filter")
+    def action_focus_table(self) -> None:
+        table = self.query_one("#runs", DataTable)
+        if table.has_focus:
+            raise SkipAction()  # escape on the table: the app's (it closes the keys panel)
+        table.focus()
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#runs-filter", Input).focus()
 
     @on(DataTable.RowHighlighted, "#runs")
     def _show_detail(self) -> None:
@@ -96,11 +193,12 @@ class RunsScreen(RunListScreen):
         run = self.cursor_run(self.query_one("#runs", DataTable))
         detail = self.query_one("#run-detail", Static)
         if run is None:
-            detail.update(
-                "No runs yet: start one on New run (F1) or with `acetui prune`."
-                if self.app.runs_listed
-                else "Reading the run store…"
-            )
+            if not self.app.runs_listed:
+                detail.update("Reading the run store…")
+            elif self.runs:
+                detail.update("No run matches the filter: / edits it.")
+            else:
+                detail.update("No runs yet: start one on New run (F1) or with `acetui prune`.")
             return
         took = f", took {duration(run)}" if run.finished and run.started else ""
         text = (
@@ -127,6 +225,16 @@ class RunsScreen(RunListScreen):
         run = self._current()
         if run is not None:
             self.app.cancel_run(run)
+
+    def action_kill_run(self) -> None:
+        run = self._current()
+        if run is not None:
+            self.app.kill_run(run)
+
+    async def action_rerun(self) -> None:
+        run = self._current()
+        if run is not None:
+            await self.app.rerun(run)
 
     def action_delete_run(self) -> None:
         run = self._current()

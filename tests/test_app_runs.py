@@ -1,0 +1,202 @@
+"""The Runs screen and what the app does with a run (issue 23, section 4): newest first as in the CLI,
+filters by status, model and method, sorting by column, re-run or duplicate into the New run form,
+force-kill of a run that ignores cancel, the empty Results screen, layers numbered from 0."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from dataclasses import replace
+
+import psutil
+import pytest
+from runhelpers import cli, layer_event, wait_for
+from textual.widgets import DataTable, Input, Static
+
+from acetui.app import make_app
+from acetui.app.screens.new_run import NewRunScreen
+from acetui.app.screens.run import describe_stage
+from acetui_core.config import RunConfig
+from acetui_core.kill import KILLED
+from acetui_core.store import Store
+
+SIZE = (80, 24)
+CONFIG = RunConfig(model="org/llama-tiny", method="wanda", sparsity="0.5", nsamples=4, seqlen=16, device="cpu")
+
+
+class Ticks:
+    """A store clock one minute apart per call: distinct creation times in a known order."""
+
+    def __init__(self) -> None:
+        self.now = 1_714_564_800.0
+
+    def __call__(self) -> float:
+        self.now += 60
+        return self.now
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    """Five runs, created in this order: wanda/llama finished, ria/opt failed, ace/llama finished,
+    wanda/opt cancelled, magnitude/llama finished."""
+    store = Store(tmp_path / "runs.db", clock=Ticks())
+    for model, method, status in (
+        ("org/llama-tiny", "wanda", "finished"),
+        ("org/opt-tiny", "ria", "failed"),
+        ("org/llama-tiny", "ace", "finished"),
+        ("org/opt-tiny", "wanda", "cancelled"),
+        ("org/llama-tiny", "magnitude", "finished"),
+    ):
+        run_id = store.create_run(replace(CONFIG, model=model, method=method))
+        if status == "finished":  # finished without results is enough for the lists
+            with store._db(write=True) as db:
+                db.execute("UPDATE runs SET status = 'finished', finished = ? WHERE id = ?", (store.clock(), run_id))
+        else:
+            store.set_status(run_id, status, error="on purpose")
+    return store
+
+
+def listed(app) -> list[str]:
+    table = app.screen.query_one("#runs", DataTable)
+    return [table.coordinate_to_cell_key((row, 0)).row_key.value for row in range(table.row_count)]
+
+
+def test_the_cli_lists_runs_newest_first(store, monkeypatch, capsys):
+    code, out, _ = cli(monkeypatch, capsys, "runs", "--store", store.path)
+    ids = [line.split()[0] for line in out.splitlines()[1:] if line.strip()]
+    assert code == 0 and ids == [run.id for run in store.list_runs()][::-1]
+    code, out, _ = cli(monkeypatch, capsys, "runs", "--store", store.path, "--last", "2")
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [run.id for run in store.list_runs()][:-3:-1]
+
+
+@pytest.mark.asyncio
+async def test_runs_newest_first_filtered_by_status_model_method_and_sorted_by_column(store):
+    newest_first = [run.id for run in store.list_runs()][::-1]
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        await wait_for(pilot, lambda: len(listed(app)) == 5, "the runs")
+        assert listed(app) == newest_first  # the CLI's order
+
+        by_id = {run.id: run for run in store.list_runs()}
+        query = app.screen.query_one("#runs-filter", Input)
+        for text, wanted in (
+            ("status:finished", lambda r: r.status == "finished"),
+            ("model:opt", lambda r: "opt" in r.config.model),
+            ("wanda", lambda r: r.config.method == "wanda"),
+            ("wanda opt", lambda r: r.config.method == "wanda" and "opt" in r.config.model),
+            ("method:magn", lambda r: r.config.method == "magnitude"),
+        ):
+            query.value = text
+            await pilot.pause()
+            assert listed(app) == [i for i in newest_first if wanted(by_id[i])], text
+        query.value = "nothing-like-this"
+        await pilot.pause()
+        assert listed(app) == []
+        assert str(app.screen.query_one("#run-detail", Static).render()) == "No run matches the filter: / edits it."
+
+        query.value = ""
+        app.screen.query_one("#runs", DataTable).focus()
+        await pilot.press("s", "s", "s")  # Created -> Run -> Status -> Method
+        assert str(app.screen.query_one("#runs-info", Static).render()) == "5 of 5 · by Method ↑"
+        assert [by_id[i].label for i in listed(app)] == sorted(by_id[i].label for i in newest_first)
+        await pilot.press("r")
+        assert [by_id[i].label for i in listed(app)] == sorted((by_id[i].label for i in newest_first), reverse=True)
+        await pilot.click("#runs", offset=(12, 0))  # the Status header
+        assert [by_id[i].status for i in listed(app)] == ["finished"] * 3 + ["failed", "cancelled"]
+
+
+@pytest.mark.asyncio
+async def test_rerun_fills_the_new_run_form_and_starts_the_same_settings(store, monkeypatch):
+    fidelity = store.create_run(replace(CONFIG, method="ria", sparsity="2:4", seed=3, fidelity=True))
+    store.set_status(fidelity, "failed", error="on purpose")
+    started = []
+    monkeypatch.setattr("acetui.app.app.AceApp.start_runs", lambda self, configs: started.extend(configs))
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        await wait_for(pilot, lambda: len(listed(app)) == 6, "the runs")
+        assert listed(app)[0] == fidelity
+        await pilot.press("u")
+        await wait_for(pilot, lambda: isinstance(app.screen, NewRunScreen), "the New run form")
+        screen = app.screen
+        assert screen.query_one("#sparsity", Input).value == "2:4"
+        assert screen.query_one("#seed", Input).value == "3"
+        assert any(
+            "Not carried over" in str(n.message) and "fidelity True" in str(n.message) for n in app._notifications
+        )
+        await pilot.press("ctrl+r")
+    assert started == [replace(store.get_run(fidelity).config, fidelity=False)]  # all but what the form lacks
+
+
+@pytest.fixture
+def stubborn(store):
+    """A process that ignores SIGTERM (a run stuck where cancel is never seen), owning a running run
+    (cancel already asked) and a queued one of the same worker; killed at the end whatever happens."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"]
+    )
+    running = store.create_run(replace(CONFIG, method="ace"))
+    queued = store.create_run(replace(CONFIG, method="ria"))
+    store.claim(running, pid=process.pid)
+    store.record_event(running, layer_event(0, 2))
+    store.set_owner(queued, process.pid)
+    store.request_cancel(running)
+    yield process, running, queued
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    process.wait()
+
+
+@pytest.mark.asyncio
+async def test_kill_a_run_that_ignores_cancel_after_confirming(store, stubborn):
+    process, running, queued = stubborn
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        await wait_for(pilot, lambda: len(listed(app)) == 7, "the runs")
+        assert listed(app)[1] == running
+        await pilot.press("down")
+        assert app.screen.check_action("cancel_run", ()) is False  # cancel was asked: kill is offered instead
+        await pilot.press("k", "n")  # declined: nothing happens
+        await pilot.pause()
+        assert process.poll() is None and store.get_run(running).status == "running"
+        await pilot.press("k", "y")
+        await wait_for(pilot, lambda: process.poll() is not None, "the process to end")  # SIGTERM would not do
+    for run_id in (running, queued):
+        run = store.get_run(run_id)
+        assert (run.status, run.error) == ("cancelled", KILLED)
+    assert store.get_run(running).layers_done == 1  # the layer done is kept
+
+
+@pytest.mark.asyncio
+async def test_the_run_screen_offers_kill_once_cancel_was_ignored(store, stubborn):
+    _, running, _ = stubborn
+    app = make_app(store, attach=running)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.screen._run is not None, "the run")
+        assert app.screen.check_action("kill_run", ()) is True
+        assert app.screen.check_action("cancel_run", ()) is False
+        await pilot.press("k")
+        await pilot.pause()
+        assert "Kill run" in str(app.screen.query_one("Static").render())
+        await pilot.press("n")
+    assert psutil.pid_exists(stubborn[0].pid)
+
+
+@pytest.mark.asyncio
+async def test_empty_results_say_what_to_do(tmp_path):
+    app = make_app(Store(tmp_path / "empty.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        empty = app.screen.query_one("#results-empty", Static)
+        await wait_for(pilot, lambda: empty.display, "the empty notice")
+        assert str(empty.render()).startswith("No finished runs yet: start one on New run (F1)")
+
+
+def test_layers_are_numbered_from_0_everywhere():
+    layer = layer_event(0, 2).layer
+    assert layer.line == "layer 0 pruned (1/2 done): 7 linears, sparsity 0.5000, 0.50 s"
+    run = type("Run", (), {"status": "running", "active": True, "current_layer": 1, "num_layers": 2, "layers_done": 1})
+    assert describe_stage(run) == "layer 1 · 1/2 done"
