@@ -31,11 +31,12 @@ def require_terminal() -> None:
 
 
 def open_app(theme: str | None, store: Path | None, attach: str | None = None, notify: str | None = None) -> None:
-    require_terminal()
     from acetui.app import make_app
     from acetui_core.store import Store
 
-    make_app(Store(store), theme=theme, attach=attach, notify_mode=notify).run()
+    app = make_app(Store(store), theme=theme, attach=attach, notify_mode=notify)  # bad input is named first
+    require_terminal()
+    app.run()
 
 
 PluginMethods = Annotated[
