@@ -178,7 +178,12 @@ Notify = Annotated[
     ),
 ]
 
-Cells = Annotated[str, typer.Option(help=f"Table cells: {' or '.join(CELLS)} (perplexity | pruning seconds).")]
+Cells = Annotated[
+    str,
+    typer.Option(
+        help=f"Table cells: {' or '.join(CELLS)} (perplexity | pruning seconds | calibration tokens | peak GB)."
+    ),
+]
 
 DEFAULT_TASKS = ",".join(ZEROSHOT_TASKS)
 

@@ -36,6 +36,11 @@ COLUMNS = ("sparsity", "seqlen", "seed")
 CI_STYLES = ("none", "pm", "interval")  # --ci: no interval, "73.5 ± 1.5" (half its width), "[72.1, 75.0]"
 
 
+def _mean(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
 @dataclass
 class Cell:
     values: list[float]  # perplexities, or accuracies in percent: one per seed
@@ -46,6 +51,19 @@ class Cell:
     @property
     def value(self) -> float:
         return statistics.fmean(self.values)
+
+    @property
+    def cost(self) -> dict[str, float | None]:
+        """What the cell's runs spent, averaged: prune seconds, calibration tokens (samples x length, 0
+        without calibration data) and peak memory."""
+        results = [run.results for run in self.runs if run.results is not None]
+        tokens = [r.calibration.nsamples * r.calibration.seqlen if r.calibration else 0 for r in results]
+        return {
+            "prune_seconds": _mean([r.prune_seconds for r in results]),
+            "calibration_tokens": _mean(tokens),
+            "peak_rss_mb": _mean([r.peak_rss_mb for r in results]),
+            "peak_gpu_mb": _mean([r.peak_gpu_mb for r in results]),
+        }
 
     @property
     def sd(self) -> float | None:
@@ -121,7 +139,10 @@ class Comparison:
         if cell.partial:
             value += dagger
         if self.cell_format == "ppl-time":
-            value += f" {bar} {statistics.fmean(cell.seconds):.1f}"
+            cost = cell.cost
+            memory = max(cost["peak_rss_mb"] or 0, cost["peak_gpu_mb"] or 0) / 1024
+            value += f" {bar} {statistics.fmean(cell.seconds):.1f} {bar} {cost['calibration_tokens'] or 0:.0f}"
+            value += f" {bar} {memory:.1f}"
         return value
 
 

@@ -134,23 +134,6 @@ def _difference(measure: str, paired: evidence.Difference, best_mean: float) -> 
     return 100 * paired.value, 100 * paired.ci[0], 100 * paired.ci[1]
 
 
-def _mean(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
-
-
-def _cost(cell: Cell) -> dict:
-    """What the cell's runs spent: prune seconds, calibration tokens (samples x length) and peak memory."""
-    results = [run.results for run in cell.runs if run.results is not None]
-    tokens = [r.calibration.nsamples * r.calibration.seqlen if r.calibration else 0 for r in results]
-    return {
-        "prune_seconds": _mean([r.prune_seconds for r in results]),
-        "calibration_tokens": _mean(tokens),  # type: ignore[arg-type]
-        "peak_rss_mb": _mean([r.peak_rss_mb for r in results]),
-        "peak_gpu_mb": _mean([r.peak_gpu_mb for r in results]),
-    }
-
-
 def report(table: Comparison) -> dict:
     """The verdicts as ``acetui verdict --json`` prints them: per column, each row's value, seeds, ratio to
     the best, interval, Holm-adjusted p and verdict, with the paired difference and the cost of the runs."""
@@ -172,7 +155,7 @@ def report(table: Comparison) -> dict:
                     "verdict": verdict.verdict,
                     "note": verdict.note,
                     "difference": list(verdict.difference) if verdict.difference else None,
-                    **_cost(cell),
+                    **cell.cost,
                 }
             )
         model, header = column
