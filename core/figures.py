@@ -13,8 +13,9 @@ from pathlib import Path
 
 from acetui_core.comparison import Comparison
 from acetui_core.errors import UserError
+from acetui_core.store import RunRecord
 
-FIGURES = ("pareto", "seqlen")
+FIGURES = ("pareto", "seqlen", "layers")
 X_AXES = {"seconds": "prune time (s)", "tokens": "calibration tokens (samples x length)"}
 Y_LABELS = {"ppl": "WikiText-2 perplexity", "zeroshot-mean": "mean zero-shot accuracy (%)"}
 IMAGE_FORMATS = (".png", ".pdf", ".svg")
@@ -52,17 +53,32 @@ def series(table: Comparison, figure: str, x_axis: str = "seconds") -> list[Seri
     return out
 
 
+def layer_series(records: list[RunRecord]) -> list[Series]:
+    """Per run (with its layers loaded), each decoder layer's achieved sparsity, and with ``--fidelity`` its
+    output's ``1 - cosine`` to the dense layer's as a second series; no interval (one measurement each)."""
+    out = []
+    for run in records:
+        name = f"{run.label} {run.config.sparsity} {run.id[:4]}"
+        sparsity = [(layer.index, layer.sparsity) for layer in run.layers if layer.sparsity is not None]
+        if sparsity:
+            out.append(Series(f"{name} sparsity", [(x, y, y, y) for x, y in sparsity]))
+        drift = [(layer.index, 1 - layer.fidelity.cosine) for layer in run.layers if layer.fidelity is not None]
+        if drift:
+            out.append(Series(f"{name} 1-cos", [(x, y, y, y) for x, y in drift]))
+    return out
+
+
 def _tex_text(text: str) -> str:
     return "".join("\\" + char if char in "&%$#_{}" else char for char in text)
 
 
-def to_pgfplots(lines: list[Series], xlabel: str, ylabel: str) -> str:
+def to_pgfplots(lines: list[Series], xlabel: str, ylabel: str, log_x: bool = True) -> str:
     """A ``tikzpicture`` with one ``\\addplot`` (asymmetric error bars) and legend entry per series."""
     out = [
         "% acetui figure: needs \\usepackage{pgfplots} in the preamble.",
         "\\begin{tikzpicture}",
-        f"\\begin{{axis}}[xlabel={{{_tex_text(xlabel)}}}, ylabel={{{_tex_text(ylabel)}}}, xmode=log, "
-        "legend pos=outer north east]",
+        f"\\begin{{axis}}[xlabel={{{_tex_text(xlabel)}}}, ylabel={{{_tex_text(ylabel)}}}, "
+        f"xmode={'log' if log_x else 'normal'}, legend pos=outer north east]",
     ]
     for line in lines:
         out.append("\\addplot+[error bars/.cd, y dir=both, y explicit] coordinates {")
@@ -72,10 +88,12 @@ def to_pgfplots(lines: list[Series], xlabel: str, ylabel: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_figure(lines: list[Series], xlabel: str, ylabel: str, output: Path) -> None:
+def write_figure(lines: list[Series], xlabel: str, ylabel: str, output: Path, log_x: bool = True) -> None:
     """``output`` by its suffix: ``.tex`` (pgfplots) or an image through matplotlib."""
+    if not lines:
+        raise UserError("The selected runs have nothing to draw (no finished run with that measure).")
     if output.suffix == ".tex":
-        output.write_text(to_pgfplots(lines, xlabel, ylabel))
+        output.write_text(to_pgfplots(lines, xlabel, ylabel, log_x))
         return
     if output.suffix not in IMAGE_FORMATS:
         raise UserError(f"Cannot write a figure as '{output.suffix or output.name}'; use .tex, .png, .pdf or .svg.")
@@ -95,7 +113,7 @@ def write_figure(lines: list[Series], xlabel: str, ylabel: str, output: Path) ->
         below = [y - low for y, low in zip(ys, lows, strict=True)]
         above = [high - y for y, high in zip(ys, highs, strict=True)]
         axes.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, label=line.name)
-    axes.set_xscale("log")
+    axes.set_xscale("log" if log_x else "linear")
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.legend()

@@ -288,3 +288,15 @@ def test_figures_draw_each_method_with_its_intervals(store, tmp_path, monkeypatc
         assert code == 0 and png.read_bytes().startswith(b"\x89PNG")
     code, _, err = cli(monkeypatch, capsys, "figure", "bars", "-o", tex, "--store", store.path)
     assert code == 2 and "Unknown figure 'bars'; choose one of: pareto, seqlen" in err
+
+
+def test_the_layers_figure_draws_each_runs_layers(store, tmp_path, monkeypatch, capsys):
+    add(store, store.clock_, "a0000001")
+    add(store, store.clock_, "b0000002", method="ria")
+    tex = tmp_path / "layers.tex"
+    code, _, err = cli(monkeypatch, capsys, "figure", "layers", "-o", tex, "--store", store.path)
+    assert code == 0, err
+    text = tex.read_text()
+    assert text.count("\\addplot") == 2 and "xmode=normal" in text
+    assert "\\addlegendentry{Wanda-16 0.5 a000 sparsity}" in text
+    assert "(0, 0.5)" in text and "(1, 0.5)" in text  # two layers at the sparsity the runs recorded

@@ -11,7 +11,7 @@ from acetui import options
 from acetui.commands.export import Level, MethodFilter, ModelFilter, Runs, runs_and_evidence
 from acetui_core.comparison import comparison
 from acetui_core.errors import UserError
-from acetui_core.figures import FIGURES, X_AXES, Y_LABELS, series, write_figure
+from acetui_core.figures import FIGURES, X_AXES, Y_LABELS, layer_series, series, write_figure
 from acetui_core.verdicts import judge
 
 
@@ -30,7 +30,8 @@ def figure(
     store: options.StoreOption = None,
 ) -> None:
     """Draw the selected runs, one series per method: quality against prune time or calibration tokens
-    (pareto: methods read at equal cost) or against calibration length (seqlen), with their intervals."""
+    (pareto: methods read at equal cost) or against calibration length (seqlen), with their intervals;
+    or per run its layers' sparsity and output fidelity (layers)."""
     if kind not in FIGURES:
         raise UserError(f"Unknown figure '{kind}'; choose one of: {', '.join(FIGURES)}.")
     if x not in X_AXES:
@@ -40,6 +41,12 @@ def figure(
     if not output.parent.is_dir():
         raise UserError(f"Cannot write {output}: the folder {output.parent} does not exist.")
     records, kept = runs_and_evidence(store, runs, model, last, method, table, level)
+    if kind == "layers":
+        write_figure(
+            layer_series(records), "decoder layer", "sparsity, or 1 - cosine of the layer output", output, False
+        )
+        print(output)
+        return
     grid = judge(comparison(records, columns="seqlen", measure=table), kept, level)
     xlabel = "calibration length (tokens)" if kind == "seqlen" else X_AXES[x]
     write_figure(series(grid, kind, x), xlabel, Y_LABELS[table], output)
