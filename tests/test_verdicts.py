@@ -168,7 +168,7 @@ def test_verdict_command_refuses_bad_input_in_one_sentence(store, monkeypatch, c
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("no_color", [False, True])
-async def test_the_results_screen_marks_each_cell_with_its_verdict(store, monkeypatch, no_color):
+async def test_the_results_screen_marks_each_cell_with_its_verdict(store, monkeypatch, tmp_path, no_color):
     from rich.console import Console
     from textual.widgets import DataTable
 
@@ -177,6 +177,7 @@ async def test_the_results_screen_marks_each_cell_with_its_verdict(store, monkey
 
     if no_color:
         monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("ACETUI_EXPORT_DIR", str(tmp_path / "exports"))
     clock = store.clock_
     for seed in range(2):
         add(store, clock, f"a00000{seed:02d}", seed=seed)
@@ -207,6 +208,12 @@ async def test_the_results_screen_marks_each_cell_with_its_verdict(store, monkey
         lines = shown()
         note = next(line for line in lines if line.startswith("Paired difference"))
         assert "RIA-16 0.5 c000 − Wanda-16 0.5 a000: +" in note and "p = " in note
+        # g saves the Pareto figure of the chosen runs, with their intervals
+        await pilot.press("g")
+        while not list((tmp_path / "exports").glob("acetui-pareto-*.tex")):
+            await pilot.pause(0.1)
+        figure = next((tmp_path / "exports").glob("acetui-pareto-*.tex")).read_text()
+        assert figure.count("\\addplot") == 2 and "error bars" in figure
 
 
 def outcomes(seed: int, accuracy: float) -> tuple[dict, dict]:

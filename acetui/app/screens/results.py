@@ -28,6 +28,7 @@ from acetui_core.comparison import comparison
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.export import export
+from acetui_core.figures import X_AXES, Y_LABELS, series, to_pgfplots
 from acetui_core.maskfile import run_overlap, total
 from acetui_core.metrics import METHODS
 from acetui_core.records import linear_kind
@@ -135,6 +136,13 @@ class ResultsScreen(SortedRunListScreen):
         Binding("v", "toggle_view", "Paper", tooltip="The paper's layout: methods by sparsity"),
         Binding("e", "export('csv')", "CSV", tooltip="Export the chosen runs as CSV"),
         Binding("l", "export('latex')", "LaTeX", tooltip="Export the chosen runs as a LaTeX table"),
+        Binding(
+            "g",
+            "export('pareto')",
+            "Pareto",
+            show=False,
+            tooltip="Save the chosen runs' perplexity against prune time, with intervals, as a pgfplots figure",
+        ),
         Binding("y", "copy_latex", "Copy", show=False, tooltip="Copy the LaTeX table (OSC 52, works over SSH)"),
         Binding("o", "open_run", "Open run", show=False, tooltip="The highlighted run on the Run screen (also enter)"),
         Binding(
@@ -385,6 +393,9 @@ class ResultsScreen(SortedRunListScreen):
         if fmt == "csv":  # with their layers, for the per-layer columns
             runs = self.app.store.list_runs(ids=[r.id for r in runs], layers=True)
         try:
+            if fmt == "pareto":  # the same figure as acetui figure pareto
+                grid = judge(comparison(runs, columns="seqlen"), self._evidence(runs))
+                return to_pgfplots(series(grid, "pareto"), X_AXES["seconds"], Y_LABELS["ppl"])
             return export(runs, fmt, evidence=self._evidence(runs))  # tied rows bold, the CSV's verdicts
         except UserError as error:
             self.notify(str(error), severity="error", timeout=8)
@@ -394,14 +405,15 @@ class ResultsScreen(SortedRunListScreen):
         text = self._export_text(fmt)
         if text is None:
             return
-        suffix = ".tex" if fmt == "latex" else f".{fmt}"
+        suffix = ".tex" if fmt in ("latex", "pareto") else f".{fmt}"
         try:
             folder = export_dir(self.app.settings.export_dir)
             folder.mkdir(parents=True, exist_ok=True)
         except (UserError, OSError) as error:
             self.notify(f"Could not save the export: {error}", severity="error", timeout=10)
             return
-        path = new_file(folder, f"acetui-{time.strftime('%Y%m%d-%H%M%S')}", suffix)
+        kind = "-pareto" if fmt == "pareto" else ""
+        path = new_file(folder, f"acetui{kind}-{time.strftime('%Y%m%d-%H%M%S')}", suffix)
         self.app.deliver_text(io.StringIO(text), save_directory=folder, save_filename=path.name, name="export")
 
     def action_copy_latex(self) -> None:
