@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from acetui_core.errors import UserError
+from acetui_core.paths import user_path, write_text_atomic
 
 CONFIG_DIR_ENV = "ACETUI_CONFIG_DIR"
 FILENAME = "settings.json"
@@ -21,7 +22,7 @@ FILENAME = "settings.json"
 def settings_path() -> Path:
     folder = os.environ.get(CONFIG_DIR_ENV)
     if folder:
-        return Path(folder).expanduser() / FILENAME
+        return user_path(folder) / FILENAME
     import platformdirs
 
     return Path(platformdirs.user_config_dir("acetui", appauthor=False)) / FILENAME
@@ -63,9 +64,7 @@ def save(settings: Settings) -> None:
     data = {k: v for k, v in asdict(settings).items() if k != "problem"}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".json.tmp")
-        partial.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        partial.replace(path)
+        write_text_atomic(path, json.dumps(data, indent=2) + "\n")
     except OSError as error:
         raise UserError(f"Cannot save the settings to {path}: {error.strerror or error}.") from None
 

@@ -1,19 +1,25 @@
 """Saving a pruned model as a Hugging Face checkpoint (safetensors, config, tokenizer).
 
 acetui deletes nothing it did not make: ``--overwrite`` replaces only a folder that holds nothing but a
-checkpoint acetui could have written, never the working folder or the home folder. Every save is atomic:
-it is written into a hidden sibling folder that is renamed to the asked name only once complete, so a
-full disk or an OS refusal leaves no half checkpoint that looks whole. A streamed model is written layer
-by layer (``LayerwiseCheckpoint``) as its layers are pruned.
+checkpoint acetui could have written, never the working folder or the home folder, and no save goes into,
+over or around the source model, the data folder or the run store. Every save is atomic: it is written
+into a hidden sibling folder (named after its process, so the next save there removes those of killed
+runs) that is renamed to the asked name only once complete, so a full disk or an OS refusal leaves no half
+checkpoint that looks whole. Without ``--overwrite`` the rename never replaces a checkpoint that appeared
+meanwhile (another run saving to the same folder): this run's checkpoint then keeps a name of its own
+beside it. A streamed model is written layer by layer (``LayerwiseCheckpoint``) as its layers are pruned.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import re
 import shutil
-import tempfile
+import stat
+from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +27,8 @@ import torch
 
 from acetui_core.errors import UserError
 from acetui_core.models import quiet_transformers
+from acetui_core.paths import user_path
+from acetui_core.scratch import owned_tempdir, sweep
 
 # What ``save_pretrained`` of a model and its tokenizer writes (weights possibly sharded).
 _CHECKPOINT_FILE = re.compile(
@@ -30,7 +38,28 @@ _CHECKPOINT_FILE = re.compile(
     r"|permutations\.json"  # --permute's sidecar (acetui_core.permute)
 )
 _TEMP_PREFIX = ".acetui-save-"
+SCRATCH_PREFIX = "acetui-pruned-"  # in the system temp folder: a streamed run's pruned layers, kept for evaluation
 INDEX_FILE = "model.safetensors.index.json"
+
+
+def _overlap(path: Path, place: Path) -> str | None:
+    """How the save folder ``path`` meets ``place`` (symbolic links resolved): it "is", "holds" or "lies
+    inside" it; None when they are apart."""
+    target, other = path.resolve(), place.resolve()
+    if target == other:
+        return "is"
+    if target in other.parents:
+        return "holds"
+    if other in target.parents:
+        return "lies inside"
+    return None
+
+
+def _refuse_protected(path: Path, save: str, protected: Iterable[tuple[Path, str]]) -> None:
+    for place, name in protected:
+        relation = _overlap(path, place)
+        if relation is not None:
+            raise UserError(f"--save {save} {relation} {name} ({place}); save the pruned model in a folder of its own.")
 
 
 def _replaceable(path: Path, save: str) -> None:
@@ -51,14 +80,21 @@ def _replaceable(path: Path, save: str) -> None:
         )
 
 
-def check_save_dir(save: str | None, overwrite: bool) -> None:
-    """Refuse an unusable folder before hours of pruning, not after."""
+def check_save_dir(
+    save: str | None, overwrite: bool, protected: Iterable[tuple[Path, str]] = (), *, late: bool = False
+) -> None:
+    """Refuse an unusable folder before hours of pruning, not after: a file, a folder that is not empty
+    (without ``--overwrite``), an unwritable place, or one that is, holds or lies inside a ``protected``
+    place (``(path, what it is)``: the source model, the data folder, the run store). ``late``: checked
+    again when the save begins, after the work: what another process put there meanwhile is no longer
+    a reason to refuse (``AtomicFolder.commit`` keeps both)."""
     if save is None:
         return
-    path = Path(save).expanduser()
-    if path.exists() and not path.is_dir():
+    path = user_path(save)
+    _refuse_protected(path, save, protected)
+    if path.exists() and not path.is_dir() and not late:
         raise UserError(f"--save {save} is a file, not a folder.")
-    if path.is_dir() and any(path.iterdir()):
+    if path.is_dir() and any(path.iterdir()) and (overwrite or not late):
         if not overwrite:
             raise UserError(f"--save folder {save} exists and is not empty; pass --overwrite to replace it.")
         _replaceable(path, save)
@@ -67,9 +103,17 @@ def check_save_dir(save: str | None, overwrite: bool) -> None:
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--save folder {save} cannot be written.")
     try:  # access() says yes to root everywhere; making a folder is the real test
-        os.rmdir(tempfile.mkdtemp(prefix=".acetui-check-", dir=existing))
+        os.rmdir(owned_tempdir(".acetui-check-", existing))
     except OSError as error:
         raise UserError(f"--save folder {save} cannot be written ({error.strerror or error}).") from None
+
+
+def sweep_temporaries(saves: Iterable[str]) -> list[Path]:
+    """Remove what killed runs left behind (their processes gone): unfinished saves beside each of the
+    ``saves`` folders, and streamed runs' scratch checkpoints in the system temp folder. Returns them."""
+    folders = {user_path(save).absolute().parent for save in saves}
+    removed = [path for folder in folders for path in sweep(_TEMP_PREFIX, folder)]
+    return removed + sweep(SCRATCH_PREFIX) + sweep(_TEMP_PREFIX)
 
 
 class AtomicFolder:
@@ -77,10 +121,13 @@ class AtomicFolder:
     a failure inside ``writing``) removes it and says, in one sentence, that nothing was saved."""
 
     def __init__(self, save: str, overwrite: bool):
-        check_save_dir(save, overwrite)
-        self.path = Path(save).expanduser().absolute()
+        check_save_dir(save, overwrite, late=True)
+        self.overwrite = overwrite
+        self.path = user_path(save).absolute()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.temp = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=self.path.parent))
+        sweep(_TEMP_PREFIX, self.path.parent)  # what killed runs left here
+        # the permissions save_pretrained's own folder would get (the umask's), not a private 0700
+        self.temp = owned_tempdir(_TEMP_PREFIX, self.path.parent, mode=0o777)
 
     @contextmanager
     def writing(self):
@@ -100,16 +147,35 @@ class AtomicFolder:
             raise
 
     def commit(self) -> str:
-        if self.path.is_dir() and any(self.path.iterdir()):  # a checkpoint, and --overwrite (check_save_dir)
-            previous = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=self.path.parent))
+        """Rename the finished checkpoint into place; returns where it is. Without ``--overwrite`` a
+        folder that another process filled since the check is kept, and this checkpoint takes the first
+        free name ``<folder>-2``, ``<folder>-3``... beside it (said in the run's log)."""
+        # safetensors writes its files 0600; a checkpoint's files get what an ordinary file gets (the
+        # umask's permissions, read back from the folder made with 0777 through it)
+        readable = stat.S_IMODE(self.temp.stat().st_mode) & 0o666
+        for file in self.temp.iterdir():
+            file.chmod(readable)
+        if self.overwrite and self.path.is_dir() and any(self.path.iterdir()):  # checked by check_save_dir
+            previous = owned_tempdir(_TEMP_PREFIX, self.path.parent)
             os.replace(self.path, previous)  # replaces the empty folder mkdtemp made
             os.replace(self.temp, self.path)
             shutil.rmtree(previous, ignore_errors=True)
-        else:
-            if self.path.is_dir():
-                self.path.rmdir()
-            os.replace(self.temp, self.path)
-        return str(self.path.resolve())
+            return str(self.path.resolve())
+        for number in range(1, 1000):
+            target = self.path if number == 1 else self.path.with_name(f"{self.path.name}-{number}")
+            try:  # a folder renamed onto a folder replaces it only when that one is empty: never a checkpoint
+                os.rename(self.temp, target)
+            except OSError as error:
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                    raise
+                continue
+            if target != self.path:
+                logging.getLogger("acetui").warning(
+                    f"--save {self.path} was filled by another run while this one pruned; "
+                    f"this run's checkpoint is saved in {target} instead."
+                )
+            return str(target.resolve())
+        raise UserError(f"--save {self.path}: no free name beside it; the checkpoint stays in {self.temp}.")
 
     def discard(self) -> None:
         shutil.rmtree(self.temp, ignore_errors=True)

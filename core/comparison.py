@@ -278,6 +278,16 @@ def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, co
     return labels
 
 
+def check_table(cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl") -> None:
+    """The table's settings, checked before any run is started or read (``acetui compare --cells``)."""
+    if cells not in CELLS:
+        raise UserError(f"Unknown --cells '{cells}'; choose one of: {', '.join(CELLS)}.")
+    if columns not in COLUMNS:
+        raise UserError(f"Unknown --columns '{columns}'; choose one of: {', '.join(COLUMNS)}.")
+    if measure not in MEASURES:
+        raise UserError(f"Unknown --table '{measure}'; choose one of: {', '.join(MEASURES)}.")
+
+
 def comparison(
     records: list[RunRecord], *, cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl"
 ) -> Comparison:
@@ -287,12 +297,7 @@ def comparison(
     Runs share a cell only when every setting that can change the number is equal (``settings``); seeds
     may differ, and the cell is then their mean ± sd with n. Runs that differ in anything else get rows
     of their own whose labels name the difference."""
-    if cells not in CELLS:
-        raise UserError(f"Unknown --cells '{cells}'; choose one of: {', '.join(CELLS)}.")
-    if columns not in COLUMNS:
-        raise UserError(f"Unknown --columns '{columns}'; choose one of: {', '.join(COLUMNS)}.")
-    if measure not in MEASURES:
-        raise UserError(f"Unknown --table '{measure}'; choose one of: {', '.join(MEASURES)}.")
+    check_table(cells, columns, measure)
     finished = [r for r in records if r.status == "finished" and r.results is not None]
     if measure == "ppl":
         usable = [r for r in finished if r.ppl is not None]

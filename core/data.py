@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from acetui_core.errors import UserError
-from acetui_core.paths import data_dir
+from acetui_core.paths import data_dir, user_path
 
 C4_SHARD = "en/c4-train.00000-of-01024.json.gz"
 # Where each source lives inside ACETUI_DATA_DIR (the layout of shared/data).
@@ -28,8 +28,8 @@ def _read_records(path: Path) -> list[str]:
     try:
         with opener(path, "rt", encoding="utf-8") as handle:
             if name.endswith(".txt") or name.endswith(".raw"):
-                return [handle.read()]
-            if name.endswith(".jsonl"):
+                rows = [{"text": handle.read()}]
+            elif name.endswith(".jsonl"):
                 rows = [json.loads(line) for line in handle if line.strip()]
             elif name.endswith(".json"):
                 content = handle.read()
@@ -98,7 +98,7 @@ def calibration_documents(source: str) -> tuple[list[str], str]:
             return ["\n\n".join(load_dataset("wikitext", "wikitext-2-raw-v1", split="train")["text"])]
 
         return _hub_texts("WikiText-2", hub), "wikitext-2-raw-v1 train"
-    path = Path(source).expanduser()
+    path = user_path(source)
     if not path.is_file():
         raise UserError(f"Calibration source '{source}' is neither c4, wikitext2 nor an existing file.")
     return _read_records(path), str(path)

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from acetui_core import parse
 from acetui_core.config import RunConfig
+from acetui_core.errors import Cancelled, UserError
 from acetui_core.metrics import get_method
 from acetui_core.runner import collect_env, run_queue
 from acetui_core.store import Store
@@ -67,16 +68,17 @@ class Executor(Protocol):
     def start(self, store: Store, run_ids: list[str]) -> None: ...
 
 
-def check(configs: list[RunConfig], *, local_device: bool = True) -> list[RunConfig]:
+def check(configs: list[RunConfig], *, local_device: bool = True, store: Store | None = None) -> list[RunConfig]:
     """Every configuration checked and in normal form; the first problem raises its UserError."""
-    return [check_config(config, local_device=local_device) for config in configs]
+    protected = store.places() if store is not None else ()
+    return [check_config(config, local_device=local_device, protected=protected) for config in configs]
 
 
 def queue(configs: list[RunConfig], store: Store, executor: Executor) -> list[str]:
     """Check every configuration and record the runs, queued for ``executor``; return their ids.
 
     Nothing is recorded when any configuration is bad."""
-    configs = check(configs, local_device=executor.local_device)
+    configs = check(configs, local_device=executor.local_device, store=store)
     store.check_log_folder()
     env = collect_env()
     return [store.create_run(config, env=env, executor=executor.kind) for config in configs]
@@ -86,8 +88,26 @@ def launch(configs: list[RunConfig], executor: Executor, store: Store | None = N
     """``queue`` the runs, then hand them to ``executor``; return their ids."""
     store = store or Store()
     run_ids = queue(configs, store, executor)
-    executor.start(store, run_ids)
+    start(executor, store, run_ids)
     return run_ids
+
+
+def start(executor: Executor, store: Store, run_ids: list[str]) -> None:
+    """Hand queued runs to ``executor``. When it cannot take them (a worker that does not start, a
+    cluster that refuses the job), the runs it did not take are recorded failed with the reason, never
+    left queued for an executor that will not come, and the reason is one sentence."""
+    try:
+        executor.start(store, run_ids)
+    except (Cancelled, KeyboardInterrupt):
+        raise
+    except Exception as error:
+        reason = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
+        for run in store.list_runs(ids=run_ids):
+            if run.status == "queued" and run.pid is None and run.job is None:  # taken by no worker or job
+                store.set_status(run.id, "failed", error=f"It could not be started: {reason}")
+        if isinstance(error, UserError):
+            raise
+        raise UserError(f"The runs could not be started ({reason}); they are recorded failed.") from None
 
 
 @dataclass

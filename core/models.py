@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 import platform
+import re
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from torch import nn
 
 from acetui_core.config import FULL_CONTEXT_CAP
 from acetui_core.errors import UserError
-from acetui_core.paths import file_identity
+from acetui_core.paths import file_identity, user_path
 
 if TYPE_CHECKING:  # transformers is imported only when a model is loaded (a fast CLI start)
     from transformers import PreTrainedModel
@@ -26,7 +27,18 @@ if TYPE_CHECKING:  # transformers is imported only when a model is loaded (a fas
 SUPPORTED = "the LLaMA family (LLaMA 1/2/3, Mistral, Qwen2/3, Gemma 2/3, SmolLM), OPT and GPT-2"
 
 
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+
+
+def check_device_name(name: str) -> str:
+    """A device name acetui knows, whether or not this machine has it (a Slurm node or a plan may)."""
+    if not DEVICE_NAME.fullmatch(str(name)):
+        raise UserError(f"Unknown device '{name}'; use auto, cpu or cuda[:i].")
+    return name
+
+
 def resolve_device(name: str) -> torch.device:
+    check_device_name(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda"):
@@ -38,9 +50,7 @@ def resolve_device(name: str) -> torch.device:
         if index >= torch.cuda.device_count():
             raise UserError(f"--device {name} does not exist; this machine has {torch.cuda.device_count()} GPU(s).")
         return torch.device(name)
-    if name == "cpu":
-        return torch.device("cpu")
-    raise UserError(f"Unknown device '{name}'; use auto, cpu or cuda[:i].")
+    return torch.device("cpu")
 
 
 def device_name(device: torch.device) -> str:
@@ -178,13 +188,34 @@ def _from_pretrained(source: str, dtype: torch.dtype, **kwargs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, low_cpu_mem_usage=True, **kwargs)
+    model, info = cast(
+        tuple[Any, dict],
+        AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, low_cpu_mem_usage=True, output_loading_info=True, **kwargs
+        ),
+    )
+    # transformers fills a missing weight with random values and only warns (muted here): refuse instead
+    _refuse_mismatch(source, sorted(info["missing_keys"]), sorted(info["unexpected_keys"]))
     return model, tokenizer
+
+
+def _refuse_mismatch(source, missing: list[str], unexpected: list[str]) -> None:
+    """One sentence naming the weights a checkpoint lacks, or holds beyond its config.json."""
+
+    def named(names: list[str]) -> str:
+        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+    problems = [f"lacks {named(missing)}"] if missing else []
+    problems += [f"holds {named(unexpected)}, which its config.json has no place for"] if unexpected else []
+    if problems:
+        raise UserError(f"The checkpoint {source} does not match its config.json: it {' and '.join(problems)}.")
 
 
 def _load_gguf(path: Path, dtype: torch.dtype):
     try:
         model, tokenizer = _from_pretrained(str(path.parent), dtype, gguf_file=path.name)
+    except UserError:
+        raise
     except Exception as error:  # the gguf reader raises many kinds on a damaged file
         raise UserError(
             f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."
@@ -201,6 +232,8 @@ def _load_gguf(path: Path, dtype: torch.dtype):
 def _load_folder(path: Path, dtype: torch.dtype):
     try:
         return _from_pretrained(str(path), dtype)
+    except UserError:
+        raise
     except Exception as error:  # a damaged checkpoint fails in many ways: truncated shards, bad config values, shapes
         raise UserError(
             f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)})."
@@ -224,7 +257,7 @@ def _looks_like_path(source: str) -> bool:
 def model_source(source: str) -> tuple[str, Path | str]:
     """What ``source`` names, checked without loading anything: ``("gguf", file)``, ``("folder", dir)`` or
     ``("hub", repo id)``; a missing or unusable path is a UserError."""
-    path = Path(source).expanduser()
+    path = user_path(source)
     if path.is_file() and path.suffix == ".gguf":
         return "gguf", path
     if path.is_dir():
@@ -238,26 +271,33 @@ def model_source(source: str) -> tuple[str, Path | str]:
     return "hub", source
 
 
-def preflight(source: str) -> int | None:
+@dataclass(frozen=True)
+class Preflight:
+    """What a model's files say before any weight is loaded."""
+
+    context: int | None  # the context length; None for a hub model not in the local cache
+    input_widths: tuple[tuple[str, int], ...] = ()  # (linear, its inputs) of the decoder layers, from the config
+
+
+def preflight(source: str) -> Preflight:
     """Read what a model's files say without loading its weights, so a damaged model is refused before any
-    run is recorded: its configuration, its family, its weights' headers and shapes (a GGUF file's
-    metadata). Returns the context length, or None for a hub model not in the local cache (checked when
-    it loads)."""
+    run is recorded: its configuration, its family, its weights' headers, names and shapes (a GGUF file's
+    metadata). A hub model not in the local cache is checked when it loads."""
     kind, path = model_source(source)
     identity = file_identity(path) if kind != "hub" else None
     return _preflight(kind, str(path), identity)
 
 
 @functools.lru_cache(maxsize=8)
-def _preflight(kind: str, path: str, _identity: str | None) -> int | None:
+def _preflight(kind: str, path: str, _identity: str | None) -> Preflight:
     if kind == "gguf":
-        return _gguf_context(Path(path))
+        return Preflight(_gguf_context(Path(path)))
     if kind == "hub":
         from huggingface_hub import try_to_load_from_cache
 
         cached = try_to_load_from_cache(path, "config.json")
         if not isinstance(cached, str):
-            return None
+            return Preflight(None)
         path = str(Path(cached).parent)
     try:
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -266,19 +306,60 @@ def _preflight(kind: str, path: str, _identity: str | None) -> int | None:
         with torch.device("meta"):  # per thread, unlike init_empty_weights (the New run form checks in a thread)
             skeleton = AutoModelForCausalLM.from_config(config)
         expected = {name: tuple(tensor.shape) for name, tensor in skeleton.state_dict().items()}
-        _check_shards(Path(path), expected)
+        present = _check_shards(Path(path), expected)
+        _check_names(Path(path), skeleton, present)
     except UserError:
         raise
     except Exception as error:  # a damaged configuration fails in many ways
         raise UserError(
             f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)})."
         ) from None
-    decoder_layers(skeleton)  # an unsupported family is refused here too
-    return _context_length(config)
+    widths = {
+        (f"layer {index} {name}", weight_matrix(module).shape[1])
+        for index, layer in enumerate(decoder_layers(skeleton))  # an unsupported family is refused here too
+        for name, module in prunable_linears(layer).items()
+    }
+    return Preflight(_context_length(config), tuple(sorted(widths)))
 
 
-def _check_shards(folder: Path, expected: dict[str, tuple]) -> None:
-    """Every safetensors shard must have a readable header whose tensors fit the configuration."""
+def _check_names(folder: Path, skeleton, present: set[str]) -> None:
+    """Every weight the configuration asks for must be in the shards (the output head may be the tied
+    embeddings), and every tensor of the shards must have a place in the model, as ``from_pretrained``
+    reckons them; families whose tensors transformers renames or fuses on loading are checked by the load."""
+    import re
+
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    if not present or get_checkpoint_conversion_mapping(skeleton.config.model_type):
+        return  # no safetensors (a .bin checkpoint), or names that only the load can match
+    base = skeleton.base_model_prefix
+
+    def key(name: str) -> str | None:
+        return next((c for c in (name, name.removeprefix(f"{base}."), f"{base}.{name}") if c in present), None)
+
+    def ignored(name: str, patterns) -> bool:
+        return any(re.search(pattern, name) for pattern in patterns or ())
+
+    found = {name: key(name) for name in skeleton.state_dict()}
+    tied = set(getattr(skeleton, "all_tied_weights_keys", None) or ())
+    skip_missing = getattr(skeleton, "_keys_to_ignore_on_load_missing", None)
+    missing = sorted(n for n, k in found.items() if k is None and n not in tied and not ignored(n, skip_missing))
+    # buffers that are computed, not stored (rotary frequencies): older checkpoints keep them, harmlessly
+    computed = {name.rpartition(".")[2] for name, _ in skeleton.named_buffers()} - {
+        name.rpartition(".")[2] for name in skeleton.state_dict()
+    }
+    skip_unexpected = getattr(skeleton, "_keys_to_ignore_on_load_unexpected", None)
+    unexpected = sorted(
+        name
+        for name in present - set(found.values())
+        if name.rpartition(".")[2] not in computed and not ignored(name, skip_unexpected)
+    )
+    _refuse_mismatch(f"folder {folder}", missing, unexpected)
+
+
+def _check_shards(folder: Path, expected: dict[str, tuple]) -> set[str]:
+    """Every safetensors shard must have a readable header whose tensors fit the configuration; returns
+    the names of the tensors they hold."""
     from safetensors import safe_open
 
     index = folder / "model.safetensors.index.json"
@@ -293,6 +374,7 @@ def _check_shards(folder: Path, expected: dict[str, tuple]) -> None:
                 f"The checkpoint folder {folder} is incomplete: {gone[0]}"
                 f"{f' and {len(gone) - 1} more shard(s)' if len(gone) > 1 else ''}, named in {index.name}, is missing."
             )
+    present: set[str] = set()
     for shard in sorted(folder.glob("*.safetensors")):
         try:
             with safe_open(str(shard), "pt") as tensors:
@@ -309,6 +391,8 @@ def _check_shards(folder: Path, expected: dict[str, tuple]) -> None:
                     f"The checkpoint folder {folder} could not be loaded as a model: {name} in "
                     f"{shard.name} has shape {list(shape)}, its config.json says {list(want)}."
                 )
+        present.update(shapes)
+    return present
 
 
 def _gguf_context(path: Path) -> int | None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import secrets
 from pathlib import Path
+
+from acetui_core.errors import UserError
 
 SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -20,27 +23,63 @@ def bundled_model() -> Path | None:
     return path if path.is_file() else None
 
 
+def user_path(text: str | os.PathLike) -> Path:
+    """A path the user typed, with ``~`` and ``~user`` expanded; an unknown user is one sentence (Python
+    raises RuntimeError, or leaves ``~nouser`` as a folder name, depending on the version)."""
+    path = Path(text)
+    if not str(text).startswith("~"):
+        return path
+    try:
+        expanded = path.expanduser()
+    except RuntimeError:
+        expanded = path
+    if str(expanded).startswith("~"):
+        user = str(text)[1:].split(os.sep, 1)[0]
+        raise UserError(f"Cannot expand ~{user} in {text}: there is no user '{user}' on this machine.")
+    return expanded
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a new file beside ``path``, then rename it over ``path``: a full disk or a kill
+    leaves the old file whole, never half a new one. The file gets the permissions an ordinary write
+    would give it (an existing file's, else the umask's)."""
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except OSError:
+        mode = 0o666  # the umask applies
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(3)}.partial")
+    try:
+        with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(partial, path)
+    except BaseException as error:
+        partial.unlink(missing_ok=True)
+        if isinstance(error, OSError):  # named as the user named it, not as the hidden partial file
+            raise OSError(error.errno, error.strerror, str(path)) from None
+        raise
+
+
 def home() -> Path | None:
     """``ACETUI_HOME``: one folder for acetui's store and cache (as tests use it), or None for the
     platform's user folders."""
     value = os.environ.get("ACETUI_HOME")
-    return Path(value).expanduser() if value else None
+    return user_path(value) if value else None
 
 
 def data_dir() -> Path | None:
     """``ACETUI_DATA_DIR`` (the layout of shared/data), or None to use the hub."""
     value = os.environ.get("ACETUI_DATA_DIR")
-    return Path(value).expanduser().resolve() if value else None
+    return user_path(value).resolve() if value else None
 
 
 def content_identity(source: str | os.PathLike | None) -> str | None:
     """The SHA-256 of a file's bytes (16 hex digits): a calibration file re-copied or re-downloaded with
     the same text is the same file, which size and modification time cannot tell. Calibration files
     are megabytes, so this is quick; models keep ``file_identity``. None for what is not a local file."""
-    if source is None or not Path(source).expanduser().is_file():
+    if source is None or not user_path(source).is_file():
         return None
     digest = hashlib.sha256()
-    with open(Path(source).expanduser(), "rb") as file:
+    with open(user_path(source), "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()[:16]
@@ -51,7 +90,7 @@ def file_identity(source: str | os.PathLike | None) -> str | None:
     model or calibration file apart. None for what is not a local path (a hub id)."""
     if source is None:
         return None
-    path = Path(source).expanduser()
+    path = user_path(source)
     if path.is_file():
         stat = path.stat()
         return f"{stat.st_size}:{stat.st_mtime_ns}"

@@ -235,6 +235,7 @@ def _scores(method, W, stats, config, where: str) -> torch.Tensor:
     scores = method.score(W, stats, config)  # a plug-in scores a copy of W (acetui_core.plugins)
     if method.source != "built-in":
         check_scores(method, scores, W.shape, where)
+        scores = scores.to(W.device)  # a plug-in may answer on another device than the weight's
     return scores
 
 

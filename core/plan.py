@@ -26,8 +26,10 @@ from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH
 from acetui_core.metrics import get_method
 from acetui_core.models import (
     _context_length,
+    check_device_name,
     decoder_layers,
     model_source,
+    preflight,
     prunable_linears,
     resolve_dtype,
     weight_matrix,
@@ -107,6 +109,8 @@ def _bytes(dtype) -> int:
 
 
 def plan_run(run: RunConfig) -> Plan:
+    check_device_name(run.device)  # a device this machine lacks may be planned for, an unknown one not
+    preflight(run.model)  # a damaged checkpoint gets the sentence prune gives it
     config = _config(run.model)
     model = _skeleton(config)
     layers = decoder_layers(model)

@@ -22,6 +22,7 @@ import torch
 
 from acetui_core.errors import UserError
 from acetui_core.method import Method
+from acetui_core.paths import user_path
 
 ENTRY_POINT_GROUP = "acetui.methods"
 
@@ -65,7 +66,7 @@ def plugin_method(reference: str, builtin: tuple[str, ...]) -> Method:
             f"or a plug-in as module:function or path/file.py:function."
         )
     if target.endswith(".py") or "/" in target:
-        path = Path(target).expanduser().resolve()
+        path = user_path(target).resolve()
         if not path.is_file():
             raise UserError(f"Plug-in file {target} does not exist (method '{reference}').")
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -149,12 +150,21 @@ def _guarded(function, name: str):
 
 
 def check_scores(method: Method, scores, shape: torch.Size, where: str) -> None:
-    """A plug-in's scores must be a tensor of the weight's shape without NaN."""
+    """A plug-in's scores must be a real-valued tensor with data (not on the meta device) of the weight's
+    shape, every score a finite number: anything else is one sentence naming the plug-in."""
     got = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
     if got != tuple(shape):
         raise UserError(
             f"Plug-in method '{method.name}' returned scores of shape {got} for {where}, whose weight is "
             f"{tuple(shape)}; it must return one score per weight."
         )
-    if torch.isnan(scores).any():
-        raise UserError(f"Plug-in method '{method.name}' returned NaN scores for {where}; nothing was pruned there.")
+    if scores.dtype == torch.bool or scores.is_complex():
+        what, rule = f"{str(scores.dtype).removeprefix('torch.')} scores", "scores must be real numbers"
+    elif scores.is_meta:
+        what, rule = "scores on the meta device", "scores must hold values"
+    elif not torch.isfinite(scores).all():
+        what = "NaN scores" if torch.isnan(scores).any() else "infinite scores"
+        rule = "every score must be a finite number"
+    else:
+        return
+    raise UserError(f"Plug-in method '{method.name}' returned {what} for {where}; {rule}, so nothing was pruned there.")

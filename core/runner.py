@@ -309,8 +309,10 @@ def run_queue(
     model once.
 
     A run cancelled from outside (``Store.request_cancel``) or failing does not stop the queue. A stop
-    signal (or ``stop``) cancels the current run and every run still queued, then raises ``Cancelled``.
-    ``on_event(run_id, event)`` sees every event.
+    signal (or ``stop``) cancels the current run and every run still queued, then raises ``Cancelled``;
+    a stop that came too late to cancel any run (after the last layer of the last run, say) raises
+    nothing: what the caller then says must be what the store holds. ``on_event(run_id, event)`` sees
+    every event.
     """
     models = ModelCache([store.get_run(run_id, layers=False).config for run_id in run_ids])
     with ExitStack() as stack:
@@ -347,5 +349,5 @@ def run_queue(
             if stop.is_set():
                 for run_id in run_ids:
                     store.set_status(run_id, "cancelled", error="The queue was stopped before this run started.")
-    if stop.is_set():
+    if stop.is_set() and any(store.get_run(run_id, layers=False).status == "cancelled" for run_id in run_ids):
         raise Cancelled()

@@ -9,6 +9,7 @@ which stops the run between layers and records it cancelled, as Ctrl-C does on a
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.jobfolder import JobFolder
-from acetui_core.store import Store
+from acetui_core.store import JOB_FOLDER, Store
 
 JOB_NAME = "acetui"
 
@@ -62,13 +63,18 @@ class Slurm:
             import submitit  # noqa: F401  (checked here, before any run is recorded)
         except ImportError:
             raise UserError("--executor slurm needs submitit (pip install submitit).") from None
+        missing = [tool for tool in ("sbatch", "srun") if self.cluster == "slurm" and shutil.which(tool) is None]
+        if missing:
+            raise UserError(
+                f"--executor slurm needs Slurm's {' and '.join(missing)} on the PATH, and this machine has "
+                "none; submit from a cluster's login node, or use --executor local."
+            )
 
     def start(self, store: Store, run_ids: list[str]) -> None:
         import submitit
 
-        folder = (self.folder or store.folder / "slurm") / f"{time.strftime('%Y%m%d-%H%M%S')}-{run_ids[0]}"
+        folder = (self.folder or store.folder / JOB_FOLDER) / f"{time.strftime('%Y%m%d-%H%M%S')}-{run_ids[0]}"
         folder.mkdir(parents=True, exist_ok=True)
-        executor = submitit.AutoExecutor(folder=folder / "%j", cluster=self.cluster)
         parameters = {
             "name": JOB_NAME,
             "timeout_min": self.timeout_min,
@@ -81,15 +87,18 @@ class Slurm:
             parameters = {"timeout_min": self.timeout_min, "gpus_per_node": self.gpus_per_job}
         if self.partition:
             parameters["slurm_partition"] = self.partition
-        executor.update_parameters(**parameters)
         runs = store.list_runs(ids=run_ids)
         try:
+            executor = submitit.AutoExecutor(folder=folder / "%j", cluster=self.cluster)
+            executor.update_parameters(**parameters)
             with executor.batch():  # one job array for the grid
                 jobs = [executor.submit(run_job, str(folder), run.id, run.config.to_dict()) for run in runs]
-        except (subprocess.CalledProcessError, OSError, RuntimeError) as error:
+        except (subprocess.CalledProcessError, OSError, RuntimeError) as error:  # submitit's errors are RuntimeErrors
             for run in runs:
-                store.set_status(run.id, "failed", error=f"sbatch refused the job array: {error}")
-            raise UserError(f"Slurm refused the job array ({_first_line(error)}).") from None
+                store.set_status(run.id, "failed", error=f"Slurm refused the job array: {_first_line(error)}")
+            raise UserError(
+                f"Slurm refused the job array ({_first_line(error)}); its runs are recorded failed."
+            ) from None
         recorder = JobFolder(folder)
         for run, job in zip(runs, jobs, strict=False):
             store.set_job(

@@ -26,7 +26,7 @@ class Sparsity:
         return 1 - self.n / self.m if self.is_nm else self.ratio
 
     def __str__(self) -> str:
-        return f"{self.n}:{self.m}" if self.is_nm else f"{self.ratio:g}"
+        return f"{self.n}:{self.m}" if self.is_nm else repr(self.ratio)  # exact: :g would round 0.9999999 to 1
 
 
 def parse_sparsity(text: str) -> Sparsity:

@@ -23,10 +23,12 @@ imported from its job folder (``acetui_core.slurm``).
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
 import secrets
+import shutil
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -37,7 +39,7 @@ from acetui_core import liveness, store_schema
 from acetui_core.config import RunConfig, model_name
 from acetui_core.errors import UserError
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
-from acetui_core.paths import home
+from acetui_core.paths import home, user_path
 from acetui_core.records import (
     Fidelity,
     LayerRecord,
@@ -53,6 +55,7 @@ from acetui_core.store_schema import APPLICATION_ID, SCHEMA_VERSION, STATUSES
 STORE_FILENAME = "runs.db"
 LOG_FOLDER = "logs"  # beside the store: one log file per run
 MASK_FOLDER = "masks"  # beside the store: one mask file per run that kept its masks (--keep-masks)
+JOB_FOLDER = "slurm"  # beside the store: the Slurm job folders (unless --slurm-folder puts them elsewhere)
 ACTIVE = ("queued", "running")
 TERMINAL = ("finished", "failed", "cancelled", "interrupted")
 BUSY_TIMEOUT = 30.0  # seconds a write waits for another writer's transaction
@@ -146,7 +149,7 @@ class Store:
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, clock=time.time):
-        self.path = Path(path).expanduser() if path is not None else default_store_path()
+        self.path = user_path(path) if path is not None else default_store_path()
         self.path = self.path.absolute()
         self.clock = clock
         self._open()
@@ -166,6 +169,14 @@ class Store:
     def masks_path(self, run_id: str) -> Path:
         """Where a run keeps its masks (``--keep-masks``, ``acetui_core.maskfile``)."""
         return self.folder / MASK_FOLDER / f"{run_id}.npz"
+
+    def places(self) -> tuple[tuple[Path, str], ...]:
+        """The store and the folders it keeps runs' files in, as ``(path, what it is)``: no checkpoint
+        may be saved over or into them."""
+        return (
+            (self.path, "the run store"),
+            *((self.folder / name, "a folder of the run store") for name in (LOG_FOLDER, MASK_FOLDER, JOB_FOLDER)),
+        )
 
     def check_log_folder(self) -> None:
         """Make sure runs can write their logs beside the store, before any run is recorded."""
@@ -483,8 +494,10 @@ class Store:
             return db.execute("SELECT status FROM runs WHERE id = ?", (run.id,)).fetchone()[0]
 
     def delete_runs(self, run_ids: list[str]) -> list[str]:
-        """Remove runs and their layers; every id is resolved and checked before any is deleted. A run
-        still queued or running is refused (cancel it first). Returns the full ids."""
+        """Remove runs, their layers and every file they made (log, masks finished or partial, a Slurm
+        job's files), and nothing else: a saved checkpoint is the user's. Every id is resolved and checked
+        before any is deleted. A run still queued or running is refused (cancel it first). Returns the
+        full ids."""
         runs = [self.get_run(run_id, layers=False) for run_id in run_ids]
         for run in runs:
             if run.active:
@@ -492,9 +505,28 @@ class Store:
         with self._db(write=True) as db:
             db.executemany("DELETE FROM runs WHERE id = ?", [(run.id,) for run in runs])
         for run in runs:
-            if run.results and run.results.masks:
-                Path(run.results.masks).unlink(missing_ok=True)
+            for path in self._files_of(run):
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
         return [run.id for run in runs]
+
+    def _files_of(self, run: RunRecord) -> list[Path]:
+        """What a run wrote: files named ``<run id>.*`` in the store's log and mask folders and in its job
+        folder (run ids are unique, so the name says whose a file is), and its Slurm job's own folder."""
+        folders = [self.folder / LOG_FOLDER, self.folder / MASK_FOLDER]
+        if run.results and run.results.masks:
+            folders.append(Path(run.results.masks).parent)
+        files = []
+        if run.job and run.job.get("folder"):
+            job_folder = Path(run.job["folder"])
+            folders.append(job_folder)
+            if run.job.get("job_id"):
+                files.append(job_folder / str(run.job["job_id"]))
+        for folder in dict.fromkeys(folders):
+            files += folder.glob(f"{glob.escape(run.id)}.*")
+        return [path for path in files if path.exists() or path.is_symlink()]
 
     # ---- reading -----------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ import ctypes
 import json
 import logging
 import shutil
-import tempfile
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,9 +24,10 @@ import psutil
 import torch
 from torch import nn
 
-from acetui_core.checkpoint import INDEX_FILE, LayerwiseCheckpoint
+from acetui_core.checkpoint import INDEX_FILE, SCRATCH_PREFIX, LayerwiseCheckpoint
 from acetui_core.errors import UserError
 from acetui_core.models import decoder_layers, model_source
+from acetui_core.scratch import owned_tempdir
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -416,7 +416,7 @@ class PrunedLayers:
 
     def __init__(self, loaded, save: str | None, overwrite: bool):
         self.loaded, self.streamed = loaded, loaded.streamed
-        self.scratch = None if save else tempfile.mkdtemp(prefix="acetui-pruned-")
+        self.scratch = None if save else owned_tempdir(SCRATCH_PREFIX)
         layers = len(self.streamed.prefixes)
         self.checkpoint = LayerwiseCheckpoint(str(save or self.scratch), overwrite or bool(self.scratch), layers)
         self.folder: Path | None = None

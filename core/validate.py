@@ -21,9 +21,10 @@ from acetui_core.config import FULL_CONTEXT_CAP, RunConfig
 from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents
 from acetui_core.dsnot import REFINEMENTS, DSnoTSettings
 from acetui_core.errors import UserError
+from acetui_core.masks import check_nm_fits
 from acetui_core.metrics import get_method
-from acetui_core.models import model_source, preflight, resolve_device, resolve_dtype
-from acetui_core.paths import data_dir, file_identity
+from acetui_core.models import check_device_name, model_source, preflight, resolve_device, resolve_dtype
+from acetui_core.paths import data_dir, file_identity, user_path
 from acetui_core.permute import PERMUTATIONS
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.streaming import check_offload, streaming_folder
@@ -34,11 +35,12 @@ VARP_FORMS = ("series", "inverse")
 UPDATES = ("none", "obs")
 
 
-def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
+def check_config(config: RunConfig, *, local_device: bool = True, protected: tuple = ()) -> RunConfig:
     """The configuration with its values in normal form, or the first problem as a UserError.
 
     ``local_device``: the run executes on this machine, so ``--device cuda`` needs a GPU here (a Slurm
-    job checks on its own node)."""
+    job checks on its own node). ``protected``: places (path, what it is) besides the source model and
+    the data folder that ``--save`` must keep away from (the run store's)."""
     model_source(_model(config.model))  # a missing path first: the most common mistake, and cheap to see
     method = get_method(config.method)
     config = replace(config, method=method.name, sparsity=str(parse_sparsity(config.sparsity)))
@@ -69,16 +71,26 @@ def check_config(config: RunConfig, *, local_device: bool = True) -> RunConfig:
         config = replace(config, tasks=validate_tasks(config.tasks, config.zeroshot_limit))
     if local_device:
         resolve_device(config.device)
-    elif config.device not in ("auto", "cpu") and not config.device.startswith("cuda"):
-        raise UserError(f"Unknown device '{config.device}'; use auto, cpu or cuda[:i].")
+    else:
+        check_device_name(config.device)
     resolve_dtype(config.dtype, torch.device("cpu"))  # checks the name; "auto" is decided where the run executes
     if check_offload(config.offload) == "disk":
         streaming_folder(config.model.strip(), config.offload)  # says why a model cannot stream
-    check_save_dir(config.save, config.overwrite)
-    context = preflight(config.model.strip())  # last: it reads the model's files
-    if context is not None:
-        check_against_model(config, context)
+    check_save_dir(config.save, config.overwrite, (*_model_places(config.model.strip()), *protected))
+    facts = preflight(config.model.strip())  # last: it reads the model's files
+    for name, inputs in facts.input_widths:  # the shapes from the config, long before any weight is loaded
+        check_nm_fits(config.sparsity_spec, inputs, name)
+    if facts.context is not None:
+        check_against_model(config, facts.context)
     return replace(config, model=config.model.strip())
+
+
+def _model_places(model: str) -> list[tuple[Path, str]]:
+    """The source model's files and the data folder: what a save must never replace or enter."""
+    kind, path = model_source(model)
+    places = [(Path(path), "the source model")] if kind != "hub" else []
+    root = data_dir()
+    return places + ([(root, "the data folder (ACETUI_DATA_DIR)")] if root is not None else [])
 
 
 def _choice(value, allowed: tuple[str, ...], flag: str) -> str:
@@ -186,7 +198,7 @@ def check_calibration_source(source: str) -> None:
             LOCAL_WIKITEXT2["train"],
         )
     else:
-        path = Path(source).expanduser()
+        path = user_path(source)
         _holds_text(source, file_identity(path) if path.is_file() else None)
 
 

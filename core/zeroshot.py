@@ -22,7 +22,7 @@ from pathlib import Path
 from acetui_core.config import ZEROSHOT_TASKS
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import Stage
-from acetui_core.paths import data_dir, home
+from acetui_core.paths import data_dir, home, write_text_atomic
 from acetui_core.records import TaskAccuracy, TaskOutcomes
 
 # Where each task's YAML lives inside ``lm_eval/tasks`` (looking it up avoids the harness's
@@ -163,9 +163,9 @@ def _converted(task: str, source: Path, convert: Callable[[dict], dict]) -> Path
             f"Local zero-shot file {source} is not in the expected layout ({type(error).__name__}: {error})."
         ) from None
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    partial.replace(target)  # atomic: a concurrent run never reads half a file
+    write_text_atomic(
+        target, "".join(json.dumps(row) + "\n" for row in rows)
+    )  # a concurrent run never reads half a file
     return target
 
 

@@ -72,7 +72,7 @@ def store_path(tmp_path) -> Path:
 
 def spawn(*args, tmp_path: Path) -> subprocess.Popen:
     """``acetui ARGS`` as a separate process (its output in files: a full pipe would block it)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     with open(tmp_path / "out.txt", "wb") as out, open(tmp_path / "err.txt", "wb") as err:
         return subprocess.Popen([sys.executable, "-m", "acetui", *map(str, args)], stdout=out, stderr=err, env=env)
 

@@ -15,6 +15,7 @@ from acetui_core import parse, verdicts
 from acetui_core.comparison import CI_STYLES, COLUMNS, MEASURES, comparison
 from acetui_core.errors import UserError
 from acetui_core.export import FORMATS, check_format, export
+from acetui_core.paths import write_text_atomic
 from acetui_core.store import RunRecord, Store
 
 Runs = Annotated[str | None, typer.Option(help="Run ids (or unique prefixes), comma-separated.")]
@@ -73,7 +74,7 @@ def write_output(text: str, output: Path | None) -> None:
         raise UserError(f"-o {output} is a folder; give a file name.")
     if not output.parent.is_dir():
         raise UserError(f"Cannot write {output}: the folder {output.parent} does not exist.")
-    output.write_text(text)  # an OS refusal becomes one sentence in acetui.cli
+    write_text_atomic(output, text)  # an OS refusal becomes one sentence in acetui.cli
 
 
 def export_runs(

@@ -15,11 +15,11 @@ from acetui import options
 from acetui.commands.prune import default_model
 from acetui.commands.runs import Follower, run_summary
 from acetui_core import parse, verdicts
-from acetui_core.comparison import comparison
+from acetui_core.comparison import check_table, comparison
 from acetui_core.config import model_name
 from acetui_core.errors import Cancelled
 from acetui_core.export import to_markdown
-from acetui_core.launch import Grid, InProcess, LocalProcesses, gpus_for, launch, queue
+from acetui_core.launch import Grid, InProcess, LocalProcesses, gpus_for, launch, queue, start
 from acetui_core.runner import stop_signals
 from acetui_core.store import Store
 
@@ -79,7 +79,7 @@ def _execute(store: Store, configs: list, executor: LocalProcesses) -> tuple[lis
         executor.detach = False
         run_ids = queue(configs, store, executor)
         try:
-            executor.start(store, run_ids)
+            start(executor, store, run_ids)
             _follow_workers(store, run_ids, executor.workers)
         except Cancelled:
             return run_ids, True
@@ -101,6 +101,7 @@ def run_grid(
 ) -> None:
     """Launch every run of the grid, wait for them (unless detached or on a cluster), and print the
     comparison table."""
+    check_table(cells, columns)  # before the grid runs, not after
     opened = Store(store)
     configs = grid.configs()
     executor = LocalProcesses(detach=True, gpus=gpus_for(device))
@@ -125,7 +126,7 @@ def run_grid(
             table = verdicts.judge(comparison(records, cells=cells, columns=columns), opened.evidence(run_ids))
             print(to_markdown(table))
             print(verdicts.text(verdicts.report(table)), end="")
-    if interrupted:
+    if interrupted and any(r.status == "cancelled" for r in records):  # a stop after the last run cancelled none
         raise Cancelled()
     if any(r.status != "finished" for r in records):
         raise typer.Exit(1)

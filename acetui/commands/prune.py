@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from acetui import options
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
-from acetui_core.paths import bundled_model
+from acetui_core.paths import bundled_model, user_path
 from acetui_core.records import RunResult, any_partial, mean_accuracy, to_dict
 
 
@@ -152,6 +153,12 @@ def prune(
     run = opened.get_run(run_id, layers=False)
     if run.status != "finished":
         raise UserError(run.error or f"Run {run_id} {run.status}.")
+    saved_to = run.results.saved_to if run.results else None
+    if save is not None and saved_to and Path(saved_to) != user_path(save).resolve():
+        print(
+            f"acetui: --save {save} was filled by another run meanwhile; this run's model is in {saved_to}.",
+            file=sys.stderr,
+        )
     if as_json:
         print(json.dumps(to_dict(run.results), indent=2))
     else:

@@ -287,11 +287,18 @@ def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
 
 @runs_app.command("sync")
 def sync(store: options.StoreOption = None) -> None:
-    """Import what cluster jobs wrote to their job folders (progress, results, how they ended)."""
+    """Import what cluster jobs wrote to their job folders (progress, results, how they ended), and remove
+    the unfinished saves and scratch folders of runs whose process is gone."""
+    from acetui_core.checkpoint import sweep_temporaries
+
     opened = Store(store)
     imported = jobfolder.sync(opened)
-    active = [run for run in opened.list_runs() if run.executor == "slurm" and run.active]
+    runs = opened.list_runs()
+    active = [run for run in runs if run.executor == "slurm" and run.active]
     print(f"Imported {imported} event(s); {len(active)} Slurm run(s) still active.")
+    swept = sweep_temporaries(run.config.save for run in runs if run.config.save)
+    if swept:
+        print(f"Removed {len(swept)} folder(s) that killed runs left: {', '.join(map(str, swept))}.")
 
 
 @runs_app.command("rm")

@@ -1,0 +1,355 @@
+"""Issue 22, one test per cause, written as the user met it: the command and its input, its exit code, its
+one sentence, and that nothing was lost or falsely recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from runhelpers import cli as run_cli
+
+from acetui_core.store import Store
+
+QUICK = ["--method", "magnitude", "--eval", "none", "--device", "cpu"]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def cli(monkeypatch, capsys, *args):
+    capsys.readouterr()  # what building the fixtures printed
+    return run_cli(monkeypatch, capsys, *args)
+
+
+def _prune(monkeypatch, capsys, store: Path, *args: str):
+    return cli(monkeypatch, capsys, "prune", *args, "--store", str(store))
+
+
+def _one_sentence(code: int, err: str, fragment: str) -> None:
+    assert code == 2, err
+    assert err.startswith("acetui: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert fragment in err, err
+
+
+# ---- 1. a save into, over or around what the run reads or keeps ------------------------------------------
+
+
+def _linked_model(tmp_path: Path, model: Path) -> Path:
+    """The model copied to a folder of the user's, reached through a symbolic link."""
+    folder = tmp_path / "models" / "tiny"
+    shutil.copytree(model, folder)
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    return link
+
+
+SAVE_TARGETS = {  # --save target -> (--overwrite, the sentence's fragment)
+    "the source model": ("{model}", True, "is the source model"),
+    "the source model through its link": ("{real}", True, "is the source model"),
+    "a folder holding the source model": ("{models}", True, "holds the source model"),
+    "a folder inside the source model": ("{model}/pruned", False, "lies inside the source model"),
+    "the data folder": ("{data}", True, "is the data folder"),
+    "a folder inside the data folder": ("{data}/pruned", False, "lies inside the data folder"),
+    "the store's folder": ("{store_folder}", True, "holds the run store"),
+    "the store's logs": ("{store_folder}/logs/pruned", False, "lies inside a folder of the run store"),
+}
+
+
+@pytest.mark.parametrize("case", list(SAVE_TARGETS))
+def test_a_save_over_what_the_run_reads_or_keeps_is_refused_before_any_work(
+    case, make_tiny_model, tmp_path, monkeypatch, capsys
+):
+    model = _linked_model(tmp_path, make_tiny_model("llama"))
+    data = tmp_path / "data"
+    shutil.copytree(os.environ["ACETUI_DATA_DIR"], data, symlinks=True)
+    monkeypatch.setenv("ACETUI_DATA_DIR", str(data))
+    store = tmp_path / "store" / "runs.db"
+    Store(store).check_log_folder()
+    places = {
+        "model": model,
+        "real": model.resolve(),
+        "models": model.resolve().parent,
+        "data": data,
+        "store_folder": store.parent,
+    }
+    target, overwrite, fragment = SAVE_TARGETS[case]
+    before = {folder: _files(folder) for folder in (model.resolve(), store.parent)}
+    args = [str(model), *QUICK, "--save", target.format(**places), *(["--overwrite"] if overwrite else [])]
+    code, out, err = _prune(monkeypatch, capsys, store, *args)
+    _one_sentence(code, err, fragment)
+    assert Store(store).list_runs() == []  # refused before anything was recorded
+    after = {folder: _files(folder) for folder in before}
+    assert after[model.resolve()] == before[model.resolve()]  # the source model is whole
+    assert after[store.parent].keys() - {"runs.db-wal", "runs.db-shm"} == before[store.parent].keys() - {
+        "runs.db-wal",
+        "runs.db-shm",
+    }
+    from acetui_core.models import load_model
+
+    load_model(str(model), device="cpu")  # and still loads
+
+
+# ---- 2. two runs saving to the same folder at once ---------------------------------------------------
+
+
+@pytest.mark.parametrize("offload", ["none", "disk"])
+def test_two_prunes_saving_to_one_folder_keep_both_checkpoints(offload, make_tiny_model, tmp_path, monkeypatch, capsys):
+    """The second `acetui prune --save SAME` finishes while the first prunes: the first must not replace
+    it, and keeps its own checkpoint beside it, saying where."""
+    from acetui_core import pipeline
+
+    model, out, store = make_tiny_model("llama"), tmp_path / "pruned", tmp_path / "store" / "runs.db"
+    prune = pipeline.prune
+    inner: list = []
+
+    def prune_then_let_the_other_run_save(loaded, config, *args, **kwargs):
+        result = prune(loaded, config, *args, **kwargs)
+        if not inner:  # the first run, between its check of --save and its save: the second run saves there
+            inner.append(None)
+            inner[0] = _prune(monkeypatch, capsys, store, str(model), *QUICK, "--sparsity", "0.25", "--save", str(out))
+        return result
+
+    monkeypatch.setattr(pipeline, "prune", prune_then_let_the_other_run_save)
+    args = [str(model), *QUICK, "--offload", offload, "--save", str(out), "--json"]
+    code, stdout, err = _prune(monkeypatch, capsys, store, *args)
+    assert inner[0][0] == 0 and code == 0, (inner, err)
+    side = tmp_path / "pruned-2"
+    assert f"--save {out} was filled by another run meanwhile; this run's model is in {side}." in err
+    assert json.loads(stdout)["saved_to"] == str(side)
+    runs = {run.config.sparsity: run for run in Store(store).list_runs()}
+    assert runs["0.25"].results.saved_to == str(out) and runs["0.5"].results.saved_to == str(side)
+    from acetui_core.models import decoder_layers, load_model
+
+    for folder, sparsity in ((out, 0.25), (side, 0.5)):  # each checkpoint is the run that says it saved it
+        weight = decoder_layers(load_model(str(folder), device="cpu").model)[0].mlp.up_proj.weight
+        assert (weight == 0).float().mean().item() == pytest.approx(sparsity, abs=0.01)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".acetui")) == []
+
+
+# ---- 3. a stop signal after the last layer -------------------------------------------------------------
+
+
+def test_a_sigterm_after_the_last_layer_prints_what_the_store_records(make_tiny_model, tmp_path, monkeypatch, capsys):
+    from acetui.progress import EventProgress
+    from acetui_core.events import LayerPruned
+
+    store = tmp_path / "runs.db"
+    show = EventProgress.__call__
+
+    def term_after_the_last_layer(self, event):
+        show(self, event)
+        if isinstance(event, LayerPruned) and event.layer.index + 1 == event.layer.total:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled by the run's stop handler, in this thread
+
+    monkeypatch.setattr(EventProgress, "__call__", term_after_the_last_layer)
+    code, out, err = _prune(monkeypatch, capsys, store, str(make_tiny_model("llama")), *QUICK)
+    [run] = Store(store).list_runs()
+    assert run.status == "finished"  # nothing was left to stop: the run is recorded as it ended...
+    assert code == 0 and "cancelled" not in err and "Magnitude at 0.5" in out  # ...and said so
+
+
+# ---- 4. the Slurm executor without Slurm ----------------------------------------------------------
+
+
+def _fake_slurm(tmp_path: Path) -> Path:
+    """sbatch and srun that exist and refuse every job, as on a cluster with a bad partition."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for tool in ("sbatch", "srun"):
+        (folder / tool).write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: gpu' >&2\nexit 1\n")
+        (folder / tool).chmod(0o755)
+    return folder
+
+
+@pytest.mark.parametrize("slurm", ["missing", "refusing"])
+def test_a_grid_for_slurm_without_slurm_leaves_no_run_queued(slurm, make_tiny_model, tmp_path, monkeypatch, capsys):
+    path = os.environ["PATH"] if slurm == "refusing" else ""
+    tools = [p for p in path.split(os.pathsep) if p and not (Path(p) / "sbatch").exists()]
+    if slurm == "refusing":
+        tools.insert(0, str(_fake_slurm(tmp_path)))
+    monkeypatch.setenv("PATH", os.pathsep.join(tools))
+    store = tmp_path / "runs.db"
+    args = ["compare", str(make_tiny_model("llama")), "--methods", "magnitude", "--sparsity", "0.5,2:4"]
+    code, out, err = cli(monkeypatch, capsys, *args, "--executor", "slurm", "--store", str(store))
+    runs = Store(store).list_runs()
+    if slurm == "missing":
+        _one_sentence(code, err, "--executor slurm needs Slurm's sbatch and srun on the PATH")
+        assert runs == []  # checked before anything was recorded
+    else:
+        assert code == 2 and "Traceback" not in err
+        assert err.splitlines()[-1].startswith("acetui: Slurm refused the job array (") and "invalid partition" in err
+        assert [(run.status, "invalid partition" in run.error) for run in runs] == [("failed", True)] * 2
+
+
+# ---- 5. a checkpoint without some of its weights -------------------------------------------------------
+
+
+def _damaged(tmp_path: Path, model: Path, how: str) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / f"damaged-{how}"
+    shutil.copytree(model, folder)
+    tensors = load_file(folder / "model.safetensors")
+    if how == "missing tensor":
+        del tensors["model.layers.1.mlp.up_proj.weight"]
+    elif how == "fewer layers":
+        tensors = {name: t for name, t in tensors.items() if not name.startswith("model.layers.1.")}
+    else:
+        tensors["model.layers.2.mlp.up_proj.weight"] = tensors["model.layers.1.mlp.up_proj.weight"].clone()
+    save_file(tensors, folder / "model.safetensors", {"format": "pt"})
+    return folder
+
+
+DAMAGE = {
+    "missing tensor": "it lacks model.layers.1.mlp.up_proj.weight.",
+    "fewer layers": "it lacks model.layers.1.input_layernorm.weight, model.layers.1.mlp.down_proj.weight, "
+    "model.layers.1.mlp.gate_proj.weight and 6 more.",
+    "unexpected tensor": "it holds model.layers.2.mlp.up_proj.weight, which its config.json has no place for.",
+}
+
+
+@pytest.mark.parametrize("offload", ["none", "disk"])
+@pytest.mark.parametrize("how", list(DAMAGE))
+def test_a_checkpoint_missing_weights_is_refused_naming_them(
+    how, offload, make_tiny_model, tmp_path, monkeypatch, capsys
+):
+    folder = _damaged(tmp_path, make_tiny_model("llama"), how)
+    store = tmp_path / "runs.db"
+    code, out, err = _prune(monkeypatch, capsys, store, str(folder), *QUICK, "--offload", offload)
+    _one_sentence(code, err, f"The checkpoint folder {folder} does not match its config.json: {DAMAGE[how]}")
+    assert Store(store).list_runs() == []
+
+
+def test_loading_a_checkpoint_missing_weights_names_them(make_tiny_model, tmp_path):
+    """The load itself refuses too (a hub model is checked only when it loads): no random weights."""
+    from acetui_core.errors import UserError
+    from acetui_core.models import load_model
+
+    folder = _damaged(tmp_path, make_tiny_model("llama"), "missing tensor")
+    with pytest.raises(UserError, match=r"lacks model\.layers\.1\.mlp\.up_proj\.weight\.$"):
+        load_model(str(folder), device="cpu")
+
+
+# ---- 6. what killed runs leave, and what runs rm removes -------------------------------------------------
+
+
+def test_a_killed_save_is_swept_by_the_next_save_and_by_runs_sync(make_tiny_model, tmp_path, monkeypatch, capsys):
+    from runhelpers import tiny_prune_command
+
+    model, out, store = make_tiny_model("llama"), tmp_path / "out" / "pruned", tmp_path / "runs.db"
+    command = [*tiny_prune_command(str(model), "--save", str(out), "--store", str(store)), "--offload", "disk"]
+    # a prune killed while it writes its checkpoint: it leaves its temporary folder behind
+    killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    temps: list[Path] = []
+    while killed.poll() is None and not any(p.glob("model-*") for p in temps):
+        temps = list(out.parent.glob(".acetui-save-*"))
+    killed.kill()
+    killed.wait()
+    assert temps and not out.exists(), "the run was not killed while saving"
+    foreign = out.parent / ".acetui-save-notes"  # a name acetui did not make: not swept
+    foreign.mkdir()
+    code, printed, err = cli(monkeypatch, capsys, "runs", "sync", "--store", str(store))
+    assert code == 0 and f"Removed 1 folder(s) that killed runs left: {temps[0]}." in printed
+    assert sorted(p.name for p in out.parent.iterdir()) == [".acetui-save-notes"]
+    temps[0].mkdir()  # as if left again: the next save into the folder sweeps it
+    (temps[0] / "model-00001-of-00003.safetensors").write_text("half a shard")
+    code, printed, err = _prune(monkeypatch, capsys, store, str(model), *QUICK, "--save", str(out))
+    assert code == 0, err
+    assert sorted(p.name for p in out.parent.iterdir()) == [".acetui-save-notes", "pruned"]
+
+
+def test_runs_rm_removes_every_file_of_the_run_and_nothing_else(make_tiny_model, tmp_path, monkeypatch, capsys):
+    store = tmp_path / "store" / "runs.db"
+    model = str(make_tiny_model("llama"))
+    for _ in range(2):
+        code, out, err = _prune(monkeypatch, capsys, store, model, *QUICK, "--keep-masks")
+        assert code == 0, err
+    gone, kept = Store(store).list_runs()
+    (store.parent / "masks" / f"{gone.id}.npz.partial").write_text("a mask file a killed run left")
+    (store.parent / "notes.md").write_text("the user's own file")
+    before = _files(store.parent)
+    assert {f"logs/{gone.id}.log", f"masks/{gone.id}.npz"} <= before.keys()
+    code, out, err = cli(monkeypatch, capsys, "runs", "rm", gone.id, "--store", str(store))
+    assert code == 0 and out == f"Removed run {gone.id}.\n"
+    after = _files(store.parent)
+    assert not [name for name in after if gone.id in name]
+    ignore = {"runs.db", "runs.db-wal", "runs.db-shm"}
+    assert {k: v for k, v in after.items() if k not in ignore} == {
+        k: v for k, v in before.items() if gone.id not in k and k not in ignore
+    }
+    assert [run.id for run in Store(store).list_runs()] == [kept.id]
+
+
+# ---- 7. export over a good file on a full disk ---------------------------------------------------------
+
+
+def test_an_export_that_fails_midway_leaves_the_previous_file_whole(tmp_path, monkeypatch, capsys):
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.config import RunConfig
+
+    store = tmp_path / "runs.db"
+    insert_run(
+        Store(store, clock=Clock()), Clock(), "a0000001", RunConfig("org/m", "wanda", "0.5"), created=1.7e9, ppl=9
+    )
+    table = tmp_path / "table.csv"
+    table.write_text("the good table of last week\n")
+    table.chmod(0o640)
+    # a file size limit stands in for a full disk: once the runs are read, the OS refuses the write midway
+    script = (
+        "import resource, signal\n"
+        "from acetui.commands import export\n"
+        "write = export.write_output\n"
+        "def on_a_full_disk(text, output):\n"
+        "    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "    resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))\n"
+        "    write(text, output)\n"
+        "export.write_output = on_a_full_disk\n"
+        "from acetui.cli import main\n"
+        "main()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, "export", "-o", str(table), "--store", str(store)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("acetui: Cannot use ") and "File too large" in result.stderr
+    assert table.read_text() == "the good table of last week\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    code, out, err = cli(monkeypatch, capsys, "export", "-o", str(table), "--store", str(store))
+    assert code == 0 and table.read_text().startswith("id,status,") and stat.S_IMODE(table.stat().st_mode) == 0o640
+
+
+# ---- 8. a saved checkpoint's permissions -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("offload", ["none", "disk"])
+def test_a_saved_checkpoint_gets_the_umask_permissions(offload, make_tiny_model, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "pruned"
+    old = os.umask(0o027)  # a group-readable setup
+    try:
+        code, _, err = _prune(
+            monkeypatch,
+            capsys,
+            tmp_path / "runs.db",
+            str(make_tiny_model("llama")),
+            *QUICK,
+            "--save",
+            str(out),
+            "--offload",
+            offload,
+        )
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert stat.S_IMODE(out.stat().st_mode) == 0o750
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o640}
