@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Literal, get_type_hints
 
 from acetui_core.errors import UserError
 from acetui_core.paths import user_path, write_text_atomic
@@ -31,14 +32,30 @@ def settings_path() -> Path:
 @dataclass
 class Settings:
     theme: str | None = None  # None: dark (ansi under NO_COLOR)
-    notify: str = "osc"  # how a run's end is announced in the terminal: bell, osc (bell + OSC 9/777) or none
+    notify: Literal["bell", "osc", "none"] = "osc"  # how a run's end is announced: bell, osc (bell + OSC 9/777), none
     new_run: dict = field(default_factory=dict)  # the New run form's values when a run was last started there
-    plugins: list = field(default_factory=list)  # plug-in metrics (module:function, file.py:function) to list
+    plugins: list[str] = field(default_factory=list)  # plug-in metrics (module:function, file.py:function) to list
     export_dir: str | None = None  # where the app saves exports (None: ~/Documents/acetui; see acetui.app.exports)
     problem: str | None = field(default=None, compare=False)  # why the file could not be read (not saved)
 
 
+# The New run values whose type the form relies on (the others it checks itself as it restores them).
+NEW_RUN_TYPES = {"model": str | None, "metrics": list[str]}
+
+
+def _valid(value, kind) -> bool:
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        TypeAdapter(kind).validate_python(value, strict=True)
+    except ValidationError:
+        return False
+    return True
+
+
 def load() -> Settings:
+    """The settings in the file; each value of the wrong type (a hand edit, an older version) falls back to
+    its default, and ``problem`` names them in one notice."""
     path = settings_path()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -49,12 +66,19 @@ def load() -> Settings:
         return Settings(problem=f"The settings file {path} could not be read ({reason}); using the defaults.")
     if not isinstance(data, dict):
         return Settings(problem=f"The settings file {path} does not hold a JSON object; using the defaults.")
+    types = get_type_hints(Settings)
     known = {f.name: data[f.name] for f in fields(Settings) if f.name in data and f.name != "problem"}
-    settings = Settings(**known)
-    if not isinstance(settings.new_run, dict):
-        settings.new_run = {}
-    if not isinstance(settings.plugins, list):
-        settings.plugins = []
+    bad = [name for name, value in known.items() if not _valid(value, types[name])]
+    new_run = known.get("new_run")
+    if isinstance(new_run, dict):
+        wrong = [key for key, kind in NEW_RUN_TYPES.items() if key in new_run and not _valid(new_run[key], kind)]
+        bad += [f"new_run.{key}" for key in wrong]
+        known["new_run"] = {key: value for key, value in new_run.items() if key not in wrong}
+    settings = Settings(**{name: value for name, value in known.items() if name not in bad})
+    if bad:
+        settings.problem = (
+            f"The settings file {path} has a value of the wrong type for {', '.join(bad)}; using the default for each."
+        )
     return settings
 
 

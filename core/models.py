@@ -305,6 +305,7 @@ def _preflight(kind: str, path: str, _identity: str | None) -> Preflight:
         config = AutoConfig.from_pretrained(path)
         with torch.device("meta"):  # per thread, unlike init_empty_weights (the New run form checks in a thread)
             skeleton = AutoModelForCausalLM.from_config(config)
+        decoder_layers(skeleton)  # an unsupported family is refused first
         expected = {name: tuple(tensor.shape) for name, tensor in skeleton.state_dict().items()}
         present = _check_shards(Path(path), expected)
         _check_names(Path(path), skeleton, present)
@@ -316,7 +317,7 @@ def _preflight(kind: str, path: str, _identity: str | None) -> Preflight:
         ) from None
     widths = {
         (f"layer {index} {name}", weight_matrix(module).shape[1])
-        for index, layer in enumerate(decoder_layers(skeleton))  # an unsupported family is refused here too
+        for index, layer in enumerate(decoder_layers(skeleton))
         for name, module in prunable_linears(layer).items()
     }
     return Preflight(_context_length(config), tuple(sorted(widths)))
@@ -324,13 +325,14 @@ def _preflight(kind: str, path: str, _identity: str | None) -> Preflight:
 
 def _check_names(folder: Path, skeleton, present: set[str]) -> None:
     """Every weight the configuration asks for must be in the shards (the output head may be the tied
-    embeddings), and every tensor of the shards must have a place in the model, as ``from_pretrained``
-    reckons them; families whose tensors transformers renames or fuses on loading are checked by the load."""
+    embeddings), and no weight of the shards may lack a place in the model (more layers than the config,
+    say), as ``from_pretrained`` reckons them. Families whose tensors transformers renames or fuses on
+    loading are checked by the load itself (``_from_pretrained``)."""
     import re
 
-    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.conversion_mapping import extract_weight_conversions_for_model
 
-    if not present or get_checkpoint_conversion_mapping(skeleton.config.model_type):
+    if not present or extract_weight_conversions_for_model(skeleton):
         return  # no safetensors (a .bin checkpoint), or names that only the load can match
     base = skeleton.base_model_prefix
 
@@ -344,15 +346,9 @@ def _check_names(folder: Path, skeleton, present: set[str]) -> None:
     tied = set(getattr(skeleton, "all_tied_weights_keys", None) or ())
     skip_missing = getattr(skeleton, "_keys_to_ignore_on_load_missing", None)
     missing = sorted(n for n, k in found.items() if k is None and n not in tied and not ignored(n, skip_missing))
-    # buffers that are computed, not stored (rotary frequencies): older checkpoints keep them, harmlessly
-    computed = {name.rpartition(".")[2] for name, _ in skeleton.named_buffers()} - {
-        name.rpartition(".")[2] for name in skeleton.state_dict()
-    }
     skip_unexpected = getattr(skeleton, "_keys_to_ignore_on_load_unexpected", None)
-    unexpected = sorted(
-        name
-        for name in present - set(found.values())
-        if name.rpartition(".")[2] not in computed and not ignored(name, skip_unexpected)
+    unexpected = sorted(  # weights only: older checkpoints keep buffers (rotary frequencies, masks) harmlessly
+        name for name in present - set(found.values()) if name.endswith("weight") and not ignored(name, skip_unexpected)
     )
     _refuse_mismatch(f"folder {folder}", missing, unexpected)
 

@@ -353,3 +353,194 @@ def test_a_saved_checkpoint_gets_the_umask_permissions(offload, make_tiny_model,
     assert code == 0, err
     assert stat.S_IMODE(out.stat().st_mode) == 0o750
     assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o640}
+
+
+# ---- 9. settings of the wrong type -----------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_settings_of_the_wrong_type_start_the_app_with_defaults_and_one_notice(tmp_path, monkeypatch):
+    from textual.widgets import Input
+
+    from acetui import settings
+    from acetui.app import make_app
+    from acetui.app.screens.new_run import NewRunScreen
+    from acetui_core.paths import bundled_model
+
+    path = settings.settings_path()
+    path.parent.mkdir(parents=True)
+    hand_edited = {"theme": 3, "notify": "loud", "new_run": {"model": ["a", "b"], "metrics": "ace"}, "plugins": "x"}
+    path.write_text(json.dumps(hand_edited))
+    app = make_app(Store(tmp_path / "runs.db"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, NewRunScreen)
+        assert app.screen.query_one("#model", Input).value == str(bundled_model())  # the default model
+        notices = [str(n.message) for n in app._notifications if "settings" in str(n.message)]
+        assert notices == [
+            f"The settings file {path} has a value of the wrong type for theme, notify, plugins, new_run.model, "
+            "new_run.metrics; using the default for each."
+        ]
+    assert app.return_code in (0, None)
+    assert json.loads(path.read_text()) == hand_edited  # nothing rewritten behind the user's back
+
+
+def test_a_crashed_app_does_not_exit_0(monkeypatch, capsys):
+    import acetui.app
+
+    class Crashed:
+        return_code = 1  # what Textual sets when the app ended on an exception
+
+        def run(self):
+            print("Traceback (Textual's own report of the crash)", file=sys.stderr)
+
+    monkeypatch.setattr(acetui.app, "make_app", lambda *args, **kwargs: Crashed())
+    code, out, err = cli(monkeypatch, capsys)
+    assert code == 1
+
+
+# ---- 10. a path under ~ of a user that does not exist -------------------------------------------------
+
+
+NO_USER = {
+    "calibration file": (["prune", "{model}", "--calib", "~nouser/c.txt"], "~nouser/c.txt"),
+    "save folder": (["prune", "{model}", "--save", "~nouser/out"], "~nouser/out"),
+    "model": (["prune", "~nouser/model"], "~nouser/model"),
+    "plug-in file": (["prune", "{model}", "--method", "~nouser/p.py:score"], "~nouser/p.py"),
+    "store": (["runs", "--store", "~nouser/runs.db"], "~nouser/runs.db"),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_USER))
+def test_a_path_of_an_unknown_user_is_one_sentence(case, make_tiny_model, tmp_path, monkeypatch, capsys):
+    args, path = NO_USER[case]
+    store = tmp_path / "runs.db"
+    args = [arg.format(model=make_tiny_model("llama")) for arg in args]
+    extra = [] if "--store" in args else ["--store", str(store)]
+    code, out, err = cli(monkeypatch, capsys, *args, *extra)
+    _one_sentence(code, err, f"Cannot expand ~nouser in {path}: there is no user 'nouser' on this machine.")
+    assert not store.exists() or Store(store).list_runs() == []
+
+
+# ---- 11. plan on a damaged shard ---------------------------------------------------------------------
+
+
+def test_plan_on_a_truncated_shard_says_what_prune_says(make_tiny_model, tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "truncated"
+    shutil.copytree(make_tiny_model("llama"), folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    code, _, planned = cli(monkeypatch, capsys, "plan", str(folder))
+    _one_sentence(code, planned, f"The checkpoint folder {folder} could not be loaded as a model: model.safetensors")
+    code, _, pruned = cli(monkeypatch, capsys, "prune", str(folder), "--store", str(tmp_path / "runs.db"))
+    assert code == 2 and pruned == planned
+
+
+# ---- 12. plug-in scores that are not scores ------------------------------------------------------------
+
+
+PLUGIN_SCORES = {
+    "bool": ("W > 0", "returned bool scores for layer 0 self_attn.q_proj; scores must be real numbers"),
+    "complex": ("W * 1j", "returned complex64 scores for layer 0 self_attn.q_proj; scores must be real numbers"),
+    "meta": ("torch.empty_like(W, device='meta')", "returned scores on the meta device for layer 0"),
+    "+inf": ("W.abs() / 0", "returned infinite scores for layer 0 self_attn.q_proj; every score must be a finite"),
+    "-inf": ("torch.full_like(W, -float('inf'))", "returned infinite scores for layer 0"),
+    "one number": ("W.sum()", "returned scores of shape () for layer 0 self_attn.q_proj"),
+}
+
+
+@pytest.mark.parametrize("case", list(PLUGIN_SCORES))
+def test_plugin_scores_that_are_not_scores_are_one_sentence(case, make_tiny_model, tmp_path, monkeypatch, capsys):
+    expression, fragment = PLUGIN_SCORES[case]
+    plugin = tmp_path / "odd.py"
+    plugin.write_text(f"import torch\n\n\ndef score(W, stats, opts):\n    return {expression}\n")
+    store = tmp_path / "runs.db"
+    code, out, err = _prune(
+        monkeypatch, capsys, store, str(make_tiny_model("llama")), *QUICK[2:], "-m", f"{plugin}:score"
+    )
+    last = err.strip().splitlines()[-1]  # after the progress bars of the run that started
+    assert code == 2 and "Traceback" not in err and last.startswith(f"acetui: Plug-in method '{plugin}:score' ")
+    assert fragment in last, err
+    [run] = Store(store).list_runs()
+    assert run.status == "failed" and fragment in run.error  # recorded as it ended, with the same sentence
+
+
+# ---- 13. calibration text that is empty --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", " \n\t\n  "])
+def test_a_calibration_text_file_without_text_is_refused_before_any_work(
+    text, make_tiny_model, tmp_path, monkeypatch, capsys
+):
+    calib = tmp_path / "notes.txt"
+    calib.write_text(text)
+    store = tmp_path / "runs.db"
+    code, out, err = _prune(
+        monkeypatch, capsys, store, str(make_tiny_model("llama")), "--calib", str(calib), "-m", "wanda"
+    )
+    _one_sentence(code, err, f"{calib} holds no text to calibrate on.")
+    assert Store(store).list_runs() == []
+
+
+# ---- 14. every setting checked once, before anything is recorded or loaded ---------------------------------
+
+
+def test_a_sparsity_close_to_1_is_recorded_as_given_and_runs(make_tiny_model, tmp_path, monkeypatch, capsys):
+    store = tmp_path / "runs.db"
+    code, out, err = _prune(monkeypatch, capsys, store, str(make_tiny_model("llama")), *QUICK, "-s", "0.9999999")
+    assert code == 0, err
+    [run] = Store(store).list_runs()
+    assert run.status == "finished" and run.config.sparsity == "0.9999999"
+
+
+SETTINGS = {
+    "N:M that does not divide a layer's input": (
+        ["prune", "{model}", "-s", "1:3"],
+        "Sparsity 1:3 needs every layer's input width to be a multiple of 3, but layer 0 mlp.down_proj has 128 inputs.",
+    ),
+    "N:M in a comparison": (["compare", "{model}", "--sparsity", "0.5,2:4,1:3"], "a multiple of 3"),
+    "unknown table cells": (["compare", "{model}", "--cells", "bogus"], "Unknown --cells 'bogus'; choose one of"),
+    "unknown plan device": (["plan", "{model}", "--device", "tpu"], "Unknown device 'tpu'; use auto, cpu or cuda[:i]."),
+}
+
+
+@pytest.mark.parametrize("case", list(SETTINGS))
+def test_a_bad_setting_is_refused_before_anything_is_recorded_or_loaded(
+    case, make_tiny_model, tmp_path, monkeypatch, capsys
+):
+    from acetui_core import streaming
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded before the settings were checked")
+
+    monkeypatch.setattr(streaming, "load_for_run", no_loading)
+    args, fragment = SETTINGS[case]
+    args = [arg.format(model=make_tiny_model("llama")) for arg in args]
+    store = tmp_path / "runs.db"
+    extra = [] if args[0] == "plan" else ["--store", str(store)]
+    code, out, err = cli(monkeypatch, capsys, *args, *extra)
+    _one_sentence(code, err, fragment)
+    assert not store.exists() or Store(store).list_runs() == []
+
+
+# ---- 15. options given before the subcommand ---------------------------------------------------------------
+
+
+def test_options_before_a_subcommand_are_honoured_or_refused(tmp_path, monkeypatch, capsys):
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.config import RunConfig
+
+    store = tmp_path / "elsewhere" / "runs.db"
+    insert_run(
+        Store(store, clock=Clock()), Clock(), "a0000001", RunConfig("org/m", "wanda", "0.5"), created=1.7e9, ppl=9
+    )
+    code, out, err = cli(monkeypatch, capsys, "--store", str(store), "runs")
+    assert code == 0 and "a0000001" in out
+    code, out, err = cli(monkeypatch, capsys, "--store", str(store), "runs", "show", "a0000")
+    assert code == 0 and out.startswith("run a0000001")
+    code, out, err = cli(monkeypatch, capsys, "--store", str(store), "export", "--format", "markdown")
+    assert code == 0 and "| Wanda-16 |" in out
+    code, out, err = cli(monkeypatch, capsys, "--theme", "light", "prune", "org/m")
+    _one_sentence(code, err, "acetui prune has no --theme option, so it cannot take one given before it either.")
+    assert not (tmp_path / "acetui-home").exists()  # the default store was never opened

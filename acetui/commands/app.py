@@ -37,6 +37,8 @@ def open_app(theme: str | None, store: Path | None, attach: str | None = None, n
     app = make_app(Store(store), theme=theme, attach=attach, notify_mode=notify)  # bad input is named first
     require_terminal()
     app.run()
+    if app.return_code:  # a crash: Textual printed its traceback; the shell must not be told all went well
+        raise typer.Exit(app.return_code)
 
 
 PluginMethods = Annotated[
@@ -68,20 +70,50 @@ def workbench(
     """Without a subcommand: open the workbench (pick a model and metrics, watch runs, compare results)."""
     if method:
         remember_plugins(method)
-    ctx.obj = {"theme": theme, "store": store, "notify": notify}
     if ctx.invoked_subcommand is None:
         open_app(theme, store, notify=notify)
+        return
+    given = {
+        name: value for name, value in (("store", store), ("theme", theme), ("notify", notify)) if value is not None
+    }
+    if given:
+        hand_down(ctx, given)
+
+
+def hand_down(ctx: typer.Context, given: dict) -> None:
+    """``acetui --store S runs``: the options given before a subcommand become its defaults (and those of
+    the commands under it), or are refused when it has no such option: never silently ignored."""
+    name = ctx.invoked_subcommand or ""
+    command = ctx.command.get_command(ctx, name)  # the root command is a group
+    defaults = _defaults(command, given)
+    ignored = [option for option in given if not _takes(command, option)]
+    if ignored:
+        flags = " and ".join(f"--{option}" for option in ignored)
+        raise UserError(f"acetui {name} has no {flags} option, so it cannot take one given before it either.")
+    ctx.default_map = {name: defaults}
+
+
+def _takes(command, option: str) -> bool:
+    """Whether ``command`` or a command under it has ``option``."""
+    if any(param.name == option for param in command.params):
+        return True
+    children = getattr(command, "commands", {}).values()  # a group's commands (Typer's click, not click's)
+    return any(_takes(child, option) for child in children)
+
+
+def _defaults(command, given: dict) -> dict:
+    """click's default map for ``command`` and the commands under it."""
+    defaults = {param.name: given[param.name] for param in command.params if param.name in given}
+    for child_name, child in getattr(command, "commands", {}).items():
+        defaults[child_name] = _defaults(child, given)
+    return defaults
 
 
 def attach(
-    ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="A run id or a unique prefix of one (acetui runs lists them).")],
     theme: Theme = None,
     store: StorePath = None,
     notify: Notify = None,
 ) -> None:
     """Open the workbench on a run, live while it runs (started here, from the CLI or another session)."""
-    outer = ctx.obj or {}
-    open_app(
-        theme or outer.get("theme"), store or outer.get("store"), attach=run_id, notify=notify or outer.get("notify")
-    )
+    open_app(theme, store, attach=run_id, notify=notify)
