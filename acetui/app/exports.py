@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from acetui_core.errors import UserError
+from acetui_core.paths import user_path
 
 EXPORT_DIR_ENV = "ACETUI_EXPORT_DIR"
 TMUX_CLIPBOARD_HINT = "tmux passes a copy to your terminal only with `set -g set-clipboard on` in ~/.tmux.conf"
@@ -25,10 +25,7 @@ def export_dir(setting: str | None = None) -> Path:
         import platformdirs
 
         return platformdirs.user_documents_path() / "acetui"
-    try:
-        return Path(chosen).expanduser().absolute()
-    except RuntimeError:
-        raise UserError(f"Cannot use the export folder {chosen}: no such user's home folder.") from None
+    return user_path(chosen).absolute()
 
 
 def new_file(folder: Path, stem: str, suffix: str) -> Path:
