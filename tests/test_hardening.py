@@ -395,6 +395,7 @@ def test_a_crashed_app_does_not_exit_0(monkeypatch, capsys):
             print("Traceback (Textual's own report of the crash)", file=sys.stderr)
 
     monkeypatch.setattr(acetui.app, "make_app", lambda *args, **kwargs: Crashed())
+    monkeypatch.setattr("acetui.commands.app.require_terminal", lambda: None)  # pytest's stdin is no terminal
     code, out, err = cli(monkeypatch, capsys)
     assert code == 1
 
