@@ -23,11 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 BOOTSTRAP_RESAMPLES = 9999
 BOOTSTRAP_SEED = 0  # a fixed stream: the same runs give the same interval every time they are shown
 SEED_NOISE_UNKNOWN = "1 seed: seed noise unknown"
+
+
+def _stats():
+    """``scipy.stats``, imported on first use: it takes a second, and most commands never test anything."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass
@@ -93,7 +99,7 @@ def _t_interval(center: float, parts: list[tuple[float, float]], level: float) -
         return center, center, 0.0, float("inf")
     df = variance**2 / sum(v * v / d for v, d in parts if v > 0 and d > 0)
     se = float(np.sqrt(variance))
-    half = float(stats.t.ppf((1 + level) / 2, df)) * se
+    half = float(_stats().t.ppf((1 + level) / 2, df)) * se
     return center - half, center + half, se, df
 
 
@@ -110,7 +116,7 @@ def perplexity_interval(window_nll: np.ndarray, level: float = 0.95) -> tuple[fl
     if len(window_nll) < 2 or np.ptp(window_nll) == 0:
         value = float(np.exp(np.mean(window_nll)))
         return value, value
-    result = stats.bootstrap(
+    result = _stats().bootstrap(
         (np.asarray(window_nll, dtype=float),),
         lambda nll, axis=-1: np.exp(np.mean(nll, axis=axis)),
         confidence_level=level,
@@ -123,7 +129,7 @@ def perplexity_interval(window_nll: np.ndarray, level: float = 0.95) -> tuple[fl
 
 def accuracy_interval(correct: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """One task's accuracy interval (as a fraction): Wilson's binomial interval."""
-    ci = stats.binomtest(int(np.sum(correct)), len(correct)).proportion_ci(level, method="wilson")
+    ci = _stats().binomtest(int(np.sum(correct)), len(correct)).proportion_ci(level, method="wilson")
     return float(ci.low), float(ci.high)
 
 
@@ -138,7 +144,7 @@ def paired_difference(a: Group, b: Group, level: float = 0.95) -> Difference:
     if se == 0:
         p = 1.0 if value == 0 else 0.0
     else:
-        p = float(2 * stats.t.sf(abs(value) / se, df))
+        p = float(2 * _stats().t.sf(abs(value) / se, df))
     return Difference(value, (low, high), p, a.seed_noise_known and b.seed_noise_known)
 
 
