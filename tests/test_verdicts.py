@@ -105,6 +105,15 @@ def test_a_run_without_window_losses_shows_its_perplexity_and_cannot_be_tested(s
     assert table.cells[("RIA-16", column)].value > table.cells[("Wanda-16", column)].value
 
 
+def test_runs_show_says_whether_a_run_can_be_tested(store, monkeypatch, capsys):
+    add(store, store.clock_, "a0000001")
+    add(store, store.clock_, "b0000002", kept=False)
+    _, out, _ = cli(monkeypatch, capsys, "runs", "show", "a0000001", "--store", store.path)
+    assert f"kept for tests: {WINDOWS} perplexity windows of {SEQLEN} tokens" in out
+    _, out, _ = cli(monkeypatch, capsys, "runs", "show", "b0000002", "--store", store.path)
+    assert "its perplexity cannot be tested" in out
+
+
 def test_keep_masks_and_fidelity_never_split_a_row(store):
     clock = store.clock_
     add(store, clock, "a0000001", seed=0)

@@ -124,7 +124,8 @@ def runs(
 @runs_app.command("show")
 def show(run_id: options.RunId, store: options.StoreOption = None, as_json: options.JsonOption = False) -> None:
     """Everything recorded about one run: configuration, environment, status, layers, results."""
-    run = Store(store).get_run(run_id)
+    opened = Store(store)
+    run = opened.get_run(run_id)
     if as_json:
         print(json.dumps(run.to_dict(), indent=2))
         return
@@ -166,6 +167,28 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
             )
     if run.results:
         print(run_summary(run))
+        print(kept_for_tests(opened, run))
+
+
+def kept_for_tests(store: Store, run: RunRecord) -> str:
+    """What the run kept for tests of a difference (``acetui verdict``), or that it cannot be tested."""
+    kept = store.evidence([run.id])[run.id]
+    parts = []
+    if run.ppl is not None:
+        losses = kept.window_losses
+        parts.append(
+            f"{len(losses.nll)} perplexity windows of {losses.seqlen} tokens"
+            if losses
+            else "no per-window losses (recorded before acetui kept them): its perplexity cannot be tested"
+        )
+    if run.results and run.results.zeroshot:
+        tasks = [task for task in run.results.zeroshot if task in kept.task_outcomes]
+        parts.append(
+            f"each document's outcome on {len(tasks)} zero-shot task(s)"
+            if tasks
+            else "no per-document outcomes: its zero-shot accuracy cannot be tested"
+        )
+    return "kept for tests: " + ("; ".join(parts) if parts else "nothing (no evaluation)")
 
 
 def mask_choice_columns(layers: list[LayerRecord]) -> tuple[list[str], list[list[str]]]:
