@@ -144,6 +144,13 @@ DsnotVarPower = Annotated[
         help="DSnoT: the power of the input variance dividing a weight's growth key.",
     ),
 ]
+MoeCalibration = Annotated[
+    str,
+    typer.Option(
+        help="Mixture-of-experts models: each expert's statistics from the tokens its router sends it (routed), "
+        "or from every calibration token (all)."
+    ),
+]
 Detach = Annotated[bool, typer.Option(help="Run in the background, detached from this terminal; print the run id(s).")]
 Executor = Annotated[
     str,
@@ -215,6 +222,7 @@ RUN_SETTINGS = (
     "dsnot_cycles",
     "dsnot_threshold",
     "dsnot_var_power",
+    "moe_calibration",
 )
 
 

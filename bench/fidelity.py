@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
-from acetui_core.models import decoder_layers, load_model
+from acetui_core.layouts import decoder_layers
+from acetui_core.models import load_model
 from acetui_core.paths import bundled_model
 
 

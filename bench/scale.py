@@ -147,7 +147,7 @@ def floor(config) -> float:
 
     from acetui_core import pipeline
     from acetui_core.data import calibration_windows, tokenized_calibration
-    from acetui_core.models import decoder_layers
+    from acetui_core.layouts import decoder_layers
     from acetui_core.streaming import LayerFeed, load_for_run
     from acetui_core.validate import resolve_seqlen
 

@@ -16,7 +16,8 @@ import torch
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration
-from acetui_core.models import decoder_layers, load_model
+from acetui_core.layouts import decoder_layers
+from acetui_core.models import load_model
 from acetui_core.paths import bundled_model
 from acetui_core.resources import peak_rss_mb
 

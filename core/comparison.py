@@ -242,6 +242,7 @@ _DESCRIBE: dict[str, Callable[[Any], str]] = {
     "dsnot_cycles": lambda v: f"DSnoT {v} cycles",
     "dsnot_threshold": lambda v: f"DSnoT threshold {v:g}",
     "dsnot_var_power": lambda v: f"DSnoT variance power {v:g}",
+    "moe_calibration": lambda v: f"experts calibrated on {v} tokens",
     "dtype": str,
     "model": str,
     "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),

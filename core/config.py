@@ -45,6 +45,7 @@ class RunConfig:
     dsnot_cycles: int = 50  # DSnoT: at most this many swaps per row
     dsnot_threshold: float = 0.1  # DSnoT: a row stops refining once its expected-output error is this small
     dsnot_var_power: float = 1.0  # DSnoT: the power of the input variance dividing a weight's growth key
+    moe_calibration: str = "routed"  # an expert's statistics: the tokens its router sends it, or "all" tokens
     save: str | None = None  # folder for the pruned Hugging Face checkpoint
     overwrite: bool = False  # allow ``save`` into a non-empty folder
 

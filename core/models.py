@@ -15,16 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from torch import nn
 
 from acetui_core.config import FULL_CONTEXT_CAP
 from acetui_core.errors import UserError
+from acetui_core.layouts import check_layout, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.paths import file_identity, user_path
 
 if TYPE_CHECKING:  # transformers is imported only when a model is loaded (a fast CLI start)
     from transformers import PreTrainedModel
-
-SUPPORTED = "the LLaMA family (LLaMA 1/2/3, Mistral, Qwen2/3, Gemma 2/3, SmolLM), OPT and GPT-2"
 
 
 DEVICE_NAME = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
@@ -78,38 +76,6 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return dtypes[name]
 
 
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The decoder layers, wherever the family keeps them."""
-    for path in ("model.layers", "model.decoder.layers", "transformer.h"):
-        holder: Any = model
-        for part in path.split("."):
-            holder = getattr(holder, part, None)
-            if holder is None:
-                break
-        if isinstance(holder, nn.ModuleList):
-            return holder
-    kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-    raise UserError(f"Model type '{kind}' is not supported; acetui prunes {SUPPORTED}.")
-
-
-def prunable_linears(layer: nn.Module) -> dict[str, nn.Module]:
-    """Every linear of a decoder layer: ``nn.Linear``, and GPT-2's ``Conv1D`` (weight stored transposed)."""
-    from transformers.pytorch_utils import Conv1D
-
-    return {name: m for name, m in layer.named_modules() if isinstance(m, (nn.Linear, Conv1D))}
-
-
-def weight_matrix(module: nn.Module) -> torch.Tensor:
-    """The weight as ``(d_out, d_in)`` whatever the storage (Conv1D keeps ``(d_in, d_out)``)."""
-    weight = cast(torch.Tensor, module.weight)
-    return weight.data if isinstance(module, nn.Linear) else weight.data.t()
-
-
-def set_weight_matrix(module: nn.Module, W: torch.Tensor) -> None:
-    target = cast(torch.Tensor, module.weight).data
-    target.copy_(W if isinstance(module, nn.Linear) else W.t())
-
-
 @dataclass
 class Loaded:
     model: PreTrainedModel
@@ -130,9 +96,9 @@ class Loaded:
         if self.streamed is not None:
             return
         self._dense = {
-            (i, name): cast(torch.Tensor, module.weight).detach().to("cpu", copy=True)
+            (i, name): matrix.weight.detach().to("cpu", copy=True)
             for i, layer in enumerate(decoder_layers(self.model))
-            for name, module in prunable_linears(layer).items()
+            for name, matrix in prunable_linears(layer).items()
         }
 
     @property
@@ -148,8 +114,8 @@ class Loaded:
         if not self._dense:
             raise RuntimeError("reset() needs snapshot() first")
         for i, layer in enumerate(decoder_layers(self.model)):
-            for name, module in prunable_linears(layer).items():
-                cast(torch.Tensor, module.weight).data.copy_(self._dense[(i, name)])
+            for name, matrix in prunable_linears(layer).items():
+                matrix.weight.copy_(self._dense[(i, name)])
         if not keep_copy:
             self._dense = {}
 
@@ -306,6 +272,7 @@ def _preflight(kind: str, path: str, _identity: str | None) -> Preflight:
         with torch.device("meta"):  # per thread, unlike init_empty_weights (the New run form checks in a thread)
             skeleton = AutoModelForCausalLM.from_config(config)
         decoder_layers(skeleton)  # an unsupported family is refused first
+        check_layout(skeleton)  # and a weight the table of layouts does not know, before the run is recorded
         expected = {name: tuple(tensor.shape) for name, tensor in skeleton.state_dict().items()}
         present = _check_shards(Path(path), expected)
         _check_names(Path(path), skeleton, present)

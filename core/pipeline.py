@@ -6,6 +6,7 @@ layers."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from dataclasses import dataclass, fields, replace
@@ -24,22 +25,24 @@ from acetui_core.errors import Cancelled, UserError
 from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH, perplexity, ppl, window_losses, windows_nll
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.fidelity import OutputAgreement, linear_fidelity
-from acetui_core.maskfile import mask_writer
-from acetui_core.masks import check_nm_fits, nm_mask, prune_mask
-from acetui_core.metrics import get_method
-from acetui_core.models import (
-    Loaded,
+from acetui_core.layouts import (
+    check_layout,
     decoder_layers,
-    device_name,
+    expert_layout,
     prunable_linears,
     set_weight_matrix,
     weight_matrix,
 )
+from acetui_core.maskfile import mask_writer
+from acetui_core.masks import check_nm_fits, nm_mask, prune_mask
+from acetui_core.metrics import get_method
+from acetui_core.models import Loaded, device_name
 from acetui_core.paths import content_identity
 from acetui_core.permute import channel_permutation, retained_fraction, write_permutations
 from acetui_core.plugins import check_scores
 from acetui_core.records import (
     Calibration,
+    Experts,
     LayerAllocation,
     LayerRecord,
     LinearRecord,
@@ -49,8 +52,10 @@ from acetui_core.records import (
     TaskAccuracy,
     TaskOutcomes,
     WindowLosses,
+    kind_sparsity,
 )
 from acetui_core.resources import peak_rss_mb
+from acetui_core.routing import expert_load, fallbacks, record_expert_inputs, starved
 from acetui_core.sparsegpt import obs_update, sparsegpt_prune
 from acetui_core.sparsity import Sparsity
 from acetui_core.stats import ColumnStats
@@ -152,8 +157,10 @@ def _gather_stats(
     hessian: bool = False,
     inverse_scales: dict | None = None,
     dense_outputs: list | None = None,
+    moe_calibration: str = "routed",
 ) -> dict[str, ColumnStats]:
-    """One pass of the calibration inputs through ``layer``, recording what enters every linear.
+    """One pass of the calibration inputs through ``layer``, recording what enters every linear (an
+    expert's slices: the tokens ``moe_calibration`` gives it, ``acetui_core.routing``).
 
     Linears fed the same tensor (q/k/v, gate/up) share one computation of its column sums. Once the
     last linear's input is recorded the pass stops: its output, and the rest of the layer, feed no
@@ -170,21 +177,27 @@ def _gather_stats(
     seen: set[str] = set()
 
     def record(name, x):
-        if last["input"] is not x:
-            last["input"], last["sums"] = x, ColumnStats.column_sums(x, gram=hessian)
-        stats[name].add(x, last["sums"])
+        if x is not None:  # None: an expert this batch sent no token
+            if last["input"] is not x:
+                last["input"], last["sums"] = x, ColumnStats.column_sums(x, gram=hessian)
+            stats[name].add(x, last["sums"])
         seen.add(name)
         if len(seen) == len(linears) and dense_outputs is None:
             raise _StopForward
 
-    hooks = [m.register_forward_pre_hook(lambda m, args, n=name: record(n, args[0])) for name, m in linears.items()]
+    hooks = [
+        m.owner.register_forward_pre_hook(lambda m, args, n=name: record(n, args[0]))
+        for name, m in linears.items()
+        if m.param == "weight"
+    ]
     try:
-        for hidden, kwargs in inputs:
-            seen.clear()
-            with contextlib.suppress(_StopForward):
-                out = _layer_forward(layer, hidden, kwargs, device)
-                if dense_outputs is not None:
-                    dense_outputs.append(out.to(hidden.device))
+        with record_expert_inputs(linears, record, moe_calibration):
+            for hidden, kwargs in inputs:
+                seen.clear()
+                with contextlib.suppress(_StopForward):
+                    out = _layer_forward(layer, hidden, kwargs, device)
+                    if dense_outputs is not None:
+                        dense_outputs.append(out.to(hidden.device))
     finally:
         for h in hooks:
             h.remove()
@@ -193,24 +206,46 @@ def _gather_stats(
 
 
 def _layer_stats(
-    index, layer, linears, inputs, loaded, config, method, device, dense_outputs: list | None = None
+    index,
+    layer,
+    linears,
+    inputs,
+    loaded,
+    config,
+    method,
+    device,
+    dense_outputs: list | None = None,
+    experts: Experts | None = None,
 ) -> dict[str, ColumnStats]:
     """Every linear's calibration statistics, checked finite. ``--varp-form inverse`` needs the scale of
     a linear's whole input before its ``E[1/(1 - (x/s)^2)]`` can be summed: with ``--varp-scale rms|max``
-    a first pass measures it. ``dense_outputs``: see ``_gather_stats``."""
+    a first pass measures it. ``dense_outputs``: see ``_gather_stats``. An expert that the router starved
+    (``acetui_core.routing``) is gathered again over every token; ``experts`` receives the token load and
+    which experts fell back."""
     if not method.calibrated(config):
         return {}
     hessian = method.score is None or config.update == "obs" or config.fidelity
-    scales = None
-    if config.varp_form == "inverse":
-        if config.varp_scale == "none":
-            scales = dict.fromkeys(linears, 1.0)
-        else:
-            measured = _gather_stats(layer, linears, inputs, device)
-            scales = {name: s.scale(config.varp_scale) for name, s in measured.items()}
-    stats = _gather_stats(
-        layer, linears, inputs, device, hessian=hessian, inverse_scales=scales, dense_outputs=dense_outputs
-    )
+
+    def gather(matrices, calibration, outputs=None):
+        scales = None
+        if config.varp_form == "inverse":
+            if config.varp_scale == "none":
+                scales = dict.fromkeys(matrices, 1.0)
+            else:
+                measured = _gather_stats(layer, matrices, inputs, device, moe_calibration=calibration)
+                scales = {name: s.scale(config.varp_scale) for name, s in measured.items()}
+        return _gather_stats(
+            layer, matrices, inputs, device, hessian, scales, dense_outputs=outputs, moe_calibration=calibration
+        )
+
+    stats = gather(linears, config.moe_calibration, dense_outputs)
+    routed = {name: s.tokens for name, s in stats.items()}
+    hungry = starved(linears, routed) if config.moe_calibration == "routed" else {}
+    if hungry:
+        stats.update(gather({name: linears[name] for name in hungry}, "all"))
+    if experts is not None:
+        experts.load += expert_load(index, linears, routed)
+        experts.fallbacks += fallbacks(index, hungry)
     for name, s in stats.items():
         if not s.is_finite():
             hint = "" if loaded.dtype == torch.float32 else " (try --dtype float32)"
@@ -221,8 +256,8 @@ def _layer_stats(
     return stats
 
 
-def _dense_weight(index, name, module) -> torch.Tensor:
-    W = weight_matrix(module).float()  # the weight itself when it is float32, else a float32 copy
+def _dense_weight(index, name, matrix) -> torch.Tensor:
+    W = weight_matrix(matrix).float()  # the weight itself when it is float32, else a float32 copy
     if not torch.isfinite(W).all():
         raise UserError(
             f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "
@@ -271,15 +306,15 @@ def _choose_mask(
     return mask, threshold, choice
 
 
-def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, masks, dense_outputs):
+def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, masks, dense_outputs, experts):
     """Gather statistics over every calibration token, then score, mask and write back each linear
     (and its pruned positions to ``masks`` when kept)."""
     linears = prunable_linears(layer)
-    stats = _layer_stats(index, layer, linears, inputs, loaded, config, method, device, dense_outputs)
+    stats = _layer_stats(index, layer, linears, inputs, loaded, config, method, device, dense_outputs, experts)
     records = []
-    for name, module in linears.items():
+    for name, matrix in linears.items():
         start = time.perf_counter()
-        W = _dense_weight(index, name, module)
+        W = _dense_weight(index, name, matrix)
         histogram, fidelity, choice = None, None, None
         dense = W.clone() if config.fidelity and name in stats else None
         if method.score is None:
@@ -292,13 +327,14 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
             else:
                 W.masked_fill_(mask, 0)
             histogram = histograms.histogram(scores, threshold, pruned=mask)
-        if W.data_ptr() != module.weight.data_ptr():
-            set_weight_matrix(module, W.to(module.weight.dtype))
-        achieved = 1 - torch.count_nonzero(module.weight.data).item() / module.weight.numel()
+        stored = matrix.weight
+        if W.data_ptr() != stored.data_ptr():
+            set_weight_matrix(matrix, W.to(stored.dtype))
+        achieved = 1 - torch.count_nonzero(stored).item() / stored.numel()  # counted from the weight itself
         if dense is not None:
             fidelity = linear_fidelity(dense, W, stats[name].xtx)
         if masks is not None:
-            masks.add(index, name, weight_matrix(module) == 0)
+            masks.add(index, name, weight_matrix(matrix) == 0)
         records.append(
             LinearRecord(
                 name=name,
@@ -310,6 +346,8 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
                 histogram=histogram,
                 fidelity=fidelity,
                 choice=choice,
+                kind=matrix.kind,
+                tokens=stats[name].tokens if name in stats else None,
             )
         )
     return records, stats
@@ -365,6 +403,8 @@ class Pruned:
     calibration: Calibration | None
     allocation: list[LayerAllocation] | None = None
     permutations: dict[str, list[int]] | None = None  # --permute: each linear's input order, by weight name
+    kinds: dict[str, float] | None = None
+    experts: Experts | None = None
 
 
 @dataclass
@@ -396,9 +436,12 @@ def prune(
     emit = on_event or (lambda event: None)
     method, sparsity = get_method(config.method), config.sparsity_spec
     layers = decoder_layers(loaded.model)
+    check_layout(loaded.model)  # a weight the table of layouts does not know stops the run before any work
     for index, layer in enumerate(layers):  # an N:M pattern that does not fit fails here, before calibration
         for name, module in prunable_linears(layer).items():
             check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
+    layout = expert_layout(loaded.model)
+    experts = Experts(layout, config.moe_calibration) if layout is not None and method.calibrated(config) else None
     emit(
         RunStarted(
             config.model, config.method, config.sparsity, len(layers), str(loaded.device), device_name(loaded.device)
@@ -448,7 +491,7 @@ def prune(
                 dense_outputs: list[torch.Tensor] | None = [] if config.fidelity and inputs else None
                 target = sparsity if allocation is None else Sparsity(ratio=allocation[index].sparsity)
                 linears, stats = _prune_layer(
-                    index, layer, inputs, loaded, config, method, target, device, masks, dense_outputs
+                    index, layer, inputs, loaded, config, method, target, device, masks, dense_outputs, experts
                 )
                 agreement = OutputAgreement() if dense_outputs is not None else None
                 if calibration is not None:
@@ -461,7 +504,7 @@ def prune(
                 fidelity = agreement.result() if agreement else None
                 seconds = time.perf_counter() - layer_start
                 emit(LayerPruned(LayerRecord(index, len(layers), seconds, linears, fidelity=fidelity)))
-                summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds) for r in linears]
+                summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds, r.kind, r.size) for r in linears]
                 for r in linears:
                     if r.choice is not None and r.choice.permutation is not None:
                         permutations[f"{prefixes[id(layer)]}.{r.name}.weight"] = r.choice.permutation
@@ -472,10 +515,20 @@ def prune(
     if loaded.device.type == "cuda":
         torch.cuda.synchronize(loaded.device)
 
-    sizes = _linear_sizes(layers)
-    zeros = sum(summary.sparsity * size for summary, size in zip(summaries, sizes, strict=False))
+    for fallback in experts.fallbacks if experts else []:
+        logging.getLogger("acetui").warning(fallback.sentence())
+    # Over every prunable weight of the decoder layers, experts included, as counted from each weight.
+    weights = sum(summary.weights or 0 for summary in summaries)
+    zeros = sum(summary.sparsity * (summary.weights or 0) for summary in summaries)
     return Pruned(
-        summaries, zeros / sum(sizes), prune_seconds, calibration, allocation, permutations if permutations else None
+        summaries,
+        zeros / weights,
+        prune_seconds,
+        calibration,
+        allocation,
+        permutations if permutations else None,
+        kind_sparsity(summaries),
+        experts,
     )
 
 

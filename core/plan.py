@@ -23,17 +23,9 @@ import torch
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH
+from acetui_core.layouts import census, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.metrics import get_method
-from acetui_core.models import (
-    _context_length,
-    check_device_name,
-    decoder_layers,
-    model_source,
-    preflight,
-    prunable_linears,
-    resolve_dtype,
-    weight_matrix,
-)
+from acetui_core.models import _context_length, check_device_name, model_source, preflight, resolve_dtype
 from acetui_core.paths import file_identity
 from acetui_core.streaming import checkpoint_bytes, local_checkpoint, streaming_folder
 from acetui_core.validate import resolve_seqlen
@@ -52,7 +44,7 @@ class Plan:
     family: str
     parameters: int
     layers: int
-    layer_parameters: int  # one decoder layer
+    layer_parameters: int  # the largest decoder layer (MoE families mix dense and expert layers)
     resident_parameters: int  # embeddings, final norm and head
     checkpoint_bytes: int
     checkpoint_on_disk: bool  # measured from the files; else parameters times the config's dtype
@@ -68,6 +60,7 @@ class Plan:
     peak_cpu_bytes: int
     peak_gpu_bytes: int | None
     gpu_assumed: bool = False  # planned for a GPU this machine does not have (an 80 GB card)
+    census: dict[str, int] | None = None  # decoder weights by kind: pruned kinds, routing, norms and biases
 
 
 def _config(source: str):
@@ -115,9 +108,11 @@ def plan_run(run: RunConfig) -> Plan:
     model = _skeleton(config)
     layers = decoder_layers(model)
     parameters = sum(p.numel() for p in model.parameters())  # a tied head is counted once
-    layer_parameters = sum(p.numel() for p in layers[0].parameters())
-    resident = parameters - layer_parameters * len(layers)
-    shapes = [weight_matrix(m).shape for m in prunable_linears(layers[0]).values()]
+    layer_parameters = max(sum(p.numel() for p in layer.parameters()) for layer in layers)
+    resident = parameters - sum(p.numel() for layer in layers for p in layer.parameters())
+    # the layer with the most prunable weights (DeepSeek's first layers are dense, the rest have experts)
+    widest_layer = max(layers, key=lambda layer: sum(m.weight.numel() for m in prunable_linears(layer).values()))
+    shapes = [weight_matrix(m).shape for m in prunable_linears(widest_layer).values()]
     largest = max(d_out * d_in for d_out, d_in in shapes)
     widest = max(d_in for _, d_in in shapes)
     linears_in = [d_in for _, d_in in shapes]
@@ -212,4 +207,5 @@ def plan_run(run: RunConfig) -> Plan:
         peak_cpu_bytes=cpu,
         peak_gpu_bytes=gpu,
         gpu_assumed=on_gpu and not torch.cuda.is_available(),
+        census=census(model),
     )

@@ -93,6 +93,8 @@ class LinearRecord:
     histogram: Histogram | None = None  # None when the method solves rather than scores (SparseGPT)
     fidelity: Fidelity | None = None  # None without --fidelity, or without calibration data (magnitude)
     choice: MaskChoice | None = None  # None for methods that solve rather than score (SparseGPT)
+    kind: str | None = None  # attention, mlp, experts or shared_experts (``acetui_core.layouts``); None before 0.2
+    tokens: int | None = None  # calibration tokens behind its statistics (an expert: those routed to it)
 
     @property
     def size(self) -> int:
@@ -142,6 +144,57 @@ class LinearSparsity:
     name: str
     sparsity: float
     seconds: float
+    kind: str | None = None  # see ``LinearRecord.kind``
+    weights: int | None = None  # its number of weights (None in runs recorded before 0.2)
+
+
+def kind_sparsity(linears: list[LinearSparsity]) -> dict[str, float]:
+    """Zeros over weights per kind of projection (attention, mlp, experts, shared_experts), weighted by size."""
+    zeros: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    for linear in linears:
+        if linear.kind is None or not linear.weights:
+            continue
+        zeros[linear.kind] = zeros.get(linear.kind, 0.0) + linear.sparsity * linear.weights
+        sizes[linear.kind] = sizes.get(linear.kind, 0) + linear.weights
+    return {kind: zeros[kind] / sizes[kind] for kind in sizes}
+
+
+@dataclass
+class ExpertLoad:
+    """The calibration tokens the router sent to each expert of one MoE layer."""
+
+    layer: int
+    experts: str  # the experts module in the layer, e.g. "mlp.experts"
+    tokens: list[int]  # per expert, in index order
+
+
+@dataclass
+class ExpertFallback:
+    """An expert whose routed tokens were too few (``acetui_core.routing``): its statistics came from every
+    calibration token instead."""
+
+    layer: int
+    expert: str  # its experts module and index, e.g. "mlp.experts.3"
+    tokens: int  # routed tokens it received
+    min_tokens: int  # the threshold it fell under
+
+    def sentence(self) -> str:
+        return (
+            f"Layer {self.layer} {self.expert} received {self.tokens} calibration token(s), fewer than "
+            f"{self.min_tokens}; its statistics come from all calibration tokens instead (--moe-calibration all "
+            f"for this expert)."
+        )
+
+
+@dataclass
+class Experts:
+    """How a mixture-of-experts model was calibrated and where its tokens went."""
+
+    layout: str  # how its experts are stored, e.g. "fused 3-D [experts, d_out, d_in]"
+    calibration: str  # --moe-calibration: routed or all
+    load: list[ExpertLoad] = field(default_factory=list)
+    fallbacks: list[ExpertFallback] = field(default_factory=list)
 
 
 @dataclass
@@ -238,6 +291,8 @@ class RunResult:
     masks: str | None = None  # the file of the run's masks (--keep-masks; ``acetui_core.maskfile``)
     method_fingerprint: str | None = None  # a plug-in metric's file: its SHA-256
     allocation: list[LayerAllocation] | None = None  # per-layer targets under --allocation owl
+    kinds: dict[str, float] | None = None  # sparsity per kind of projection (``kind_sparsity``)
+    experts: Experts | None = None  # a mixture-of-experts model's calibration and token load
     config: RunConfig | None = None
     run_id: str | None = None
 

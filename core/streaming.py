@@ -26,7 +26,8 @@ from torch import nn
 
 from acetui_core.checkpoint import INDEX_FILE, SCRATCH_PREFIX, LayerwiseCheckpoint
 from acetui_core.errors import UserError
-from acetui_core.models import decoder_layers, model_source
+from acetui_core.layouts import decoder_layers
+from acetui_core.models import model_source
 from acetui_core.scratch import owned_tempdir
 
 if TYPE_CHECKING:
@@ -183,10 +184,12 @@ class StreamedModel:
     shards: Shards
     prefixes: list[str]  # each decoder layer's name in the model
     base_prefix: str
+    model_type: str = ""
 
     def reading(self, folder: Path) -> StreamedModel:
         """The same model's layers read from another checkpoint (the pruned one a streamed run wrote)."""
-        return StreamedModel(Shards(folder, weight_map(folder), self.shards.dtype), self.prefixes, self.base_prefix)
+        shards = Shards(folder, weight_map(folder), self.shards.dtype)
+        return StreamedModel(shards, self.prefixes, self.base_prefix, self.model_type)
 
     def layer_keys(self, layer: nn.Module, index: int) -> dict[str, str]:
         """``{parameter name in the layer: checkpoint key}`` of decoder layer ``index``."""
@@ -195,12 +198,24 @@ class StreamedModel:
             full = f"{self.prefixes[index]}.{name}"
             key = self.shards.key(full, self.base_prefix)
             if key is None:
-                raise UserError(
-                    f"The checkpoint folder {self.shards.folder} has no tensor {full}; a shard is missing or does "
-                    f"not belong to this config.json."
-                )
+                raise UserError(self._missing(full))
             keys[name] = key
         return keys
+
+    def _missing(self, full: str) -> str:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+        family = self.model_type
+        if get_checkpoint_conversion_mapping(family) is not None:  # e.g. per-expert tensors fused while loading
+            return (
+                f"--offload disk cannot stream {self.shards.folder}: its checkpoint stores {full} in another layout "
+                f"that transformers converts while loading a whole '{family}' model, and streaming reads each "
+                f"layer's tensors as stored; use --offload none."
+            )
+        return (
+            f"The checkpoint folder {self.shards.folder} has no tensor {full}; a shard is missing or does "
+            f"not belong to this config.json."
+        )
 
 
 def load_streamed(folder: Path, dtype: torch.dtype):
@@ -235,7 +250,9 @@ def load_streamed(folder: Path, dtype: torch.dtype):
     if tied:  # a head the checkpoint stores is kept, even under tie_word_embeddings, as from_pretrained keeps it
         model.tie_weights()
     model.eval()
-    return model, tokenizer, StreamedModel(shards, prefixes, base)
+    streamed = StreamedModel(shards, prefixes, base, config.model_type)
+    streamed.layer_keys(decoder_layers(model)[0], 0)  # a layout streaming cannot read is refused before any work
+    return model, tokenizer, streamed
 
 
 def _tied(model: PreTrainedModel, name: str) -> bool:

@@ -26,6 +26,7 @@ from acetui_core.metrics import get_method
 from acetui_core.models import check_device_name, model_source, preflight, resolve_device, resolve_dtype
 from acetui_core.paths import data_dir, file_identity, user_path
 from acetui_core.permute import PERMUTATIONS
+from acetui_core.routing import CALIBRATIONS
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.streaming import check_offload, streaming_folder
 
@@ -106,6 +107,7 @@ def _check_variants(config: RunConfig, method) -> RunConfig:
     _choice(config.varp_form, VARP_FORMS, "--varp-form")
     _choice(config.allocation, ALLOCATIONS, "--allocation")
     _choice(config.update, UPDATES, "--update")
+    _choice(config.moe_calibration, CALIBRATIONS, "--moe-calibration")
     if method.source == "built-in" and not method.uses_varp:
         config = replace(config, varp_scale="none", varp_form="series")
     if method.score is None and (config.update != "none" or config.allocation != "uniform"):

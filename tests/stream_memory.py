@@ -45,7 +45,7 @@ peak = peak_rss_mb() * 2**20  # not ru_maxrss: that keeps the pytest parent's hi
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from acetui_core.models import decoder_layers, prunable_linears  # noqa: E402
+from acetui_core.layouts import decoder_layers, prunable_linears  # noqa: E402
 
 rows = set()
 if config.save:

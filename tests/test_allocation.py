@@ -7,8 +7,9 @@ from acetui_core import pipeline
 from acetui_core.allocation import outlier_ratio, owl_sparsities
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
+from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
 from acetui_core.masks import row_mask
-from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+from acetui_core.models import load_model
 from acetui_core.sparsegpt import obs_update
 
 

@@ -62,7 +62,7 @@ def test_json_result_on_stdout_and_progress_on_stderr(cli, make_tiny_model, tiny
 
     from transformers import AutoModelForCausalLM
 
-    from acetui_core.models import decoder_layers, prunable_linears, weight_matrix
+    from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
 
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "pruned")
     for i, layer in enumerate(decoder_layers(reloaded)):
@@ -142,13 +142,11 @@ def test_corrupt_gguf(cli, smollm_gguf, tmp_path):
 
 
 def test_unsupported_family(cli, tmp_path, tokenizer_dir):
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GPTNeoXConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, MambaConfig
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = GPTNeoXConfig(
-        vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64
-    )
-    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "neox")
-    tok.save_pretrained(tmp_path / "neox")
-    code, _, err = cli("prune", tmp_path / "neox", "--eval", "none")
-    assert code == 2 and "Model type 'gpt_neox' is not supported" in err and "OPT and GPT-2" in err
+    config = MambaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, state_size=4)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "mamba")
+    tok.save_pretrained(tmp_path / "mamba")
+    code, _, err = cli("prune", tmp_path / "mamba", "--eval", "none")
+    assert code == 2 and "Model type 'mamba' is not supported" in err and "GPT-NeoX" in err

@@ -15,7 +15,8 @@ from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration
 from acetui_core.events import LayerPruned
 from acetui_core.fidelity import linear_fidelity
-from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.models import load_model
 from acetui_core.records import Fidelity
 from acetui_core.store import Store
 
@@ -74,7 +75,9 @@ def test_recorded_fidelity_equals_a_direct_computation_on_a_tiny_model(make_tiny
     ):
         linear_inputs = {}
         hooks = [
-            module.register_forward_pre_hook(lambda m, args, n=name, seen=linear_inputs: seen.setdefault(n, args[0]))
+            module.owner.register_forward_pre_hook(
+                lambda m, args, n=name, seen=linear_inputs: seen.setdefault(n, args[0])
+            )
             for name, module in prunable_linears(dense_layer).items()
         ]
         with torch.no_grad():

@@ -8,7 +8,8 @@ import torch
 
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
-from acetui_core.models import decoder_layers, load_model, prunable_linears
+from acetui_core.layouts import decoder_layers, prunable_linears
+from acetui_core.models import load_model
 from acetui_core.streaming import load_for_run
 
 pytestmark = [

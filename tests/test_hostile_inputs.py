@@ -211,7 +211,8 @@ def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
 def test_nan_in_a_weight_is_reported_with_the_layer(make_tiny_model, tmp_path):
     from acetui_core import pipeline
     from acetui_core.config import RunConfig
-    from acetui_core.models import decoder_layers, load_model
+    from acetui_core.layouts import decoder_layers
+    from acetui_core.models import load_model
 
     loaded = load_model(str(make_tiny_model("llama")), device="cpu")
     with torch.no_grad():
@@ -223,7 +224,8 @@ def test_nan_in_a_weight_is_reported_with_the_layer(make_tiny_model, tmp_path):
 def test_a_float32_run_is_not_told_to_use_float32(make_tiny_model):
     from acetui_core import pipeline
     from acetui_core.config import RunConfig
-    from acetui_core.models import decoder_layers, load_model
+    from acetui_core.layouts import decoder_layers
+    from acetui_core.models import load_model
 
     loaded = load_model(str(make_tiny_model("llama")), device="cpu")
     with torch.no_grad():

@@ -10,8 +10,9 @@ from runhelpers import LINEAR_NAMES, Clock, cli, insert_run
 
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
+from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
 from acetui_core.maskfile import MaskWriter, mask_writer, overlap, read_masks, total
-from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+from acetui_core.models import load_model
 from acetui_core.store import Store
 
 

@@ -11,8 +11,9 @@ from acetui_core import pipeline
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import LayerPruned, RunFinished, Stage
+from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
 from acetui_core.metrics import METHODS
-from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+from acetui_core.models import load_model
 from acetui_core.records import RunResult, from_dict, to_dict
 
 NSAMPLES, SEQLEN = 8, 16

@@ -288,7 +288,7 @@ def test_a_model_is_copied_for_reset_only_while_a_later_run_reuses_it(make_tiny_
     from dataclasses import replace
 
     from acetui_core.config import RunConfig
-    from acetui_core.models import decoder_layers, prunable_linears
+    from acetui_core.layouts import decoder_layers, prunable_linears
     from acetui_core.runner import ModelCache
 
     single = RunConfig(model=str(make_tiny_model("llama")), method="wanda", sparsity="0.5", device="cpu")

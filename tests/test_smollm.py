@@ -6,7 +6,7 @@ import pytest
 
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
-from acetui_core.models import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
 
 pytestmark = pytest.mark.slow
 EVAL = dict(eval_seqlen=512, eval_limit=8)

@@ -15,7 +15,7 @@ from runhelpers import cli
 
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
-from acetui_core.models import decoder_layers, prunable_linears
+from acetui_core.layouts import decoder_layers, prunable_linears
 
 TESTS = Path(__file__).resolve().parent
 

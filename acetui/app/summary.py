@@ -198,6 +198,7 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
         + (f", VarP {config.varp_form}" if config.varp_form != "series" else "")
         + (f", OWL λ {config.owl_lambda:g} M {config.owl_m:g}" if config.allocation == "owl" else "")
         + (", OBS update" if config.update == "obs" else "")
+        + (", experts calibrated on all tokens" if config.moe_calibration == "all" else "")
         + ")"
     )
     group = (

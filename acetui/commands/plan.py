@@ -30,6 +30,18 @@ def _evaluation(plan) -> str:
     return text
 
 
+def _census(plan) -> tuple[str, str]:
+    """What will be pruned, per kind with its share of the parameters, and what stays dense."""
+    census = plan.census or {}
+    share = lambda count: f"{fmt_count(count)} ({count / plan.parameters:.0%})"  # noqa: E731
+    dense = ("routing", "norms and biases")
+    pruned = ", ".join(f"{kind.replace('_', ' ')} {share(n)}" for kind, n in census.items() if kind not in dense)
+    kept = [f"{kind} {share(census[kind])}" for kind in dense if census.get(kind)]
+    outside = plan.resident_parameters
+    kept.append(f"embeddings, final norm and head {share(outside)}")
+    return pruned, ", ".join(kept)
+
+
 def plan_table(plan, nsamples: int, seqlen) -> Table:
     table = Table(title=f"plan: {plan.model}", show_header=False)
     table.add_column(style="bold")
@@ -41,8 +53,11 @@ def plan_table(plan, nsamples: int, seqlen) -> Table:
     rows = [
         (
             "parameters",
-            f"{fmt_count(plan.parameters)} ({plan.family}, {plan.layers} layers of {fmt_count(plan.layer_parameters)})",
+            f"{fmt_count(plan.parameters)} ({plan.family}, {plan.layers} layers of up to "
+            f"{fmt_count(plan.layer_parameters)})",
         ),
+        ("pruned", _census(plan)[0]),
+        ("kept dense", _census(plan)[1]),
         ("checkpoint", checkpoint),
         ("device", f"{plan.device} ({plan.dtype})"),
         (

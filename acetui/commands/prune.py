@@ -113,6 +113,7 @@ def prune(
     dsnot_cycles: options.DsnotCycles = 50,
     dsnot_threshold: options.DsnotThreshold = 0.1,
     dsnot_var_power: options.DsnotVarPower = 1.0,
+    moe_calibration: options.MoeCalibration = "routed",
     save: Annotated[Path | None, typer.Option(help="Save the pruned model as a Hugging Face checkpoint here.")] = None,
     overwrite: Annotated[
         bool, typer.Option(help="Allow --save to replace a checkpoint folder acetui wrote before.")

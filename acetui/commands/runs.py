@@ -166,6 +166,12 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
                 "(per linear: runs show --json)"
             )
     if run.results:
+        if run.results.kinds:
+            print(
+                "sparsity by kind: " + ", ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in run.results.kinds.items())
+            )
+        if run.results.experts:
+            print(expert_load_text(run.results.experts))
         print(run_summary(run))
         print(kept_for_tests(opened, run))
 
@@ -219,6 +225,19 @@ def mask_choice_columns(layers: list[LayerRecord]) -> tuple[list[str], list[list
             row.append(f"{mean([r.error_before for r in done]):.4f} -> {mean([r.error_after for r in done]):.4f}")
         rows.append(row)
     return headers, rows
+
+
+def expert_load_text(experts) -> str:
+    """Each MoE layer's calibration tokens per expert, starved experts marked, and the fallbacks' sentences."""
+    lines = [f"experts: {experts.layout}; statistics from {experts.calibration} tokens"]
+    starved = {(f.layer, f.expert) for f in experts.fallbacks}
+    for load in experts.load:
+        counts = " ".join(
+            f"{n}*" if (load.layer, f"{load.experts}.{e}") in starved else str(n) for e, n in enumerate(load.tokens)
+        )
+        lines.append(f"  layer {load.layer} {load.experts} tokens: {counts}")
+    lines += [f"  * {f.sentence()}" for f in experts.fallbacks]
+    return "\n".join(lines)
 
 
 class Follower:

@@ -215,11 +215,19 @@ class DepthPlot(Plot):
 
 
 def sparsity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:
-    """The sparsity each kind of linear reached, layer by layer (q, k, v, o, gate, up, down)."""
+    """The sparsity each kind of linear reached, layer by layer (q, k, v, o, gate, up, down); a layer's
+    experts and shared experts as one line each, weighted by size."""
     series: dict[str, list[tuple[int, float]]] = {}
     for layer in layers:
+        pooled: dict[str, tuple[float, int]] = {}
         for linear in layer.linears:
-            series.setdefault(linear_kind(linear.name), []).append((layer.index, linear.sparsity))
+            if linear.kind in ("experts", "shared_experts"):
+                zeros, size = pooled.get(linear.kind, (0.0, 0))
+                pooled[linear.kind] = (zeros + linear.sparsity * linear.size, size + linear.size)
+            else:
+                series.setdefault(linear_kind(linear.name), []).append((layer.index, linear.sparsity))
+        for kind, (zeros, size) in pooled.items():
+            series.setdefault(kind.replace("_", " "), []).append((layer.index, zeros / size))
     return series
 
 

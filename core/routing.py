@@ -1,0 +1,117 @@
+"""What enters each expert of a mixture-of-experts layer during calibration (``--moe-calibration``).
+
+transformers' MoE blocks call their experts module as ``experts(hidden_states, top_k_index, top_k_weights)``
+with the tokens flattened to ``(tokens, hidden)`` and the router's choice of ``k`` experts per token. A
+forward pre-hook there sees both, so each expert's statistics come from the calibration pass itself:
+
+- ``routed`` (the default): expert ``e``'s ``gate_up_proj`` (or ``up_proj``) sees the tokens the router sent
+  to ``e``, and its ``down_proj`` sees what ``e`` makes of them (its gate applied), computed as transformers'
+  own expert forward does (``batched_mm_experts_forward``).
+- ``all``: every calibration token goes through every expert, as if each were a dense MLP.
+
+An expert that receives fewer than ``MIN_EXPERT_TOKENS`` routed tokens has too few samples for its statistics
+(a Hessian of rank below that, norms from a handful of tokens); its statistics are gathered again over every
+token (``all``) for that expert alone, with a warning naming the layer, the expert and its token count, which
+the run records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from acetui_core.layouts import FUSED_EXPERTS, Matrix
+from acetui_core.records import ExpertFallback, ExpertLoad
+
+CALIBRATIONS = ("routed", "all")
+MIN_EXPERT_TOKENS = 16
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, transposed: bool) -> torch.Tensor:
+    return x @ weight if transposed else F.linear(x, weight)
+
+
+def expert_intermediate(experts: Any, expert: int, x: torch.Tensor) -> torch.Tensor:
+    """What expert ``expert`` feeds its ``down_proj`` for inputs ``x``: its up (and gate) projection, bias,
+    and gate or activation, in the order of transformers' ``batched_mm_experts_forward`` (``experts`` is
+    transformers' experts module: typed loosely, its attributes come from ``use_experts_implementation``)."""
+    first = "gate_up_proj" if experts.has_gate else "up_proj"
+    out = _linear(x, getattr(experts, first)[expert], experts.is_transposed)
+    if experts.has_bias:
+        out = out + getattr(experts, f"{first}_bias")[expert]
+    return experts._apply_gate(out) if experts.has_gate else experts.act_fn(out)
+
+
+def _routed_rows(top_k_index: torch.Tensor, expert: int) -> torch.Tensor:
+    return (top_k_index == expert).any(dim=-1).nonzero().squeeze(-1)
+
+
+@contextmanager
+def record_expert_inputs(
+    matrices: dict[str, Matrix], record: Callable[[str, torch.Tensor | None], None], calibration: str
+):
+    """Hooks every fused experts module among ``matrices`` so that ``record(name, x)`` receives each expert
+    slice's inputs (``None``: this batch sent it no token). Removed on exit."""
+    by_module: dict[nn.Module, dict[int, dict[str, str]]] = {}
+    for name, matrix in matrices.items():
+        if matrix.param in FUSED_EXPERTS and matrix.expert is not None:
+            by_module.setdefault(matrix.owner, {}).setdefault(matrix.expert, {})[matrix.param] = name
+
+    def hook(module, args, kwargs, experts):
+        values = [*args, *kwargs.values()]
+        hidden, top_k_index = values[0], values[1]
+        for expert, names in experts.items():
+            x = hidden if calibration == "all" else hidden[_routed_rows(top_k_index, expert)]
+            if x.shape[0] == 0:
+                for name in names.values():
+                    record(name, None)
+                continue
+            for param, name in names.items():
+                if param != "down_proj":
+                    record(name, x)
+            if "down_proj" in names:
+                record(names["down_proj"], expert_intermediate(module, expert, x))
+
+    handles = [
+        module.register_forward_pre_hook(lambda m, a, k, e=experts: hook(m, a, k, e), with_kwargs=True)
+        for module, experts in by_module.items()
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def starved(matrices: dict[str, Matrix], tokens: dict[str, int]) -> dict[str, int]:
+    """The fused expert slices whose routed tokens fall under ``MIN_EXPERT_TOKENS``, with that count."""
+    return {
+        name: tokens[name]
+        for name, matrix in matrices.items()
+        if matrix.param in FUSED_EXPERTS and matrix.expert is not None and tokens.get(name, 0) < MIN_EXPERT_TOKENS
+    }
+
+
+def expert_of(name: str) -> str:
+    """``mlp.experts.3.down_proj`` -> ``mlp.experts.3``."""
+    return name.rsplit(".", 1)[0]
+
+
+def fallbacks(layer: int, hungry: dict[str, int]) -> list[ExpertFallback]:
+    """One record per starved expert (``starved`` names its slices)."""
+    experts = {expert_of(name): tokens for name, tokens in hungry.items()}
+    return [ExpertFallback(layer, expert, tokens, MIN_EXPERT_TOKENS) for expert, tokens in experts.items()]
+
+
+def expert_load(layer: int, matrices: dict[str, Matrix], tokens: dict[str, int]) -> list[ExpertLoad]:
+    """Per experts module of the layer, the routed tokens of each expert (from its first projection's count)."""
+    load: dict[str, dict[int, int]] = {}
+    for name, matrix in matrices.items():
+        if matrix.kind == "experts" and matrix.expert is not None and name in tokens:
+            load.setdefault(expert_of(expert_of(name)), {}).setdefault(matrix.expert, tokens[name])
+    return [ExpertLoad(layer, module, [counts[e] for e in sorted(counts)]) for module, counts in load.items()]

@@ -1,0 +1,267 @@
+"""Mixture-of-experts models (and GPT-NeoX): every expert is pruned with its own routed statistics, the
+reported sparsity is the one the saved weights have, routers stay dense, and a layout the table does not
+know is refused. Tiny random models from transformers' own configs (tests/moe_models.py)."""
+
+from __future__ import annotations
+
+import glob
+import logging
+
+import pytest
+import torch
+from moe_models import FAMILIES, moe_config
+from runhelpers import cli as run_cli
+
+from acetui_core import pipeline
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.models import load_model
+from acetui_core.routing import MIN_EXPERT_TOKENS
+
+QUICK = ["--nsamples", "8", "--seqlen", "16", "--eval", "none"]
+ROUTING = (".gate.weight", ".router.", ".shared_expert_gate.")
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    return lambda *args: run_cli(monkeypatch, capsys, *args)
+
+
+@pytest.fixture(scope="module")
+def make_moe(tmp_path_factory, tokenizer_dir):
+    """Build (once per family and variant) a tiny random model with SmolLM2's tokenizer, saved as a folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    made = {}
+
+    def make(family: str, edit=None, **overrides):
+        key = (family, edit, tuple(sorted(overrides.items())))
+        if key not in made:
+            torch.manual_seed(0)
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+            model = AutoModelForCausalLM.from_config(moe_config(family, len(tokenizer), **overrides))
+            if edit is not None:
+                edit(model)
+            out = tmp_path_factory.mktemp(family)
+            model.save_pretrained(out)
+            tokenizer.save_pretrained(out)
+            made[key] = out
+        return made[key]
+
+    return make
+
+
+def _saved(folder) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    tensors = {}
+    for shard in glob.glob(f"{folder}/*.safetensors"):
+        tensors.update(load_file(shard))
+    return tensors
+
+
+def _pruned_zeros(tensors: dict[str, torch.Tensor], only: str = "") -> tuple[int, int]:
+    """Zeros and weights of the saved decoder projections (matrices and expert stacks, not routers or biases)."""
+    zeros = weights = 0
+    for name, tensor in tensors.items():
+        if ".layers." not in name or tensor.dim() < 2 or name.endswith("bias") or any(r in name for r in ROUTING):
+            continue
+        if only in name:
+            zeros += int((tensor == 0).sum())
+            weights += tensor.numel()
+    return zeros, weights
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "gpt_neox"])
+@pytest.mark.parametrize("sparsity", ["0.5", "2:4"])
+def test_saved_weights_have_the_reported_sparsity(cli, make_moe, calib_file, tmp_path, family, sparsity):
+    source = make_moe(family)
+    code, out, err = cli("prune", source, "-m", "wanda", "-s", sparsity, "--calib", calib_file, *QUICK,
+                         "--save", tmp_path / "out", "--json")  # fmt: skip
+    assert code == 0, err
+    import json
+
+    result = json.loads(out)
+    dense, pruned = _saved(source), _saved(tmp_path / "out")
+    zeros, weights = _pruned_zeros(pruned)
+    assert zeros / weights == pytest.approx(0.5, abs=1e-9)
+    assert result["overall_sparsity"] == pytest.approx(zeros / weights, abs=1e-9)
+    if family != "gpt_neox":
+        experts = _pruned_zeros(pruned, ".experts.")
+        assert experts[0] / experts[1] == pytest.approx(0.5, abs=1e-9) and experts[1] > 0
+        assert result["kinds"]["experts"] == pytest.approx(0.5, abs=1e-9)
+    routers = [name for name in dense if any(r in name for r in ROUTING)]
+    assert routers or family == "gpt_neox"
+    for name in routers:  # routers and gates: bit-identical to the dense model
+        assert torch.equal(dense[name], pruned[name]), name
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(tmp_path / "out")  # loads back in the layout transformers expects
+
+
+@pytest.fixture(scope="module")
+def qwen2_moe(make_moe):
+    """Qwen2-MoE: routed experts, a shared expert and its one-row gate."""
+    loaded = load_model(str(make_moe("qwen2_moe")), device="cpu")
+    loaded.snapshot()
+    return loaded
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"method": "magnitude"},
+        {"method": "ria", "group": "layer"},
+        {"method": "cosp"},
+        {"method": "varp", "varp_form": "inverse", "varp_scale": "max"},
+        {"method": "ace"},
+        {"method": "wanda+varp"},
+        {"method": "ria+varp"},
+        {"method": "sparsegpt"},
+        {"method": "wanda", "update": "obs"},
+        {"method": "wanda", "allocation": "owl", "sparsity": "0.6"},
+        {"method": "ace", "fidelity": True, "sparsity": "4:8"},
+        {"method": "wanda", "moe_calibration": "all"},
+    ],
+    ids=lambda settings: "-".join(str(v) for v in settings.values()),
+)
+def test_every_metric_prunes_every_expert(qwen2_moe, calib_file, settings):
+    fields = {"sparsity": "0.5", "calib": calib_file, "nsamples": 8, "seqlen": 16, "evals": [], **settings}
+    config = RunConfig(model=qwen2_moe.source, device="cpu", **fields)
+    qwen2_moe.reset()
+    pruned = pipeline.prune(qwen2_moe, config)
+    zeros = weights = 0
+    for index, layer in enumerate(decoder_layers(qwen2_moe.model)):
+        for name, matrix in prunable_linears(layer).items():
+            W = weight_matrix(matrix)
+            zeros, weights = zeros + int((W == 0).sum()), weights + W.numel()
+            reported = next(s for s in pruned.layers if s.layer == index and s.name == name)
+            assert reported.sparsity == (W == 0).sum().item() / W.numel()
+            if config.allocation == "uniform":
+                assert reported.sparsity == pytest.approx(config.sparsity_spec.fraction, abs=0.02), name
+        assert "mlp.shared_expert_gate" not in prunable_linears(layer)
+        assert torch.count_nonzero(layer.mlp.shared_expert_gate.weight) == layer.mlp.shared_expert_gate.weight.numel()
+    assert pruned.overall_sparsity == pytest.approx(zeros / weights, abs=1e-12)
+    assert set(pruned.kinds) == {"attention", "experts", "shared_experts"}
+    if config.method != "magnitude":  # a method without calibration data has no token load to record
+        assert pruned.experts is not None and pruned.experts.calibration == config.moe_calibration
+        assert [len(load.tokens) for load in pruned.experts.load] == [8, 8]
+
+
+def test_a_plugin_metric_receives_each_expert_as_a_matrix(qwen2_moe, calib_file, tmp_path):
+    plugin = tmp_path / "shapes.py"
+    plugin.write_text("SEEN = []\n\ndef score(W, stats, opts):\n    SEEN.append(tuple(W.shape))\n    return W.abs()\n")
+    config = RunConfig(model=qwen2_moe.source, method=f"{plugin}:score", sparsity="0.5", calib=calib_file,
+                       nsamples=4, seqlen=16, evals=[], device="cpu")  # fmt: skip
+    qwen2_moe.reset()
+    pruned = pipeline.prune(qwen2_moe, config)
+    assert pruned.kinds["experts"] == pytest.approx(0.5)
+    experts = [s for s in pruned.layers if s.kind == "experts"]
+    assert len(experts) == 2 * 8 * 2  # 2 layers, 8 experts, gate_up and down
+
+
+def _layer_with(family, make_moe, edit):
+    loaded = load_model(str(make_moe(family)), device="cpu")
+    edit(decoder_layers(loaded.model)[0])
+    return loaded
+
+
+def test_a_weight_the_table_does_not_know_is_refused_with_its_name(cli, make_moe, calib_file, monkeypatch):
+    """A future layout (here: transformers' experts as if their down_proj were unknown) stops the run."""
+    import acetui_core.layouts
+
+    monkeypatch.setattr(acetui_core.layouts, "FUSED_EXPERTS", ("gate_up_proj",))
+    code, _, err = cli("prune", make_moe("qwen3_moe"), "-m", "wanda", "--calib", calib_file, *QUICK)
+    assert code == 2
+    assert "mlp.experts.down_proj" in err and "qwen3_moe" in err and "Traceback" not in err
+
+
+def test_an_unknown_matrix_in_a_layer_is_refused(make_moe, calib_file):
+    def add(layer):
+        layer.mlp.mystery = torch.nn.Parameter(torch.zeros(4, 8, 8))
+
+    loaded = _layer_with("mixtral", make_moe, add)
+    config = RunConfig(model=loaded.source, method="magnitude", sparsity="0.5", evals=[], device="cpu")
+    with pytest.raises(UserError, match=r"Layer 0's weight mlp\.mystery .* 'mixtral' architecture"):
+        pipeline.prune(loaded, config)
+
+
+def _starve_expert_zero(model):
+    """With one expert per token, a zero router row for expert 0 and rows 1 and 2 opposite, one of experts 1
+    and 2 always scores at least 0 = expert 0's score: expert 0 receives no token in layer 0."""
+    router = decoder_layers(model)[0].mlp.gate.weight
+    with torch.no_grad():
+        router[0] = 0
+        router[2] = -router[1]
+
+
+def test_an_expert_without_tokens_falls_back_to_all_tokens(make_moe, calib_file, caplog):
+    source = make_moe("mixtral", edit=_starve_expert_zero, num_experts_per_tok=1)
+    loaded = load_model(str(source), device="cpu")
+    config = RunConfig(model=str(source), method="wanda", sparsity="0.5", calib=calib_file, nsamples=8, seqlen=16,
+                       evals=[], device="cpu")  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="acetui"):
+        pruned = pipeline.prune(loaded, config)
+    assert pruned.experts is not None
+    load = pruned.experts.load[0]
+    assert load.layer == 0 and load.tokens[0] == 0 and sum(load.tokens) == 8 * 16
+    fallback = next(f for f in pruned.experts.fallbacks if f.layer == 0 and f.expert == "mlp.experts.0")
+    assert fallback.tokens == 0 and fallback.min_tokens == MIN_EXPERT_TOKENS
+    assert "Layer 0 mlp.experts.0 received 0 calibration token(s)" in caplog.text
+    expert = [s for s in pruned.layers if s.layer == 0 and s.name.startswith("mlp.experts.0.")]
+    assert len(expert) == 2 and all(s.sparsity == 0.5 for s in expert)  # pruned with all tokens' statistics
+
+
+def test_routed_statistics_are_those_of_the_tokens_the_router_sent(make_moe, calib_file):
+    from acetui_core.data import calibration_windows, tokenized_calibration
+
+    loaded = load_model(str(make_moe("mixtral")), device="cpu")
+    ids, _ = tokenized_calibration(loaded.tokenizer, calib_file)
+    inputs = pipeline._capture_layer0_inputs(loaded, calibration_windows(ids, 4, 16, 0), 4, torch.device("cpu"))
+    layer = decoder_layers(loaded.model)[0]
+    block_inputs = []
+    hook = layer.mlp.register_forward_pre_hook(lambda module, args: block_inputs.append(args[0].reshape(-1, 64)))
+    try:
+        stats = pipeline._gather_stats(layer, prunable_linears(layer), inputs, "cpu", hessian=True)
+    finally:
+        hook.remove()
+    x = torch.cat(block_inputs)
+    _, _, chosen = layer.mlp.gate(x)
+    experts = layer.mlp.experts
+    for e in range(4):
+        mine = x[(chosen == e).any(dim=-1)]
+        gate, up = (mine @ experts.gate_up_proj[e].t()).chunk(2, dim=-1)
+        inner = torch.nn.functional.silu(gate) * up
+        first, second = stats[f"mlp.experts.{e}.gate_up_proj"], stats[f"mlp.experts.{e}.down_proj"]
+        assert first.tokens == second.tokens == mine.shape[0] > 0
+        torch.testing.assert_close(first.sq, (mine**2).sum(0))
+        torch.testing.assert_close(first.xtx, mine.t() @ mine)
+        torch.testing.assert_close(second.sq, (inner**2).sum(0))
+        torch.testing.assert_close(second.q, (inner**4).sum(0))
+
+
+def test_streamed_and_in_memory_runs_give_the_same_masks(make_moe, calib_file, tmp_path):
+    """gpt-oss stores its experts fused on disk too, so its layers stream."""
+    source = make_moe("gpt_oss")
+    results = {}
+    for offload in ("none", "disk"):
+        config = RunConfig(model=str(source), method="sparsegpt", sparsity="0.5", calib=calib_file, nsamples=8,
+                           seqlen=16, evals=[], device="cpu", offload=offload, save=str(tmp_path / offload))  # fmt: skip
+        results[offload] = pipeline.run(config)
+    whole, streamed = _saved(tmp_path / "none"), _saved(tmp_path / "disk")
+    assert whole.keys() == streamed.keys()
+    for name in whole:
+        assert torch.equal(whole[name] == 0, streamed[name] == 0), name
+    assert results["disk"].overall_sparsity == results["none"].overall_sparsity
+    assert results["disk"].experts.load == results["none"].experts.load
+
+
+def test_a_checkpoint_transformers_converts_while_loading_is_not_streamed(cli, make_moe, calib_file):
+    code, _, err = cli("prune", make_moe("mixtral"), "-m", "wanda", "--calib", calib_file, *QUICK, "--offload", "disk")
+    assert code == 2 and "--offload disk cannot stream" in err and "--offload none" in err
+
+
+def test_moe_calibration_is_checked_before_any_work(cli, make_moe):
+    code, _, err = cli("prune", make_moe("mixtral"), "--moe-calibration", "some", *QUICK)
+    assert code == 2 and "--moe-calibration must be routed or all, not 'some'." in err
