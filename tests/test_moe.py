@@ -235,10 +235,11 @@ def test_routed_statistics_are_those_of_the_tokens_the_router_sent(make_moe, cal
         inner = torch.nn.functional.silu(gate) * up
         first, second = stats[f"mlp.experts.{e}.gate_up_proj"], stats[f"mlp.experts.{e}.down_proj"]
         assert first.tokens == second.tokens == mine.shape[0] > 0
-        torch.testing.assert_close(first.sq, (mine**2).sum(0))
-        torch.testing.assert_close(first.xtx, mine.t() @ mine)
-        torch.testing.assert_close(second.sq, (inner**2).sum(0))
-        torch.testing.assert_close(second.q, (inner**4).sum(0))
+        mine, inner = mine.double(), inner.double()  # the accumulators' own precision
+        torch.testing.assert_close(first.sq.double(), (mine**2).sum(0))
+        torch.testing.assert_close(first.xtx.double(), mine.t() @ mine)
+        torch.testing.assert_close(second.sq.double(), (inner**2).sum(0))
+        torch.testing.assert_close(second.q.double(), (inner**4).sum(0))
 
 
 def test_streamed_and_in_memory_runs_give_the_same_masks(make_moe, calib_file, tmp_path):

@@ -27,6 +27,14 @@ def zeroshot_row(result: RunResult):
     return ("zero-shot acc", f"mean {mean_accuracy(result.zeroshot):.4f}{partial}: {tasks}")
 
 
+def _by_kind(result: RunResult) -> str:
+    """Per kind of projection, when the model has more kinds than attention and MLP (experts)."""
+    kinds = result.kinds or {}
+    if set(kinds) <= {"attention", "mlp"}:
+        return ""
+    return " (" + ", ".join(f"{kind.replace('_', ' ')} {value:.4f}" for kind, value in kinds.items()) + ")"
+
+
 def summary_table(result: RunResult) -> Table:
     """A two-column summary that stays readable in an 80-column SSH terminal."""
     table = Table(title=f"{result.label} at {result.sparsity}", show_header=False)
@@ -40,7 +48,7 @@ def summary_table(result: RunResult) -> Table:
         ("run", f"{result.run_id} (acetui runs show {result.run_id})") if result.run_id else None,
         ("model", result.model),
         ("method", f"{result.method} ({result.group} groups)"),
-        ("sparsity", f"{result.overall_sparsity:.4f} of the decoder linears"),
+        ("sparsity", f"{result.overall_sparsity:.4f} of the decoder linears{_by_kind(result)}"),
         (
             "calibration",
             f"{calib.nsamples} x {calib.seqlen} tokens, seed {calib.seed}, {calib.source}"
