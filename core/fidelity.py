@@ -28,7 +28,7 @@ def linear_fidelity(dense: torch.Tensor, pruned: torch.Tensor, gram: torch.Tenso
 
     The error is computed from ``D = W - W'`` directly (``||DX||^2 = sum(D G * D)``), not as a
     difference of large norms, so a small error keeps its digits."""
-    dense, pruned = dense.float(), pruned.float()
+    dense, pruned = dense.to(gram.dtype), pruned.to(gram.dtype)  # the Gram matrix's precision (float64 sums)
     removed = dense - pruned
     dense_g, removed_g = dense @ gram, removed @ gram
     dense_sq = torch.sum(dense_g.double() * dense.double()).item()
