@@ -37,7 +37,7 @@ _CHECKPOINT_FILE = re.compile(
     r"|vocab\.json|vocab\.txt|merges\.txt|tokenizer\.model|sentencepiece\.bpe\.model"
     r"|permutations\.json"  # --permute's sidecar (acetui_core.permute)
 )
-_TEMP_PREFIX = ".acetui-save-"
+TEMP_PREFIX = ".acetui-save-"
 SCRATCH_PREFIX = "acetui-pruned-"  # in the system temp folder: a streamed run's pruned layers, kept for evaluation
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -112,8 +112,8 @@ def sweep_temporaries(saves: Iterable[str]) -> list[Path]:
     """Remove what killed runs left behind (their processes gone): unfinished saves beside each of the
     ``saves`` folders, and streamed runs' scratch checkpoints in the system temp folder. Returns them."""
     folders = {user_path(save).absolute().parent for save in saves}
-    removed = [path for folder in folders for path in sweep(_TEMP_PREFIX, folder)]
-    return removed + sweep(SCRATCH_PREFIX) + sweep(_TEMP_PREFIX)
+    removed = [path for folder in folders for path in sweep(TEMP_PREFIX, folder)]
+    return removed + sweep(SCRATCH_PREFIX) + sweep(TEMP_PREFIX)
 
 
 class AtomicFolder:
@@ -125,9 +125,9 @@ class AtomicFolder:
         self.overwrite = overwrite
         self.path = user_path(save).absolute()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        sweep(_TEMP_PREFIX, self.path.parent)  # what killed runs left here
+        sweep(TEMP_PREFIX, self.path.parent)  # what killed runs left here
         # the permissions save_pretrained's own folder would get (the umask's), not a private 0700
-        self.temp = owned_tempdir(_TEMP_PREFIX, self.path.parent, mode=0o777)
+        self.temp = owned_tempdir(TEMP_PREFIX, self.path.parent, mode=0o777)
 
     @contextmanager
     def writing(self):
@@ -156,7 +156,7 @@ class AtomicFolder:
         for file in self.temp.iterdir():
             file.chmod(readable)
         if self.overwrite and self.path.is_dir() and any(self.path.iterdir()):  # checked by check_save_dir
-            previous = owned_tempdir(_TEMP_PREFIX, self.path.parent)
+            previous = owned_tempdir(TEMP_PREFIX, self.path.parent)
             os.replace(self.path, previous)  # replaces the empty folder mkdtemp made
             os.replace(self.temp, self.path)
             shutil.rmtree(previous, ignore_errors=True)

@@ -662,7 +662,7 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None, prun
 
         model = loaded.model
         if streamed is not None:
-            model = load_offloaded(pruned_folder, loaded.dtype, loaded.device, pruned_folder.parent / "offload")
+            model = load_offloaded(pruned_folder, loaded.dtype, loaded.device)
         results.zeroshot, results.task_outcomes = evaluate_zeroshot(
             model,
             loaded.tokenizer,

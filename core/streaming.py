@@ -14,6 +14,7 @@ import ctypes
 import json
 import logging
 import shutil
+import weakref
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import psutil
 import torch
 from torch import nn
 
-from acetui_core.checkpoint import INDEX_FILE, SCRATCH_PREFIX, LayerwiseCheckpoint
+from acetui_core.checkpoint import INDEX_FILE, SCRATCH_PREFIX, TEMP_PREFIX, LayerwiseCheckpoint
 from acetui_core.errors import UserError
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import model_source
@@ -469,10 +470,12 @@ class PrunedLayers:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def load_offloaded(folder: Path, dtype: torch.dtype, device: torch.device, scratch: Path):
+def load_offloaded(folder: Path, dtype: torch.dtype, device: torch.device):
     """The pruned checkpoint whole, through accelerate's offloading: what fits on ``device`` (and in 70% of
     the available CPU memory) stays there, the rest is read from disk at every forward pass. Slow, and
-    said so in the run's log: it is how a model that fits nowhere gets zero-shot scores."""
+    said so in the run's log: it is how a model that fits nowhere gets zero-shot scores. The offloaded
+    weights go to a hidden folder beside the checkpoint (where there is room for them), removed with
+    the model, or by the next save or ``runs sync`` when the run is killed."""
     from transformers import AutoModelForCausalLM
 
     logging.getLogger("acetui").warning(
@@ -482,6 +485,9 @@ def load_offloaded(folder: Path, dtype: torch.dtype, device: torch.device, scrat
     memory: dict[str | int, int] = {"cpu": int(AUTO_FRACTION * psutil.virtual_memory().available)}
     if device.type == "cuda":
         memory[device.index or 0] = int(0.8 * torch.cuda.mem_get_info(device)[0])
-    return AutoModelForCausalLM.from_pretrained(
+    scratch = owned_tempdir(TEMP_PREFIX, folder.parent)
+    model = AutoModelForCausalLM.from_pretrained(
         folder, dtype=dtype, device_map="auto", max_memory=memory, offload_folder=str(scratch)
     ).eval()
+    weakref.finalize(model, shutil.rmtree, scratch, True)
+    return model

@@ -266,6 +266,19 @@ def test_a_killed_save_is_swept_by_the_next_save_and_by_runs_sync(make_tiny_mode
     assert sorted(p.name for p in out.parent.iterdir()) == [".acetui-save-notes", "pruned"]
 
 
+def test_a_streamed_zero_shot_leaves_nothing_beside_the_checkpoint(make_tiny_model, tmp_path, monkeypatch, capsys):
+    """Zero-shot of a streamed model offloads its weights to disk: beside the checkpoint, and gone after."""
+    out, store = tmp_path / "models" / "pruned", tmp_path / "runs.db"
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "offload").mkdir()  # a folder of the user's that an earlier version wrote into
+    (tmp_path / "models" / "offload" / "notes.md").write_text("mine")
+    args = [str(make_tiny_model("llama")), *QUICK[:2], "--device", "cpu", "--offload", "disk", "--save", str(out)]
+    code, _, err = _prune(monkeypatch, capsys, store, *args, "--eval", "zeroshot", "--tasks", "rte", "--limit", "2")
+    assert code == 0, err
+    assert sorted(p.name for p in out.parent.iterdir()) == ["offload", "pruned"]
+    assert _files(out.parent / "offload") == {"notes.md": b"mine"}
+
+
 def test_runs_rm_removes_every_file_of_the_run_and_nothing_else(make_tiny_model, tmp_path, monkeypatch, capsys):
     store = tmp_path / "store" / "runs.db"
     model = str(make_tiny_model("llama"))
