@@ -8,6 +8,8 @@ which stops the run between layers and records it cancelled, as Ctrl-C does on a
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shutil
 import subprocess
@@ -91,7 +93,8 @@ class Slurm:
         try:
             executor = submitit.AutoExecutor(folder=folder / "%j", cluster=self.cluster)
             executor.update_parameters(**parameters)
-            with executor.batch():  # one job array for the grid
+            # submitit prints sbatch's complaint itself before raising it: the user gets it once, in our sentence
+            with contextlib.redirect_stderr(io.StringIO()), executor.batch():  # one job array for the grid
                 jobs = [executor.submit(run_job, str(folder), run.id, run.config.to_dict()) for run in runs]
         except (subprocess.CalledProcessError, OSError, RuntimeError) as error:  # submitit's errors are RuntimeErrors
             for run in runs:
