@@ -47,7 +47,7 @@ def tokenizer_dir(tmp_path_factory, smollm_gguf) -> Path:
     return out
 
 
-def _tiny_config(family: str, vocab_size: int):
+def _tiny_config(family: str, vocab_size: int, layers: int):
     from transformers import GPT2Config, LlamaConfig, OPTConfig, Qwen2Config
 
     if family == "llama":
@@ -55,7 +55,7 @@ def _tiny_config(family: str, vocab_size: int):
             vocab_size=vocab_size,
             hidden_size=64,
             intermediate_size=128,
-            num_hidden_layers=2,
+            num_hidden_layers=layers,
             num_attention_heads=4,
             num_key_value_heads=2,
             max_position_embeddings=256,
@@ -65,7 +65,7 @@ def _tiny_config(family: str, vocab_size: int):
             vocab_size=vocab_size,
             hidden_size=64,
             intermediate_size=128,
-            num_hidden_layers=2,
+            num_hidden_layers=layers,
             num_attention_heads=4,
             num_key_value_heads=2,
             max_position_embeddings=256,
@@ -75,33 +75,34 @@ def _tiny_config(family: str, vocab_size: int):
             vocab_size=vocab_size,
             hidden_size=64,
             ffn_dim=128,
-            num_hidden_layers=2,
+            num_hidden_layers=layers,
             num_attention_heads=4,
             max_position_embeddings=256,
             word_embed_proj_dim=64,
         )
     if family == "gpt2":
-        return GPT2Config(vocab_size=vocab_size, n_embd=64, n_layer=2, n_head=4, n_positions=256)
+        return GPT2Config(vocab_size=vocab_size, n_embd=64, n_layer=layers, n_head=4, n_positions=256)
     raise ValueError(family)
 
 
 @pytest.fixture(scope="session")
 def make_tiny_model(tmp_path_factory, tokenizer_dir):
-    """Build (once per family) a tiny random model with SmolLM2's tokenizer, saved as a checkpoint folder."""
+    """Build (once per family and depth) a tiny random model with SmolLM2's tokenizer, saved as a checkpoint
+    folder. Two layers, or more where a run must be stopped part-way (with the gate metric)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    made: dict[str, Path] = {}
+    made: dict[tuple[str, int], Path] = {}
 
-    def make(family: str = "llama") -> Path:
-        if family not in made:
+    def make(family: str = "llama", layers: int = 2) -> Path:
+        if (family, layers) not in made:
             torch.manual_seed(0)
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-            model = AutoModelForCausalLM.from_config(_tiny_config(family, len(tokenizer)))
-            out = tmp_path_factory.mktemp(f"tiny-{family}")
+            model = AutoModelForCausalLM.from_config(_tiny_config(family, len(tokenizer), layers))
+            out = tmp_path_factory.mktemp(f"tiny-{family}-{layers}")
             model.save_pretrained(out)
             tokenizer.save_pretrained(out)
-            made[family] = out
-        return made[family]
+            made[family, layers] = out
+        return made[family, layers]
 
     return make
 
@@ -113,8 +114,9 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
-def calib_file(tmp_path_factory, shared_data):
-    """A small calibration file of real C4 text (fast to tokenize)."""
+def calib_file(tmp_path_factory, shared_data) -> str:
+    """The tests' calibration file: the first 40 documents of the local C4 sample (real text, tokenized in
+    milliseconds where the whole sample takes seconds)."""
     lines = (shared_data / "c4" / "c4_calib_merged.jsonl").read_text().splitlines()[:40]
     path = tmp_path_factory.mktemp("calib") / "c4-40.jsonl"
     path.write_text("\n".join(lines))
@@ -129,3 +131,13 @@ def smollm(smollm_gguf):
     loaded = load_model(str(smollm_gguf), device="cpu")
     loaded.snapshot()
     return loaded
+
+
+@pytest.fixture
+def gate(tmp_path, monkeypatch) -> Path:
+    """The folder through which a test holds and releases runs of the gate metric (tests/gate_metric.py);
+    processes started from the test find it in their environment."""
+    folder = tmp_path / "gate"
+    folder.mkdir()
+    monkeypatch.setenv("ACETUI_TEST_GATE", str(folder))
+    return folder

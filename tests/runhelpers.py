@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
+import subprocess
 import sys
 import time
+import types
+import typing
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +18,8 @@ from acetui_core.config import RunConfig
 from acetui_core.events import LayerPruned, RunFinished, RunStarted
 from acetui_core.records import ActStats, Histogram, LayerRecord, LinearRecord, RunResult, Spread, from_dict
 from acetui_core.store import Store
+
+GATE = Path(__file__).resolve().parent / "gate_metric.py"  # the plug-in that holds a run until the test lets it go
 
 LINEAR_NAMES = (
     "self_attn.q_proj",
@@ -76,7 +83,7 @@ def result_for(
     **fields,
 ) -> RunResult:
     """A result shaped like ``pipeline.run``'s, at fixed values (``fields`` override any of them)."""
-    return from_dict(
+    return record(
         RunResult,
         {
             "model": config.model,
@@ -106,6 +113,42 @@ def result_for(
             **fields,
         },
     )
+
+
+def record(cls, data: dict):
+    """``from_dict`` for a record a test writes by hand: a key the record has no field for, at any depth,
+    fails the test (``from_dict`` itself ignores such keys, so a typo would pass unseen)."""
+    unknown = _unknown_keys(cls, data, cls.__name__)
+    if unknown:
+        raise TypeError(f"no such field: {', '.join(unknown)}")
+    return from_dict(cls, data)
+
+
+def _unknown_keys(kind, value, where: str) -> list[str]:
+    """The dotted paths of ``value``'s keys that the type ``kind`` (dataclasses, their lists, dicts and
+    optionals) does not declare."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return [
+            found
+            for arg in typing.get_args(kind)
+            if arg is not type(None)
+            for found in _unknown_keys(arg, value, where)
+        ]
+    if typing.get_origin(kind) is list and isinstance(value, list):
+        [item] = typing.get_args(kind)
+        return [found for i, entry in enumerate(value) for found in _unknown_keys(item, entry, f"{where}[{i}]")]
+    if typing.get_origin(kind) is dict and isinstance(value, dict):
+        item = typing.get_args(kind)[1]
+        return [found for key, entry in value.items() for found in _unknown_keys(item, entry, f"{where}[{key!r}]")]
+    if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+        hints = typing.get_type_hints(kind)
+        return [f"{where}.{key}" for key in value if key not in hints] + [
+            found
+            for key, entry in value.items()
+            if key in hints
+            for found in _unknown_keys(hints[key], entry, f"{where}.{key}")
+        ]
+    return []
 
 
 def insert_run(
@@ -182,9 +225,68 @@ def tiny_prune_command(model: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "acetui", "prune", model, *quick, *extra]
 
 
-async def wait_for(pilot, condition, what: str, timeout: float = 20.0) -> None:
-    """Let an app under Pilot run (its store-polling threads deliver) until ``condition()``."""
+def wait_until(condition, what: str, timeout: float = 120.0, every: float = 0.05):
+    """Call ``condition()`` until it returns something truthy, and return that; after ``timeout`` seconds
+    fail the test, saying what never happened."""
     deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(0.1)
+    while True:
+        found = condition()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)
+
+
+async def pilot_wait_until(pilot, condition, what: str, timeout: float = 90.0, every: float = 0.1):
+    """``wait_until`` for an app under Textual's Pilot: the pauses let its timers and threads deliver."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await pilot.pause(every)
+
+
+def wait_for_runs(store: Store | Path | str, check, what: str = "the runs' expected state", timeout: float = 120.0):
+    """Poll a run store until ``check(runs)`` (``Store.list_runs()``) is truthy; return its value. A store
+    given by path may not exist yet (the run that creates it is starting)."""
+
+    def runs():
+        opened = store if isinstance(store, Store) else Store(store) if Path(store).exists() else None
+        return check(opened.list_runs()) if opened is not None else None
+
+    return wait_until(runs, what, timeout)
+
+
+def gated(calib_file, hold: str = "until_cancelled") -> list[str]:
+    """CLI options of a run that the gate metric holds in layer 1, once layer 0 is recorded (give the run a
+    model of three layers or more and the ``gate`` fixture)."""
+    return [
+        "--method",
+        f"{GATE}:{hold}",
+        "--calib",
+        str(calib_file),
+        "--nsamples",
+        "4",
+        "--seqlen",
+        "16",
+        "--eval",
+        "none",
+    ]
+
+
+def held_at_the_gate(store: Store | Path | str, gate: Path, process: subprocess.Popen | None = None):
+    """The run the gate metric holds: running, with its layer 0 recorded. ``process``: the run's own, which
+    must not end first."""
+
+    def reached() -> bool:
+        assert process is None or process.poll() is None, f"the run's process ended first (exit {process.returncode})"
+        return (gate / "waiting").exists()
+
+    wait_until(reached, "the run to reach the gate")
+    [run] = (store if isinstance(store, Store) else Store(store)).list_runs(status="running")
+    assert run.layers_done == 1
+    return run

@@ -11,12 +11,11 @@ import io
 import os
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 from rich.console import Console
-from runhelpers import layer_event, tiny_prune_command
+from runhelpers import layer_event, pilot_wait_until, tiny_prune_command, wait_until
 from textual.widgets import Checkbox, ContentSwitcher, DataTable, Footer, Input, RichLog, SelectionList, Static
 
 import acetui_themes as themes
@@ -53,14 +52,6 @@ def exports(tmp_path, monkeypatch):
     folder = tmp_path / "exports"
     monkeypatch.setenv("ACETUI_EXPORT_DIR", str(folder))
     return folder
-
-
-async def wait_for(pilot, condition, what: str, timeout: float = 90.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.2)
 
 
 def cell_texts(table: DataTable) -> list[list[str]]:
@@ -130,12 +121,12 @@ async def test_the_form_says_what_its_runs_will_cost(store, make_tiny_model):
         screen = await fill_form(pilot, str(model), ["wanda", "ace"], sparsity="0.5, 2:4")
         cost = screen.query_one("#cost", Static)
         shown = lambda: str(cost.render())  # noqa: E731
-        await wait_for(pilot, lambda: not shown().endswith("working it out…"), "the cost estimate")
+        await pilot_wait_until(pilot, lambda: not shown().endswith("working it out…"), "the cost estimate")
         assert shown().startswith(f"Cost: {fmt_count(parameters)} parameters · checkpoint ")
         assert "peak CPU ≈ " in shown() and shown().endswith("whole model in memory")
 
         screen.query_one("#model", Input).value = "some-org/not-in-the-cache"  # a hub id, offline here
-        await wait_for(pilot, lambda: shown().startswith("Cost unknown"), "the unknown cost")
+        await pilot_wait_until(pilot, lambda: shown().startswith("Cost unknown"), "the unknown cost")
         assert shown() == "Cost unknown: Could not read the configuration of some-org/not-in-the-cache (OSError)."
 
         screen.query_one("#sparsity", Input).value = "1.3"
@@ -169,7 +160,7 @@ async def test_model_field_completes_from_recent_models(store, monkeypatch, tmp_
         screen = app.screen
         screen.query_one("#model", Input).value = ""  # it starts with the bundled model
         options = screen.query_one("#model-candidates")
-        await wait_for(pilot, lambda: options.option_count > 0, "model candidates")
+        await pilot_wait_until(pilot, lambda: options.option_count > 0, "model candidates")
         assert str(options.get_option_at_index(0).prompt) == recent
         options.focus()
         await pilot.press("enter")
@@ -195,13 +186,13 @@ async def test_delete_a_run_after_confirming(store):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f4")
         table = app.screen.query_one("#runs", DataTable)
-        await wait_for(pilot, lambda: table.row_count == 1, "the run in the list")
+        await pilot_wait_until(pilot, lambda: table.row_count == 1, "the run in the list")
         assert "failed: Broken on purpose." in str(app.screen.query_one("#run-detail", Static).render())
         await pilot.press("d", "n")  # declined: nothing happens
         await pilot.pause()
         assert [r.id for r in store.list_runs()] == [run_id]
         await pilot.press("d", "y")
-        await wait_for(pilot, lambda: table.row_count == 0, "the run to leave the list")
+        await pilot_wait_until(pilot, lambda: table.row_count == 0, "the run to leave the list")
         assert store.list_runs() == []
 
 
@@ -223,9 +214,11 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
 
         # Layer rows arrive while the runs go on (the screen follows the second run when the first ends).
         table = app.screen.query_one("#layers", DataTable)
-        await wait_for(pilot, lambda: table.row_count > 0, "layer rows")
-        await wait_for(pilot, lambda: all(r.status == "finished" for r in store.list_runs()), "both runs to finish")
-        await wait_for(
+        await pilot_wait_until(pilot, lambda: table.row_count > 0, "layer rows")
+        await pilot_wait_until(
+            pilot, lambda: all(r.status == "finished" for r in store.list_runs()), "both runs to finish"
+        )
+        await pilot_wait_until(
             pilot,
             lambda: (
                 app.followed == runs[1].id
@@ -237,13 +230,15 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
         assert [row[0] for row in cell_texts(table)] == ["0", "1"]
         assert all(row[3] == "0.500" for row in cell_texts(table))  # sparsity column, as achieved by the run
         log = app.screen.query_one("#log", RichLog)  # the run's own log file, tailed
-        await wait_for(pilot, lambda: any("finished: prune" in line.text for line in log.lines), "the log's last line")
+        await pilot_wait_until(
+            pilot, lambda: any("finished: prune" in line.text for line in log.lines), "the log's last line"
+        )
 
         await pilot.press("f3")
         results = app.screen
         assert isinstance(results, ResultsScreen)
         table = results.query_one("#results", DataTable)
-        await wait_for(pilot, lambda: table.row_count == 2, "two rows in Results")
+        await pilot_wait_until(pilot, lambda: table.row_count == 2, "two rows in Results")
         finished = {r.id: r for r in store.list_runs()}
         rows = cell_texts(table)
         by_ppl = sorted(finished.values(), key=lambda r: r.ppl)
@@ -252,14 +247,14 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
         assert [row[9] for row in rows] == ["2×64", "2×64"]  # the evaluation windows that tell runs apart
 
         await pilot.press("e")
-        await wait_for(pilot, lambda: len(list(exports.glob("*.csv"))) == 1, "the CSV export")
+        await pilot_wait_until(pilot, lambda: len(list(exports.glob("*.csv"))) == 1, "the CSV export")
         rows = list(csv.DictReader(io.StringIO(next(exports.glob("*.csv")).read_text())))
         assert {row["id"]: float(row["results.ppl_wikitext2"]) for row in rows} == {
             run_id: run.ppl for run_id, run in finished.items()
         }
 
         await pilot.press("l")
-        await wait_for(pilot, lambda: len(list(exports.glob("*.tex"))) == 1, "the LaTeX export")
+        await pilot_wait_until(pilot, lambda: len(list(exports.glob("*.tex"))) == 1, "the LaTeX export")
         latex = next(exports.glob("*.tex")).read_text()
         assert "\\begin{tabular}" in latex and "\\toprule" in latex
         assert "Wanda-16 &" in latex and "RIA-16 &" in latex
@@ -273,7 +268,7 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
         highlighted = results.cursor_run(table)
         await pilot.press("space")
         await pilot.press("e")
-        await wait_for(pilot, lambda: len(list(exports.glob("*.csv"))) == 2, "the second CSV export")
+        await pilot_wait_until(pilot, lambda: len(list(exports.glob("*.csv"))) == 2, "the second CSV export")
         newest = max(exports.glob("*.csv"), key=lambda p: p.stat().st_mtime_ns)
         assert [row["id"] for row in csv.DictReader(io.StringIO(newest.read_text()))] == [highlighted.id]
 
@@ -295,11 +290,13 @@ async def test_cancel_a_run_and_see_it_cancelled(store, make_tiny_model):
     async with app.run_test(size=SIZE) as pilot:
         await fill_form(pilot, model, ["ace"])
         await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
+        await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
         run_id = app.followed
         await pilot.press("c", "y")  # cancel asks first
-        await wait_for(pilot, lambda: store.get_run(run_id, layers=False).status == "cancelled", "the run cancelled")
-        await wait_for(
+        await pilot_wait_until(
+            pilot, lambda: store.get_run(run_id, layers=False).status == "cancelled", "the run cancelled"
+        )
+        await pilot_wait_until(
             pilot,
             lambda: "cancelled" in str(app.screen.query_one("#run-title", Static).render()),
             "the Run screen to say cancelled",
@@ -307,7 +304,7 @@ async def test_cancel_a_run_and_see_it_cancelled(store, make_tiny_model):
         await pilot.press("f4")
         assert isinstance(app.screen, RunsScreen)
         table = app.screen.query_one("#runs", DataTable)
-        await wait_for(
+        await pilot_wait_until(
             pilot,
             lambda: table.row_count == 1 and cell_texts(table)[0][1] == "cancelled",
             "the Runs list to say cancelled",
@@ -323,20 +320,20 @@ async def test_a_failing_run_shows_its_error(store, tmp_path, make_tiny_model):
         await fill_form(pilot, str(make_tiny_model("llama")), ["wanda"], calib=str(short))
         await pilot.press("ctrl+r")
         error = app.screen.query_one("#run-error", Static)
-        await wait_for(pilot, lambda: error.display, "the run's error")
+        await pilot_wait_until(pilot, lambda: error.display, "the run's error")
         recorded = store.list_runs()[0].error
         assert recorded.startswith("The calibration data does not hold 4 windows of 16 tokens")
         assert str(error.render()) == f"failed: {recorded}"
         log = app.screen.query_one("#log", RichLog)  # the traceback, from the run's own log file
         shown = lambda: " ".join(line.text.strip() for line in log.lines)  # noqa: E731  (lines wrap at 80 columns)
-        await wait_for(
+        await pilot_wait_until(
             pilot, lambda: "UserError: The calibration data does not hold" in shown(), "the traceback in the log pane"
         )
 
         await pilot.press("f4")
         table = app.screen.query_one("#runs", DataTable)
         # The list comes from the app's store poll, which may not have seen the run end yet.
-        await wait_for(
+        await pilot_wait_until(
             pilot, lambda: table.row_count == 1 and cell_texts(table)[0][1] == "failed", "the Runs list to say failed"
         )
         assert recorded in str(app.screen.query_one("#run-detail", Static).render())
@@ -382,18 +379,19 @@ async def test_attach_to_a_run_started_from_the_cli(store, make_tiny_model):
     command = tiny_prune_command(model)
     env = {**os.environ, "ACETUI_HOME": str(store.path.parent)}
     with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as cli:
-        deadline = time.monotonic() + 60
-        while not store.list_runs():
+
+        def recorded():
             assert cli.poll() is None, cli.stderr.read().decode()
-            assert time.monotonic() < deadline, "the CLI run never appeared in the store"
-            time.sleep(0.1)
+            return store.list_runs()
+
+        wait_until(recorded, "the CLI run to appear in the store", timeout=60)
         run_id = store.list_runs()[0].id
         app = make_app(store, attach=run_id[:4])  # a unique prefix is enough
         async with app.run_test(size=SIZE) as pilot:
             assert isinstance(app.screen, RunScreen) and app.followed == run_id
             table = app.screen.query_one("#layers", DataTable)
             title = app.screen.query_one("#run-title", Static)
-            await wait_for(
+            await pilot_wait_until(
                 pilot,
                 lambda: "finished" in str(title.render()) and table.row_count == 2,
                 "the CLI run to finish on the Run screen",
@@ -418,11 +416,15 @@ async def test_zero_shot_progress_shows_the_task_and_its_requests(store):
     app = make_app(store, attach=run_id)
     async with app.run_test(size=SIZE) as pilot:
         stage = app.screen.query_one("#stage", Static)
-        await wait_for(pilot, lambda: str(stage.render()).startswith("zeroshot:arc_easy 120/400"), "ARC-Easy progress")
+        await pilot_wait_until(
+            pilot, lambda: str(stage.render()).startswith("zeroshot:arc_easy 120/400"), "ARC-Easy progress"
+        )
         store.record_event(run_id, Stage("zeroshot:hellaswag", 30, 160))
-        await wait_for(pilot, lambda: str(stage.render()).startswith("zeroshot:hellaswag 30/160"), "HellaSwag progress")
+        await pilot_wait_until(
+            pilot, lambda: str(stage.render()).startswith("zeroshot:hellaswag 30/160"), "HellaSwag progress"
+        )
         store.set_status(run_id, "cancelled")
-        await wait_for(pilot, lambda: str(stage.render()).startswith("cancelled · took "), "the run to end")
+        await pilot_wait_until(pilot, lambda: str(stage.render()).startswith("cancelled · took "), "the run to end")
 
 
 # ---- themes, the command line, startup -------------------------------------------------------------
@@ -441,9 +443,9 @@ async def test_every_shown_key_fits_in_the_footer_at_80_columns(store):
         app.follow(ids[1], batch=tuple(ids))
         for key, screen in [("f1", NewRunScreen), ("f2", RunScreen), ("f3", ResultsScreen), ("f4", RunsScreen)]:
             await pilot.press(key)
-            await wait_for(pilot, lambda screen=screen: isinstance(app.screen, screen), f"{screen.__name__}")
+            await pilot_wait_until(pilot, lambda screen=screen: isinstance(app.screen, screen), f"{screen.__name__}")
             if screen is RunScreen:
-                await wait_for(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
+                await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
                 app.screen.refresh_bindings()
             await pilot.pause()
             keys = {str(item.render()).strip(): item.region for item in app.screen.query_one(Footer).children}

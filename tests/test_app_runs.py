@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import psutil
 import pytest
-from runhelpers import cli, layer_event, wait_for
+from runhelpers import cli, layer_event, pilot_wait_until
 from textual.widgets import DataTable, Input, Static
 
 from acetui.app import make_app
@@ -76,7 +76,7 @@ async def test_runs_newest_first_filtered_by_status_model_method_and_sorted_by_c
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f4")
-        await wait_for(pilot, lambda: len(listed(app)) == 5, "the runs")
+        await pilot_wait_until(pilot, lambda: len(listed(app)) == 5, "the runs")
         assert listed(app) == newest_first  # the CLI's order
 
         by_id = {run.id: run for run in store.list_runs()}
@@ -116,10 +116,10 @@ async def test_rerun_fills_the_new_run_form_and_starts_the_same_settings(store, 
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f4")
-        await wait_for(pilot, lambda: len(listed(app)) == 6, "the runs")
+        await pilot_wait_until(pilot, lambda: len(listed(app)) == 6, "the runs")
         assert listed(app)[0] == fidelity
         await pilot.press("u")
-        await wait_for(pilot, lambda: isinstance(app.screen, NewRunScreen), "the New run form")
+        await pilot_wait_until(pilot, lambda: isinstance(app.screen, NewRunScreen), "the New run form")
         screen = app.screen
         assert screen.query_one("#sparsity", Input).value == "2:4"
         assert screen.query_one("#seed", Input).value == "3"
@@ -155,7 +155,7 @@ async def test_kill_a_run_that_ignores_cancel_after_confirming(store, stubborn):
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f4")
-        await wait_for(pilot, lambda: len(listed(app)) == 7, "the runs")
+        await pilot_wait_until(pilot, lambda: len(listed(app)) == 7, "the runs")
         assert listed(app)[1] == running
         await pilot.press("down")
         assert app.screen.check_action("cancel_run", ()) is False  # cancel was asked: kill is offered instead
@@ -163,7 +163,7 @@ async def test_kill_a_run_that_ignores_cancel_after_confirming(store, stubborn):
         await pilot.pause()
         assert process.poll() is None and store.get_run(running).status == "running"
         await pilot.press("k", "y")
-        await wait_for(pilot, lambda: process.poll() is not None, "the process to end")  # SIGTERM would not do
+        await pilot_wait_until(pilot, lambda: process.poll() is not None, "the process to end")  # SIGTERM would not do
     for run_id in (running, queued):
         run = store.get_run(run_id)
         assert (run.status, run.error) == ("cancelled", KILLED)
@@ -175,7 +175,7 @@ async def test_the_run_screen_offers_kill_once_cancel_was_ignored(store, stubbor
     _, running, _ = stubborn
     app = make_app(store, attach=running)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.screen._run is not None, "the run")
+        await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run")
         assert app.screen.check_action("kill_run", ()) is True
         assert app.screen.check_action("cancel_run", ()) is False
         await pilot.press("k")
@@ -191,7 +191,7 @@ async def test_empty_results_say_what_to_do(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f3")
         empty = app.screen.query_one("#results-empty", Static)
-        await wait_for(pilot, lambda: empty.display, "the empty notice")
+        await pilot_wait_until(pilot, lambda: empty.display, "the empty notice")
         assert str(empty.render()).startswith("No finished runs yet: start one on New run (F1)")
 
 

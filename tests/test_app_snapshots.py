@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from runhelpers import pilot_wait_until, record
 
 from acetui.app import make_app
 from acetui_core.config import RunConfig
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
-from acetui_core.records import ActStats, Histogram, LayerRecord, LinearRecord, RunResult, Spread, from_dict
+from acetui_core.records import ActStats, Histogram, LayerRecord, LinearRecord, RunResult, Spread
 from acetui_core.store import Store
 
 T0 = 1_714_564_800.0  # 2024-05-01 12:00 UTC
@@ -201,7 +202,7 @@ def add_run(
             "dtype": "float16",
             "config": config.to_dict(),
         }
-        store.record_event(run_id, RunFinished(from_dict(RunResult, result)))
+        store.record_event(run_id, RunFinished(record(RunResult, result)))
     elif status == "running":
         store.record_event(run_id, LayerStarted(layers, NUM_LAYERS))
         store.heartbeat(
@@ -294,10 +295,7 @@ def until(condition, timeout: float = 20.0):
     """A ``run_before`` that lets the app's store-polling threads deliver until ``condition(app)``."""
 
     async def wait(pilot):
-        deadline = time.monotonic() + timeout
-        while not condition(pilot.app):
-            assert time.monotonic() < deadline, "the screen never showed the store's data"
-            await pilot.pause(0.1)
+        await pilot_wait_until(pilot, lambda: condition(pilot.app), "the screen to show the store's data", timeout)
 
     return wait
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.style import Style
 from rich.text import Text
-from runhelpers import wait_for
+from runhelpers import pilot_wait_until
 from test_app_snapshots import add_run
 from textual.app import App
 from textual.widgets import Input, Static, Tab
@@ -133,11 +133,11 @@ async def test_an_export_lands_in_the_export_folder_and_the_notice_names_it(stor
     app.settings.export_dir = str(folder)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f3")
-        await wait_for(pilot, lambda: app.screen.query_one("#results").row_count == 2, "the results")
+        await pilot_wait_until(pilot, lambda: app.screen.query_one("#results").row_count == 2, "the results")
         await pilot.press("e")
-        await wait_for(pilot, lambda: list(folder.glob("*.csv")), "the CSV")
+        await pilot_wait_until(pilot, lambda: list(folder.glob("*.csv")), "the CSV")
         saved = next(folder.glob("*.csv"))
-        await wait_for(pilot, lambda: f"Saved {saved}" in toasts(app), "the notice")
+        await pilot_wait_until(pilot, lambda: f"Saved {saved}" in toasts(app), "the notice")
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".csv"] == []  # not the working directory
 
 
@@ -161,10 +161,10 @@ async def test_copy_inside_tmux_without_set_clipboard_saves_a_file_and_says_how(
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f3")
-        await wait_for(pilot, lambda: app.screen.query_one("#results").row_count == 2, "the results")
+        await pilot_wait_until(pilot, lambda: app.screen.query_one("#results").row_count == 2, "the results")
         await pilot.press("y")
-        await wait_for(pilot, lambda: list(Path(tmp_path / "exports").glob("*.tex")), "the LaTeX file")
+        await pilot_wait_until(pilot, lambda: list(Path(tmp_path / "exports").glob("*.tex")), "the LaTeX file")
         saved = next((tmp_path / "exports").glob("*.tex"))
         assert saved.read_text() == app.clipboard  # the same table the copy held
-        await wait_for(pilot, lambda: f"Saved {saved}" in toasts(app), "the saved notice")
+        await pilot_wait_until(pilot, lambda: f"Saved {saved}" in toasts(app), "the saved notice")
         assert any("`set -g set-clipboard on`" in toast and "saved as a file" in toast for toast in toasts(app))

@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from runhelpers import Clock, cli, insert_run, layer_event, result_for, tiny_prune_command
+from runhelpers import Clock, cli, insert_run, layer_event, pilot_wait_until, result_for, tiny_prune_command
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
 from textual.widgets import Input, RichLog, SelectionList, Static
@@ -82,14 +82,6 @@ def finished_run(store: Store) -> str:
     )
 
 
-async def wait_for(pilot, condition, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.1)
-
-
 # ---- every key, every screen, every state ---------------------------------------------------------
 
 
@@ -108,7 +100,7 @@ async def test_no_key_on_any_screen_raises(store, monkeypatch, tmp_path, state):
     app = make_app(store)
     extra = ["enter", "up", "down", "tab", "escape"]
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.runs_listed, "the run list")
+        await pilot_wait_until(pilot, lambda: app.runs_listed, "the run list")
         for mode, screen_class in SCREENS.items():
             keys = [
                 b.key for b in Binding.make_bindings([*screen_class.BINDINGS, *AceApp.BINDINGS]) if b.key != "ctrl+q"
@@ -116,7 +108,7 @@ async def test_no_key_on_any_screen_raises(store, monkeypatch, tmp_path, state):
             for key in [*keys, *extra]:
                 await app.switch_mode(mode)
                 if mode == "run" and state != "no runs":
-                    await wait_for(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
+                    await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
                 await pilot.press(key)
                 await pilot.pause()
                 while isinstance(app.screen, (ConfirmScreen, HelpScreen)):
@@ -147,10 +139,14 @@ async def test_f2_opens_a_run_started_from_the_cli(store, make_tiny_model):
         printed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert printed.returncode == 0, printed.stderr
         run_id = next(r.id for r in store.list_runs() if r.id != "fin00001")
-        await wait_for(pilot, lambda: any(r.id == run_id and r.active for r in app.runs), "the CLI run in the list")
+        await pilot_wait_until(
+            pilot, lambda: any(r.id == run_id and r.active for r in app.runs), "the CLI run in the list"
+        )
         await pilot.press("f2")
         assert isinstance(app.screen, RunScreen) and app.followed == run_id
-        await wait_for(pilot, lambda: store.get_run(run_id, layers=False).status == "finished", "the run to end", 120)
+        await pilot_wait_until(
+            pilot, lambda: store.get_run(run_id, layers=False).status == "finished", "the run to end", 120
+        )
 
 
 @pytest.mark.asyncio
@@ -158,16 +154,18 @@ async def test_f2_on_the_run_screen_of_an_ended_run_jumps_to_a_new_live_one(stor
     """Watching a finished run when another one starts (from the CLI): a toast says so and F2 opens it."""
     app = make_app(store, attach=finished_run(store))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.screen._run is not None, "the finished run on the Run screen")
+        await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the finished run on the Run screen")
         assert app.check_action("show_run", ()) is False  # nothing else to show: F2 is not offered
         live = running_run(store)
-        await wait_for(pilot, lambda: any(r.id == live for r in app.runs), "the new run in the list")
+        await pilot_wait_until(pilot, lambda: any(r.id == live for r in app.runs), "the new run in the list")
         assert [toast.message for toast in app._notifications if "started" in toast.message] == [
             f"Run {live} (CosP+VarP-32 at 2:4) started: F2 shows it."
         ]
         await pilot.press("f2")
         assert isinstance(app.screen, RunScreen) and app.followed == live
-        await wait_for(pilot, lambda: app.screen._run is not None and app.screen._run.id == live, "the live run")
+        await pilot_wait_until(
+            pilot, lambda: app.screen._run is not None and app.screen._run.id == live, "the live run"
+        )
 
 
 def test_which_run_f2_shows():
@@ -217,10 +215,10 @@ async def test_the_end_of_a_run_rings_and_notifies(store, monkeypatch, mode, exp
     async with app.run_test(size=SIZE) as pilot:
         written = []
         monkeypatch.setattr(app._driver, "write", written.append)
-        await wait_for(pilot, lambda: app.runs_listed, "the run list")
+        await pilot_wait_until(pilot, lambda: app.runs_listed, "the run list")
         store.record_event(run_id, RunFinished(result_for(CONFIG, ppl=12.5, seconds=3.0)))
         body = f"{CONFIG.label} at 2:4 (run {run_id}) finished: ppl 12.50"
-        await wait_for(pilot, lambda: any(body in str(n.message) for n in app._notifications), "the toast")
+        await pilot_wait_until(pilot, lambda: any(body in str(n.message) for n in app._notifications), "the toast")
         assert "".join(written) == expected.format(body=body)
     assert settings.load().notify == mode  # remembered
 
@@ -267,7 +265,7 @@ async def test_the_config_panel_shows_what_the_run_was_started_with(store):
     run_id = running_run(store)
     app = make_app(store, attach=run_id)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: app.screen._run is not None, "the run")
+        await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run")
         await pilot.press("i")
         text = str(app.screen.query_one("#config-text", Static).render())
         for expected in (
@@ -290,10 +288,12 @@ async def test_the_config_panel_follows_a_queued_run_as_it_starts(store):
     app = make_app(store, attach=run_id)
     async with app.run_test(size=(120, 40)) as pilot:
         config = app.screen.query_one("#config-text", Static)
-        await wait_for(pilot, lambda: f"{run_id} · queued" in str(config.render()), "the queued run's panel")
+        await pilot_wait_until(pilot, lambda: f"{run_id} · queued" in str(config.render()), "the queued run's panel")
         store.claim(run_id)
         store.record_event(run_id, RunStarted(CONFIG.model, CONFIG.method, CONFIG.sparsity, 4, "cpu"))
-        await wait_for(pilot, lambda: f"{run_id} · running" in str(config.render()), "the panel of the started run")
+        await pilot_wait_until(
+            pilot, lambda: f"{run_id} · running" in str(config.render()), "the panel of the started run"
+        )
 
 
 @pytest.mark.asyncio
@@ -303,7 +303,7 @@ async def test_elapsed_time_and_the_resource_line_of_a_live_run(store):
     app = make_app(store, attach=run_id)
     async with app.run_test(size=SIZE) as pilot:
         resources = app.screen.query_one("#resources", Static)
-        await wait_for(pilot, lambda: "RSS" in str(resources.render()), "the resource line")
+        await pilot_wait_until(pilot, lambda: "RSS" in str(resources.render()), "the resource line")
         assert str(resources.render()) == "resources: RSS 3.0 GiB · CPU 180%"
         assert " elapsed · ETA " in str(app.screen.query_one("#stage", Static).render())
 
@@ -316,7 +316,7 @@ async def test_the_finished_line_fits_at_80_columns_with_its_partial_mark(store)
     app = make_app(store, attach=run_id)
     async with app.run_test(size=SIZE) as pilot:
         stage = app.screen.query_one("#stage", Static)
-        await wait_for(pilot, lambda: "took" in str(stage.render()), "the finished line")
+        await pilot_wait_until(pilot, lambda: "took" in str(stage.render()), "the finished line")
         await pilot.pause()
         text = str(stage.render())
         assert text.startswith("finished · ppl 409.61† (2 windows) · prune 30.0s · took ")
@@ -359,7 +359,7 @@ async def test_the_log_pane_shows_a_failed_runs_traceback(store):
     async with app.run_test(size=SIZE) as pilot:
         log = app.screen.query_one("#log", RichLog)
         shown = lambda: " ".join(line.text.strip() for line in log.lines)  # noqa: E731  (lines wrap at 80 columns)
-        await wait_for(pilot, lambda: "multiplied" in shown(), "the log file's lines")
+        await pilot_wait_until(pilot, lambda: "multiplied" in shown(), "the log file's lines")
         assert shown().endswith(
             "Traceback (most recent call last): RuntimeError: mat1 and mat2 shapes cannot be multiplied"
         )
@@ -440,13 +440,13 @@ async def test_cancel_on_the_run_screen_asks_first(store):
     run_id = running_run(store)
     app = make_app(store, attach=run_id)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.screen._run is not None, "the run")
+        await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run")
         await pilot.press("c")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
         assert not store.cancel_requested(run_id)
         await pilot.press("c", "y")
-        await wait_for(pilot, lambda: store.cancel_requested(run_id), "the cancel request")
+        await pilot_wait_until(pilot, lambda: store.cancel_requested(run_id), "the cancel request")
 
 
 @pytest.mark.asyncio
@@ -538,7 +538,7 @@ async def test_the_command_palette_holds_the_apps_actions(store):
     run_id = running_run(store)
     app = make_app(store, attach=run_id)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.runs_listed, "the run list")
+        await pilot_wait_until(pilot, lambda: app.runs_listed, "the run list")
         titles = {command.title for command in app.get_system_commands(app.screen)}
         assert {
             "New run",
@@ -553,7 +553,7 @@ async def test_the_command_palette_holds_the_apps_actions(store):
         app.switch_mode("new")
         await pilot.press("ctrl+p")
         await pilot.press(*f"open run {run_id}")
-        await wait_for(
+        await pilot_wait_until(
             pilot,
             lambda: any(
                 f"Open run {run_id}" in str(option.prompt) for option in app.screen.query("CommandList").first().options
@@ -561,7 +561,7 @@ async def test_the_command_palette_holds_the_apps_actions(store):
             "the run among the palette's commands",
         )
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen")
+        await pilot_wait_until(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen")
         assert app.followed == run_id
 
 
@@ -595,7 +595,7 @@ async def test_results_sort_by_method_sparsity_and_seed_and_reverse(store):
         await pilot.press("f3")
         screen = app.screen
         table = screen.query_one("#results")
-        await wait_for(pilot, lambda: table.row_count == 3, "three results")
+        await pilot_wait_until(pilot, lambda: table.row_count == 3, "three results")
         order = lambda: [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(3)]  # noqa: E731
         info = lambda: str(screen.query_one("#results-info", Static).render())  # noqa: E731
         assert "by PPL ↑" in info() and order() == ["bbbb0002", "aaaa0001", "cccc0003"]
@@ -624,7 +624,7 @@ async def test_runs_show_perplexity_duration_and_a_bar_for_a_running_run(store):
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("f4")
         table = app.screen.query_one("#runs")
-        await wait_for(pilot, lambda: table.row_count == 2, "two runs")
+        await pilot_wait_until(pilot, lambda: table.row_count == 2, "two runs")
         rows = {str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)] for i in range(2)}
         headers = [str(column.label) for column in table.columns.values()]
         live_row, done_row = dict(zip(headers, rows[live], strict=True)), dict(zip(headers, rows[done], strict=True))

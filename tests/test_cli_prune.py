@@ -23,18 +23,10 @@ def cli(monkeypatch, capsys):
     return run
 
 
-@pytest.fixture(scope="module")
-def tiny_calib(tmp_path_factory, shared_data):
-    lines = (shared_data / "c4" / "c4_calib_merged.jsonl").read_text().splitlines()[:20]
-    path = tmp_path_factory.mktemp("calib") / "c4-20.jsonl"
-    path.write_text("\n".join(lines))
-    return path
-
-
 QUICK = ["--nsamples", "4", "--seqlen", "16", "--eval-seqlen", "64", "--eval-limit", "2"]
 
 
-def test_json_result_on_stdout_and_progress_on_stderr(cli, make_tiny_model, tiny_calib, tmp_path):
+def test_json_result_on_stdout_and_progress_on_stderr(cli, make_tiny_model, calib_file, tmp_path):
     model = make_tiny_model("llama")
     code, out, err = cli(
         "prune",
@@ -44,7 +36,7 @@ def test_json_result_on_stdout_and_progress_on_stderr(cli, make_tiny_model, tiny
         "--sparsity",
         "2:4",
         "--calib",
-        tiny_calib,
+        calib_file,
         *QUICK,
         "--save",
         tmp_path / "pruned",
@@ -72,8 +64,8 @@ def test_json_result_on_stdout_and_progress_on_stderr(cli, make_tiny_model, tiny
             assert (W == 0).sum().item() == round(reported["sparsity"] * W.numel())
 
 
-def test_table_without_json(cli, make_tiny_model, tiny_calib):
-    code, out, err = cli("prune", make_tiny_model("gpt2"), "--method", "wanda", "--calib", tiny_calib, *QUICK)
+def test_table_without_json(cli, make_tiny_model, calib_file):
+    code, out, err = cli("prune", make_tiny_model("gpt2"), "--method", "wanda", "--calib", calib_file, *QUICK)
     assert code == 0, err
     assert "Wanda-16" in out and "partial" in out
 
@@ -115,7 +107,7 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_bad_input_is_one_sentence_and_exit_2(case, cli, make_tiny_model, tmp_path, tiny_calib):
+def test_bad_input_is_one_sentence_and_exit_2(case, cli, make_tiny_model, tmp_path, calib_file):
     if case == "cuda without gpu" and __import__("torch").cuda.is_available():
         pytest.skip("a GPU is present")
     (tmp_path / "empty").mkdir()
@@ -124,7 +116,7 @@ def test_bad_input_is_one_sentence_and_exit_2(case, cli, make_tiny_model, tmp_pa
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "short.txt").write_text("only a few words here")
     build, message = BAD_INPUTS[case]
-    args = build(make_tiny_model("llama"), tmp_path, tiny_calib)
+    args = build(make_tiny_model("llama"), tmp_path, calib_file)
     code, out, err = cli("prune", args[0], "--nsamples", "4", "--eval", "none", *args[1:])  # the case's options win
     assert code == 2, (case, err)
     assert message in err, err

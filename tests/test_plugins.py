@@ -2,13 +2,11 @@
 
 import contextlib
 import hashlib
-import time
-from pathlib import Path
 
 import pytest
-from runhelpers import cli
+from runhelpers import cli, wait_for_runs
 
-from acetui_core.store import Store
+from acetui_core.store import TERMINAL, Store
 
 WANDA = '''
 def my_wanda(W, stats, opts):
@@ -30,21 +28,8 @@ BAD = {
 
 
 @pytest.fixture
-def fast(tmp_path, shared_data) -> list[str]:
-    source = shared_data / "c4" / "c4-train.00000-of-01024.first1000.jsonl"
-    calib = tmp_path / "c4-30.jsonl"
-    calib.write_text("".join(source.read_text().splitlines(keepends=True)[:30]))
-    return ["--calib", str(calib), "--nsamples", "4", "--seqlen", "16", "--eval-limit", "2", "--eval-seqlen", "64"]
-
-
-def _wait_finished(store_path: Path, run_id: str, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Store(store_path).get_run(run_id)
-        if run.status not in ("queued", "running"):
-            return run
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} did not finish")
+def fast(calib_file) -> list[str]:
+    return ["--calib", calib_file, "--nsamples", "4", "--seqlen", "16", "--eval-limit", "2", "--eval-seqlen", "64"]
 
 
 def test_a_plugin_file_runs_detached_and_equals_the_builtin_wanda(make_tiny_model, fast, tmp_path, monkeypatch, capsys):
@@ -55,7 +40,8 @@ def test_a_plugin_file_runs_detached_and_equals_the_builtin_wanda(make_tiny_mode
         monkeypatch, capsys, "prune", model, "--method", "./mine.py:my_wanda", *fast, "--detach", "--store", store
     )
     assert code == 0, err
-    plugin = _wait_finished(store, out.strip())
+    run_id = out.strip()
+    plugin = wait_for_runs(store, lambda runs: next((r for r in runs if r.id == run_id and r.status in TERMINAL), None))
     code, _, err = cli(monkeypatch, capsys, "prune", model, "--method", "wanda", *fast, "--store", store)
     assert code == 0, err
     builtin = next(r for r in Store(store).list_runs() if r.config.method == "wanda")

@@ -8,6 +8,7 @@ import types
 
 import psutil
 import pytest
+from runhelpers import wait_until
 
 from acetui_core import resources
 from acetui_core.config import RunConfig
@@ -67,10 +68,7 @@ def test_the_heartbeat_records_a_sample(tmp_path):
     store.claim(run_id)
     assert store.get_run(run_id, layers=False).resources is None
     with _heartbeat(store, run_id, threading.Event(), threading.Event()):
-        deadline = time.monotonic() + 10
-        while store.get_run(run_id, layers=False).resources is None:
-            assert time.monotonic() < deadline, "no sample recorded"
-            time.sleep(0.1)
+        wait_until(lambda: store.get_run(run_id, layers=False).resources, "a resource sample", timeout=10)
     sample = from_dict(ResourceSample, store.get_run(run_id, layers=False).resources)
     assert sample.rss_mb > 10 and abs(sample.taken - time.time()) < 10
 

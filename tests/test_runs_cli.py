@@ -10,59 +10,26 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from runhelpers import cli
+from runhelpers import GATE, cli, gated, held_at_the_gate, wait_for_runs, wait_until
 
 from acetui_core.store import TERMINAL, Store
 
 REPO = Path(__file__).resolve().parent.parent
-LAYERS = 12  # the slow model: enough layers to interrupt between them
+LAYERS = 4  # the gated model: a layer before the gate, the gated one, and layers a cancel must skip
 
 
 @pytest.fixture(scope="session")
-def calib_file(tmp_path_factory, shared_data) -> Path:
-    """Thirty C4 documents: tokenizing them takes milliseconds, not the seconds the full sample takes."""
-    source = shared_data / "c4" / "c4-train.00000-of-01024.first1000.jsonl"
-    path = tmp_path_factory.mktemp("calib") / "c4-30.jsonl"
-    path.write_text("".join(source.read_text().splitlines(keepends=True)[:30]))
-    return path
-
-
-@pytest.fixture(scope="session")
-def slow_model(tmp_path_factory, tokenizer_dir) -> Path:
-    """A tiny llama with many layers, so that a run can be stopped part-way."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    out = tmp_path_factory.mktemp("tiny-llama-12")
-    AutoModelForCausalLM.from_config(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+def layered_model(make_tiny_model) -> Path:
+    return make_tiny_model("llama", layers=LAYERS)
 
 
 @pytest.fixture
 def fast(calib_file) -> list[str]:
     return ["--calib", str(calib_file), "--nsamples", "4", "--seqlen", "16", "--eval-limit", "2", "--eval-seqlen", "64"]
-
-
-@pytest.fixture
-def slow(calib_file) -> list[str]:
-    return ["--calib", str(calib_file), "--nsamples", "128", "--seqlen", "64", "--eval", "none"]
 
 
 @pytest.fixture
@@ -75,23 +42,6 @@ def spawn(*args, tmp_path: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     with open(tmp_path / "out.txt", "wb") as out, open(tmp_path / "err.txt", "wb") as err:
         return subprocess.Popen([sys.executable, "-m", "acetui", *map(str, args)], stdout=out, stderr=err, env=env)
-
-
-def wait_for(store_path: Path, check, timeout: float = 120.0):
-    """Poll the store until ``check(runs)`` is truthy; return its value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if store_path.exists():
-            found = check(Store(store_path).list_runs())
-            if found:
-                return found
-        time.sleep(0.05)
-    raise AssertionError("the store never reached the expected state")
-
-
-def running_with_layers(runs):
-    """The first run that has finished at least one layer and is still going."""
-    return next((r for r in runs if r.status == "running" and r.layers_done >= 1), None)
 
 
 def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, store_path, monkeypatch, capsys):
@@ -143,37 +93,53 @@ def test_bad_input_gets_one_sentence(tmp_path, monkeypatch, capsys, args, messag
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(slow_model, slow, store_path, tmp_path, signum):
-    process = spawn("prune", slow_model, *slow, "--store", store_path, tmp_path=tmp_path)
-    run = wait_for(store_path, running_with_layers)
+def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(
+    layered_model, calib_file, gate, store_path, tmp_path, signum
+):
+    process = spawn("prune", layered_model, *gated(calib_file), "--store", store_path, tmp_path=tmp_path)
+    run = held_at_the_gate(store_path, gate, process)
     process.send_signal(signum)
     assert process.wait(timeout=120) == 130
     run = Store(store_path).get_run(run.id)
-    assert run.status == "cancelled" and 1 <= run.layers_done < LAYERS
-    assert [layer.index for layer in run.layers] == list(range(run.layers_done))
+    # The gate lets layer 1 go once the signal has reached the run: it ends after that layer, before layer 2.
+    assert (run.status, run.layers_done) == ("cancelled", 2)
+    assert [layer.index for layer in run.layers] == [0, 1]
     err = (tmp_path / "err.txt").read_text()
     assert "cancelled" in err and "Traceback" not in err
 
 
-def test_a_second_ctrl_c_stops_at_once_and_still_says_one_sentence(slow_model, slow, store_path, tmp_path):
-    process = spawn("prune", slow_model, *slow, "--store", store_path, tmp_path=tmp_path)
-    run = wait_for(store_path, running_with_layers)
+def test_a_second_ctrl_c_stops_at_once_and_still_says_one_sentence(
+    layered_model, calib_file, gate, store_path, tmp_path
+):
+    """runner.py's documented behaviour: the first Ctrl-C stops the run after its current layer, a second
+    one stops it at once (here: inside layer 1, which the gate holds), recorded cancelled with the layers
+    done, and the CLI exits 130 with one sentence."""
+    process = spawn(
+        "prune", layered_model, *gated(calib_file, "until_opened"), "--store", store_path, tmp_path=tmp_path
+    )
+    run = held_at_the_gate(store_path, gate, process)
     process.send_signal(signal.SIGINT)
-    time.sleep(0.05)
+    wait_until((gate / "cancel-seen").exists, "the first Ctrl-C to reach the run")
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=120) == 130
     err = (tmp_path / "err.txt").read_text()
-    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("acetui: ")
-    assert Store(store_path).get_run(run.id).status == "cancelled"
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "acetui: interrupted; a run in progress is recorded as cancelled."
+    run = Store(store_path).get_run(run.id)
+    assert (run.status, run.layers_done, run.error) == ("cancelled", 1, "Stopped at once by a second interrupt.")
 
 
-def test_sigkill_leaves_an_interrupted_run_with_its_finished_layers(slow_model, slow, store_path, tmp_path):
-    process = spawn("prune", slow_model, *slow, "--store", store_path, tmp_path=tmp_path)
-    run = wait_for(store_path, running_with_layers)
+def test_sigkill_leaves_an_interrupted_run_with_its_finished_layers(
+    layered_model, calib_file, gate, store_path, tmp_path
+):
+    process = spawn(
+        "prune", layered_model, *gated(calib_file, "until_opened"), "--store", store_path, tmp_path=tmp_path
+    )
+    run = held_at_the_gate(store_path, gate, process)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     run = Store(store_path).get_run(run.id)
-    assert run.status == "interrupted" and 1 <= run.layers_done < LAYERS
+    assert (run.status, run.layers_done) == ("interrupted", 1)
     assert all(len(layer.linears) == 7 for layer in run.layers)
 
 
@@ -196,7 +162,7 @@ def test_a_detached_run_outlives_its_parent_and_can_be_watched(
     run = Store(store_path).get_run(run_id)
     assert run.status in ("queued", "running")  # the parent is gone, the run is not
     assert run.pid != parent.pid and os.getsid(run.pid) == run.pid != os.getsid(0)  # a session of its own
-    wait_for(store_path, lambda runs: runs[0].status == "running")  # its SIGHUP guard is installed by now
+    wait_for_runs(store_path, lambda runs: runs[0].status == "running")  # its SIGHUP guard is installed by now
     os.kill(run.pid, signal.SIGHUP)  # what a dropped SSH connection sends; ignored
     code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run_id, "--store", store_path, "--interval", "0.1")
     assert code == 0 and "layer 1 pruned (2/2 done)" in out and f"run {run_id} finished: ppl" in out
@@ -204,31 +170,33 @@ def test_a_detached_run_outlives_its_parent_and_can_be_watched(
     assert log.parent == store_path.parent / "logs" and "finished: prune" in log.read_text()
 
 
-def test_a_detached_grid_goes_on_when_one_run_is_cancelled(slow_model, slow, store_path, tmp_path, monkeypatch, capsys):
+def test_a_detached_grid_goes_on_when_one_run_is_cancelled(
+    layered_model, calib_file, gate, store_path, tmp_path, monkeypatch, capsys
+):
+    options = [option for option in gated(calib_file) if option not in ("--method", f"{GATE}:until_cancelled")]
     code, out, _ = cli(
         monkeypatch,
         capsys,
         "compare",
-        slow_model,
+        layered_model,
         "--methods",
-        "wanda,magnitude",
+        f"{GATE}:until_cancelled,magnitude",
         "--sparsity",
         "0.5",
-        *slow,
+        *options,
         "--detach",
         "--store",
         store_path,
     )
     first, second = out.split()
     assert code == 0 and Store(store_path).get_run(second).status == "queued"
-    run = wait_for(store_path, running_with_layers)
-    assert run.id == first
+    assert held_at_the_gate(store_path, gate).id == first
     code, out, _ = cli(monkeypatch, capsys, "runs", "cancel", first, "--store", store_path)
     assert code == 0 and "stops after its current layer" in out
-    wait_for(store_path, lambda runs: all(r.status in TERMINAL for r in runs), timeout=180)
+    wait_for_runs(store_path, lambda runs: all(r.status in TERMINAL for r in runs), "both runs to end", timeout=180)
     store = Store(store_path)
     cancelled, finished = store.get_run(first), store.get_run(second)
-    assert cancelled.status == "cancelled" and cancelled.layers_done < LAYERS
+    assert (cancelled.status, cancelled.layers_done) == ("cancelled", 2)
     assert (finished.status, finished.layers_done, finished.pid) == ("finished", LAYERS, cancelled.pid)
 
 

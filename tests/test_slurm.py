@@ -4,11 +4,10 @@ them. The fast tests use submitit's local executor (the same job folders and job
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-from runhelpers import cli
+from runhelpers import GATE, cli, wait_until
 
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
@@ -20,23 +19,31 @@ from acetui_core.store import TERMINAL, Store
 pytest.importorskip("submitit")
 
 
-@pytest.fixture(scope="module")
-def calib(tmp_path_factory, shared_data) -> Path:
-    source = shared_data / "c4" / "c4-train.00000-of-01024.first1000.jsonl"
-    path = tmp_path_factory.mktemp("calib") / "c4-30.jsonl"
-    path.write_text("".join(source.read_text().splitlines(keepends=True)[:30]))
-    return path
+LAYERS = 4  # the gated runs' model: a layer before the gate, the gated one, and layers a cancel must skip
 
 
 def wait_until_ended(store: Store, run_ids: list[str], timeout: float = 240.0) -> list:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Import the job folders into the store until every run has ended; return the runs."""
+
+    def ended():
         sync(store)
         runs = store.list_runs(ids=run_ids)
-        if all(run.status in TERMINAL for run in runs):
-            return runs
-        time.sleep(0.5)
-    raise AssertionError(f"runs still active: {[(r.id, r.status) for r in store.list_runs(ids=run_ids)]}")
+        return runs if all(run.status in TERMINAL for run in runs) else None
+
+    return wait_until(ended, f"runs {run_ids} to end", timeout, every=0.5)
+
+
+def gated_config(model: Path, calib_file: str) -> RunConfig:
+    """A run the gate metric holds in layer 1 until it is cancelled (tests/gate_metric.py)."""
+    return RunConfig(
+        model=str(model),
+        method=f"{GATE}:until_cancelled",
+        sparsity="0.5",
+        calib=calib_file,
+        nsamples=4,
+        seqlen=16,
+        evals=[],
+    )
 
 
 @pytest.mark.parametrize("text, expected", [("120", 120), ("2:00:00", 120), ("1-00:00:00", 1440), ("90:30", 91)])
@@ -49,13 +56,13 @@ def test_a_bad_time_limit_is_one_sentence():
         Slurm(time="two hours")
 
 
-def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny_model, calib):
+def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny_model, calib_file):
     store = Store(tmp_path / "runs.db")
     grid = Grid(
         [str(make_tiny_model("llama"))],
         ["wanda", "ace"],
         ["0.5"],
-        common={"calib": str(calib), "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2},
+        common={"calib": calib_file, "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2},
     )
     run_ids = launch(grid.configs(), Slurm(cluster="local", gpus_per_job=0), store)
     queued = store.list_runs(ids=run_ids)
@@ -70,49 +77,21 @@ def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny
     assert sync(store) == 0  # everything was imported once
 
 
-def test_acetui_runs_cancel_stops_a_cluster_run_between_layers(tmp_path, tokenizer_dir, calib, monkeypatch, capsys):
-    model = deep_model(tmp_path / "deep", tokenizer_dir)
+def test_acetui_runs_cancel_stops_a_cluster_run_between_layers(
+    tmp_path, make_tiny_model, calib_file, gate, monkeypatch, capsys
+):
     store = Store(tmp_path / "runs.db")
-    config = RunConfig(
-        model=str(model), method="ace", sparsity="0.5", calib=str(calib), nsamples=128, seqlen=64, evals=[]
-    )
+    config = gated_config(make_tiny_model("llama", layers=LAYERS), calib_file)
     [run_id] = launch([config], Slurm(cluster="local", gpus_per_job=0), store)
-    deadline = time.monotonic() + 240
-    while store.get_run(run_id, layers=False).layers_done < 1:
-        assert time.monotonic() < deadline, "the cluster run never finished a layer"
-        sync(store)
-        time.sleep(0.2)
+    wait_until((gate / "waiting").exists, "the cluster run to reach the gate (its layer 0 done)", timeout=240)
     code, out, _ = cli(monkeypatch, capsys, "runs", "cancel", run_id, "--store", store.path)
     assert code == 0 and "stops after its current layer" in out
     [run] = wait_until_ended(store, [run_id])
-    assert run.status == "cancelled" and 1 <= run.layers_done < 48
-
-
-def deep_model(folder: Path, tokenizer_dir: Path, layers: int = 48) -> Path:
-    """A tiny llama with many layers: a run long enough to stop part-way (with 16 layers a fast machine
-    sometimes finished before the cancel reached it)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    AutoModelForCausalLM.from_config(
-        LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-        )
-    ).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    assert run.status == "cancelled" and 1 <= run.layers_done < LAYERS
 
 
 def test_a_two_run_grid_on_a_real_slurm_cluster(
-    slurm_cluster, tmp_path, make_tiny_model, tokenizer_dir, calib, monkeypatch, capsys
+    slurm_cluster, tmp_path, make_tiny_model, calib_file, gate, monkeypatch, capsys
 ):
     """The issue's check: a two-run grid through the door runs as one job array on a real Slurm, its
     progress shows in `acetui runs watch`, both results land in the store, and a job cancelled with
@@ -123,7 +102,7 @@ def test_a_two_run_grid_on_a_real_slurm_cluster(
         [str(make_tiny_model("llama"))],
         ["wanda", "ria"],
         ["0.5"],
-        common={"calib": str(calib), "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2},
+        common={"calib": calib_file, "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2},
     )
     run_ids = launch(grid.configs(), executor, store)
     jobs = [run.job["job_id"] for run in store.list_runs(ids=run_ids)]
@@ -135,21 +114,9 @@ def test_a_two_run_grid_on_a_real_slurm_cluster(
     assert [(run.status, run.layers_done) for run in runs] == [("finished", 2), ("finished", 2)]
     assert all(run.env.get("slurm_job_id") for run in runs)
 
-    slow = RunConfig(
-        model=str(deep_model(tmp_path / "deep", tokenizer_dir)),
-        method="ace",
-        sparsity="0.5",
-        calib=str(calib),
-        nsamples=128,
-        seqlen=64,
-        evals=[],
-    )
-    [slow_id] = launch([slow], executor, store)
-    deadline = time.monotonic() + 240
-    while store.get_run(slow_id, layers=False).layers_done < 1:
-        assert time.monotonic() < deadline, "the Slurm run never finished a layer"
-        sync(store)
-        time.sleep(0.2)
-    slurm_cluster.run("scancel", store.get_run(slow_id, layers=False).job["job_id"])
-    [run] = wait_until_ended(store, [slow_id])
-    assert run.status == "cancelled" and run.layers_done < 48
+    gated = gated_config(make_tiny_model("llama", layers=LAYERS), calib_file)
+    [gated_id] = launch([gated], executor, store)
+    wait_until((gate / "waiting").exists, "the Slurm run to reach the gate (its layer 0 done)", timeout=240)
+    slurm_cluster.run("scancel", store.get_run(gated_id, layers=False).job["job_id"])
+    [run] = wait_until_ended(store, [gated_id])
+    assert run.status == "cancelled" and run.layers_done < LAYERS

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import slurm_cluster as cluster_module
+from runhelpers import wait_until
 from slurm_cluster import KILL_WAIT_S, SlurmCluster
 
 # sacct states of a job not finished yet (submitit's list).
@@ -133,13 +134,12 @@ def make_executor(cluster: SlurmCluster, name: str, **parameters):
 
 def final_state(job, timeout: float = 60) -> str:
     """The job's sacct state once finished (accounting lags the job by about a second)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def finished():
         state = job.get_info(mode="force").get("State", "UNKNOWN")
-        if state not in UNFINISHED:
-            return state
-        time.sleep(0.5)
-    raise TimeoutError(f"job {job.job_id} was still {state} after {timeout} s")
+        return state if state not in UNFINISHED else None
+
+    return wait_until(finished, f"job {job.job_id} to finish", timeout, every=0.5)
 
 
 def step_exit_code(cluster: SlurmCluster, job_id: str) -> str:
@@ -150,8 +150,4 @@ def step_exit_code(cluster: SlurmCluster, job_id: str) -> str:
 
 
 def wait_for_file(path: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {timeout} s")
-        time.sleep(0.05)
+    wait_until(path.exists, f"{path} to appear", timeout)

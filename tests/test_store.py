@@ -293,3 +293,19 @@ def test_a_runs_window_losses_and_document_outcomes_are_kept_apart_from_its_resu
     assert store.evidence([run_id]) == {run_id: RunEvidence(losses, {"boolq": outcomes})}
     store.delete_runs([run_id])
     assert raw(store, "SELECT COUNT(*) FROM evidence") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    "typo, path",
+    [
+        ({"ppl_wikitex2": 7.1}, "RunResult.ppl_wikitex2"),
+        (
+            {"calibration": {"source": "c4", "nsamples": 8, "seqlen": 16, "seed": 0, "sede": 1}},
+            "RunResult.calibration.sede",
+        ),
+    ],
+)
+def test_a_hand_written_result_with_a_misspelt_field_is_refused(typo, path):
+    """The tests' result builder: ``from_dict`` ignores unknown keys, so a typo in a test would pass unseen."""
+    with pytest.raises(TypeError, match=rf"^no such field: {path}$".replace(".", r"\.")):
+        result_for(RunConfig(model="m", method="wanda", sparsity="0.5"), ppl=7.0, seconds=1.0, **typo)

@@ -192,6 +192,17 @@ def test_progress_is_reported_per_task_until_done(tiny_results):
         assert stages[-1].done == stages[-1].total == 3 * choices, task  # one request per (example, choice)
 
 
+def test_without_a_limit_a_task_is_scored_on_its_whole_split(tiny, shared_data, tmp_path, monkeypatch):
+    """No --limit: every document of the local split is scored, and the result does not say partial (the
+    real-model tests below score a prefix, to stay quick). The split: RTE's first 6 rows, as a data folder."""
+    split = tmp_path / "data" / "zeroshot" / LOCAL_COPIES["rte"].file
+    split.parent.mkdir(parents=True)
+    split.write_text("".join((shared_data / "zeroshot" / LOCAL_COPIES["rte"].file).read_text().splitlines(True)[:6]))
+    monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path / "data"))
+    [entry] = evaluate_zeroshot(tiny.model, tiny.tokenizer, ["rte"]).values()
+    assert (entry.n, entry.total, entry.partial, entry.source) == (6, 6, False, str(split))
+
+
 def test_cancel_stops_the_evaluation(tiny):
     cancel = threading.Event()
 

@@ -1,0 +1,136 @@
+"""Every acetui command in the ```bash blocks of README.md and docs/*.md works word for word, so no page goes
+stale. The README's set-up command runs as it is, on the bundled SmolLM2, and prints the table the README
+shows; every other command runs on a tiny model in its place (MODEL, ID and RUN_A/RUN_B are filled in, a
+tiny limit is appended: the last of a repeated option wins). Where a page shows an error sentence under a
+``$ acetui`` line, the command prints exactly that and exits 2."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+from runhelpers import cli
+
+from acetui_core.config import RunConfig
+from acetui_core.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
+TINY_LIMIT = {
+    "prune": ["--nsamples", "1", "--eval-limit", "1", "--eval-seqlen", "32", "--limit", "2"],
+    "compare": ["--nsamples", "1", "--eval-limit", "1", "--eval-seqlen", "32", "--limit", "2"],
+    "sweep": ["--nsamples", "1", "--eval-limit", "1", "--eval-seqlen", "32", "--limit", "2"],
+    "eval": ["--limit", "2"],
+}
+SETUP = "&& "  # the set-up lines: install steps, then the command
+
+
+def bash_blocks(page: Path) -> list[list[str]]:
+    """The lines of each ```bash block of a page."""
+    return [block.splitlines() for block in re.findall(r"^```bash\n(.*?)^```", page.read_text(), flags=re.M | re.S)]
+
+
+def commands(page: Path) -> list[tuple[list[str], list[str], bool]]:
+    """(the words of each acetui command, the lines the page shows it printing on stderr, whether it is a
+    set-up line) in the page's ```bash blocks."""
+    found: list[tuple[list[str], list[str], bool]] = []
+    for block in bash_blocks(page):
+        for line in block:
+            text = line.split("  #")[0].strip().removeprefix("$ ")
+            setup = SETUP in text
+            text = text.rsplit(SETUP, 1)[-1]
+            text = re.sub(r"^(\w+=\S+ )*(\.venv/bin/)?", "", text)
+            if text.startswith("acetui "):
+                found.append((shlex.split(text)[1:], [], setup))
+            elif found and line.startswith("acetui: "):
+                found[-1][1].append(line)
+    return found
+
+
+def python_files(page: Path) -> dict[str, str]:
+    """The files a page shows in full: a ```python block whose first line is ``# NAME.py``."""
+    blocks = re.findall(r"^```python\n# (\S+\.py)\n(.*?)^```", page.read_text(), flags=re.M | re.S)
+    return dict(blocks)
+
+
+def test_the_readme_shows_the_set_up_and_the_first_commands():
+    words = [" ".join(command[:2]) for page in PAGES for command, _, _ in commands(page)]
+    for expected in (
+        "prune --method",
+        "runs show",
+        "runs rm",
+        "compare --methods",
+        "sweep --method",
+        "export --format",
+        "eval MODEL_OR_SAVED_DIR",
+        "plan MODEL",
+    ):
+        assert any(command.startswith(expected) for command in words), (expected, words)
+    readme = commands(README)
+    assert [words[0] for words, _, setup in readme if setup] == ["prune"]  # the set-up command (the other runs pytest)
+    assert {words[0] for words, _, setup in readme if not setup} >= {"prune", "runs", "compare", "export", "methods"}
+
+
+def test_ci_runs_the_readme_test_command_word_for_word():
+    """.ci/run's test step is the README's second set-up line without its install steps."""
+    [test_line] = [line for block in bash_blocks(README) for line in block if "pytest" in line]
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    for step in test_line.split(SETUP):
+        assert step.strip() in ci, step
+
+
+@pytest.mark.slow  # the real model: about 30 s on two idle cores
+def test_the_readme_set_up_command_prints_what_the_readme_shows(smollm_gguf, tmp_path, monkeypatch, capsys):
+    [(words, _, _)] = [command for command in commands(README) if command[2] and command[0][0] == "prune"]
+    shown = re.search(r"^```bash\n[^\n]*acetui prune[^\n]*\n```\n\n```text\n(.*?)^```", README.read_text(), re.M | re.S)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(monkeypatch, capsys, *words)
+    assert code == 0, err[-2000:]
+    printed = {row.split("│")[1].strip(): row.split("│")[2].strip() for row in out.splitlines() if row.count("│") == 3}
+    expected = {
+        row.split("│")[1].strip(): row.split("│")[2].strip() for row in shown[1].splitlines() if row.count("│") == 3
+    }
+    assert list(printed) == list(expected)
+    for row in ("method", "sparsity"):
+        assert printed[row] == expected[row]
+    ppl, shown_ppl = (float(rows["WikiText-2 ppl"].split()[0]) for rows in (printed, expected))
+    assert ppl == pytest.approx(shown_ppl, rel=0.005)  # the README's figure is today's, to the rounding of threads
+
+
+@pytest.mark.slow  # about a minute: every page's grids on a tiny model
+def test_every_command_of_the_readme_and_the_docs_runs_word_for_word(make_tiny_model, tmp_path, monkeypatch, capsys):
+    model = tmp_path / "tiny"
+    shutil.copytree(make_tiny_model("llama"), model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))  # `--seqlen full`
+    monkeypatch.setattr("acetui.commands.prune.bundled_model", lambda: model)
+    monkeypatch.chdir(tmp_path)
+    store = Store()
+    ran = 0
+    for page in PAGES:
+        for name, body in python_files(page).items():  # the plug-ins its commands name
+            (tmp_path / name).write_text(body)
+        for words, shown, setup in commands(page):
+            if setup:
+                continue  # the README's set-up lines: the test above and CI itself run them
+            finished = [run.id for run in store.list_runs(status="finished")]
+            queued = (
+                store.create_run(RunConfig(str(model), "wanda", "0.5")) if words[:2] == ["runs", "cancel"] else None
+            )
+            fill = {"MODEL": str(model), "MODEL_OR_SAVED_DIR": str(model), "ID": queued or finished[0]}
+            fill |= {"RUN_A": finished[0], "RUN_B": finished[-1]} if finished else {}
+            args = [fill.get(word, word) for word in words]
+            code, out, err = cli(monkeypatch, capsys, *args, *TINY_LIMIT.get(words[0], []))
+            where = f"{page.relative_to(REPO)}: acetui {' '.join(words)}"
+            if shown:
+                assert (code, err.splitlines()) == (2, shown), where
+            else:
+                assert code == 0, (where, err[-2000:])
+            ran += 1
+    assert ran >= 20
+    assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "table.tex").is_file()
