@@ -199,7 +199,7 @@ def test_without_a_limit_a_task_is_scored_on_its_whole_split(tiny, shared_data, 
     split.parent.mkdir(parents=True)
     split.write_text("".join((shared_data / "zeroshot" / LOCAL_COPIES["rte"].file).read_text().splitlines(True)[:6]))
     monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path / "data"))
-    [entry] = evaluate_zeroshot(tiny.model, tiny.tokenizer, ["rte"]).values()
+    [entry] = evaluate_zeroshot(tiny.model, tiny.tokenizer, ["rte"])[0].values()
     assert (entry.n, entry.total, entry.partial, entry.source) == (6, 6, False, str(split))
 
 
@@ -289,9 +289,11 @@ def test_eval_bad_input_is_one_sentence_and_exit_2(args, env, message, make_tiny
 
 # ---------------------------------------------------------------- slow: the real SmolLM2-135M
 
-# Dense and Wanda 50% on the full ARC-Easy test split (2376) and the first 500 HellaSwag examples:
-# ~30 minutes on 2 idle cores (0.3 s per ARC-Easy and 0.37 s per HellaSwag example).
-HELLASWAG_LIMIT = 500
+# Dense and Wanda 50% on the first 500 ARC-Easy and the first 500 HellaSwag examples: about 11 minutes on 2
+# idle cores (0.3 s per ARC-Easy and 0.37 s per HellaSwag example), where the whole ARC-Easy split (2376)
+# took 30. 500 keeps each claim several standard errors clear: dense ARC-Easy needs more than 0.36 (it
+# scores about 0.5), and Wanda's drop (about 9 points on ARC-Easy, 6 on HellaSwag) must pass 2.2 points.
+LIMIT = 500
 SLOW_TASKS = ["arc_easy", "hellaswag"]
 
 
@@ -301,14 +303,21 @@ def dense_and_pruned(smollm, module_env):
 
     smollm.reset()
     dense = {
-        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["arc_easy"])[0],
-        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT)[0],
+        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["arc_easy"], limit=LIMIT)[0],
+        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=LIMIT)[0],
     }
     # Pruned and scored on ARC-Easy by `acetui prune --eval zeroshot`'s path; HellaSwag on the same pruned weights.
-    config = RunConfig(model=smollm.source, method="wanda", sparsity="0.5", evals=["zeroshot"], tasks=["arc_easy"])
+    config = RunConfig(
+        model=smollm.source,
+        method="wanda",
+        sparsity="0.5",
+        evals=["zeroshot"],
+        tasks=["arc_easy"],
+        zeroshot_limit=LIMIT,
+    )
     pruned = {
         **pipeline.run(config, loaded=smollm).zeroshot,
-        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=HELLASWAG_LIMIT)[0],
+        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=LIMIT)[0],
     }
     smollm.reset()
     print(
@@ -321,8 +330,8 @@ def dense_and_pruned(smollm, module_env):
 @pytest.mark.slow
 def test_smollm_is_well_above_chance_on_arc_easy(dense_and_pruned):
     dense, _ = dense_and_pruned
-    # Chance is 0.25 (four choices); on the full split (n=2376) the standard error is ~0.01.
-    assert dense["arc_easy"].n == dense["arc_easy"].total == 2376 and dense["arc_easy"].partial is False
+    # Chance is 0.25 (four choices); on 500 examples the standard error is ~0.022.
+    assert (dense["arc_easy"].n, dense["arc_easy"].total, dense["arc_easy"].partial) == (LIMIT, 2376, True)
     assert dense["arc_easy"].acc > 0.25 + 5 * dense["arc_easy"].acc_stderr
 
 
@@ -330,6 +339,6 @@ def test_smollm_is_well_above_chance_on_arc_easy(dense_and_pruned):
 @pytest.mark.parametrize("task", SLOW_TASKS)
 def test_wanda_50_scores_lower_than_dense(dense_and_pruned, task):
     dense, pruned = dense_and_pruned
-    assert pruned[task].n == dense[task].n == (2376 if task == "arc_easy" else HELLASWAG_LIMIT)
+    assert pruned[task].n == dense[task].n == LIMIT
     # Lower by more than one standard error of the dense accuracy, not by a hair.
     assert pruned[task].acc < dense[task].acc - dense[task].acc_stderr
