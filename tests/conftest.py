@@ -14,11 +14,29 @@ from acetui_core.paths import bundled_model
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("ACETUI_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+WORKERS = 2  # pytest-xdist workers for a run of the whole suite (pyproject's addopts say -n auto)
+# Each xdist worker takes its share of the cores (two workers on two cores: one thread each).
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 # Set at import so session- and module-scoped fixtures (the real model, its runs) see them too.
 os.environ.setdefault("ACETUI_DATA_DIR", str(DATA_DIR))
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: two workers for a run of the whole suite (``pytest``, CI's ``pytest -m ""``), none for a
+    run of named files or tests, where starting workers would cost more than it saves."""
+    whole_suite = config.args_source != pytest.Config.ArgsSource.ARGS
+    return min(WORKERS, os.cpu_count() or 1) if whole_suite else 0
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """``--dist loadgroup``: the tests that share an expensive session resource run in one worker, so it is
+    made once: the real SmolLM2 model, the Slurm test cluster."""
+    for item in items:
+        for fixture in ("smollm", "slurm_cluster"):
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(fixture))
 
 
 @pytest.fixture(autouse=True)

@@ -11,10 +11,9 @@ from acetui_core.data import LazyTokens, calibration_documents, calibration_wind
 from acetui_core.errors import UserError
 
 
-def eager_windows(tokenizer, documents, nsamples, seqlen, seed):
-    """The reference: every document tokenized up front in one batch (acetui before lazy tokenization),
-    then Wanda's C4 sampler (lib/data.py get_c4): a random document longer than seqlen, a random window in it."""
-    ids = tokenizer(documents, add_special_tokens=True)["input_ids"]
+def eager_windows(ids, nsamples, seqlen, seed):
+    """The reference: over every document tokenized up front (``eager_c4``), Wanda's C4 sampler (lib/data.py
+    get_c4): a random document longer than seqlen, a random window in it."""
     random.seed(seed)
     windows = []
     for _ in range(nsamples):
@@ -34,12 +33,19 @@ def tokenizer(tokenizer_dir):
     return AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
-@pytest.mark.parametrize(("nsamples", "seqlen", "seed"), [(128, 128, 0), (32, 16, 1), (16, 512, 7), (4, 2048, 3)])
-def test_lazy_windows_equal_the_eager_ones_on_c4(tokenizer, nsamples, seqlen, seed):
+@pytest.fixture(scope="module")
+def eager_c4(tokenizer):
+    """Every document of the C4 sample tokenized up front in one batch, as acetui did before it tokenized
+    lazily (once for the module: it takes seconds)."""
     documents, _ = calibration_documents("c4")
+    return tokenizer(documents, add_special_tokens=True)["input_ids"]
+
+
+@pytest.mark.parametrize(("nsamples", "seqlen", "seed"), [(128, 128, 0), (32, 16, 1), (16, 512, 7), (4, 2048, 3)])
+def test_lazy_windows_equal_the_eager_ones_on_c4(tokenizer, eager_c4, nsamples, seqlen, seed):
     ids, _ = tokenized_calibration(tokenizer, "c4")
     lazy = calibration_windows(ids, nsamples, seqlen, seed)
-    assert torch.equal(lazy, eager_windows(tokenizer, documents, nsamples, seqlen, seed))
+    assert torch.equal(lazy, eager_windows(eager_c4, nsamples, seqlen, seed))
 
 
 def test_only_the_drawn_documents_are_tokenized(tokenizer):
