@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from acetui_core.events import LayerPruned, LayerStarted, RunStarted, Stage
 
@@ -24,16 +32,16 @@ class EventProgress:
             console=self.console,
             transient=False,
         )
-        self.tasks: dict[str, int] = {}
+        self.tasks: dict[str, TaskID] = {}
 
-    def __enter__(self):
+    def __enter__(self) -> EventProgress:
         self.progress.start()
         return self
 
     def __exit__(self, *exc):
         self.progress.stop()
 
-    def _task(self, key: str, description: str, total):
+    def _task(self, key: str, description: str, total: int | None) -> TaskID:
         if key not in self.tasks:
             self.tasks[key] = self.progress.add_task(description, total=total)
         return self.tasks[key]

@@ -144,26 +144,18 @@ def test_sigkill_leaves_an_interrupted_run_with_its_finished_layers(
 
 
 def test_a_detached_run_outlives_its_parent_and_can_be_watched(
-    make_tiny_model, fast, store_path, tmp_path, monkeypatch, capsys
+    make_tiny_model, fast, gate, store_path, tmp_path, monkeypatch, capsys
 ):
-    parent = spawn(
-        "prune",
-        make_tiny_model("llama"),
-        "--method",
-        "ria",
-        *fast,
-        "--detach",
-        "--store",
-        store_path,
-        tmp_path=tmp_path,
-    )
+    """The gate metric holds the run in its last layer, so it is still going when its parent has gone."""
+    options = ["--method", f"{GATE}:until_opened", *fast, "--detach", "--store", store_path]
+    parent = spawn("prune", make_tiny_model("llama"), *options, tmp_path=tmp_path)
     assert parent.wait(timeout=120) == 0
     run_id = (tmp_path / "out.txt").read_text().strip()
-    run = Store(store_path).get_run(run_id)
-    assert run.status in ("queued", "running")  # the parent is gone, the run is not
+    run = held_at_the_gate(store_path, gate)  # the parent is gone, the run is not (and its SIGHUP guard is set)
+    assert run.id == run_id
     assert run.pid != parent.pid and os.getsid(run.pid) == run.pid != os.getsid(0)  # a session of its own
-    wait_for_runs(store_path, lambda runs: runs[0].status == "running")  # its SIGHUP guard is installed by now
     os.kill(run.pid, signal.SIGHUP)  # what a dropped SSH connection sends; ignored
+    (gate / "open").touch()
     code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run_id, "--store", store_path, "--interval", "0.1")
     assert code == 0 and "layer 1 pruned (2/2 done)" in out and f"run {run_id} finished: ppl" in out
     log = Path(Store(store_path).get_run(run_id).env["log"])

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from acetui import options
@@ -23,7 +23,7 @@ def _number(value: float | None) -> str:
 def zeroshot_table(zeroshot: dict[str, TaskAccuracy], title: str) -> Table:
     """One row per task, as lm-eval reports it; ``n`` shows ``used/total`` when a --limit cut it short."""
     table = Table(title=title)
-    for column, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("task", "left"),
         ("acc", "right"),
         ("±", "right"),
@@ -31,7 +31,8 @@ def zeroshot_table(zeroshot: dict[str, TaskAccuracy], title: str) -> Table:
         ("±", "right"),
         ("n", "right"),
         ("source", "left"),
-    ]:
+    ]
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for task, entry in zeroshot.items():
         n = f"{entry.n}/{entry.total}" if entry.partial else str(entry.n)

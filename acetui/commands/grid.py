@@ -7,7 +7,8 @@ import json
 import sys
 import threading
 import time
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,13 +24,18 @@ from acetui_core.launch import Grid, InProcess, LocalProcesses, gpus_for, launch
 from acetui_core.runner import stop_signals
 from acetui_core.store import Store
 
+if TYPE_CHECKING:
+    from acetui.progress import EventProgress
+
 
 class QueueProgress:
     """In-process grid progress: the prune command's bars, one set per run."""
 
     def __init__(self, store: Store):
         self.store = store
-        self.current, self.progress, self.count = None, None, 0
+        self.current: str | None = None
+        self.progress: EventProgress | None = None
+        self.count = 0
 
     def __call__(self, run_id: str, event) -> None:
         from acetui.progress import EventProgress
@@ -44,6 +50,7 @@ class QueueProgress:
                 flush=True,
             )
             self.current, self.progress = run_id, EventProgress().__enter__()
+        assert self.progress is not None  # opened above for the first event of each run
         self.progress(event)
 
     def close(self) -> None:
@@ -97,7 +104,7 @@ def _execute(store: Store, configs: list, executor: LocalProcesses) -> tuple[lis
 
 
 def run_grid(
-    grid: Grid, *, device: str, columns: str, detach: bool, cluster, store: str | None, as_json: bool, cells: str
+    grid: Grid, *, device: str, columns: str, detach: bool, cluster, store: Path | None, as_json: bool, cells: str
 ) -> None:
     """Launch every run of the grid, wait for them (unless detached or on a cluster), and print the
     comparison table."""

@@ -160,7 +160,8 @@ def prune(
         in_process.on_event = lambda run_id, event: progress(event)
         in_process.start(opened, [run_id])  # Ctrl-C: Cancelled, recorded; acetui.cli says so
     run = opened.get_run(run_id, layers=False)
-    if run.status != "finished":
+    result = run.results
+    if run.status != "finished" or result is None:
         raise UserError(run.error or f"Run {run_id} {run.status}.")
     saved_to = run.results.saved_to if run.results else None
     if save is not None and saved_to and Path(saved_to) != user_path(save).resolve():
@@ -169,6 +170,6 @@ def prune(
             file=sys.stderr,
         )
     if as_json:
-        print(json.dumps(to_dict(run.results), indent=2))
+        print(json.dumps(to_dict(result), indent=2))
     else:
-        Console().print(summary_table(run.results))
+        Console().print(summary_table(result))

@@ -250,7 +250,7 @@ class Follower:
     def __init__(self, store: Store, run_ids: list[str], err: bool = False):
         self.store, self.err = store, err
         self.after = {run_id: -1 for run_id in run_ids}
-        self.stage: dict[str, tuple | None] = {run_id: None for run_id in run_ids}
+        self.stage: dict[str, tuple[str, bool] | None] = {run_id: None for run_id in run_ids}
         self.done: dict[str, RunRecord] = {}
         self.prefix = len(run_ids) > 1
 
@@ -264,11 +264,12 @@ class Follower:
             if run_id in self.done:
                 continue
             run = self.store.get_run(run_id, layers=False)
-            stage = run.stage and (run.stage.name, run.stage.done == run.stage.total)
-            if stage and stage != self.stage[run_id]:
+            current = run.stage
+            stage = None if current is None else (current.name, current.done == current.total)
+            if current is not None and stage != self.stage[run_id]:
                 self.stage[run_id] = stage
-                total = "?" if run.stage.total is None else run.stage.total
-                self._print(run_id, f"{run.stage.name} {run.stage.done}/{total}")
+                total = "?" if current.total is None else current.total
+                self._print(run_id, f"{current.name} {current.done}/{total}")
             for layer in self.store.layers_since(run_id, self.after[run_id]):
                 self.after[run_id] = layer.index
                 self._print(run_id, layer.line)
