@@ -125,8 +125,8 @@ def test_every_command_of_the_readme_and_the_docs_runs_word_for_word(make_tiny_m
             queued = (
                 store.create_run(RunConfig(str(model), "wanda", "0.5")) if words[:2] == ["runs", "cancel"] else None
             )
-            fill = {"MODEL": str(model), "MODEL_OR_SAVED_DIR": str(model), "ID": queued or finished[0]}
-            fill |= {"RUN_A": finished[0], "RUN_B": finished[-1]} if finished else {}
+            fill = {"MODEL": str(model), "MODEL_OR_SAVED_DIR": str(model)}
+            fill |= {"ID": queued or finished[-1], "RUN_A": finished[0], "RUN_B": finished[-1]} if finished else {}
             args = [fill.get(word, word) for word in words]
             code, out, err = cli(monkeypatch, capsys, *args, *TINY_LIMIT.get(words[0], []))
             where = f"{page.relative_to(REPO)}: acetui {' '.join(words)}"

@@ -84,6 +84,11 @@ def test_acetui_runs_cancel_stops_a_cluster_run_between_layers(
     config = gated_config(make_tiny_model("llama", layers=LAYERS), calib_file)
     [run_id] = launch([config], Slurm(cluster="local", gpus_per_job=0), store)
     wait_until((gate / "waiting").exists, "the cluster run to reach the gate (its layer 0 done)", timeout=240)
+    sync(store)  # what the job folder holds: the run is running, its layer 0 recorded
+    assert (store.get_run(run_id, layers=False).status, store.get_run(run_id, layers=False).layers_done) == (
+        "running",
+        1,
+    )
     code, out, _ = cli(monkeypatch, capsys, "runs", "cancel", run_id, "--store", store.path)
     assert code == 0 and "stops after its current layer" in out
     [run] = wait_until_ended(store, [run_id])
