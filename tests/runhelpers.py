@@ -225,28 +225,29 @@ def tiny_prune_command(model: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "acetui", "prune", model, *quick, *extra]
 
 
-def wait_until(condition, what: str, timeout: float = 120.0, every: float = 0.05):
-    """Call ``condition()`` until it returns something truthy, and return that; after ``timeout`` seconds
-    fail the test, saying what never happened."""
+def _polls(condition, what: str, timeout: float):
+    """``condition()`` at each poll, until the caller stops at a truthy one; after ``timeout`` seconds the
+    test fails, saying what never happened."""
     deadline = time.monotonic() + timeout
     while True:
-        found = condition()
-        if found:
-            return found
+        yield condition()
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def wait_until(condition, what: str, timeout: float = 120.0, every: float = 0.05):
+    """Call ``condition()`` until it returns something truthy, and return that."""
+    for found in _polls(condition, what, timeout):
+        if found:
+            return found
         time.sleep(every)
 
 
 async def pilot_wait_until(pilot, condition, what: str, timeout: float = 90.0, every: float = 0.1):
     """``wait_until`` for an app under Textual's Pilot: the pauses let its timers and threads deliver."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
+    for found in _polls(condition, what, timeout):
         if found:
             return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         await pilot.pause(every)
 
 
