@@ -188,6 +188,8 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     dtype) and the identity of the files it read (model, calibration)."""
     config, result = record.config, _result(record)
     skip = _NEVER_SPLIT | (_ZEROSHOT_ONLY if measure == "ppl" else _PPL_ONLY) | {columns}
+    if columns == "seqlen":  # the calibration budget is the column (comparison names its windows there)
+        skip |= {"nsamples"}
     if result.calibration is None:  # no calibration data: its settings cannot matter
         skip |= _CALIBRATION
     values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
@@ -312,6 +314,9 @@ def comparison(
             f"so there is no table to make (--format csv exports any run)."
         )
     several_sparsities = len({r.config.sparsity for r in usable}) > 1
+    # A length study may take fewer windows of the longest length (16 x 2048 beside 128 x 16): each method
+    # keeps one row, and its columns then name the windows as well as the length.
+    several_budgets = len({r.config.nsamples for r in usable if _result(r).calibration is not None}) > 1
 
     def keys(record: RunRecord) -> tuple[str, str]:
         config = record.config
@@ -319,7 +324,10 @@ def comparison(
             return record.label, _sparsity_header(config.sparsity)
         suffix = f" ({_sparsity_header(config.sparsity)})" if several_sparsities else ""
         if columns == "seqlen":
-            return paper_name(config.method) + suffix, "FL" if config.seqlen == "full" else str(config.seqlen)
+            length = "FL" if config.seqlen == "full" else str(config.seqlen)
+            if several_budgets and _result(record).calibration is not None:
+                length = f"{config.nsamples}x{length}"
+            return paper_name(config.method) + suffix, length
         if columns == "seed":
             return record.label + suffix, f"seed {config.seed}"
         return record.label + suffix, ""  # per-task table: the tasks are the columns

@@ -44,7 +44,8 @@ def add(store, clock, run_id, *, method="wanda", seed=0, calib="c4", calibration
     result = {"calibration": calibration, "ppl_windows": WINDOWS, "ppl_seqlen": SEQLEN}
     if kept:
         result["window_losses"] = window_losses
-    run = RunConfig(model="org/tiny", method=method, sparsity="0.5", seed=seed, calib=calib, nsamples=8, **config)
+    config = {"nsamples": 8, **config}
+    run = RunConfig(model="org/tiny", method=method, sparsity="0.5", seed=seed, calib=calib, **config)
     insert_run(store, clock, run_id, run, created=clock.now + 10, ppl=ppl, result=result)
 
 
@@ -267,25 +268,31 @@ def test_zero_shot_verdicts_pair_the_documents(store):
     assert low < mean.cells[("Wanda-16", column)].value < high
 
 
-def test_figures_draw_each_method_with_its_intervals(store, tmp_path, monkeypatch, capsys):
-    import importlib.util
-    import re
-
-    clock = store.clock_
+def add_length_study(store, shapes: list[tuple[int, int]]) -> None:
+    """Wanda and RIA (shifted) with two seeds at each (windows, length) calibration."""
     for method, shift in (("wanda", 0.0), ("ria", 0.1)):
-        for seqlen in (16, 32):
+        for nsamples, seqlen in shapes:
             for seed in range(2):
-                calibration = {**C4, "seqlen": seqlen}
+                run_id = f"{method[0]}{seqlen:03d}00{seed:02d}"
+                calibration = {**C4, "nsamples": nsamples, "seqlen": seqlen}
                 add(
                     store,
-                    clock,
-                    f"{method[0]}{seqlen}000{seed:02d}",
+                    store.clock_,
+                    run_id,
                     method=method,
                     seed=seed,
                     shift=shift,
                     calibration=calibration,
                     seqlen=seqlen,
+                    nsamples=nsamples,
                 )
+
+
+def test_figures_draw_each_method_with_its_intervals(store, tmp_path, monkeypatch, capsys):
+    import importlib.util
+    import re
+
+    add_length_study(store, [(8, 16), (8, 32)])
     tex = tmp_path / "pareto.tex"
     code, out, err = cli(monkeypatch, capsys, "figure", "pareto", "--x", "tokens", "-o", tex, "--store", store.path)
     assert code == 0, err
@@ -304,6 +311,22 @@ def test_figures_draw_each_method_with_its_intervals(store, tmp_path, monkeypatc
         assert code == 0 and png.read_bytes().startswith(b"\x89PNG")
     code, _, err = cli(monkeypatch, capsys, "figure", "bars", "-o", tex, "--store", store.path)
     assert code == 2 and "Unknown figure 'bars'; choose one of: pareto, seqlen" in err
+
+
+def test_a_length_study_with_fewer_long_windows_keeps_one_series_per_method(store, tmp_path, monkeypatch, capsys):
+    import re
+
+    add_length_study(store, [(8, 16), (8, 32), (4, 128)])  # the matched-compute study's shape
+    tex = tmp_path / "pareto.tex"
+    code, _, err = cli(monkeypatch, capsys, "figure", "pareto", "--x", "tokens", "-o", tex, "--store", store.path)
+    assert code == 0, err
+    text = tex.read_text()
+    assert text.count("\\addplot") == 2
+    assert "\\addlegendentry{Wanda}" in text and "\\addlegendentry{RIA}" in text
+    points = re.findall(r"\(([\d.e+]+), [\d.e+]+\) \+=", text)
+    assert [float(x) for x in points] == [128, 256, 512] * 2
+    table = comparison(store.list_runs(), columns="seqlen")
+    assert table.rows == ["Wanda", "RIA"] and [h for _, h in table.columns] == ["8x16", "8x32", "4x128"]
 
 
 def test_the_layers_figure_draws_each_runs_layers(store, tmp_path, monkeypatch, capsys):
