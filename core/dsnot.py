@@ -18,6 +18,11 @@ The reference code (zyxxmu/DSnoT) accepts a swap while ``|e_r|`` exceeds the thr
 while ``e_r`` keeps its sign (N:M); requiring ``|e_r|`` to fall is this implementation's choice: it makes
 the refinement never worsen the error it minimizes. A weight is grown or pruned at most once: only
 weights pruned by the original mask grow, only weights it kept are pruned.
+
+As in the reference code, each row's candidates are sorted once (the pruned weights by growth key, from
+either end; for unstructured masks the kept weights by score, one list per sign of their effect) and each
+cycle takes the next candidate still unused, so a cycle costs a few operations per refining row rather
+than a scan of the whole matrix (bench/dsnot_speed.py measures it).
 """
 
 from __future__ import annotations
@@ -54,44 +59,69 @@ def refine(
     are ``(d_out, d_in)``; ``mean`` and ``var`` per input. ``m``: the group size of an N:M mask whose
     groups are runs of ``m`` consecutive columns (0 for unstructured). Rows keep their count of pruned
     weights, and N:M groups theirs."""
-    rows = torch.arange(W.shape[0], device=W.device)
     effect = W.double() * mean.double()  # what each weight adds to its row's expected output
     grow_key = effect / var.double().clamp_min(_TINY_VARIANCE) ** settings.var_power
     pruned = pruned.clone()
     growable, prunable = pruned.clone(), ~pruned
+    # Sorted once: a row grows from one end of its pruned weights' keys or the other, by the sign of e_r.
+    grow_lowest, grow_highest = _Queue(grow_key, pruned), _Queue(-grow_key, pruned)
+    if not m:  # the lowest-scored kept weight whose effect does not share e_r's sign
+        drop_if_positive = _Queue(scores, prunable & (effect <= 0))
+        drop_if_negative = _Queue(scores, prunable & (effect >= 0))
     error = (effect * pruned).sum(dim=1)
     before = _relative(error, effect)
-    active = torch.ones_like(error, dtype=torch.bool)
+    active = torch.arange(W.shape[0], device=W.device)  # the rows still refining
     swaps = 0
     for _ in range(settings.cycles):
-        active &= error.abs() > settings.threshold
-        if not active.any():
+        active = active[error[active].abs() > settings.threshold]
+        if not len(active):
             break
-        sign = torch.where(error > 0, 1.0, -1.0).to(effect.dtype)[:, None]
-        grown = torch.where(growable, grow_key * sign, -torch.inf).argmax(dim=1)
-        dropped = _to_prune(scores, effect, prunable, sign, grown, m)
-        after = error - effect[rows, grown] + effect[rows, dropped]
-        accept = active & growable[rows, grown] & prunable[rows, dropped] & (after.abs() < error.abs())
-        where = rows[accept]
-        pruned[where, grown[accept]] = False
-        pruned[where, dropped[accept]] = True
-        growable[where, grown[accept]] = False
-        prunable[where, dropped[accept]] = False
-        error = torch.where(accept, after, error)
-        swaps += int(accept.sum())
-        active &= accept
+        positive = error[active] > 0
+        grown = torch.where(positive, grow_highest.first(active, growable), grow_lowest.first(active, growable))
+        if m:
+            dropped = _lowest_in_group(scores, prunable, active, grown.clamp_min(0), m)
+        else:
+            dropped = torch.where(
+                positive, drop_if_positive.first(active, prunable), drop_if_negative.first(active, prunable)
+            )
+        after = error[active] - effect[active, grown] + effect[active, dropped]
+        accept = (grown >= 0) & (dropped >= 0) & prunable[active, dropped] & (after.abs() < error[active].abs())
+        active, grown, dropped = active[accept], grown[accept], dropped[accept]
+        pruned[active, grown], pruned[active, dropped] = False, True
+        growable[active, grown], prunable[active, dropped] = False, False
+        error[active] = after[accept]
+        swaps += len(active)
     return pruned, Refinement(swaps=swaps, error_before=before, error_after=_relative(error, effect))
 
 
-def _to_prune(scores, effect, prunable, sign, grown, m: int) -> torch.Tensor:
-    """Each row's weight to prune in exchange for its grown one (see the module's description)."""
-    low = scores.double()
-    if m:
-        group = (grown // m * m)[:, None] + torch.arange(m, device=grown.device)
-        candidates = torch.where(prunable.gather(1, group), low.gather(1, group), torch.inf)
-        return group.gather(1, candidates.argmin(dim=1, keepdim=True)).squeeze(1)
-    allowed = prunable & (effect * sign <= 0)
-    return torch.where(allowed, low, torch.inf).argmin(dim=1)
+class _Queue:
+    """Per row, the entries a mask allows, sorted once by a key (ties by column): ``first`` is each row's
+    lowest-keyed entry still available, found by moving a head past the entries used since."""
+
+    def __init__(self, key: torch.Tensor, allowed: torch.Tensor):
+        self.order = torch.sort(torch.where(allowed, key, torch.inf), dim=1, stable=True).indices
+        self.length = allowed.sum(dim=1)
+        self.head = torch.zeros_like(self.length)
+
+    def first(self, rows: torch.Tensor, available: torch.Tensor) -> torch.Tensor:
+        """Each of ``rows``' first entry still ``available`` (-1 where none is left)."""
+        while True:
+            head = self.head[rows]
+            left = head < self.length[rows]
+            entry = self.order[rows, head.clamp_max(self.order.shape[1] - 1)]
+            used = left & ~available[rows, entry]
+            if not used.any():
+                return torch.where(left, entry, -1)
+            self.head[rows[used]] += 1
+
+
+def _lowest_in_group(scores, prunable, rows, grown, m: int) -> torch.Tensor:
+    """For N:M, each row's kept weight with the lowest score in its grown weight's group (so every group
+    keeps N); a group with none left yields a weight that is not prunable, and the swap is refused."""
+    group = (grown // m * m)[:, None] + torch.arange(m, device=grown.device)
+    in_rows = rows[:, None]
+    candidates = torch.where(prunable[in_rows, group], scores[in_rows, group], torch.inf)
+    return group.gather(1, candidates.argmin(dim=1, keepdim=True)).squeeze(1)
 
 
 def _relative(error: torch.Tensor, effect: torch.Tensor) -> float:

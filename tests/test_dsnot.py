@@ -1,5 +1,6 @@
 """DSnoT refinement (--refine dsnot): fixed sparsity and N:M groups, an error that never grows, the same
-swaps as a plain step-by-step computation, and its place in a run (before --update obs)."""
+swaps as a plain step-by-step computation and as the first, scan-every-cycle implementation, and its place
+in a run (before --update obs)."""
 
 import pytest
 import torch
@@ -57,6 +58,67 @@ def by_hand(W, pruned, scores, mean, var, settings, m):
     return torch.tensor(result), swaps
 
 
+def dense_scan(W, pruned, scores, mean, var, settings, m):
+    """DSnoT as acetui first implemented it: every cycle scans whole rows for the weight to grow and the
+    weight to prune. The sorted-once implementation must make exactly its swaps."""
+    rows = torch.arange(W.shape[0])
+    effect = W.double() * mean.double()
+    grow_key = effect / var.double().clamp_min(1e-12) ** settings.var_power
+    low = scores.double()
+    pruned = pruned.clone()
+    growable, prunable = pruned.clone(), ~pruned
+    error = (effect * pruned).sum(dim=1)
+    active = torch.ones_like(error, dtype=torch.bool)
+    swaps = 0
+    for _ in range(settings.cycles):
+        active &= error.abs() > settings.threshold
+        if not active.any():
+            break
+        sign = torch.where(error > 0, 1.0, -1.0).to(effect.dtype)[:, None]
+        grown = torch.where(growable, grow_key * sign, -torch.inf).argmax(dim=1)
+        if m:
+            group = (grown // m * m)[:, None] + torch.arange(m)
+            candidates = torch.where(prunable.gather(1, group), low.gather(1, group), torch.inf)
+            dropped = group.gather(1, candidates.argmin(dim=1, keepdim=True)).squeeze(1)
+        else:
+            dropped = torch.where(prunable & (effect * sign <= 0), low, torch.inf).argmin(dim=1)
+        after = error - effect[rows, grown] + effect[rows, dropped]
+        accept = active & growable[rows, grown] & prunable[rows, dropped] & (after.abs() < error.abs())
+        where = rows[accept]
+        pruned[where, grown[accept]], pruned[where, dropped[accept]] = False, True
+        growable[where, grown[accept]], prunable[where, dropped[accept]] = False, False
+        error = torch.where(accept, after, error)
+        swaps += int(accept.sum())
+        active &= accept
+    return pruned, swaps
+
+
+def _layer(pattern, seed, ties):
+    """A random 24 x 64 layer and its mask; with ``ties``, whole-number weights and some zero means make
+    many growth keys and scores equal, so the order among equals is tested too."""
+    torch.manual_seed(seed)
+    W, mean, var = torch.randn(24, 64), torch.randn(64), torch.rand(64) + 0.1
+    if ties:
+        W, mean[::5], var = W.round(), 0.0, var.round() + 1
+    scores = W.abs() * var.sqrt()
+    if ":" in pattern:
+        n, m = map(int, pattern.split(":"))
+        return W, mean, var, scores, nm_mask(scores, n, m)[0], m
+    return W, mean, var, scores, row_mask(scores, float(pattern))[0], 0
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.1])
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+@pytest.mark.parametrize("pattern", ["2:4", "4:8", "0.5", "0.7"])
+def test_sorting_once_makes_the_same_swaps_as_scanning_every_cycle(pattern, ties, threshold):
+    for seed in range(4):
+        W, mean, var, scores, mask, m = _layer(pattern, seed, ties)
+        settings = DSnoTSettings(threshold=threshold)
+        refined, record = refine(W, mask, scores, mean, var, settings, m=m)
+        expected, swaps = dense_scan(W, mask, scores, mean, var, settings, m)
+        assert torch.equal(refined, expected) and record.swaps == swaps > 0, (pattern, seed)
+
+
 @pytest.mark.parametrize("m", [4, 0], ids=["2:4", "unstructured"])
 def test_dsnot_equals_a_step_by_step_computation_on_a_4x8_layer(m):
     mask = nm_mask(SCORES, 2, 4)[0] if m else row_mask(SCORES, 0.5)[0]
@@ -64,6 +126,7 @@ def test_dsnot_equals_a_step_by_step_computation_on_a_4x8_layer(m):
     expected, swaps = by_hand(W, mask, SCORES, MEAN, VAR, DSnoTSettings(), m)
     assert torch.equal(refined, expected)
     assert record.swaps == swaps >= 3  # the example makes several swaps, or it would prove little
+    assert torch.equal(dense_scan(W, mask, SCORES, MEAN, VAR, DSnoTSettings(), m)[0], expected)
 
 
 def test_the_first_row_of_the_4x8_layer_traced_by_hand():
