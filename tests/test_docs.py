@@ -105,35 +105,49 @@ def test_the_readme_set_up_command_prints_what_the_readme_shows(smollm_gguf, tmp
     assert ppl == pytest.approx(shown_ppl, rel=0.005)  # the README's figure is today's, to the rounding of threads
 
 
-@pytest.mark.slow  # about a minute: every page's grids on a tiny model
-def test_every_command_of_the_readme_and_the_docs_runs_word_for_word(make_tiny_model, tmp_path, monkeypatch, capsys):
+def pages_with_commands() -> list[Path]:
+    """The pages whose ```bash blocks hold acetui commands besides the README's set-up lines."""
+    return [page for page in PAGES if any(not setup for _, _, setup in commands(page))]
+
+
+def written_paths(words: list[str]) -> list[str]:
+    """What a command says it writes: the value of its --save and -o options."""
+    return [words[i + 1] for i, word in enumerate(words[:-1]) if word in ("--save", "-o")]
+
+
+@pytest.mark.slow  # a page's commands on a tiny model: seconds each, zero-shot ones tens of seconds
+@pytest.mark.parametrize("page", pages_with_commands(), ids=lambda page: page.name)
+def test_every_command_of_a_page_runs_word_for_word(page, make_tiny_model, tmp_path, monkeypatch, capsys):
+    """One page's commands, in order, against one store: a page reads as a session a user could type (its
+    `runs show ID` names a run an earlier command of the same page made)."""
     model = tmp_path / "tiny"
     shutil.copytree(make_tiny_model("llama"), model)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))  # `--seqlen full`
     monkeypatch.setattr("acetui.commands.prune.bundled_model", lambda: model)
     monkeypatch.chdir(tmp_path)
+    for name, body in python_files(page).items():  # the plug-ins its commands name
+        (tmp_path / name).write_text(body)
     store = Store()
-    ran = 0
-    for page in PAGES:
-        for name, body in python_files(page).items():  # the plug-ins its commands name
-            (tmp_path / name).write_text(body)
-        for words, shown, setup in commands(page):
-            if setup:
-                continue  # the README's set-up lines: the test above and CI itself run them
-            finished = [run.id for run in store.list_runs(status="finished")]
-            queued = (
-                store.create_run(RunConfig(str(model), "wanda", "0.5")) if words[:2] == ["runs", "cancel"] else None
-            )
-            fill = {"MODEL": str(model), "MODEL_OR_SAVED_DIR": str(model)}
-            fill |= {"ID": queued or finished[-1], "RUN_A": finished[0], "RUN_B": finished[-1]} if finished else {}
-            args = [fill.get(word, word) for word in words]
-            code, out, err = cli(monkeypatch, capsys, *args, *TINY_LIMIT.get(words[0], []))
-            where = f"{page.relative_to(REPO)}: acetui {' '.join(words)}"
-            if shown:
-                assert (code, err.splitlines()) == (2, shown), where
-            else:
-                assert code == 0, (where, err[-2000:])
-            ran += 1
-    assert ran >= 20
-    assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "table.tex").is_file()
+    for words, shown, setup in commands(page):
+        if setup:
+            continue  # the README's set-up lines: the test above and CI itself run them
+        finished = [run.id for run in store.list_runs(status="finished")]
+        queued = store.create_run(RunConfig(str(model), "wanda", "0.5")) if words[:2] == ["runs", "cancel"] else None
+        fill = {"MODEL": str(model), "MODEL_OR_SAVED_DIR": str(model)}
+        fill |= {"ID": queued or finished[-1], "RUN_A": finished[0], "RUN_B": finished[-1]} if finished else {}
+        args = [fill.get(word, word) for word in words]
+        code, out, err = cli(monkeypatch, capsys, *args, *TINY_LIMIT.get(words[0], []))
+        where = f"{page.relative_to(REPO)}: acetui {' '.join(words)}"
+        if shown:
+            assert (code, err.splitlines()) == (2, shown), where
+        else:
+            assert code == 0, (where, err[-2000:])
+            for path in written_paths(args):
+                assert (tmp_path / path).exists(), (where, path)
+
+
+def test_the_pages_hold_enough_commands_to_be_a_check():
+    """Guards the test above against a regex that silently stops finding commands."""
+    assert sum(not setup for page in PAGES for _, _, setup in commands(page)) >= 20
+    assert {page.name for page in pages_with_commands()} >= {"README.md", "cli.md", "evidence.md", "methods.md"}
