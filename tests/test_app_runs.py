@@ -12,6 +12,7 @@ from dataclasses import replace
 import psutil
 import pytest
 from runhelpers import cli, layer_event, pilot_wait_until
+from textual import events
 from textual.widgets import DataTable, Input, Static
 
 from acetui.app import make_app
@@ -105,6 +106,26 @@ async def test_runs_newest_first_filtered_by_status_model_method_and_sorted_by_c
         assert [by_id[i].label for i in listed(app)] == sorted((by_id[i].label for i in newest_first), reverse=True)
         await pilot.click("#runs", offset=(12, 0))  # the Status header
         assert [by_id[i].status for i in listed(app)] == ["finished"] * 3 + ["failed", "cancelled"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("screen_key", "field", "table", "shown"), [("f4", "#runs-filter", "#runs", 5), ("f3", "#filter", "#results", 3)]
+)
+async def test_keys_typed_at_once_after_slash_all_reach_the_filter(store, screen_key, field, table, shown):
+    """tmux (or a fast typist over SSH) hands the app ``/`` and the words after it in one read: the filter
+    gets every key, none goes to the table (where ``s`` sorts, ``d`` deletes, ``k`` kills)."""
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(screen_key)
+        await pilot_wait_until(pilot, lambda: app.screen.query_one(table, DataTable).row_count == shown, "the runs")
+        screen = app.screen
+        order = (screen.sort_column, screen.descending)
+        burst = [("slash", "/"), ("s", "s"), ("d", "d"), ("l", "l"), ("slash", "/"), ("x", "x")]
+        for key, char in burst:  # one read, as the driver hands them over
+            app._driver.send_message(events.Key(key, char))
+        await pilot_wait_until(pilot, lambda: app.screen.query_one(field, Input).value == "sdl/x", "the typed filter")
+        assert app.screen is screen and (screen.sort_column, screen.descending) == order  # nothing deleted or sorted
 
 
 @pytest.mark.asyncio

@@ -15,7 +15,7 @@ import pytest
 from runhelpers import Clock, cli, insert_run, layer_event, pilot_wait_until, result_for, tiny_prune_command
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
-from textual.widgets import Input, RichLog, SelectionList, Static
+from textual.widgets import DataTable, Input, RichLog, SelectionList, Static
 
 import acetui_themes as themes
 from acetui import notify, settings
@@ -566,16 +566,24 @@ async def test_the_command_palette_holds_the_apps_actions(store):
 
 
 @pytest.mark.asyncio
-async def test_escape_closes_the_keys_panel(store):
+@pytest.mark.parametrize("screen_key", ["f3", "f4"])  # Results and Runs bind escape too (filter: back to the table)
+async def test_escape_closes_the_keys_panel(store, screen_key):
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("f4")
-        app.action_show_help_panel()
+        await pilot.press(screen_key)
+        screen = app.screen
+        await pilot.press("question_mark")  # the keys of this screen
+        await pilot_wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the keys of the screen")
+        await pilot.press("escape")
+        await pilot_wait_until(pilot, lambda: app.screen is screen, "the keys closed")
+        app.action_show_help_panel()  # Textual's keys panel (the palette's "Keys")
         await pilot.pause()
-        assert app.screen.query("HelpPanel")
+        assert screen.query("HelpPanel")
         await pilot.press("escape")
         await pilot.pause()
-        assert not app.screen.query("HelpPanel")
+        assert not screen.query("HelpPanel")
+        await pilot.press("slash", "escape")  # from the filter, escape still goes back to the table
+        assert isinstance(screen.focused, DataTable)
 
 
 # ---- Runs and Results tell runs apart -------------------------------------------------------------

@@ -5,12 +5,13 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 from textual import on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.color import Color
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Footer, Input, Static
 
 from acetui.app.summary import STATUS_COLOR
 from acetui_core.store import RunRecord
@@ -63,12 +64,35 @@ class RunListScreen(Screen):
 class SortedRunListScreen(RunListScreen):
     """A run list whose table sorts by column: ``s``/``S`` step through the columns, ``r`` reverses, a
     header click sorts by that column (again: reverses). Subclasses set ``COLUMNS`` (each with an ``order``
-    key) and ``sort_column``/``descending`` before mounting; ``LEADING`` table columns precede them."""
+    key) and ``sort_column``/``descending`` before mounting; ``LEADING`` table columns precede them.
+    ``/`` focuses the filter field ``FILTER``; enter or escape there goes back to the table ``TABLE``."""
 
     COLUMNS: list = []
     LEADING = 0
+    FILTER = ""  # the ids of the filter field and of the table
+    TABLE = ""
     sort_column = 0
     descending = False
+
+    def action_focus_filter(self) -> None:
+        """``/``: the filter. Its binding is a priority one, run by the app as it reads the key, and focus
+        moves at once (Widget.focus would defer it): the keys read in the same burst as ``/`` (tmux, a fast
+        typist over SSH) then reach the filter, not the table, where ``s`` sorts and ``d`` deletes."""
+        field = self.query_one(f"#{self.FILTER}", Input)
+        if self.focused is field:
+            raise SkipAction()  # a "/" typed in the filter is text (model:org/llama)
+        self.set_focus(field)
+
+    def action_focus_table(self) -> None:
+        table = self.query_one(f"#{self.TABLE}", DataTable)
+        if self.focused is table:
+            raise SkipAction()  # escape on the table: the app's (it closes the keys panel or a maximised pane)
+        self.set_focus(table)
+
+    @on(Input.Submitted)
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == self.FILTER:
+            self.set_focus(self.query_one(f"#{self.TABLE}", DataTable))
 
     def sort_key(self):
         return self.COLUMNS[self.sort_column].order

@@ -125,9 +125,17 @@ class ResultsScreen(SortedRunListScreen):
     AUTO_FOCUS = "#results"
     COLUMNS = COLUMNS
     LEADING = 1  # the selection mark
+    FILTER, TABLE = "filter", "results"
     # The footer shows the main keys; the others are in the help (?).
     BINDINGS = [
-        Binding("slash", "focus_filter", "Filter", show=False, tooltip="Filter by model (enter or escape: back)"),
+        Binding(
+            "slash",
+            "focus_filter",
+            "Filter",
+            show=False,
+            priority=True,  # handled as the key is read (SortedRunListScreen.action_focus_filter says why)
+            tooltip="Filter by model (enter or escape: back)",
+        ),
         Binding("space", "toggle_select", "Select", tooltip="Select the highlighted run (exports take the selection)"),
         Binding("a", "select_all", "Select all", show=False, tooltip="Select every listed run, or none"),
         Binding("s", "sort(1)", "Sort", tooltip="Sort by the next column (header clicks too)"),
@@ -291,13 +299,6 @@ class ResultsScreen(SortedRunListScreen):
     @on(Input.Changed, "#filter")
     def _filter_changed(self) -> None:
         self.show_runs()
-
-    @on(Input.Submitted, "#filter")
-    def action_focus_table(self) -> None:
-        self.query_one("#results", DataTable).focus()
-
-    def action_focus_filter(self) -> None:
-        self.query_one("#filter", Input).focus()
 
     def action_toggle_select(self) -> None:
         run = self.cursor_run(self.query_one("#results", DataTable))

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual import on
-from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -86,6 +85,7 @@ def matches(run: RunRecord, words: list[str]) -> bool:
 class RunsScreen(SortedRunListScreen):
     AUTO_FOCUS = "#runs"
     COLUMNS = COLUMNS
+    FILTER, TABLE = "runs-filter", "runs"
     BINDINGS = [
         Binding("o", "open_run", "Open", tooltip="The highlighted run on the Run screen (also enter)"),
         Binding("c", "cancel_run", "Cancel", tooltip="Stop the highlighted run after its current layer (asks first)"),
@@ -106,7 +106,12 @@ class RunsScreen(SortedRunListScreen):
         Binding("S", "sort(-1)", "Sort back", show=False, tooltip="Sort by the previous column"),
         Binding("r", "reverse", "Reverse sort", show=False, tooltip="Reverse the order"),
         Binding(
-            "slash", "focus_filter", "Filter", show=False, tooltip="Filter by status, model or method (enter: back)"
+            "slash",
+            "focus_filter",
+            "Filter",
+            show=False,
+            priority=True,  # handled as the key is read (SortedRunListScreen.action_focus_filter says why)
+            tooltip="Filter by status, model or method (enter or escape: back)",
         ),
         Binding("escape", "focus_table", "Table", show=False, tooltip="Back to the table from the filter"),
     ]
@@ -175,16 +180,6 @@ class RunsScreen(SortedRunListScreen):
     @on(Input.Changed, "#runs-filter")
     def _filter_changed(self) -> None:
         self.show_runs()
-
-    @on(Input.Submitted, "#runs-filter")
-    def action_focus_table(self) -> None:
-        table = self.query_one("#runs", DataTable)
-        if table.has_focus:
-            raise SkipAction()  # escape on the table: the app's (it closes the keys panel)
-        table.focus()
-
-    def action_focus_filter(self) -> None:
-        self.query_one("#runs-filter", Input).focus()
 
     @on(DataTable.RowHighlighted, "#runs")
     def _show_detail(self) -> None:
