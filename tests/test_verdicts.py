@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -266,6 +267,50 @@ def test_zero_shot_verdicts_pair_the_documents(store):
     [column] = mean.columns
     low, high = mean.verdicts[("Wanda-16", column)].ci
     assert low < mean.cells[("Wanda-16", column)].value < high
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("no_color", [False, True])
+async def test_the_paper_view_shows_zero_shot_intervals_and_verdicts(store, monkeypatch, no_color):
+    from rich.console import Console
+    from textual.widgets import DataTable
+
+    from acetui.app import make_app
+
+    if no_color:
+        monkeypatch.setenv("NO_COLOR", "1")
+    clock = store.clock_
+    runs = [("wanda", seed, 0.7) for seed in range(3)] + [("ria", seed, 0.6) for seed in range(3)]
+    runs += [("ace", seed, 0.7) for seed in range(3)] + [("magnitude", 0, 0.69)]
+    for number, (method, seed, accuracy) in enumerate(runs):
+        tasks, kept = outcomes(number, accuracy)
+        run = RunConfig(model="org/tiny", method=method, sparsity="0.5", seed=seed, evals=["zeroshot"])
+        result = {"calibration": None if method == "magnitude" else C4, "task_outcomes": kept}
+        run_id = f"{method[0]}000{number:04d}"
+        insert_run(store, clock, run_id, run, created=clock.now + 10, ppl=None, zeroshot=tasks, result=result)
+    add(store, clock, "s0000099", method="sparsegpt", shift=0.1)  # perplexity only: in the perplexity table
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        table = app.screen.query_one("#results", DataTable)
+        while table.row_count < len(runs) + 1:
+            await pilot.pause(0.1)
+        await pilot.press("v")
+        console = Console(width=78, file=io.StringIO(), record=True, no_color=no_color)
+        console.print(app.screen.paper_table())
+        lines = console.export_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Mean zero-shot accuracy"))
+    assert any(line.startswith("WikiText-2 perplexity") for line in lines[:start])
+    zero_shot = {line.split("│")[1].strip(): line for line in lines[start:] if line.count("│") > 2}
+    interval = r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]( \(n=\d\))?"
+    marks = {row: re.search(interval + " (.)", line) for row, line in zero_shot.items()}
+    assert {row: mark.group(2) for row, mark in marks.items() if mark} == {
+        "Wanda-16": "●",  # the best mean of the two drawn at 70%
+        "CosP+VarP-16": "≈",  # drawn like Wanda: tied with it
+        "RIA-16": "▼",  # ten points lower on the same documents
+        "Magnitude": "≈",  # one point lower, no calibration data: one run is enough to test
+    }
+    assert "SparseGPT" not in "".join(zero_shot)
 
 
 def add_length_study(store, shapes: list[tuple[int, int]]) -> None:

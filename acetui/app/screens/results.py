@@ -24,7 +24,7 @@ from acetui.app import summary
 from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, new_file, tmux_drops_clipboard
 from acetui.app.screens.common import SortedRunListScreen, refill
 from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot
-from acetui_core.comparison import comparison
+from acetui_core.comparison import Comparison, comparison
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.export import export
@@ -114,7 +114,19 @@ VERDICT_MARKS = {
     "unknown": ("?", "yellow"),
     "untested": ("–", "dim"),
 }
-VERDICT_LEGEND = "● best · ≈ tied with it · ▼ worse · ? one seed: seed noise unknown · – cannot be tested"
+VERDICT_LEGEND = "● best · ≈ tied with it · ▼ worse · ? 1 seed: noise unknown · – untested"  # one line at 80
+
+# The paper view's tables (methods by sparsity), each shown where some chosen run measured it.
+PAPER_MEASURES = {
+    "ppl": "WikiText-2 perplexity of the {which} runs (lower is better), [95% interval]; bold: the best per "
+    "column and rows tied with it.",
+    "zeroshot-mean": "Mean zero-shot accuracy % of the {which} runs (higher is better), [95% interval], "
+    "paired on the same documents.",
+}
+PARTIAL_NOTES = {
+    "ppl": "† over part of the test set (--eval-limit): not comparable to full-set numbers.",
+    "zeroshot-mean": "† some task over part of its documents (--limit): not comparable to full-task numbers.",
+}
 
 
 def _run_name(run: RunRecord) -> str:
@@ -231,16 +243,34 @@ class ResultsScreen(SortedRunListScreen):
             )
 
     def paper_table(self) -> Group | str:
-        """The chosen runs in the paper's layout: methods by sparsity, best perplexity in bold."""
+        """The chosen runs in the paper's layout, methods by sparsity: their WikiText-2 perplexity and their
+        mean zero-shot accuracy (each where some run measured it), every cell with its interval and verdict
+        mark, the best per column and the rows tied with it in bold."""
         runs = self.chosen()
         if not runs:
             return "No finished runs yet."
-        try:
-            grid = comparison(runs)
-        except UserError as error:
-            return str(error)
         kept = self._evidence(runs)
-        judge(grid, kept)
+        which = "selected" if any(r.id in self.selected for r in self.visible()) else "listed"
+        parts: list = [Text(VERDICT_LEGEND)]  # first: the marks must be read before the cells (NO_COLOR)
+        unmeasured = []
+        for measure, caption in PAPER_MEASURES.items():
+            try:
+                grid = judge(comparison(runs, measure=measure), kept)
+            except UserError as error:  # no chosen run measured it
+                unmeasured.append(str(error))
+                continue
+            notes = [caption.format(which=which)]
+            if grid.partial:
+                notes.append(PARTIAL_NOTES[measure])
+            parts += [Text("\n".join(notes)), self._grid_table(grid)]
+        if len(parts) == 1:
+            return unmeasured[0]
+        picked = [r for r in runs if r.id in self.selected]
+        if len(picked) == 2:
+            parts.append(Text(self._paired(picked, kept)))
+        return Group(*parts)
+
+    def _grid_table(self, grid: Comparison) -> Table:
         grid.ci = "interval"
         table = Table(expand=False)
         several = len(grid.models) > 1
@@ -248,22 +278,8 @@ class ResultsScreen(SortedRunListScreen):
         for model, header in grid.columns:
             table.add_column(f"{model} {header}" if several else header, justify="right")
         for row in grid.rows:
-            table.add_row(
-                Text(row),
-                *(self._cell(grid, row, column) for column in grid.columns),
-            )
-        which = "selected" if any(r.id in self.selected for r in self.visible()) else "listed"
-        notes = [
-            f"WikiText-2 perplexity of the {which} runs, [95% interval]; best per column, and rows tied with it, "
-            "in bold.",
-            VERDICT_LEGEND,
-        ]
-        if grid.partial:
-            notes.append("† over part of the test set (--eval-limit): not comparable to full-set numbers.")
-        picked = [r for r in runs if r.id in self.selected]
-        if len(picked) == 2:
-            notes.append(self._paired(picked, kept))
-        return Group(Text("\n".join(notes)), table)
+            table.add_row(Text(row), *(self._cell(grid, row, column) for column in grid.columns))
+        return table
 
     def _evidence(self, runs: list[RunRecord]) -> dict:
         missing = [r.id for r in runs if r.id not in self.kept]
