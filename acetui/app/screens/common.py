@@ -119,6 +119,22 @@ class SortedRunListScreen(RunListScreen):
         self.show_runs()
 
 
+def filter_keys(what: str) -> list[Binding]:
+    """``/`` and escape of a ``SortedRunListScreen``: to its filter field and back to its table. ``/`` is a
+    priority binding, run as the app reads the key (``action_focus_filter`` says why)."""
+    return [
+        Binding(
+            "slash",
+            "focus_filter",
+            "Filter",
+            show=False,
+            priority=True,
+            tooltip=f"Filter by {what} (enter or escape: back)",
+        ),
+        Binding("escape", "focus_table", "Table", show=False, tooltip="Back to the table from the filter"),
+    ]
+
+
 def status_text(screen: Screen, status: str) -> Text:
     """A run status in its theme colour, for table cells (which take Rich text, not Textual markup)."""
     color = Color.parse(screen.app.theme_variables[STATUS_COLOR[status]])

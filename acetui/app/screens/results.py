@@ -22,7 +22,7 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, S
 
 from acetui.app import summary
 from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, new_file, tmux_drops_clipboard
-from acetui.app.screens.common import SortedRunListScreen, refill
+from acetui.app.screens.common import SortedRunListScreen, filter_keys, refill
 from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot
 from acetui_core.comparison import Comparison, comparison
 from acetui_core.config import model_name
@@ -140,14 +140,7 @@ class ResultsScreen(SortedRunListScreen):
     FILTER, TABLE = "filter", "results"
     # The footer shows the main keys; the others are in the help (?).
     BINDINGS = [
-        Binding(
-            "slash",
-            "focus_filter",
-            "Filter",
-            show=False,
-            priority=True,  # handled as the key is read (SortedRunListScreen.action_focus_filter says why)
-            tooltip="Filter by model (enter or escape: back)",
-        ),
+        *filter_keys("model"),
         Binding("space", "toggle_select", "Select", tooltip="Select the highlighted run (exports take the selection)"),
         Binding("a", "select_all", "Select all", show=False, tooltip="Select every listed run, or none"),
         Binding("s", "sort(1)", "Sort", tooltip="Sort by the next column (header clicks too)"),
@@ -173,7 +166,6 @@ class ResultsScreen(SortedRunListScreen):
             tooltip="Layer outputs' 1-cos by layer, chosen runs overlaid",
         ),
         Binding("m", "plot('overlap')", "Overlap", show=False, tooltip="Mask overlap (Jaccard) of two selected runs"),
-        Binding("escape", "focus_table", "Table", show=False, tooltip="Back to the table from the filter"),
     ]
 
     def compose(self) -> ComposeResult:

@@ -17,7 +17,7 @@ from textual.markup import escape
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from acetui.app import summary
-from acetui.app.screens.common import ConfirmScreen, SortedRunListScreen, refill, status_text
+from acetui.app.screens.common import ConfirmScreen, SortedRunListScreen, filter_keys, refill, status_text
 from acetui.app.summary import STATUS_COLOR
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
@@ -105,15 +105,7 @@ class RunsScreen(SortedRunListScreen):
         Binding("s", "sort(1)", "Sort", tooltip="Sort by the next column (header clicks too)"),
         Binding("S", "sort(-1)", "Sort back", show=False, tooltip="Sort by the previous column"),
         Binding("r", "reverse", "Reverse sort", show=False, tooltip="Reverse the order"),
-        Binding(
-            "slash",
-            "focus_filter",
-            "Filter",
-            show=False,
-            priority=True,  # handled as the key is read (SortedRunListScreen.action_focus_filter says why)
-            tooltip="Filter by status, model or method (enter or escape: back)",
-        ),
-        Binding("escape", "focus_table", "Table", show=False, tooltip="Back to the table from the filter"),
+        *filter_keys("status, model or method"),
     ]
 
     def compose(self) -> ComposeResult:
