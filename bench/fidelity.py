@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from acetui_core import pipeline
+from acetui_core import layerloop
 from acetui_core.config import RunConfig
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import load_model
@@ -47,14 +47,14 @@ def main() -> None:
         for name, config in settings.items():
             loaded.reset()
             path = folder / f"{name.strip('-')}-{repeat}.npz"
-            pruned = pipeline.prune(loaded, config, masks_path=path)
+            pruned = layerloop.prune(loaded, config, masks_path=path)
             seconds[name].append(pruned.prune_seconds)
             print(f"{name:13s} run {repeat + 1}: {pruned.prune_seconds:.2f} s", flush=True)
-    weights = sum(pipeline._linear_sizes(decoder_layers(loaded.model)))
+    weights = sum(layerloop.linear_sizes(decoder_layers(loaded.model)))
     for sparsity in ("0.5", "2:4"):
         loaded.reset()
         path = folder / f"size-{sparsity.replace(':', '-')}.npz"
-        pipeline.prune(loaded, replace(base, sparsity=sparsity, keep_masks=True), masks_path=path)
+        layerloop.prune(loaded, replace(base, sparsity=sparsity, keep_masks=True), masks_path=path)
         sizes[sparsity] = path.stat().st_size
     plain = statistics.median(seconds["plain"])
     print(f"\n{args.method}-16 at 0.5 on {Path(model).name} ({loaded.device}, {args.repeats} runs each, median):")

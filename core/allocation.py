@@ -9,6 +9,8 @@ OWL's definitions, computed with the chosen metric's scores:
 - the layer's sparsity is ``s_l = s - (x_l - mean_w x)``, where ``mean_w`` weighs each layer by its
   number of prunable parameters, so the parameter-weighted mean of ``s_l`` is the target ``s`` exactly
   (OWL's code takes the plain mean, the same thing when all layers are equal in size).
+
+``owl_allocation`` runs OWL's statistics pass over the dense model for the layer loop.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from __future__ import annotations
 import torch
 
 from acetui_core.errors import UserError
+from acetui_core.events import Stage
+from acetui_core.layerstats import dense_weight, layer_stats, method_scores
+from acetui_core.layouts import prunable_linears, weight_matrix
+from acetui_core.placement import advance, layer_feed, module_device
+from acetui_core.records import LayerAllocation
 
 ALLOCATIONS = ("uniform", "owl")
 
@@ -42,3 +49,37 @@ def owl_sparsities(ratios: list[float], sizes: list[int], target: float, lam: fl
             f"{s.min().item():.3f} to {s.max().item():.3f}; choose a smaller lambda."
         )
     return s.tolist()
+
+
+@torch.no_grad()
+def owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> list[LayerAllocation]:
+    """OWL's statistics pass (as OWL's code does it): every decoder layer, dense, on the outputs of the
+    dense layers before it, scored with the chosen metric; then each layer's sparsity from its outlier
+    ratio (``acetui_core.allocation``). Costs one more pass of statistics and forwards than pruning."""
+    ratios = []
+    inputs = [(hidden.clone(), kwargs) for hidden, kwargs in inputs]  # advanced here; pruning starts from layer 0's
+    feed = layer_feed(loaded)  # layers reach the compute device as in the pruning loop (streamed, or to a GPU)
+    try:
+        for index, layer in enumerate(layers):
+            emit(Stage("outlier ratios", index, len(layers)))
+            device = module_device(layer) if feed is None else loaded.device
+            if feed is not None:
+                feed.enter(index)
+            linears = prunable_linears(layer)
+            stats = layer_stats(index, layer, linears, inputs, loaded, config, method, device)
+            scores = [
+                method_scores(method, dense_weight(index, name, m), stats.get(name), config, f"layer {index} {name}")
+                for name, m in linears.items()
+            ]
+            ratios.append(outlier_ratio(scores, config.owl_m))
+            del scores
+            advance(layer, inputs, device)
+            if feed is not None:
+                feed.leave(index)
+    finally:
+        if feed is not None:
+            feed.close()
+    emit(Stage("outlier ratios", len(layers), len(layers)))
+    sizes = [sum(weight_matrix(m).numel() for m in prunable_linears(layer).values()) for layer in layers]
+    allocated = owl_sparsities(ratios, sizes, sparsity.ratio, config.owl_lambda)
+    return [LayerAllocation(i, r, s) for i, (r, s) in enumerate(zip(ratios, allocated, strict=True))]

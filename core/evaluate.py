@@ -1,15 +1,27 @@
-"""WikiText-2 perplexity, computed as Wanda's ``eval_ppl``."""
+"""Evaluating a pruned model: WikiText-2 perplexity (computed as Wanda's ``eval_ppl``, by a full forward
+pass or, for a streamed model, layer by layer from its pruned checkpoint) and a run's whole evaluation
+(perplexity and zero-shot accuracy, ``acetui_core.zeroshot``) as the fields of ``RunResult`` it fills."""
 
 from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from acetui_core.config import RunConfig
+from acetui_core.data import wikitext2_test_ids
+from acetui_core.errors import Cancelled
 from acetui_core.events import Stage
-from acetui_core.records import WindowLosses
+from acetui_core.layouts import decoder_layers
+from acetui_core.models import Loaded
+from acetui_core.placement import activation_device, advance, capture_layer0_inputs, place_for_eval
+from acetui_core.records import TaskAccuracy, TaskOutcomes, WindowLosses
+from acetui_core.streaming import LayerFeed, load_offloaded
+from acetui_core.validate import resolve_seqlen
 
 EVAL_TOKENS_PER_BATCH = 4096  # windows per forward pass = this // window length (at least 1)
 MAX_EXP = math.log(sys.float_info.max)
@@ -31,8 +43,6 @@ def perplexity(
         on_event(Stage("wikitext2", 0, windows))
     for start in range(0, windows, batch):
         if cancel is not None and cancel.is_set():
-            from acetui_core.errors import Cancelled
-
             raise Cancelled()
         stop = min(start + batch, windows)
         inputs = ids[start * seqlen : stop * seqlen].reshape(stop - start, seqlen).to(device)
@@ -69,3 +79,112 @@ def ppl(losses: WindowLosses) -> float:
     mean_nll = math.fsum(losses.nll) / sum(losses.tokens)
     # A model pruned to noise can exceed exp's range: its perplexity is reported as infinite, not a crash.
     return math.exp(mean_nll) if mean_nll < MAX_EXP else math.inf
+
+
+@dataclass
+class Evaluation:
+    """What evaluation reports: the fields of ``RunResult`` it knows."""
+
+    ppl_wikitext2: float | None = None
+    ppl_windows: int | None = None
+    ppl_partial: bool = False
+    ppl_seqlen: int | None = None
+    zeroshot: dict[str, TaskAccuracy] | None = None
+    window_losses: WindowLosses | None = None
+    task_outcomes: dict[str, TaskOutcomes] | None = None
+
+
+class _Replay(nn.Module):
+    """Stands in for the decoder stack: returns the hidden states a layer-by-layer pass already computed,
+    one batch per call, so the model's own forward applies its final norm and head (and whatever its
+    family adds there, such as Gemma's logit soft-capping)."""
+
+    def __init__(self, outputs: list[torch.Tensor], as_tuple: bool, device: torch.device):
+        super().__init__()
+        self.outputs, self.as_tuple, self.device = iter(outputs), as_tuple, device
+
+    def forward(self, *args, **kwargs):
+        hidden = next(self.outputs).to(self.device)  # one batch at a time on the GPU, not every window's
+        return (hidden,) if self.as_tuple else hidden
+
+
+@torch.no_grad()
+def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_event=None, cancel=None):
+    """WikiText-2 perplexity of a model whose layers are read from ``streamed`` one at a time: every window
+    goes through layer 0, then all of them through layer 1, and so on, in the same batches as
+    ``evaluate.perplexity``'s full forward pass (and to the same numbers). Returns what it returns."""
+    total = ids.numel() // seqlen
+    windows = min(total, limit) if limit else total
+    tokens = ids[: windows * seqlen].reshape(windows, seqlen)
+    batch = max(1, EVAL_TOKENS_PER_BATCH // seqlen)
+    hidden_size = loaded.model.config.hidden_size
+    inputs = capture_layer0_inputs(loaded, tokens, batch, activation_device(loaded, tokens, hidden_size))
+    layers = decoder_layers(loaded.model)
+    feed = LayerFeed(loaded.model, loaded.device, streamed)
+    as_tuple = False
+    try:
+        for index in range(len(layers)):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            if on_event:
+                on_event(Stage("wikitext2", index, len(layers)))
+            as_tuple = advance(feed.enter(index), inputs, loaded.device)
+            feed.leave(index)
+    finally:
+        feed.close()
+    stack = layers._modules
+    layers._modules = {"0": _Replay([hidden for hidden, _ in inputs], as_tuple, loaded.device)}
+    nll: list[float] = []
+    try:
+        for start in range(0, windows, batch):
+            window = tokens[start : start + batch].to(loaded.device)
+            nll += windows_nll(loaded.model(input_ids=window, use_cache=False).logits, window)
+    finally:
+        layers._modules = stack
+    if on_event:
+        on_event(Stage("wikitext2", len(layers), len(layers)))
+    return window_losses(nll, seqlen, limit), total
+
+
+def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None, pruned_folder=None) -> Evaluation:
+    """Perplexity and zero-shot of the pruned model: ``loaded`` itself or, for a streamed run, the pruned
+    checkpoint in ``pruned_folder`` (perplexity layer by layer; zero-shot through accelerate's offloading)."""
+    results = Evaluation()
+    if not config.evals:
+        return results
+    streamed = loaded.streamed.reading(pruned_folder) if loaded.streamed is not None else None
+    if streamed is None:
+        place_for_eval(loaded)
+    device = loaded.device if not hasattr(loaded.model, "hf_device_map") else None
+    if "wikitext2" in config.evals:
+        seqlen = resolve_seqlen(config.eval_seqlen, loaded.context_length, "--eval-seqlen")
+        ids = wikitext2_test_ids(loaded.tokenizer)
+        if streamed is None:
+            losses, total = perplexity(loaded.model, ids, seqlen, config.eval_limit, device, on_event, cancel)
+        else:
+            losses, total = streamed_perplexity(loaded, streamed, ids, seqlen, config.eval_limit, on_event, cancel)
+        used = len(losses.nll)
+        results = replace(
+            results,
+            ppl_wikitext2=ppl(losses),
+            ppl_windows=used,
+            ppl_partial=used < total,
+            ppl_seqlen=seqlen,
+            window_losses=losses,
+        )
+    if "zeroshot" in config.evals:
+        from acetui_core.zeroshot import evaluate_zeroshot
+
+        model = loaded.model
+        if streamed is not None:
+            model = load_offloaded(pruned_folder, loaded.dtype, loaded.device)
+        results.zeroshot, results.task_outcomes = evaluate_zeroshot(
+            model,
+            loaded.tokenizer,
+            config.tasks,
+            limit=config.zeroshot_limit,
+            batch_size=config.batch_size,
+            on_event=on_event,
+            cancel=cancel,
+        )
+    return results

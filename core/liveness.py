@@ -9,10 +9,14 @@ than ``STALE_AFTER`` seconds.
 from __future__ import annotations
 
 import socket
+import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import psutil
 
 STALE_AFTER = 60.0  # seconds without a heartbeat before a run on another host counts as interrupted
+INTERRUPTED_ERROR = "The process running it stopped without finishing (killed, or its machine restarted)."
 PID_START_TOLERANCE = 1.0  # seconds: psutil's create_time is rounded differently across calls
 
 HOST = socket.gethostname()
@@ -46,3 +50,31 @@ def owner_alive(host: str | None, pid: int | None, pid_started: float | None, la
     if host == HOST:
         return process_alive(pid, pid_started)
     return now - last_sign <= STALE_AFTER
+
+
+def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now: float) -> list[str]:
+    """Mark the active local runs of the store that ``connect`` opens (``Store._db``) as ``interrupted``
+    when their process is gone; return their ids."""
+    with connect() as db:
+        rows = db.execute(
+            "SELECT id, host, pid, pid_started, heartbeat, started, created FROM runs"
+            " WHERE status IN ('queued', 'running') AND executor = 'local'"
+        ).fetchall()
+    dead = [
+        row
+        for row in rows
+        if not owner_alive(
+            row["host"], row["pid"], row["pid_started"], row["heartbeat"] or row["started"] or row["created"], now
+        )
+    ]
+    if dead:
+        with connect(write=True) as db:
+            for row in dead:
+                # Conditional on the heartbeat we judged by: a run that just beat is left alone.
+                db.execute(
+                    "UPDATE runs SET status = 'interrupted', error = ?, current_layer = NULL,"
+                    " finished = COALESCE(heartbeat, started, created) WHERE id = ?"
+                    " AND status IN ('queued', 'running') AND heartbeat IS ?",
+                    (INTERRUPTED_ERROR, row["id"], row["heartbeat"]),
+                )
+    return [row["id"] for row in dead]

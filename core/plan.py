@@ -180,7 +180,7 @@ def plan_run(run: RunConfig) -> Plan:
         assert gpu_free is not None  # measured (or assumed) above for every GPU plan
         cpu = baseline + held + max(0 if activations_on_gpu else activations, 0 if hidden_on_gpu else evaluation_hidden)
         pruning = scoring + statistics + (activations if activations_on_gpu else 0)
-        # an in-memory model goes to the GPU whole for evaluation when it fits (``pipeline.place_for_eval``)
+        # an in-memory model goes to the GPU whole for evaluation when it fits (``placement.place_for_eval``)
         placed = resident * size + 2 * layer if streaming else min(parameters * size, int(0.8 * gpu_free))
         evaluating = placed + evaluation + (evaluation_hidden if hidden_on_gpu else 0)
         gpu = max(resident * size + 2 * layer + pruning, evaluating)

@@ -6,6 +6,10 @@ each operation opens its own short connection, and writes are single ``BEGIN IMM
 so a reader sees a layer or a result either whole or not at all. What is stored are the typed records
 of ``acetui_core.records`` as JSON; what is read back are those records again.
 
+This module owns what is done with runs (record, claim, beat, cancel, delete, read, list). The SQLite
+file itself (opening, schema, transactions) is ``acetui_core.store_db``; rows as records and back,
+``acetui_core.store_rows``; whether a run's process is alive, ``acetui_core.liveness``.
+
 Where it lives: ``Store(path)``; else ``$ACETUI_HOME/runs.db``; else ``runs.db`` in the user's data
 directory (platformdirs). The schema is versioned (``acetui_core.store_schema``); an older acetui store
 is migrated on open, and a file that is not an acetui store, is corrupt, or comes from a newer acetui is
@@ -29,115 +33,39 @@ import os
 import re
 import secrets
 import shutil
-import sqlite3
 import time
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from acetui_core import liveness, store_schema
-from acetui_core.config import RunConfig, model_name
+from acetui_core import liveness
+from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
-from acetui_core.paths import home, user_path
+from acetui_core.paths import user_path
 from acetui_core.records import (
-    Fidelity,
     LayerRecord,
-    LinearRecord,
-    RunResult,
-    TaskOutcomes,
-    WindowLosses,
-    from_dict,
     to_dict,
 )
-from acetui_core.store_schema import APPLICATION_ID, SCHEMA_VERSION, STATUSES
+from acetui_core.store_db import default_store_path, open_database, transaction
+from acetui_core.store_rows import (
+    SELECT_RUNS,
+    TERMINAL,
+    RunEvidence,
+    RunRecord,
+    attach_layers,
+    dumps,
+    evidence_from_rows,
+    evidence_rows,
+    model_names,
+    read_layers,
+    record_from_row,
+    write_layer,
+)
+from acetui_core.store_schema import STATUSES
 
-STORE_FILENAME = "runs.db"
 LOG_FOLDER = "logs"  # beside the store: one log file per run
 MASK_FOLDER = "masks"  # beside the store: one mask file per run that kept its masks (--keep-masks)
 JOB_FOLDER = "slurm"  # beside the store: the Slurm job folders (unless --slurm-folder puts them elsewhere)
-ACTIVE = ("queued", "running")
-TERMINAL = ("finished", "failed", "cancelled", "interrupted")
-BUSY_TIMEOUT = 30.0  # seconds a write waits for another writer's transaction
-
-INTERRUPTED_ERROR = "The process running it stopped without finishing (killed, or its machine restarted)."
-
-
-def default_store_path() -> Path:
-    """``$ACETUI_HOME/runs.db`` when ``ACETUI_HOME`` is set, else ``runs.db`` in the user's data directory."""
-    root = home()
-    if root:
-        return root / STORE_FILENAME
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("acetui", appauthor=False)) / STORE_FILENAME
-
-
-@dataclass
-class RunRecord:
-    """One run as the store holds it. Times are POSIX seconds (``None`` until they happen).
-
-    ``layers`` is filled by :meth:`Store.get_run` (and ``list_runs(layers=True)``); ``layers_done``
-    counts them even when they were not loaded. ``results`` is set once the run finished.
-    ``damaged`` says what could not be read when part of the stored row is corrupt.
-    """
-
-    id: str
-    status: str
-    config: RunConfig
-    created: float
-    started: float | None = None
-    finished: float | None = None
-    heartbeat: float | None = None
-    env: dict = field(default_factory=dict)
-    error: str | None = None
-    pid: int | None = None
-    host: str | None = None
-    cancel_requested: bool = False
-    num_layers: int | None = None
-    current_layer: int | None = None
-    stage: Stage | None = None
-    results: RunResult | None = None
-    layers_done: int = 0
-    layers: list[LayerRecord] = field(default_factory=list)
-    executor: str = "local"
-    job: dict | None = None  # a Slurm run's job: {"job_id", "folder", "imported"}
-    resources: dict | None = None  # the last resource sample of the run's process
-    damaged: str | None = None
-
-    @property
-    def label(self) -> str:
-        """The paper's row name, e.g. ``CosP+VarP-16``."""
-        return self.config.label
-
-    @property
-    def active(self) -> bool:
-        return self.status in ACTIVE
-
-    @property
-    def ppl(self) -> float | None:
-        return self.results.ppl_wikitext2 if self.results else None
-
-    @property
-    def ppl_partial(self) -> bool:
-        return bool(self.results and self.results.ppl_partial)
-
-    @property
-    def prune_seconds(self) -> float | None:
-        return self.results.prune_seconds if self.results else None
-
-    def to_dict(self) -> dict:
-        """JSON-ready: every field, plus ``label``."""
-        return {**asdict(self), "label": self.label}
-
-
-@dataclass
-class RunEvidence:
-    """What a run kept for tests of a difference (``Store.evidence``): its perplexity windows' losses and
-    its zero-shot documents' correctness per task; empty for runs recorded before acetui kept them."""
-
-    window_losses: WindowLosses | None = None
-    task_outcomes: dict[str, TaskOutcomes] = field(default_factory=dict)
 
 
 class Store:
@@ -152,7 +80,7 @@ class Store:
         self.path = user_path(path) if path is not None else default_store_path()
         self.path = self.path.absolute()
         self.clock = clock
-        self._open()
+        open_database(self.path)
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r})"
@@ -188,96 +116,9 @@ class Store:
         if not os.access(folder, os.W_OK):
             raise UserError(f"Runs cannot keep their logs in {folder}: it is not writable.")
 
-    # ---- opening, schema, migration ----------------------------------------------------------
-
-    def _open(self) -> None:
-        path = self.path
-        if path.is_dir():
-            raise UserError(f"The run store {path} is a folder; give a file path such as {path / STORE_FILENAME}.")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UserError(f"Cannot create the folder for the run store {path}: {error.strerror or error}.") from None
-        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-            raise UserError(f"The run store {path} cannot be read and written by this user.")
-        if not os.access(path.parent, os.W_OK):
-            raise UserError(
-                f"The folder of the run store {path} is not writable (SQLite needs to create files beside it)."
-            )
-        with self._db() as db:
-            current = self._schema_state(db) == (APPLICATION_ID, SCHEMA_VERSION)
-        if not current:
-            with self._db(write=True) as db:  # check again inside the lock: another process may have done it
-                self._prepare_schema(db)
-        with self._db(snapshot=False) as db:  # the journal mode cannot change inside a transaction
-            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if mode.lower() != "wal":
-            raise UserError(
-                f"The run store {path} cannot use SQLite's WAL mode (journal mode stays '{mode}'); put it on a local disk."
-            )
-
-    @staticmethod
-    def _schema_state(db: sqlite3.Connection) -> tuple[int, int]:
-        return db.execute("PRAGMA application_id").fetchone()[0], db.execute("PRAGMA user_version").fetchone()[0]
-
-    def _prepare_schema(self, db: sqlite3.Connection) -> None:
-        """Create the schema in an empty file, or migrate an older acetui store; refuse anything else."""
-        app_id, version = self._schema_state(db)
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if app_id == APPLICATION_ID:
-            if version > SCHEMA_VERSION:
-                raise UserError(
-                    f"The run store {self.path} was written by a newer acetui (schema {version}, "
-                    f"this one knows {SCHEMA_VERSION}); upgrade acetui to open it."
-                )
-        elif not tables:
-            store_schema.create(db)
-            version = 1
-        elif app_id == 0 and store_schema.is_version0(db, tables):
-            version = 0
-        else:
-            raise UserError(
-                f"{self.path} is not an acetui run store; it was left untouched "
-                f"(choose another file with --store or ACETUI_HOME)."
-            )
-        while version < SCHEMA_VERSION:
-            store_schema.MIGRATIONS[version](db)
-            version += 1
-        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    @contextmanager
     def _db(self, write: bool = False, snapshot: bool = True):
-        """A short connection inside one transaction: ``BEGIN IMMEDIATE`` to write (committed on exit),
-        else a read transaction, so that several SELECTs see one snapshot of the store."""
-        try:
-            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
-        except sqlite3.Error as error:
-            raise UserError(f"Cannot open the run store {self.path}: {error}.") from None
-        try:
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA foreign_keys = ON")
-            if write:
-                db.execute("BEGIN IMMEDIATE")
-            elif snapshot:
-                db.execute("BEGIN")
-            yield db
-            if db.in_transaction:
-                db.execute("COMMIT")
-        except sqlite3.DatabaseError as error:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            if "not a database" in str(error):
-                raise UserError(
-                    f"{self.path} is not an acetui run store (not an SQLite database); it was left untouched."
-                ) from None
-            raise UserError(f"The run store {self.path} could not be used: {error}.") from None
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        finally:
-            db.close()
+        """A short connection inside one transaction (``acetui_core.store_db.transaction``)."""
+        return transaction(self.path, write, snapshot)
 
     # ---- writing -----------------------------------------------------------------------------
 
@@ -367,7 +208,7 @@ class Store:
                 " status = CASE status WHEN 'interrupted' THEN 'running' ELSE status END,"
                 " error = CASE status WHEN 'interrupted' THEN NULL ELSE error END,"
                 " finished = CASE status WHEN 'interrupted' THEN NULL ELSE finished END WHERE id = ?",
-                (when if when is not None else self.clock(), _dumps(resources), run_id),
+                (when if when is not None else self.clock(), dumps(resources), run_id),
             )
         return self.cancel_requested(run_id)
 
@@ -404,7 +245,7 @@ class Store:
                     "UPDATE runs SET current_layer = ?, num_layers = ? WHERE id = ?", (event.index, event.total, run_id)
                 )
             elif isinstance(event, LayerPruned):
-                self._write_layer(db, run_id, event.layer)
+                write_layer(db, run_id, event.layer, self.clock())
             elif isinstance(event, RunFinished):
                 result = event.result
                 finished = db.execute(
@@ -417,51 +258,10 @@ class Store:
                     ),
                 ).rowcount
                 if finished:
-                    evidence: list[tuple[str, WindowLosses | TaskOutcomes]] = [
-                        (f"zeroshot:{task}", o) for task, o in (result.task_outcomes or {}).items()
-                    ]
-                    if result.window_losses:
-                        evidence.append(("wikitext2", result.window_losses))
                     db.executemany(
                         "INSERT OR REPLACE INTO evidence (run_id, evaluation, record) VALUES (?, ?, ?)",
-                        [(run_id, name, json.dumps(to_dict(record))) for name, record in evidence],
+                        [(run_id, name, text) for name, text in evidence_rows(result)],
                     )
-
-    def _write_layer(self, db: sqlite3.Connection, run_id: str, layer: LayerRecord) -> None:
-        db.execute("DELETE FROM layers WHERE run_id = ? AND layer = ?", (run_id, layer.index))
-        db.execute(
-            "INSERT INTO layers (run_id, layer, total, seconds, recorded, fidelity) VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                layer.index,
-                layer.total,
-                layer.seconds,
-                layer.recorded or self.clock(),
-                _dumps(_as_dict(layer.fidelity)),
-            ),
-        )
-        db.executemany(
-            "INSERT INTO linears (run_id, layer, position, name, d_out, d_in, sparsity, seconds, act_stats, histogram,"
-            " fidelity, choice) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    run_id,
-                    layer.index,
-                    position,
-                    linear.name,
-                    linear.d_out,
-                    linear.d_in,
-                    linear.sparsity,
-                    linear.seconds,
-                    _dumps(_as_dict(linear.act_stats)),
-                    _dumps(_as_dict(linear.histogram)),
-                    _dumps(_as_dict(linear.fidelity)),
-                    _dumps(_as_dict(linear.choice)),
-                )
-                for position, linear in enumerate(layer.linears)
-            ],
-        )
-        db.execute("UPDATE runs SET current_layer = NULL WHERE id = ?", (run_id,))
 
     def set_status(self, run_id: str, status: str, error: str | None = None) -> bool:
         """Move an active run to ``status`` (with the error text for ``failed``); a run that already
@@ -556,9 +356,9 @@ class Store:
         full = self.resolve(run_id)
         self.reap()
         with self._db() as db:
-            record = _record(db.execute(f"{_SELECT_RUNS} WHERE id = ?", (full,)).fetchone())
+            record = record_from_row(db.execute(f"{SELECT_RUNS} WHERE id = ?", (full,)).fetchone())
             if layers:
-                _attach_layers(db, [record])
+                attach_layers(db, [record])
         return record
 
     def list_runs(
@@ -586,49 +386,38 @@ class Store:
         if active_on is not None:
             where.append("executor = ? AND status IN ('queued', 'running')")
             params.append(active_on)
-        sql = _SELECT_RUNS + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY created, id"
+        sql = SELECT_RUNS + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY created, id"
         with self._db() as db:
-            records = [_record(row) for row in db.execute(sql, params)]
+            records = [record_from_row(row) for row in db.execute(sql, params)]
             if model is not None:
-                records = [r for r in records if model in _names(r.config.model)]
+                records = [r for r in records if model in model_names(r.config.model)]
             if last is not None:
                 records = records[-last:] if last > 0 else []
             if ids is not None:
                 order = {run_id: i for i, run_id in enumerate(full)}
                 records.sort(key=lambda r: order[r.id])
             if layers and records:
-                _attach_layers(db, records)
+                attach_layers(db, records)
         return records
 
     def evidence(self, run_ids: list[str]) -> dict[str, RunEvidence]:
         """What each run kept for tests of a difference (full run ids); an empty ``RunEvidence`` for a run
         recorded before acetui kept it, or whose record is damaged."""
-        out = {run_id: RunEvidence() for run_id in run_ids}
         if not run_ids:
-            return out
+            return {}
         marks = ",".join("?" * len(run_ids))
         with self._db() as db:
             rows = db.execute(
                 f"SELECT run_id, evaluation, record FROM evidence WHERE run_id IN ({marks}) ORDER BY run_id, evaluation",
                 run_ids,
             ).fetchall()
-        for run_id, evaluation, text in rows:
-            try:
-                if evaluation == "wikitext2":
-                    out[run_id].window_losses = from_dict(WindowLosses, json.loads(text))
-                else:
-                    out[run_id].task_outcomes[evaluation.removeprefix("zeroshot:")] = from_dict(
-                        TaskOutcomes, json.loads(text)
-                    )
-            except Exception:  # a damaged record: the run's numbers stand, they just cannot be tested
-                continue
-        return out
+        return evidence_from_rows(run_ids, rows)
 
     def layers_since(self, run_id: str, after: int = -1) -> list[LayerRecord]:
         """The run's recorded layers with index above ``after``: for live views that poll."""
         full = self.resolve(run_id)
         with self._db() as db:
-            return [layer for layer in _layers(db, [full])[full] if layer.index > after]
+            return [layer for layer in read_layers(db, [full])[full] if layer.index > after]
 
     def reap(self) -> list[str]:
         """Mark active local runs whose process is gone as ``interrupted``; return their ids.
@@ -636,139 +425,4 @@ class Store:
         Readers call this, so no run shows ``running`` forever after a SIGKILL or a reboot. A Slurm run's
         end is imported from its job folder instead (``acetui_core.slurm.sync``).
         """
-        now = self.clock()
-        with self._db() as db:
-            rows = db.execute(
-                "SELECT id, host, pid, pid_started, heartbeat, started, created FROM runs"
-                " WHERE status IN ('queued', 'running') AND executor = 'local'"
-            ).fetchall()
-        dead = [
-            row
-            for row in rows
-            if not liveness.owner_alive(
-                row["host"], row["pid"], row["pid_started"], row["heartbeat"] or row["started"] or row["created"], now
-            )
-        ]
-        if dead:
-            with self._db(write=True) as db:
-                for row in dead:
-                    # Conditional on the heartbeat we judged by: a run that just beat is left alone.
-                    db.execute(
-                        "UPDATE runs SET status = 'interrupted', error = ?, current_layer = NULL,"
-                        " finished = COALESCE(heartbeat, started, created) WHERE id = ?"
-                        " AND status IN ('queued', 'running') AND heartbeat IS ?",
-                        (INTERRUPTED_ERROR, row["id"], row["heartbeat"]),
-                    )
-        return [row["id"] for row in dead]
-
-
-_SELECT_RUNS = "SELECT runs.*, (SELECT COUNT(*) FROM layers WHERE layers.run_id = runs.id) AS layers_done FROM runs"
-
-
-def _dumps(value) -> str | None:
-    return None if value is None else json.dumps(value)
-
-
-def _loads(text, default=None):
-    return default if text is None else json.loads(text)
-
-
-def _as_dict(record) -> dict | None:
-    return None if record is None else to_dict(record)
-
-
-def _names(model: str) -> set[str]:
-    """What a user may type to mean ``model``: itself, its last component, its display name."""
-    return {model, model.rstrip("/").rsplit("/", 1)[-1], model_name(model)}
-
-
-def _record(row: sqlite3.Row) -> RunRecord:
-    """A stored row as a record. A part that does not parse marks the record damaged instead of failing
-    the whole listing."""
-    problems = []
-
-    def read(column: str, parse, default=None):
-        try:
-            return parse(row[column]) if row[column] is not None else default
-        except Exception as error:  # JSON or validation: any failure means that column is damaged
-            problems.append(f"{column} ({type(error).__name__})")
-            return default
-
-    config = read("config", lambda text: RunConfig.from_dict(json.loads(text)))
-    record = RunRecord(
-        id=row["id"],
-        status=row["status"],
-        config=config or RunConfig(model="?", method="?", sparsity="?"),
-        created=row["created"],
-        started=row["started"],
-        finished=row["finished"],
-        heartbeat=row["heartbeat"],
-        env=read("env", json.loads, {}),
-        error=row["error"],
-        pid=row["pid"],
-        host=row["host"],
-        cancel_requested=bool(row["cancel_requested"]),
-        num_layers=row["num_layers"],
-        current_layer=row["current_layer"],
-        stage=read("stage", lambda text: from_dict(Stage, json.loads(text))),
-        results=read("results", lambda text: from_dict(RunResult, json.loads(text))),
-        layers_done=row["layers_done"],
-        executor=row["executor"],
-        job=read("job", json.loads),
-        resources=read("resources", json.loads),
-    )
-    if problems:
-        record.damaged = f"unreadable {', '.join(problems)}"
-    return record
-
-
-def _attach_layers(db: sqlite3.Connection, records: list[RunRecord]) -> None:
-    damaged: dict[str, str] = {}
-    by_run = _layers(db, [r.id for r in records], damaged)
-    for record in records:
-        record.layers = by_run[record.id]
-        if record.id in damaged and not record.damaged:
-            record.damaged = damaged[record.id]
-
-
-def _layers(db: sqlite3.Connection, run_ids: list[str], damaged: dict | None = None) -> dict[str, list[LayerRecord]]:
-    """The recorded layers of each run; a linear that does not parse is left out and noted in ``damaged``."""
-    marks = ",".join("?" * len(run_ids))
-    by_run: dict[str, list[LayerRecord]] = {run_id: [] for run_id in run_ids}
-    index: dict[tuple[str, int], LayerRecord] = {}
-    for row in db.execute(f"SELECT * FROM layers WHERE run_id IN ({marks}) ORDER BY run_id, layer", run_ids):
-        layer = LayerRecord(
-            index=row["layer"], total=row["total"], seconds=row["seconds"], linears=[], recorded=row["recorded"]
-        )
-        try:
-            layer.fidelity = from_dict(Fidelity, _loads(row["fidelity"])) if row["fidelity"] else None
-        except Exception as error:  # a damaged value must not hide the rest of the run
-            if damaged is not None:
-                damaged[row["run_id"]] = f"unreadable fidelity of layer {row['layer']} ({type(error).__name__})"
-        by_run[row["run_id"]].append(layer)
-        index[(row["run_id"], row["layer"])] = layer
-    for row in db.execute(f"SELECT * FROM linears WHERE run_id IN ({marks}) ORDER BY run_id, layer, position", run_ids):
-        try:
-            act_stats = _loads(row["act_stats"]) or None  # magnitude's runs stored {}
-            histogram, fidelity, choice = _loads(row["histogram"]), _loads(row["fidelity"]), _loads(row["choice"])
-            linear = LinearRecord(
-                name=row["name"], d_out=row["d_out"], d_in=row["d_in"], sparsity=row["sparsity"], seconds=row["seconds"]
-            )
-            linear = from_dict(
-                LinearRecord,
-                {
-                    **to_dict(linear),
-                    "act_stats": act_stats,
-                    "histogram": histogram,
-                    "fidelity": fidelity,
-                    "choice": choice,
-                },
-            )
-        except Exception as error:  # a damaged linear must not hide the rest of the run
-            if damaged is not None:
-                damaged[row["run_id"]] = (
-                    f"unreadable linear {row['name']} of layer {row['layer']} ({type(error).__name__})"
-                )
-            continue
-        index[(row["run_id"], row["layer"])].linears.append(linear)
-    return by_run
+        return liveness.reap(self._db, self.clock())

@@ -5,9 +5,10 @@ in a run (before --update obs)."""
 import pytest
 import torch
 
-from acetui_core import pipeline
+from acetui_core import layerloop, pipeline
 from acetui_core.config import RunConfig
 from acetui_core.dsnot import DSnoTSettings, refine
+from acetui_core.events import LayerPruned
 from acetui_core.masks import nm_mask, row_mask
 from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
 
@@ -194,10 +195,7 @@ def test_a_refined_run_keeps_its_masks_shape_and_records_the_swaps(tiny, calib_f
     events = []
     result = pipeline.run(_config(tiny, calib_file, **settings), events.append, loaded=tiny)
     linears = {
-        (e.layer.index, linear.name): linear
-        for e in events
-        if isinstance(e, pipeline.LayerPruned)
-        for linear in e.layer.linears
+        (e.layer.index, linear.name): linear for e in events if isinstance(e, LayerPruned) for linear in e.layer.linears
     }
     refinements = [linear.choice.refinement for linear in linears.values()]
     assert sum(r.swaps for r in refinements) > 0
@@ -216,7 +214,7 @@ def test_a_refined_run_keeps_its_masks_shape_and_records_the_swaps(tiny, calib_f
 
 def test_with_update_obs_the_update_works_on_the_refined_mask(tiny, calib_file, monkeypatch):
     refined, updated = [], []
-    real_refine, real_obs = pipeline.refine, pipeline.obs_update
+    real_refine, real_obs = layerloop.refine, layerloop.obs_update
 
     def recording_refine(*args, **kw):
         mask, record = real_refine(*args, **kw)
@@ -227,8 +225,8 @@ def test_with_update_obs_the_update_works_on_the_refined_mask(tiny, calib_file, 
         updated.append(mask.clone())
         return real_obs(W, H, mask, name)
 
-    monkeypatch.setattr(pipeline, "refine", recording_refine)
-    monkeypatch.setattr(pipeline, "obs_update", recording_obs)
+    monkeypatch.setattr(layerloop, "refine", recording_refine)
+    monkeypatch.setattr(layerloop, "obs_update", recording_obs)
     tiny.reset()
     pipeline.run(_config(tiny, calib_file, method="wanda", sparsity="0.5", update="obs"), loaded=tiny)
     assert len(refined) == len(updated) == 2 * 7

@@ -12,7 +12,7 @@ import torch
 from moe_models import FAMILIES, moe_config
 from runhelpers import cli as run_cli
 
-from acetui_core import pipeline
+from acetui_core import layerstats, pipeline, placement
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
@@ -218,12 +218,12 @@ def test_routed_statistics_are_those_of_the_tokens_the_router_sent(make_moe, cal
 
     loaded = load_model(str(make_moe("mixtral")), device="cpu")
     ids, _ = tokenized_calibration(loaded.tokenizer, calib_file)
-    inputs = pipeline._capture_layer0_inputs(loaded, calibration_windows(ids, 4, 16, 0), 4, torch.device("cpu"))
+    inputs = placement.capture_layer0_inputs(loaded, calibration_windows(ids, 4, 16, 0), 4, torch.device("cpu"))
     layer = decoder_layers(loaded.model)[0]
     block_inputs = []
     hook = layer.mlp.register_forward_pre_hook(lambda module, args: block_inputs.append(args[0].reshape(-1, 64)))
     try:
-        stats = pipeline._gather_stats(layer, prunable_linears(layer), inputs, "cpu", hessian=True)
+        stats = layerstats.gather_stats(layer, prunable_linears(layer), inputs, "cpu", hessian=True)
     finally:
         hook.remove()
     x = torch.cat(block_inputs)

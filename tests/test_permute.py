@@ -9,6 +9,7 @@ import torch
 
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
+from acetui_core.events import LayerPruned
 from acetui_core.masks import nm_mask, permuted_nm_mask
 from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
 from acetui_core.permute import PERMUTATIONS_FILE, channel_permutation, retained_fraction
@@ -119,7 +120,7 @@ def test_a_permuted_run_records_its_orders_and_saves_a_model_that_computes_what_
     records = {
         (event.layer.index, linear.name): linear
         for event in events
-        if isinstance(event, pipeline.LayerPruned)
+        if isinstance(event, LayerPruned)
         for linear in event.layer.linears
     }
     sidecar = json.loads((save / PERMUTATIONS_FILE).read_text())

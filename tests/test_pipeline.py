@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from acetui_core import pipeline
+from acetui_core import layerloop, layerstats, pipeline
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import LayerPruned, RunFinished, Stage
@@ -201,7 +201,7 @@ def test_calibration_statistics_hold_no_autograd_graph(make_tiny_model, method):
     position_ids = torch.arange(SEQLEN)[None]
     rotary = loaded.model.model.rotary_emb(hidden, position_ids)
     inputs = [(hidden, {"position_ids": position_ids, "position_embeddings": rotary})]
-    stats = pipeline._gather_stats(layer, prunable_linears(layer), inputs, "cpu", hessian=method == "sparsegpt")
+    stats = layerstats.gather_stats(layer, prunable_linears(layer), inputs, "cpu", hessian=method == "sparsegpt")
     for s in stats.values():
         assert s.tokens == 2 * SEQLEN
         assert not s.sq.requires_grad and not s.q.requires_grad
@@ -256,7 +256,7 @@ def test_the_pruned_model_does_not_depend_on_the_calibration_batch_size(
     make_tiny_model, calib_file, monkeypatch, method
 ):
     def weights(tokens_per_batch):
-        monkeypatch.setattr(pipeline, "CALIB_TOKENS_PER_BATCH", tokens_per_batch)
+        monkeypatch.setattr(layerloop, "CALIB_TOKENS_PER_BATCH", tokens_per_batch)
         loaded = load_model(str(make_tiny_model("llama")), device="cpu")
         pipeline.run(config(loaded.source, method, calib=calib_file), loaded=loaded)
         return [weight_matrix(m) for layer in decoder_layers(loaded.model) for m in prunable_linears(layer).values()]

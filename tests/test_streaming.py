@@ -81,7 +81,7 @@ def test_streamed_run_equals_in_memory_run(sharded, tmp_path, method, sparsity):
 
 def test_streamed_perplexity_equals_a_full_forward_pass(sharded):
     from acetui_core.data import wikitext2_test_ids
-    from acetui_core.evaluate import perplexity
+    from acetui_core.evaluate import perplexity, streamed_perplexity
     from acetui_core.models import load_model
     from acetui_core.streaming import load_for_run
 
@@ -89,7 +89,7 @@ def test_streamed_perplexity_equals_a_full_forward_pass(sharded):
     streamed = load_for_run(str(sharded), device="cpu", dtype="auto", offload="disk")
     ids = wikitext2_test_ids(whole.tokenizer)
     expected = perplexity(whole.model, ids, 64, limit=40)
-    got = pipeline.streamed_perplexity(streamed, streamed.streamed, ids, 64, limit=40)
+    got = streamed_perplexity(streamed, streamed.streamed, ids, 64, limit=40)
     assert got[1] == expected[1] and len(got[0].nll) == len(expected[0].nll) == 40
     assert got[0].nll == pytest.approx(expected[0].nll, rel=1e-5)
     # the layers went back to the meta device: nothing but embeddings, norm and head stayed in memory

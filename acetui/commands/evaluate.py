@@ -73,7 +73,7 @@ def eval_command(
     """Zero-shot accuracy of MODEL through lm-evaluation-harness (local task files when ACETUI_DATA_DIR is set)."""
     from acetui.progress import EventProgress
     from acetui_core.models import load_model, model_source, resolve_device, resolve_dtype
-    from acetui_core.pipeline import place_for_eval
+    from acetui_core.placement import place_for_eval
     from acetui_core.zeroshot import evaluate_zeroshot, validate_tasks
 
     # Every check before a model is loaded.

@@ -1,0 +1,268 @@
+"""The sequential layer loop (ACE.md, "The pipeline"): capture the inputs of decoder layer 0, then for
+each layer gather activation statistics, score and mask its linears (permutation, DSnoT, the OBS update
+where asked), and feed the pruned layer's outputs to the next layer. Progress goes to a callback as typed
+events; ``cancel`` is checked between layers. What a whole run does around it is ``acetui_core.pipeline``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from acetui_core import histograms
+from acetui_core.allocation import owl_allocation
+from acetui_core.config import RunConfig
+from acetui_core.data import calibration_windows, tokenized_calibration
+from acetui_core.dsnot import DSnoTSettings, refine
+from acetui_core.errors import Cancelled, UserError
+from acetui_core.events import LayerPruned, LayerStarted, RunStarted, Stage
+from acetui_core.fidelity import OutputAgreement, linear_fidelity
+from acetui_core.layerstats import dense_weight, layer_stats, method_scores
+from acetui_core.layouts import (
+    check_layout,
+    decoder_layers,
+    expert_layout,
+    prunable_linears,
+    set_weight_matrix,
+    weight_matrix,
+)
+from acetui_core.maskfile import mask_writer
+from acetui_core.masks import check_nm_fits, nm_mask, prune_mask
+from acetui_core.metrics import get_method
+from acetui_core.models import Loaded, device_name
+from acetui_core.paths import content_identity
+from acetui_core.permute import channel_permutation, retained_fraction
+from acetui_core.placement import activation_device, advance, capture_layer0_inputs, layer_feed, module_device
+from acetui_core.records import (
+    Calibration,
+    Experts,
+    LayerAllocation,
+    LayerRecord,
+    LinearRecord,
+    LinearSparsity,
+    MaskChoice,
+    kind_sparsity,
+)
+from acetui_core.sparsegpt import obs_update, sparsegpt_prune
+from acetui_core.sparsity import Sparsity
+from acetui_core.stats import ColumnStats
+from acetui_core.validate import resolve_seqlen
+
+# Calibration windows go through a layer in batches of about this many tokens: enough rows for full-speed
+# matmuls (on one CPU core, SmolLM2's linears run at the same speed from 128 to 4096 rows), few enough
+# that a batch's temporaries (MLP intermediates, attention, the statistics' squares) stay small next to
+# the activations kept between layers (on SmolLM2, 4096 -> 1024 tokens: ~100 MB less peak RSS).
+CALIB_TOKENS_PER_BATCH = 512
+
+
+def _choose_mask(
+    W, scores, stats: ColumnStats | None, config, sparsity
+) -> tuple[torch.Tensor, float | None, MaskChoice]:
+    """The metric's mask and how it was chosen: an N:M pattern's groups taken in a permuted input order
+    (``--permute``), then DSnoT's swaps (``--refine dsnot``, in that same order so N:M groups stay whole).
+    ``--update obs`` comes after, on the refined mask."""
+    order = None
+    if config.permute != "none":
+        order = channel_permutation(scores, sparsity.n, sparsity.m, config.permute)
+    mask, threshold = prune_mask(scores, sparsity, config.group, order)
+    choice = MaskChoice(retained=retained_fraction(scores, mask))
+    if order is not None:
+        choice.retained_unpermuted = retained_fraction(scores, nm_mask(scores, sparsity.n, sparsity.m)[0])
+        choice.permutation = order.tolist()
+    if config.refine == "dsnot":
+        assert stats is not None, "--refine dsnot reads calibration statistics (Method.calibrated)"
+        columns = order if order is not None else torch.arange(W.shape[1], device=W.device)
+        settings = DSnoTSettings(config.dsnot_cycles, config.dsnot_threshold, config.dsnot_var_power)
+        mean = stats.s / config.nsamples  # the reference code's scale: summed over tokens, averaged over windows
+        refined, choice.refinement = refine(
+            W[:, columns],
+            mask[:, columns],
+            scores[:, columns],
+            mean[columns],
+            stats.variance[columns],
+            settings,
+            m=sparsity.m,
+        )
+        mask[:, columns] = refined
+    return mask, threshold, choice
+
+
+def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, masks, dense_outputs, experts):
+    """Gather statistics over every calibration token, then score, mask and write back each linear
+    (and its pruned positions to ``masks`` when kept)."""
+    linears = prunable_linears(layer)
+    stats = layer_stats(index, layer, linears, inputs, loaded, config, method, device, dense_outputs, experts)
+    records = []
+    for name, matrix in linears.items():
+        start = time.perf_counter()
+        W = dense_weight(index, name, matrix)
+        histogram, fidelity, choice = None, None, None
+        dense = W.clone() if config.fidelity and name in stats else None
+        if method.score is None:
+            W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
+        else:
+            scores = method_scores(method, W, stats.get(name), config, f"layer {index} {name}")
+            mask, threshold, choice = _choose_mask(W, scores, stats.get(name), config, sparsity)
+            if config.update == "obs":
+                W = obs_update(W, stats[name].hessian, mask, f"layer {index} {name}")
+            else:
+                W.masked_fill_(mask, 0)
+            histogram = histograms.histogram(scores, threshold, pruned=mask)
+        stored = matrix.weight
+        if W.data_ptr() != stored.data_ptr():
+            set_weight_matrix(matrix, W.to(stored.dtype))
+        achieved = 1 - torch.count_nonzero(stored).item() / stored.numel()  # counted from the weight itself
+        if dense is not None:
+            fidelity = linear_fidelity(dense, W, stats[name].xtx)
+        if masks is not None:
+            masks.add(index, name, weight_matrix(matrix) == 0)
+        records.append(
+            LinearRecord(
+                name=name,
+                d_out=W.shape[0],
+                d_in=W.shape[1],
+                sparsity=achieved,
+                seconds=time.perf_counter() - start,
+                act_stats=stats[name].summary() if name in stats else None,
+                histogram=histogram,
+                fidelity=fidelity,
+                choice=choice,
+                kind=matrix.kind,
+                tokens=stats[name].tokens if name in stats else None,
+            )
+        )
+    return records, stats
+
+
+@dataclass
+class Pruned:
+    """What the layer loop reports: the fields of ``RunResult`` it knows."""
+
+    layers: list[LinearSparsity]
+    overall_sparsity: float
+    prune_seconds: float
+    calibration: Calibration | None
+    allocation: list[LayerAllocation] | None = None
+    permutations: dict[str, list[int]] | None = None  # --permute: each linear's input order, by weight name
+    kinds: dict[str, float] | None = None
+    experts: Experts | None = None
+
+
+def prune(
+    loaded: Loaded,
+    config: RunConfig,
+    on_event=None,
+    cancel: threading.Event | None = None,
+    masks_path: Path | None = None,
+    release=None,
+) -> Pruned:
+    """Prune ``loaded.model`` in place; return the per-linear sparsities and timing. With
+    ``config.keep_masks`` the masks go to ``masks_path`` (``acetui_core.maskfile``). ``release(index,
+    layer)`` sees each pruned layer before it leaves the compute device (a streamed run writes it out)."""
+    if config.keep_masks and masks_path is None:
+        raise UserError("--keep-masks needs a run store to keep the masks beside; run it through acetui prune.")
+    emit = on_event or (lambda event: None)
+    method, sparsity = get_method(config.method), config.sparsity_spec
+    layers = decoder_layers(loaded.model)
+    check_layout(loaded.model)  # a weight the table of layouts does not know stops the run before any work
+    for index, layer in enumerate(layers):  # an N:M pattern that does not fit fails here, before calibration
+        for name, module in prunable_linears(layer).items():
+            check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
+    layout = expert_layout(loaded.model)
+    experts = Experts(layout, config.moe_calibration) if layout is not None and method.calibrated(config) else None
+    emit(
+        RunStarted(
+            config.model, config.method, config.sparsity, len(layers), str(loaded.device), device_name(loaded.device)
+        )
+    )
+
+    windows, calibration = None, None
+    if method.calibrated(config):
+        seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
+        emit(Stage("calibration", 0, config.nsamples))
+        ids, source = tokenized_calibration(loaded.tokenizer, config.calib)
+        windows = calibration_windows(ids, config.nsamples, seqlen, config.seed)
+        calibration = Calibration(
+            source=source,
+            nsamples=config.nsamples,
+            seqlen=seqlen,
+            seed=config.seed,
+            fingerprint=content_identity(source),
+        )
+        emit(Stage("calibration", config.nsamples, config.nsamples))
+
+    started = time.perf_counter()
+    inputs = []
+    if windows is not None:
+        hidden_size = loaded.model.config.hidden_size
+        keep_on = activation_device(loaded, windows, hidden_size)
+        batch = max(1, CALIB_TOKENS_PER_BATCH // windows.shape[1])
+        inputs = capture_layer0_inputs(loaded, windows, batch, keep_on)
+
+    allocation = None
+    if config.allocation == "owl":
+        allocation = owl_allocation(loaded, layers, inputs, config, method, sparsity, emit)
+    summaries: list[LinearSparsity] = []
+    permutations: dict[str, list[int]] = {}
+    prefixes = {id(module): name for name, module in loaded.model.named_modules()}
+    feed = layer_feed(loaded, release)
+    try:
+        with mask_writer(masks_path if config.keep_masks else None) as masks:
+            for index, layer in enumerate(layers):
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled()
+                emit(LayerStarted(index, len(layers)))
+                layer_start = time.perf_counter()
+                device = module_device(layer) if feed is None else loaded.device
+                if feed is not None:
+                    feed.enter(index)
+                dense_outputs: list[torch.Tensor] | None = [] if config.fidelity and inputs else None
+                target = sparsity if allocation is None else Sparsity(ratio=allocation[index].sparsity)
+                linears, stats = _prune_layer(
+                    index, layer, inputs, loaded, config, method, target, device, masks, dense_outputs, experts
+                )
+                agreement = OutputAgreement() if dense_outputs is not None else None
+                if calibration is not None:
+                    calibration.tokens_per_linear = max(s.tokens for s in stats.values())
+                # The last layer's outputs feed no layer: computed only to compare them with the dense ones.
+                if index < len(layers) - 1 or agreement is not None:
+                    advance(layer, inputs, device, dense_outputs, agreement)
+                if feed is not None:
+                    feed.leave(index)
+                fidelity = agreement.result() if agreement else None
+                seconds = time.perf_counter() - layer_start
+                emit(LayerPruned(LayerRecord(index, len(layers), seconds, linears, fidelity=fidelity)))
+                summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds, r.kind, r.size) for r in linears]
+                for r in linears:
+                    if r.choice is not None and r.choice.permutation is not None:
+                        permutations[f"{prefixes[id(layer)]}.{r.name}.weight"] = r.choice.permutation
+    finally:
+        if feed is not None:
+            feed.close()
+    prune_seconds = time.perf_counter() - started
+    if loaded.device.type == "cuda":
+        torch.cuda.synchronize(loaded.device)
+
+    for fallback in experts.fallbacks if experts else []:
+        logging.getLogger("acetui").warning(fallback.sentence())
+    # Over every prunable weight of the decoder layers, experts included, as counted from each weight.
+    weights = sum(summary.weights or 0 for summary in summaries)
+    zeros = sum(summary.sparsity * (summary.weights or 0) for summary in summaries)
+    return Pruned(
+        summaries,
+        zeros / weights,
+        prune_seconds,
+        calibration,
+        allocation,
+        permutations if permutations else None,
+        kind_sparsity(summaries),
+        experts,
+    )
+
+
+def linear_sizes(layers) -> list[int]:
+    return [weight_matrix(m).numel() for layer in layers for m in prunable_linears(layer).values()]

@@ -1,0 +1,143 @@
+"""What the layer loop reads of a decoder layer before it masks: each linear's calibration statistics
+(one pass of the calibration inputs, routed per expert for a mixture of experts), its dense weight checked
+finite, and its scores from the chosen metric or plug-in. Shared by the layer loop and OWL's pass."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from acetui_core.errors import UserError
+from acetui_core.layouts import weight_matrix
+from acetui_core.placement import StopForward, layer_forward
+from acetui_core.plugins import check_scores
+from acetui_core.records import Experts
+from acetui_core.routing import expert_load, fallbacks, record_expert_inputs, starved
+from acetui_core.stats import ColumnStats
+
+
+@torch.no_grad()  # with autograd on, the accumulators would keep every batch's activations alive
+def gather_stats(
+    layer,
+    linears,
+    inputs,
+    device,
+    hessian: bool = False,
+    inverse_scales: dict | None = None,
+    dense_outputs: list | None = None,
+    moe_calibration: str = "routed",
+) -> dict[str, ColumnStats]:
+    """One pass of the calibration inputs through ``layer``, recording what enters every linear (an
+    expert's slices: the tokens ``moe_calibration`` gives it, ``acetui_core.routing``).
+
+    Linears fed the same tensor (q/k/v, gate/up) share one computation of its column sums. Once the
+    last linear's input is recorded the pass stops: its output, and the rest of the layer, feed no
+    linear of this layer (the pruned pass recomputes them), which saves that linear's matmul. Unless
+    ``dense_outputs`` is a list (output fidelity): the pass then runs to the end and appends each batch's
+    dense output to it, for the pruned pass to compare with and drop (at most one extra copy of the
+    activations, which the pruned pass replaces as it goes)."""
+    scales = inverse_scales or {}
+    stats = {
+        name: ColumnStats(weight_matrix(m).shape[1], device, hessian=hessian, inverse_scale=scales.get(name))
+        for name, m in linears.items()
+    }
+    last = {"input": None, "sums": None}
+    seen: set[str] = set()
+
+    def record(name, x):
+        if x is not None:  # None: an expert this batch sent no token
+            if last["input"] is not x:
+                last["input"], last["sums"] = x, ColumnStats.column_sums(x, gram=hessian)
+            stats[name].add(x, last["sums"])
+        seen.add(name)
+        if len(seen) == len(linears) and dense_outputs is None:
+            raise StopForward
+
+    hooks = [
+        m.owner.register_forward_pre_hook(lambda m, args, n=name: record(n, args[0]))
+        for name, m in linears.items()
+        if m.param == "weight"
+    ]
+    try:
+        with record_expert_inputs(linears, record, moe_calibration):
+            for hidden, kwargs in inputs:
+                seen.clear()
+                with contextlib.suppress(StopForward):
+                    out = layer_forward(layer, hidden, kwargs, device)
+                    if dense_outputs is not None:
+                        dense_outputs.append(out.to(hidden.device))
+    finally:
+        for h in hooks:
+            h.remove()
+        last.clear()
+    return stats
+
+
+def layer_stats(
+    index,
+    layer,
+    linears,
+    inputs,
+    loaded,
+    config,
+    method,
+    device,
+    dense_outputs: list | None = None,
+    experts: Experts | None = None,
+) -> dict[str, ColumnStats]:
+    """Every linear's calibration statistics, checked finite. ``--varp-form inverse`` needs the scale of
+    a linear's whole input before its ``E[1/(1 - (x/s)^2)]`` can be summed: with ``--varp-scale rms|max``
+    a first pass measures it. ``dense_outputs``: see ``gather_stats``. An expert that the router starved
+    (``acetui_core.routing``) is gathered again over every token; ``experts`` receives the token load and
+    which experts fell back."""
+    if not method.calibrated(config):
+        return {}
+    hessian = method.score is None or config.update == "obs" or config.fidelity
+
+    def gather(matrices, calibration, outputs=None):
+        scales = None
+        if config.varp_form == "inverse":
+            if config.varp_scale == "none":
+                scales = dict.fromkeys(matrices, 1.0)
+            else:
+                measured = gather_stats(layer, matrices, inputs, device, moe_calibration=calibration)
+                scales = {name: s.scale(config.varp_scale) for name, s in measured.items()}
+        return gather_stats(
+            layer, matrices, inputs, device, hessian, scales, dense_outputs=outputs, moe_calibration=calibration
+        )
+
+    stats = gather(linears, config.moe_calibration, dense_outputs)
+    routed = {name: s.tokens for name, s in stats.items()}
+    hungry = starved(linears, routed) if config.moe_calibration == "routed" else {}
+    if hungry:
+        stats.update(gather({name: linears[name] for name in hungry}, "all"))
+    if experts is not None:
+        experts.load += expert_load(index, linears, routed)
+        experts.fallbacks += fallbacks(index, hungry)
+    for name, s in stats.items():
+        if not s.is_finite():
+            hint = "" if loaded.dtype == torch.float32 else " (try --dtype float32)"
+            raise UserError(
+                f"Calibration activations entering layer {index} {name} contain NaN or inf; "
+                f"nothing was pruned there{hint}."
+            )
+    return stats
+
+
+def dense_weight(index, name, matrix) -> torch.Tensor:
+    W = weight_matrix(matrix).float()  # the weight itself when it is float32, else a float32 copy
+    if not torch.isfinite(W).all():
+        raise UserError(
+            f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "
+            f"and nothing was pruned there."
+        )
+    return W
+
+
+def method_scores(method, W, stats, config, where: str) -> torch.Tensor:
+    scores = method.score(W, stats, config)  # a plug-in scores a copy of W (acetui_core.plugins)
+    if method.source != "built-in":
+        check_scores(method, scores, W.shape, where)
+        scores = scores.to(W.device)  # a plug-in may answer on another device than the weight's
+    return scores
