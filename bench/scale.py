@@ -145,7 +145,7 @@ def floor(config) -> float:
     scoring."""
     import torch
 
-    from acetui_core import pipeline
+    from acetui_core import layerloop, placement
     from acetui_core.data import calibration_windows, tokenized_calibration
     from acetui_core.layouts import decoder_layers
     from acetui_core.streaming import LayerFeed, load_for_run
@@ -155,15 +155,15 @@ def floor(config) -> float:
     seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
     windows = calibration_windows(tokenized_calibration(loaded.tokenizer, "c4")[0], config.nsamples, seqlen, 0)
     start = time.perf_counter()
-    inputs = pipeline._capture_layer0_inputs(
-        loaded, windows, max(1, pipeline.CALIB_TOKENS_PER_BATCH // seqlen), loaded.device
+    inputs = placement.capture_layer0_inputs(
+        loaded, windows, max(1, layerloop.CALIB_TOKENS_PER_BATCH // seqlen), loaded.device
     )
     feed = LayerFeed(loaded.model, loaded.device, loaded.streamed)
     with torch.no_grad():
         for index in range(len(decoder_layers(loaded.model))):
             layer = feed.enter(index)
             for _ in range(2):
-                outputs = [pipeline._layer_forward(layer, h, kw, loaded.device) for h, kw in inputs]
+                outputs = [placement.layer_forward(layer, h, kw, loaded.device) for h, kw in inputs]
             inputs = [(o, kw) for o, (_, kw) in zip(outputs, inputs, strict=True)]
             feed.leave(index)
     feed.close()

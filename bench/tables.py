@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from acetui_core import pipeline
+from acetui_core import evaluate, layerloop, pipeline, placement
 from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration
 from acetui_core.layouts import decoder_layers
@@ -39,13 +39,13 @@ def forward_floor(loaded, seqlen: int, nsamples: int) -> float:
     """Seconds for two plain passes of the calibration windows through every decoder layer (no hooks,
     no scoring): the least any sequential layer-wise method must spend."""
     windows = calibration_windows(tokenized_calibration(loaded.tokenizer, "c4")[0], nsamples, seqlen, 0)
-    batch = max(1, pipeline.CALIB_TOKENS_PER_BATCH // seqlen)
+    batch = max(1, layerloop.CALIB_TOKENS_PER_BATCH // seqlen)
     start = time.perf_counter()
-    inputs = pipeline._capture_layer0_inputs(loaded, windows, batch, loaded.device)
+    inputs = placement.capture_layer0_inputs(loaded, windows, batch, loaded.device)
     with torch.no_grad():
         for layer in decoder_layers(loaded.model):
             for _ in range(2):
-                outputs = [pipeline._layer_forward(layer, h, kw, loaded.device) for h, kw in inputs]
+                outputs = [placement.layer_forward(layer, h, kw, loaded.device) for h, kw in inputs]
             inputs = [(o, kw) for o, (_, kw) in zip(outputs, inputs, strict=False)]
     return time.perf_counter() - start
 
@@ -71,7 +71,7 @@ def main() -> None:
         flush=True,
     )
     evaluation = dict(eval_seqlen=args.eval_seqlen, eval_limit=args.eval_limit)
-    dense = pipeline.evaluate(loaded, RunConfig(model=args.model, method="magnitude", sparsity="0.5", **evaluation))
+    dense = evaluate.evaluate(loaded, RunConfig(model=args.model, method="magnitude", sparsity="0.5", **evaluation))
     print(f"| method | {' | '.join(c if ':' in c else f'{float(c):.0%}' for c in COLUMNS)} |")
     print(f"|---|{'---|' * len(COLUMNS)}")
     dense_cell = f"{dense.ppl_wikitext2:.2f}"

@@ -162,7 +162,7 @@ def plan_run(run: RunConfig) -> Plan:
     gpu_free = None
     if on_gpu:
         gpu_free = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else ASSUMED_GPU_BYTES
-    # where the pipeline keeps activations (``pipeline._activation_device``): on the GPU when two copies fit
+    # where the pipeline keeps activations (``placement.activation_device``): on the GPU when two copies fit
     # in a quarter of its free memory
     activations_on_gpu = gpu_free is not None and 2 * calibration < gpu_free / 4
     hidden_on_gpu = gpu_free is not None and 2 * evaluation_hidden < gpu_free / 4
