@@ -47,7 +47,6 @@ from acetui_core.records import (
     MaskChoice,
     kind_sparsity,
 )
-from acetui_core.sparsegpt import obs_update, sparsegpt_prune
 from acetui_core.sparsity import Sparsity
 from acetui_core.stats import ColumnStats
 from acetui_core.validate import resolve_seqlen
@@ -97,21 +96,22 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
     linears = prunable_linears(layer)
     stats = layer_stats(index, layer, linears, inputs, loaded, config, method, device, dense_outputs, experts)
     records = []
+    update = method.update(config)
     for name, matrix in linears.items():
         start = time.perf_counter()
         W = dense_weight(index, name, matrix)
         histogram, fidelity, choice = None, None, None
         dense = W.clone() if config.fidelity and name in stats else None
-        if method.score is None:
-            W = sparsegpt_prune(W, stats[name].hessian, sparsity, f"layer {index} {name}")
-        else:
+        mask = None  # a method without scores chooses its mask in its mask-and-update hook (SparseGPT)
+        if method.score is not None:
             scores = method_scores(method, W, stats.get(name), config, f"layer {index} {name}")
             mask, threshold, choice = _choose_mask(W, scores, stats.get(name), config, sparsity)
-            if config.update == "obs":
-                W = obs_update(W, stats[name].hessian, mask, f"layer {index} {name}")
-            else:
-                W.masked_fill_(mask, 0)
             histogram = histograms.histogram(scores, threshold, pruned=mask)
+        if update is not None:
+            W = update(W, stats[name].hessian, f"layer {index} {name}", sparsity=sparsity, mask=mask)
+        else:
+            assert mask is not None, "a method either scores or has a mask-and-update hook (Method.update)"
+            W.masked_fill_(mask, 0)
         stored = matrix.weight
         if W.data_ptr() != stored.data_ptr():
             set_weight_matrix(matrix, W.to(stored.dtype))

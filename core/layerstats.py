@@ -93,7 +93,7 @@ def layer_stats(
     which experts fell back."""
     if not method.calibrated(config):
         return {}
-    hessian = method.score is None or config.update == "obs" or config.fidelity
+    hessian = method.update(config) is not None or config.fidelity
 
     def gather(matrices, calibration, outputs=None):
         scales = None

@@ -10,6 +10,7 @@ ranking, so only VarP's additive ``1 +`` depends on that choice.
 from __future__ import annotations
 
 from acetui_core.method import Method
+from acetui_core.sparsegpt import mask_and_update
 
 
 def magnitude(W, stats, opts):
@@ -95,7 +96,13 @@ METHODS: dict[str, Method] = {
             "relative importance times ||X_j||^0.5 (Zhang et al.; its code competes per layer: --group layer)",
             ria,
         ),
-        Method("sparsegpt", "SparseGPT", "OBS weight reconstruction with the Hessian X^T X (Frantar & Alistarh)", None),
+        Method(
+            "sparsegpt",
+            "SparseGPT",
+            "OBS weight reconstruction with the Hessian X^T X (Frantar & Alistarh)",
+            None,
+            mask_and_update=mask_and_update,
+        ),
         Method("cosp", "CosP", "|W| * ||X_j|| * C: activation cosine-similarity loss (ACE)", cosp),
         Method("varp", "VarP", "|W| * V_j, V_j = 1 + E[x^2] + E[x^4]: activation variance (ACE)", varp, uses_varp=True),
         Method("ace", "CosP+VarP", "|W| * V_j * C: CosP+VarP, the paper's combination (ACE)", ace, uses_varp=True),

@@ -139,8 +139,8 @@ def plan_run(run: RunConfig) -> Plan:
         calibration = run.nsamples * seqlen * int(config.hidden_size) * size
     scoring = SCORE_BYTES_PER_WEIGHT * largest
     # SparseGPT's X^T X per linear, accumulated in float64
-    statistics = 8 * sum(d * d for d in linears_in) if method.score is None else 0
-    if method.score is None:
+    statistics = 8 * sum(d * d for d in linears_in) if method.mask_and_update is not None else 0
+    if method.mask_and_update is not None:
         scoring += 3 * 4 * widest * widest  # its Hessian's inverse and Cholesky factor
 
     # The layer loop writes each layer's outputs over its inputs: one copy of the calibration activations;

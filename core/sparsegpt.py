@@ -1,6 +1,7 @@
 """SparseGPT (Frantar & Alistarh, 2023): prune by OBS with the Hessian of the layer's inputs,
-updating the remaining weights to compensate, in blocks of 128 columns. ``obs_update`` runs the same
-reconstruction with a mask chosen beforehand by any score (``--update obs``, as in Wanda's ablation)."""
+updating the remaining weights to compensate, in blocks of 128 columns. ``mask_and_update`` is SparseGPT's
+hook as a method (``Method.mask_and_update``), and the same reconstruction with a mask chosen beforehand by
+any score (``--update obs``, as in Wanda's ablation)."""
 
 from __future__ import annotations
 
@@ -12,26 +13,21 @@ from acetui_core.sparsity import Sparsity
 NO_SPARSITY = Sparsity()  # with a fixed mask the loop chooses nothing
 
 
-def sparsegpt_prune(
-    W: torch.Tensor, H: torch.Tensor, sparsity: Sparsity, name: str, blocksize: int = 128, percdamp: float = 0.01
+def mask_and_update(
+    W: torch.Tensor,
+    H: torch.Tensor,
+    name: str,
+    *,
+    sparsity: Sparsity = NO_SPARSITY,
+    mask: torch.Tensor | None = None,
+    blocksize: int = 128,
+    percdamp: float = 0.01,
 ) -> torch.Tensor:
-    """Return the pruned and updated ``W`` (float32). Unstructured masks are chosen per block of
-    ``blocksize`` columns (SparseGPT's adaptive mask selection), so rows differ slightly in sparsity;
-    N:M masks are exact."""
-    return _obs(W, H, name, blocksize, percdamp, sparsity=sparsity)
-
-
-def obs_update(
-    W: torch.Tensor, H: torch.Tensor, mask: torch.Tensor, name: str, blocksize: int = 128, percdamp: float = 0.01
-) -> torch.Tensor:
-    """Return ``W`` (float32) with the ``mask`` (True = pruned) positions zeroed and the other weights
-    updated, column by column, by SparseGPT's OBS reconstruction to compensate."""
-    return _obs(W, H, name, blocksize, percdamp, mask=mask)
-
-
-def _obs(W, H, name, blocksize, percdamp, sparsity: Sparsity = NO_SPARSITY, mask: torch.Tensor | None = None):
-    """SparseGPT's loop; the mask of each block is ``mask``'s when given, else chosen by OBS saliency for
-    ``sparsity``."""
+    """Return ``W`` (float32) pruned and its remaining weights updated, column by column, by SparseGPT's
+    OBS reconstruction to compensate. The mask (True = pruned) is ``mask`` when given (``--update obs``
+    after a score's mask); else SparseGPT chooses it for ``sparsity`` by OBS saliency: unstructured masks
+    per block of ``blocksize`` columns (its adaptive mask selection, so rows differ slightly in sparsity),
+    N:M masks exact."""
     W = W.clone().float()
     H = H.clone()
     d_in = W.shape[1]

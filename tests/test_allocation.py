@@ -10,7 +10,7 @@ from acetui_core.errors import UserError
 from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
 from acetui_core.masks import row_mask
 from acetui_core.models import load_model
-from acetui_core.sparsegpt import obs_update
+from acetui_core.sparsegpt import mask_and_update
 
 
 def test_outlier_ratio_counts_scores_above_m_times_the_mean_of_all_linears_together():
@@ -85,7 +85,7 @@ def test_obs_update_keeps_the_mask_and_lowers_the_output_error_of_a_magnitude_ma
     W = torch.randn(32, 64)
     mask, _ = row_mask(W.abs(), 0.5)
     H = 2 / X.shape[0] * X.T @ X
-    updated = obs_update(W, H, mask, "test")
+    updated = mask_and_update(W, H, "test", mask=mask)
     assert torch.equal(updated == 0, mask)
     dense = X @ W.T
     error = lambda V: ((X @ V.T - dense).norm() / dense.norm()).item()  # noqa: E731

@@ -5,7 +5,7 @@ in a run (before --update obs)."""
 import pytest
 import torch
 
-from acetui_core import layerloop, pipeline
+from acetui_core import layerloop, pipeline, sparsegpt
 from acetui_core.config import RunConfig
 from acetui_core.dsnot import DSnoTSettings, refine
 from acetui_core.events import LayerPruned
@@ -214,19 +214,19 @@ def test_a_refined_run_keeps_its_masks_shape_and_records_the_swaps(tiny, calib_f
 
 def test_with_update_obs_the_update_works_on_the_refined_mask(tiny, calib_file, monkeypatch):
     refined, updated = [], []
-    real_refine, real_obs = layerloop.refine, layerloop.obs_update
+    real_refine, real_update = layerloop.refine, sparsegpt.mask_and_update
 
     def recording_refine(*args, **kw):
         mask, record = real_refine(*args, **kw)
         refined.append(mask.clone())
         return mask, record
 
-    def recording_obs(W, H, mask, name):
-        updated.append(mask.clone())
-        return real_obs(W, H, mask, name)
+    def recording_update(W, H, name, **kw):
+        updated.append(kw["mask"].clone())
+        return real_update(W, H, name, **kw)
 
     monkeypatch.setattr(layerloop, "refine", recording_refine)
-    monkeypatch.setattr(layerloop, "obs_update", recording_obs)
+    monkeypatch.setattr(sparsegpt, "mask_and_update", recording_update)
     tiny.reset()
     pipeline.run(_config(tiny, calib_file, method="wanda", sparsity="0.5", update="obs"), loaded=tiny)
     assert len(refined) == len(updated) == 2 * 7
