@@ -1,18 +1,23 @@
-"""Options shared by the commands, declared once. Every number and list goes through
-``acetui_core.parse`` (one parser: a bad value is one sentence naming the option, exit 2)."""
+"""Options shared by the commands, declared once. The run settings' options are made from the settings
+table (``with_settings``); every number and list goes through ``acetui_core.parse`` (one parser: a bad
+value is one sentence naming the option, exit 2)."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_type_hints
 
 import typer
+from rich.markup import escape
 
 from acetui_core import parse
 from acetui_core.comparison import CELLS
-from acetui_core.config import ZEROSHOT_TASKS
+from acetui_core.config import SETTINGS, RunConfig, Setting
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
+
+_TYPES = get_type_hints(RunConfig)
 
 
 def _whole(flag: str, minimum: int = 0):
@@ -28,12 +33,7 @@ StoreOption = Annotated[
     typer.Option("--store", help="The run store file (default: $ACETUI_HOME/runs.db or the user data folder)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout, for scripts.")]
-Model = Annotated[
-    str | None,
-    typer.Argument(
-        help="Hub id, local checkpoint folder, or .gguf file (default: the bundled SmolLM2-135M).", show_default=False
-    ),
-]
+Model = Annotated[str | None, typer.Argument(help=SETTINGS["model"].help, show_default=False)]
 Models = Annotated[
     list[str] | None,
     typer.Argument(
@@ -47,110 +47,6 @@ Last = Annotated[
 RunId = Annotated[str, typer.Argument(help="A run id or a unique prefix of one.")]
 RunIds = Annotated[list[str], typer.Argument(help="Run ids or unique prefixes.")]
 
-# The settings of a run, named as RunConfig's fields (``run_settings`` picks them from a command's values).
-Group = Annotated[str, typer.Option(help="Which weights compete for unstructured sparsity: row or layer.")]
-Calib = Annotated[str, typer.Option(help="c4, wikitext2, or a .txt/.jsonl/.json(.gz) file with a 'text' field.")]
-Nsamples = Annotated[int, typer.Option(parser=_whole("--nsamples", 1), metavar="N", help="Calibration windows.")]
-Seed = Annotated[int, typer.Option(parser=_whole("--seed"), metavar="N", help="Seed of the window sampler.")]
-Evals = Annotated[str, typer.Option("--eval", help="wikitext2, zeroshot, both comma-separated, or none.")]
-EvalSeqlen = Annotated[
-    int | None,
-    typer.Option(
-        parser=_optional_whole("--eval-seqlen", 2),
-        metavar="N",
-        help="Perplexity window length (default: the context, capped at 4096).",
-    ),
-]
-EvalLimit = Annotated[
-    int | None,
-    typer.Option(
-        parser=_optional_whole("--eval-limit", 1), metavar="N", help="Evaluate the first N perplexity windows only."
-    ),
-]
-Tasks = Annotated[str, typer.Option(help="Zero-shot tasks, comma-separated.")]
-ZeroshotLimit = Annotated[
-    int | None,
-    typer.Option(
-        "--limit",
-        parser=_optional_whole("--limit", 1),
-        metavar="N",
-        help="Zero-shot examples per task (a partial result).",
-    ),
-]
-BatchSize = Annotated[int, typer.Option(parser=_whole("--batch-size", 1), metavar="N", help="Zero-shot batch size.")]
-Device = Annotated[str, typer.Option(help="auto, cpu or cuda[:i]; with auto and several GPUs a grid runs one per GPU.")]
-Dtype = Annotated[str, typer.Option(help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.")]
-Offload = Annotated[
-    str,
-    typer.Option(
-        help="Decoder layers read from the safetensors shards one at a time: disk, none, or auto (when the model "
-        "would take over 70% of available memory)."
-    ),
-]
-SquaredWeight = Annotated[bool, typer.Option(help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md).")]
-Fidelity = Annotated[
-    bool,
-    typer.Option(
-        "--fidelity",
-        help="Record each linear's and layer's output fidelity (cosine, relative L2 error) on the calibration tokens.",
-    ),
-]
-KeepMasks = Annotated[
-    bool,
-    typer.Option(
-        "--keep-masks", help="Keep the run's masks beside the store (one bit per weight), for acetui overlap."
-    ),
-]
-VarpScale = Annotated[
-    str, typer.Option(help="VarP's activations divided per linear input by: none, rms or max (|x|) (ACE.md).")
-]
-VarpForm = Annotated[
-    str, typer.Option(help="VarP's V_j: series (1 + E[x^2] + E[x^4]) or inverse (the paper's E[1/(1 - x^2)]).")
-]
-Allocation = Annotated[
-    str, typer.Option(help="Layer sparsities: uniform, or owl (outlier-weighted, Yin et al. 2024; ratios only).")
-]
-OwlLambda = Annotated[
-    float, typer.Option(parser=lambda t: parse.number(t, "--owl-lambda"), help="OWL: layer sparsities within +-lambda.")
-]
-OwlM = Annotated[
-    float, typer.Option(parser=lambda t: parse.number(t, "--owl-m"), help="OWL: outlier = score above M x layer mean.")
-]
-Update = Annotated[str, typer.Option(help="After the mask: none, or obs (SparseGPT's OBS update of the kept weights).")]
-Permute = Annotated[
-    str,
-    typer.Option(
-        help="N:M only: reorder each linear's input channels before the mask so its groups keep more score: "
-        "none, greedy (RIA's reallocation) or lsa (greedy, then linear sum assignment; docs/methods.md)."
-    ),
-]
-Refine = Annotated[
-    str, typer.Option(help="After the mask, before --update: none, or dsnot (DSnoT's weight swaps; docs/methods.md).")
-]
-DsnotCycles = Annotated[
-    int, typer.Option(parser=_whole("--dsnot-cycles", 1), metavar="N", help="DSnoT: at most N swaps per row.")
-]
-DsnotThreshold = Annotated[
-    float,
-    typer.Option(
-        parser=lambda t: parse.number(t, "--dsnot-threshold", minimum=0),
-        help="DSnoT: a row stops once its expected-output error is at most this.",
-    ),
-]
-DsnotVarPower = Annotated[
-    float,
-    typer.Option(
-        parser=lambda t: parse.number(t, "--dsnot-var-power", minimum=0),
-        help="DSnoT: the power of the input variance dividing a weight's growth key.",
-    ),
-]
-MoeCalibration = Annotated[
-    str,
-    typer.Option(
-        help="Mixture-of-experts models: each expert's statistics from the tokens its router sends it (routed), "
-        "or from every calibration token (all)."
-    ),
-]
 Detach = Annotated[bool, typer.Option(help="Run in the background, detached from this terminal; print the run id(s).")]
 Executor = Annotated[
     str,
@@ -192,48 +88,46 @@ Cells = Annotated[
     ),
 ]
 
-DEFAULT_TASKS = ",".join(ZEROSHOT_TASKS)
 
-# The command parameters that are RunConfig fields of the same name.
-RUN_SETTINGS = (
-    "group",
-    "calib",
-    "nsamples",
-    "evals",
-    "eval_seqlen",
-    "eval_limit",
-    "tasks",
-    "zeroshot_limit",
-    "batch_size",
-    "device",
-    "dtype",
-    "offload",
-    "squared_weight",
-    "fidelity",
-    "keep_masks",
-    "varp_scale",
-    "varp_form",
-    "allocation",
-    "owl_lambda",
-    "owl_m",
-    "update",
-    "permute",
-    "refine",
-    "dsnot_cycles",
-    "dsnot_threshold",
-    "dsnot_var_power",
-    "moe_calibration",
-)
+def _cli_type(spec: Setting) -> type:
+    """What the CLI takes for a setting: a flag, a number, or text its parser reads (lists are comma-separated)."""
+    kind = _TYPES[spec.name]
+    if kind is bool:
+        return bool
+    base = next((number for number in (int, float) if kind in (number, number | None)), str)
+    return base | None if spec.default is None else base  # type: ignore[return-value]
 
 
-def run_settings(values: dict) -> dict:
-    """The RunConfig fields among a command's parameter values (its ``locals()``), lists parsed."""
-    settings = {name: values[name] for name in RUN_SETTINGS if name in values}
-    if "evals" in settings:
-        settings["evals"] = parse.evals(settings["evals"])
-    if "tasks" in settings:
-        settings["tasks"] = parse.some(settings["tasks"], "--tasks")
-    return settings
+def _parameter(spec: Setting) -> inspect.Parameter:
+    option = typer.Option(*spec.flags, help=escape(spec.help), parser=spec.parse, metavar=spec.metavar)
+    default = spec.text if isinstance(spec.default, list) else spec.default
+    annotation = Annotated[_cli_type(spec), option]
+    return inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def with_settings(*names: str, grid: bool = False):
+    """A command that takes run settings as options, made from the settings table
+    (``acetui_core.config.SETTINGS``): those in ``names``, or by default every one the command does not
+    declare itself (with ``grid``, not the grid's axes nor what only one run can use). The command
+    receives them in its ``**settings``, parsed; they come in the help after its own arguments and
+    before its other options (its keyword-only parameters)."""
+
+    def chosen(spec: Setting, declared) -> bool:
+        if names:
+            return spec.name in names
+        return spec.name not in declared and not (grid and (spec.axis or spec.single_run))
+
+    def decorate(command):
+        signature = inspect.signature(command, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        first = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+        rest = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        added = [_parameter(spec) for spec in SETTINGS.values() if chosen(spec, signature.parameters)]
+        first = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in first]
+        command.__signature__ = signature.replace(parameters=[*first, *added, *rest])
+        return command
+
+    return decorate
 
 
 def slurm_executor(executor: str, partition: str | None, gpus_per_job: int, time: str):
@@ -253,3 +147,25 @@ def seqlens(text: str) -> list[int | str]:
 
 def seeds(text: str) -> list[int]:
     return [parse.whole(value, "--seeds") for value in parse.some(text, "--seeds")]
+
+
+def settings_markdown() -> str:
+    """The settings table as docs/cli.md shows it (a test keeps the page equal to this)."""
+    rows = [
+        "| option | default | in the New run form | can change a result | what it sets |",
+        "|---|---|---|---|---|",
+    ]
+    for spec in SETTINGS.values():
+        names = "argument `MODEL`" if spec.name == "model" else ", ".join(f"`{flag}`" for flag in _flags(spec))
+        default = f"`{spec.text}`" if spec.text else "none"
+        result = "yes" if spec.result else "no (bookkeeping)"
+        help_text = spec.help.replace("|", "\\|")
+        rows.append(f"| {names} | {default} | {spec.group} | {result} | {help_text} |")
+    return "\n".join(rows) + "\n"
+
+
+def _flags(spec: Setting) -> tuple[str, ...]:
+    if spec.flags:
+        return spec.flags
+    flag = "--" + spec.name.replace("_", "-")
+    return (f"{flag}/--no-{flag[2:]}",) if isinstance(spec.default, bool) else (flag,)

@@ -24,8 +24,6 @@ from acetui_core.layouts import prunable_linears, weight_matrix
 from acetui_core.placement import advance, layer_feed, module_device
 from acetui_core.records import LayerAllocation
 
-ALLOCATIONS = ("uniform", "owl")
-
 
 def outlier_ratio(scores: list[torch.Tensor], m: float) -> float:
     """The share of the scores (all tensors together) above ``m`` times their mean."""

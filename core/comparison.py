@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from acetui_core.config import model_name
+from acetui_core.config import SETTINGS, model_name
 from acetui_core.errors import UserError
 from acetui_core.metrics import paper_name
 from acetui_core.records import RunResult, any_partial, mean_accuracy
@@ -174,9 +174,10 @@ def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tupl
 
 # ---- which runs may share a cell ----------------------------------------------------------------
 
-# Settings that cannot change a measured number: runs differing only in these share a cell. Seeds are
-# the repeats a cell averages over; the table's own axes (sparsity, or the chosen columns) are not rows.
-_NEVER_SPLIT = {"seed", "device", "save", "overwrite", "evals", "batch_size", "sparsity", "keep_masks", "fidelity"}
+# Settings that cannot change a measured number (bookkeeping in the settings table): runs differing only
+# in these share a cell. Seeds are the repeats a cell averages over; the table's own axes (sparsity, or
+# the chosen columns) are not rows.
+_NEVER_SPLIT = {"seed", "sparsity"} | {name for name, spec in SETTINGS.items() if not spec.result}
 _PPL_ONLY = {"eval_seqlen", "eval_limit"}
 _ZEROSHOT_ONLY = {"tasks", "zeroshot_limit"}
 _CALIBRATION = {"calib", "nsamples", "seqlen"}

@@ -1,53 +1,366 @@
-"""A run's full configuration: everything needed to repeat it, serialisable to JSON."""
+"""A run's full configuration (everything needed to repeat it, serialisable to JSON), and the one table
+of run settings.
+
+Each field of ``RunConfig`` is declared with ``setting(...)``: its default, its help, its choices, its
+group in the New run form (basic or advanced), its parser (``acetui_core.parse``: the text a user typed
+to the value, or one sentence naming the option) and whether it can change a result or is bookkeeping
+only. Everything else is made from this table (``SETTINGS``): the options of ``acetui prune``,
+``compare`` and ``sweep`` (``acetui.options``), the New run form's fields, the checks of
+``acetui_core.validate``, the comparison key (``acetui_core.comparison``) and the option list of
+docs/cli.md. Adding a setting is one field here plus its effect in the engine.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
 
+from acetui_core import parse
+from acetui_core.errors import UserError
+from acetui_core.metrics import METHODS
 from acetui_core.sparsity import Sparsity, parse_sparsity
 
 ZEROSHOT_TASKS = ("boolq", "rte", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa")
+FULL_CONTEXT_CAP = 4096
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How one run setting is offered, parsed and compared (the field of ``RunConfig`` of that name)."""
+
+    help: str
+    label: str  # the New run form's label
+    group: str = "basic"  # the New run form's section: basic, or advanced (collapsed)
+    flags: tuple[str, ...] = ()  # the CLI's names; none: --the-name (a flag also gets --no-the-name)
+    choices: tuple[str, ...] = ()  # the closed set of values, when there is one
+    parse: Callable[[Any], Any] | None = None  # typed text (or a stored value) to the value; UserError if bad
+    result: bool = True  # False: bookkeeping only, so runs differing in it share a comparison's row
+    axis: bool = False  # compare and sweep take several values (their own comma-separated option)
+    single_run: bool = False  # only prune offers it: a grid of runs has no use for it
+    metavar: str | None = None
+    name: str = ""  # filled in from the field
+    default: Any = None  # filled in from the field
+
+    @property
+    def flag(self) -> str:
+        """The option's name, as error sentences say it."""
+        return self.flags[0] if self.flags else "--" + self.name.replace("_", "-")
+
+    def value(self, typed: Any) -> Any:
+        """The value of what was typed (or stored), through the setting's parser when it has one."""
+        return self.parse(typed) if self.parse is not None else typed
+
+    @property
+    def text(self) -> str:
+        """The default as typed: lists comma-separated, nothing for None."""
+        value = self.default
+        if isinstance(value, list | tuple):
+            return ",".join(map(str, value))
+        return "" if value is None else str(value)
+
+
+def setting(default: Any = MISSING, *, factory: Callable[[], Any] | None = None, **spec) -> Any:
+    """A ``RunConfig`` field with its ``Setting``."""
+    metadata = {"setting": Setting(**spec)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _whole(flag: str, minimum: int = 0) -> Callable[[Any], int]:
+    return lambda text: parse.whole(text, flag, minimum)
+
+
+def _optional_whole(flag: str, minimum: int = 0) -> Callable[[Any], int | None]:
+    return lambda text: parse.optional_whole(text, flag, minimum)
+
+
+def _number(flag: str, minimum: float | None = None) -> Callable[[Any], float]:
+    return lambda text: parse.number(text, flag, minimum)
+
+
+def _one_of(flag: str, allowed: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in allowed:
+            raise UserError(f"{flag} must be {', '.join(allowed[:-1])} or {allowed[-1]}, not '{value}'.")
+        return value
+
+    return check
+
+
+def _unknown(what: str, allowed: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in allowed:
+            raise UserError(f"Unknown {what} '{value}'; use {', '.join(allowed[:-1])} or {allowed[-1]}.")
+        return value
+
+    return check
+
+
+def _evals(value: Any) -> list[str]:
+    return parse.evals(value if isinstance(value, str) else ",".join(value))
+
+
+def _tasks(value: Any) -> list[str]:
+    return parse.some(value if isinstance(value, str) else ",".join(value), "--tasks")
+
+
+def _optional_path(value: Any) -> str | None:
+    return None if value is None or str(value).strip() == "" else str(Path(str(value).strip()))
+
+
+def _sparsity(value: Any) -> str:
+    return str(parse_sparsity(str(value)))
 
 
 @dataclass
 class RunConfig:
-    model: str
-    method: str
-    sparsity: str  # "0.5" or "2:4"; parsed by ``sparsity_spec``
-    group: str = "row"  # which weights compete for unstructured sparsity: "row" or "layer"
-    calib: str = "c4"  # "c4", "wikitext2" or a file path
-    nsamples: int = 128
-    seqlen: int | str = 16  # an int, or "full" (the model's context capped at FULL_CONTEXT_CAP)
-    seed: int = 0
-    evals: list[str] = field(default_factory=lambda: ["wikitext2"])  # any of "wikitext2", "zeroshot"
-    eval_seqlen: int | None = None  # None: the model's context capped at FULL_CONTEXT_CAP
-    eval_limit: int | None = None  # first N perplexity windows only
-    tasks: list[str] = field(default_factory=lambda: list(ZEROSHOT_TASKS))
-    zeroshot_limit: int | None = None  # examples per task
-    batch_size: int = 8  # calibration windows per forward pass, and lm-eval's batch size
-    device: str = "auto"
-    dtype: str = "auto"
-    offload: str = (
-        "auto"  # decoder layers read from disk one at a time: "auto" (when the model would not fit), "none", "disk"
+    model: str = setting(
+        help="Hub id, local checkpoint folder, or .gguf file (default: the bundled SmolLM2-135M).",
+        label="Model",
+        axis=True,
     )
-    squared_weight: bool = False  # VarP/ACE variant: |W|^2 in place of |W| (ACE.md, appendix)
-    ria_alpha: float = 0.5
-    fidelity: bool = False  # record each linear's and layer's output fidelity (``acetui_core.fidelity``)
-    keep_masks: bool = False  # keep the run's masks, one bit per weight (``acetui_core.maskfile``)
-    varp_scale: str = "none"  # VarP's activations divided per linear input by: none, rms or max (|x|)
-    varp_form: str = "series"  # V_j as 1 + E[x^2] + E[x^4] ("series") or the paper's E[1/(1 - x^2)] ("inverse")
-    allocation: str = "uniform"  # per-layer sparsity: the target everywhere, or OWL's outlier-weighted spread
-    owl_lambda: float = 0.08  # OWL: layer sparsities lie within target +- lambda
-    owl_m: float = 5.0  # OWL: a score is an outlier above M x its decoder layer's mean score
-    update: str = "none"  # after the mask: "obs" updates the kept weights by SparseGPT's OBS reconstruction
-    permute: str = "none"  # N:M only: input channels reordered before the mask ("greedy" or "lsa"; acetui_core.permute)
-    refine: str = "none"  # after the mask, before any update: "dsnot" swaps weights (acetui_core.dsnot)
-    dsnot_cycles: int = 50  # DSnoT: at most this many swaps per row
-    dsnot_threshold: float = 0.1  # DSnoT: a row stops refining once its expected-output error is this small
-    dsnot_var_power: float = 1.0  # DSnoT: the power of the input variance dividing a weight's growth key
-    moe_calibration: str = "routed"  # an expert's statistics: the tokens its router sends it, or "all" tokens
-    save: str | None = None  # folder for the pruned Hugging Face checkpoint
-    overwrite: bool = False  # allow ``save`` into a non-empty folder
+    method: str = setting(
+        "ace",
+        help=f"One of: {', '.join(METHODS)}; or a plug-in: module:function, path/file.py:function.",
+        label="Metrics",
+        flags=("--method", "-m"),
+        axis=True,
+    )
+    sparsity: str = setting(  # "0.5" or "2:4"; parsed by ``sparsity_spec``
+        "0.5",
+        help="A ratio in (0, 1) or N:M such as 2:4.",
+        label="Sparsity",
+        flags=("--sparsity", "-s"),
+        parse=_sparsity,
+        axis=True,
+    )
+    group: str = setting(
+        "row",
+        help="Which weights compete for unstructured sparsity: row or layer.",
+        label="Group",
+        choices=("row", "layer"),
+    )
+    calib: str = setting(
+        "c4",
+        help="c4, wikitext2, or a .txt/.jsonl/.json(.gz) file with a 'text' field.",
+        label="Calibration",
+        parse=lambda text: str(text).strip(),
+    )
+    nsamples: int = setting(
+        128, help="Calibration windows.", label="Samples", parse=_whole("--nsamples", 1), metavar="N"
+    )
+    seqlen: int | str = setting(  # an int, or "full" (the model's context capped at FULL_CONTEXT_CAP)
+        16,
+        help="Calibration window length in tokens, or 'full' (context, capped at 4096).",
+        label="Length",
+        parse=parse.seqlen,
+        axis=True,
+    )
+    seed: int = setting(
+        0, help="Seed of the window sampler.", label="Seed", parse=_whole("--seed"), metavar="N", axis=True
+    )
+    evals: list[str] = setting(
+        factory=lambda: ["wikitext2"],
+        help="wikitext2, zeroshot, both comma-separated, or none.",
+        label="Evaluation",
+        flags=("--eval",),
+        choices=("wikitext2", "zeroshot"),
+        parse=_evals,
+        result=False,  # which measures a run has, not their values
+    )
+    eval_seqlen: int | None = setting(
+        None,
+        help="Perplexity window length (default: the context, capped at 4096).",
+        label="Length",
+        parse=_optional_whole("--eval-seqlen", 2),
+        metavar="N",
+    )
+    eval_limit: int | None = setting(
+        None,
+        help="Evaluate the first N perplexity windows only.",
+        label="Windows",
+        parse=_optional_whole("--eval-limit", 1),
+        metavar="N",
+    )
+    tasks: list[str] = setting(
+        factory=lambda: list(ZEROSHOT_TASKS),
+        help="Zero-shot tasks, comma-separated.",
+        label="Tasks",
+        parse=_tasks,
+    )
+    zeroshot_limit: int | None = setting(
+        None,
+        help="Zero-shot examples per task (a partial result).",
+        label="Examples",
+        flags=("--limit",),
+        parse=_optional_whole("--limit", 1),
+        metavar="N",
+    )
+    batch_size: int = setting(  # calibration windows per forward pass, and lm-eval's batch size
+        8,
+        help="Zero-shot batch size.",
+        label="Batch size",
+        group="advanced",
+        parse=_whole("--batch-size", 1),
+        metavar="N",
+        result=False,
+    )
+    device: str = setting(
+        "auto",
+        help="auto, cpu or cuda[:i]; with auto and several GPUs a grid runs one per GPU.",
+        label="Device",
+        result=False,
+    )
+    dtype: str = setting(
+        "auto",
+        help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.",
+        label="dtype",
+        choices=("auto", "float32", "float16", "bfloat16"),
+        parse=_unknown("dtype", ("auto", "float32", "float16", "bfloat16")),
+    )
+    offload: str = setting(
+        "auto",
+        help="Decoder layers read from the safetensors shards one at a time: disk, none, or auto (when the model "
+        "would take over 70% of available memory).",
+        label="Offload",
+        group="advanced",
+        choices=("auto", "none", "disk"),
+        parse=_unknown("--offload", ("auto", "none", "disk")),
+    )
+    squared_weight: bool = setting(
+        False, help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md).", label="|W|^2", group="advanced"
+    )
+    ria_alpha: float = setting(
+        0.5,
+        help="RIA: the power of the input norm in its score (the paper's a = 0.5).",
+        label="RIA alpha",
+        group="advanced",
+        parse=_number("--ria-alpha"),
+    )
+    fidelity: bool = setting(
+        False,
+        help="Record each linear's and layer's output fidelity (cosine, relative L2 error) on the calibration tokens.",
+        label="Fidelity",
+        group="advanced",
+        flags=("--fidelity",),
+        result=False,
+    )
+    keep_masks: bool = setting(
+        False,
+        help="Keep the run's masks beside the store (one bit per weight), for acetui overlap.",
+        label="Keep masks",
+        group="advanced",
+        flags=("--keep-masks",),
+        result=False,
+    )
+    varp_scale: str = setting(
+        "none",
+        help="VarP's activations divided per linear input by: none, rms or max (|x|) (ACE.md).",
+        label="VarP scale",
+        group="advanced",
+        choices=("none", "rms", "max"),
+    )
+    varp_form: str = setting(
+        "series",
+        help="VarP's V_j: series (1 + E[x^2] + E[x^4]) or inverse (the paper's E[1/(1 - x^2)]).",
+        label="VarP form",
+        group="advanced",
+        choices=("series", "inverse"),
+    )
+    allocation: str = setting(
+        "uniform",
+        help="Layer sparsities: uniform, or owl (outlier-weighted, Yin et al. 2024; ratios only).",
+        label="Allocation",
+        group="advanced",
+        choices=("uniform", "owl"),
+    )
+    owl_lambda: float = setting(
+        0.08,
+        help="OWL: layer sparsities within +-lambda.",
+        label="OWL lambda",
+        group="advanced",
+        parse=_number("--owl-lambda"),
+    )
+    owl_m: float = setting(
+        5.0,
+        help="OWL: outlier = score above M x layer mean.",
+        label="OWL M",
+        group="advanced",
+        parse=_number("--owl-m"),
+    )
+    update: str = setting(
+        "none",
+        help="After the mask: none, or obs (SparseGPT's OBS update of the kept weights).",
+        label="Update",
+        group="advanced",
+        choices=("none", "obs"),
+    )
+    permute: str = setting(
+        "none",
+        help="N:M only: reorder each linear's input channels before the mask so its groups keep more score: "
+        "none, greedy (RIA's reallocation) or lsa (greedy, then linear sum assignment; docs/methods.md).",
+        label="Permute",
+        group="advanced",
+        choices=("none", "greedy", "lsa"),
+    )
+    refine: str = setting(
+        "none",
+        help="After the mask, before --update: none, or dsnot (DSnoT's weight swaps; docs/methods.md).",
+        label="Refine",
+        group="advanced",
+        choices=("none", "dsnot"),
+    )
+    dsnot_cycles: int = setting(
+        50,
+        help="DSnoT: at most N swaps per row.",
+        label="DSnoT cycles",
+        group="advanced",
+        parse=_whole("--dsnot-cycles", 1),
+        metavar="N",
+    )
+    dsnot_threshold: float = setting(
+        0.1,
+        help="DSnoT: a row stops once its expected-output error is at most this.",
+        label="DSnoT thresh",
+        group="advanced",
+        parse=_number("--dsnot-threshold", minimum=0),
+    )
+    dsnot_var_power: float = setting(
+        1.0,
+        help="DSnoT: the power of the input variance dividing a weight's growth key.",
+        label="DSnoT power",
+        group="advanced",
+        parse=_number("--dsnot-var-power", minimum=0),
+    )
+    moe_calibration: str = setting(
+        "routed",
+        help="Mixture-of-experts models: each expert's statistics from the tokens its router sends it (routed), "
+        "or from every calibration token (all).",
+        label="MoE calib",
+        group="advanced",
+        choices=("routed", "all"),
+    )
+    save: str | None = setting(
+        None,
+        help="Save the pruned model as a Hugging Face checkpoint here.",
+        label="Save to",
+        group="advanced",
+        parse=_optional_path,
+        result=False,
+        single_run=True,
+        metavar="PATH",
+    )
+    overwrite: bool = setting(
+        False,
+        help="Allow --save to replace a checkpoint folder acetui wrote before.",
+        label="Overwrite",
+        group="advanced",
+        result=False,
+        single_run=True,
+    )
 
     @property
     def sparsity_spec(self) -> Sparsity:
@@ -71,7 +384,21 @@ class RunConfig:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-FULL_CONTEXT_CAP = 4096
+def _default(f) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else (None if f.default is MISSING else f.default)
+
+
+def _spec(f) -> Setting:
+    """A field's ``Setting`` completed: its name, its default, and for a closed set of values without a
+    parser of its own, the check that the value is one of them."""
+    spec = replace(f.metadata["setting"], name=f.name, default=_default(f))
+    if spec.choices and spec.parse is None:
+        spec = replace(spec, parse=_one_of(spec.flag, spec.choices))
+    return spec
+
+
+# The table, in the order the CLI's help and the form show it.
+SETTINGS: dict[str, Setting] = {f.name: _spec(f) for f in fields(RunConfig)}
 
 
 def model_name(model: str) -> str:

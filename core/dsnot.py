@@ -33,7 +33,6 @@ import torch
 
 from acetui_core.records import Refinement
 
-REFINEMENTS = ("none", "dsnot")
 _TINY_VARIANCE = 1e-12  # a constant input (zero variance) would divide by zero
 
 

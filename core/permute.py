@@ -25,7 +25,6 @@ import torch
 from acetui_core.errors import UserError
 from acetui_core.sparsity import Sparsity
 
-PERMUTATIONS = ("none", "greedy", "lsa")
 PERMUTATIONS_FILE = "permutations.json"  # beside a --save checkpoint (docs/methods.md)
 
 

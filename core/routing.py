@@ -28,7 +28,6 @@ from torch import nn
 from acetui_core.layouts import FUSED_EXPERTS, Matrix
 from acetui_core.records import ExpertFallback, ExpertLoad
 
-CALIBRATIONS = ("routed", "all")
 MIN_EXPERT_TOKENS = 16
 
 

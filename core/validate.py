@@ -12,28 +12,19 @@ import functools
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from acetui_core import parse
-from acetui_core.allocation import ALLOCATIONS
 from acetui_core.checkpoint import check_save_dir
-from acetui_core.config import FULL_CONTEXT_CAP, RunConfig
+from acetui_core.config import FULL_CONTEXT_CAP, SETTINGS, RunConfig
 from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents
-from acetui_core.dsnot import REFINEMENTS, DSnoTSettings
 from acetui_core.errors import UserError
 from acetui_core.masks import check_nm_fits
 from acetui_core.metrics import get_method
-from acetui_core.models import check_device_name, model_source, preflight, resolve_device, resolve_dtype
+from acetui_core.models import check_device_name, model_source, preflight, resolve_device
 from acetui_core.paths import data_dir, file_identity, user_path
-from acetui_core.permute import PERMUTATIONS
-from acetui_core.routing import CALIBRATIONS
-from acetui_core.sparsity import parse_sparsity
-from acetui_core.streaming import check_offload, streaming_folder
+from acetui_core.streaming import streaming_folder
 
-GROUPS = ("row", "layer")
-VARP_SCALES = ("none", "rms", "max")
-VARP_FORMS = ("series", "inverse")
-UPDATES = ("none", "obs")
+DSNOT = ("dsnot_cycles", "dsnot_threshold", "dsnot_var_power")
+OWL = ("owl_lambda", "owl_m")
 
 
 def check_config(config: RunConfig, *, local_device: bool = True, protected: tuple = ()) -> RunConfig:
@@ -44,27 +35,14 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     the data folder that ``--save`` must keep away from (the run store's)."""
     model_source(_model(config.model))  # a missing path first: the most common mistake, and cheap to see
     method = get_method(config.method)
-    config = replace(config, method=method.name, sparsity=str(parse_sparsity(config.sparsity)))
-    if config.group not in GROUPS:
-        raise UserError(f"--group must be row or layer, not '{config.group}'.")
+    config = parsed(replace(config, method=method.name), "sparsity", "group")
     config = _check_variants(config, method)
     config = _check_mask_choice(config, method)
-    config = replace(
-        config,
-        nsamples=parse.whole(config.nsamples, "--nsamples", minimum=1),
-        seqlen=parse.seqlen(config.seqlen),
-        seed=parse.whole(config.seed, "--seed"),
-        batch_size=parse.whole(config.batch_size, "--batch-size", minimum=1),
-        evals=parse.evals(",".join(config.evals)),
-    )
+    config = parsed(config, "nsamples", "seqlen", "seed", "batch_size", "evals", "ria_alpha")
     if get_method(config.method).calibrated(config):
         check_calibration_source(config.calib)
     if "wikitext2" in config.evals:
-        config = replace(
-            config,
-            eval_seqlen=_optional_seqlen(config.eval_seqlen),
-            eval_limit=parse.optional_whole(config.eval_limit, "--eval-limit", minimum=1),
-        )
+        config = parsed(config, "eval_seqlen", "eval_limit")
         _local_file("WikiText-2 test split", LOCAL_WIKITEXT2["test"])
     if "zeroshot" in config.evals:
         from acetui_core.zeroshot import validate_tasks
@@ -74,8 +52,8 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
         resolve_device(config.device)
     else:
         check_device_name(config.device)
-    resolve_dtype(config.dtype, torch.device("cpu"))  # checks the name; "auto" is decided where the run executes
-    if check_offload(config.offload) == "disk":
+    config = parsed(config, "dtype", "offload")  # names only: "auto" is decided where the run executes
+    if config.offload == "disk":
         streaming_folder(config.model.strip(), config.offload)  # says why a model cannot stream
     check_save_dir(config.save, config.overwrite, (*_model_places(config.model.strip()), *protected))
     facts = preflight(config.model.strip())  # last: it reads the model's files
@@ -94,43 +72,43 @@ def _model_places(model: str) -> list[tuple[Path, str]]:
     return places + ([(root, "the data folder (ACETUI_DATA_DIR)")] if root is not None else [])
 
 
-def _choice(value, allowed: tuple[str, ...], flag: str) -> str:
-    if value not in allowed:
-        raise UserError(f"{flag} must be {', '.join(allowed[:-1])} or {allowed[-1]}, not '{value}'.")
-    return value
+def parsed(config: RunConfig, *names: str) -> RunConfig:
+    """The settings ``names`` through their parsers (the settings table's): in normal form, or the first
+    problem as the sentence the CLI prints."""
+    return replace(config, **{name: SETTINGS[name].value(getattr(config, name)) for name in names})
+
+
+def _defaults(config: RunConfig, names: tuple[str, ...]) -> RunConfig:
+    return replace(config, **{name: SETTINGS[name].default for name in names})
 
 
 def _check_variants(config: RunConfig, method) -> RunConfig:
     """VarP's scale and form, the layer allocation and the weight update; settings a method cannot use are
     put back to their defaults, so they never split a comparison's cells."""
-    _choice(config.varp_scale, VARP_SCALES, "--varp-scale")
-    _choice(config.varp_form, VARP_FORMS, "--varp-form")
-    _choice(config.allocation, ALLOCATIONS, "--allocation")
-    _choice(config.update, UPDATES, "--update")
-    _choice(config.moe_calibration, CALIBRATIONS, "--moe-calibration")
+    config = parsed(config, "varp_scale", "varp_form", "allocation", "update", "moe_calibration")
     if method.source == "built-in" and not method.uses_varp:
-        config = replace(config, varp_scale="none", varp_form="series")
+        config = _defaults(config, ("varp_scale", "varp_form"))
     if method.score is None and (config.update != "none" or config.allocation != "uniform"):
         flag = "--update obs" if config.update != "none" else "--allocation owl"
         raise UserError(f"{flag} needs a scoring method; {method.name} chooses and updates its own weights.")
     if config.allocation == "uniform":
-        return replace(config, owl_lambda=0.08, owl_m=5.0)
+        return _defaults(config, OWL)
     if config.sparsity_spec.is_nm:
         raise UserError(
             f"--allocation owl needs unstructured sparsity (a ratio such as 0.7), not the pattern {config.sparsity}."
         )
-    lam, m = parse.number(config.owl_lambda, "--owl-lambda"), parse.number(config.owl_m, "--owl-m")
+    config = parsed(config, *OWL)
+    lam, m = config.owl_lambda, config.owl_m
     if not 0 <= lam < min(config.sparsity_spec.ratio, 1 - config.sparsity_spec.ratio):
         raise UserError(f"--owl-lambda {lam:g} must be at least 0 and leave every layer's sparsity inside (0, 1).")
     if m <= 0:
         raise UserError(f"--owl-m must be positive, not {m:g}.")
-    return replace(config, owl_lambda=lam, owl_m=m)
+    return config
 
 
 def _check_mask_choice(config: RunConfig, method) -> RunConfig:
     """``--permute`` and ``--refine`` (and DSnoT's parameters, put back to their defaults without it)."""
-    _choice(config.permute, PERMUTATIONS, "--permute")
-    _choice(config.refine, REFINEMENTS, "--refine")
+    config = parsed(config, "permute", "refine")
     if method.score is None and (config.permute != "none" or config.refine != "none"):
         flag = f"--permute {config.permute}" if config.permute != "none" else f"--refine {config.refine}"
         raise UserError(f"{flag} needs a scoring method; {method.name} chooses and updates its own weights.")
@@ -139,20 +117,7 @@ def _check_mask_choice(config: RunConfig, method) -> RunConfig:
             f"--permute {config.permute} reorders input channels for N:M patterns; it needs a sparsity such as "
             f"2:4, not {config.sparsity}."
         )
-    defaults = DSnoTSettings()
-    if config.refine == "none":
-        return replace(
-            config,
-            dsnot_cycles=defaults.cycles,
-            dsnot_threshold=defaults.threshold,
-            dsnot_var_power=defaults.var_power,
-        )
-    return replace(
-        config,
-        dsnot_cycles=parse.whole(config.dsnot_cycles, "--dsnot-cycles", minimum=1),
-        dsnot_threshold=parse.number(config.dsnot_threshold, "--dsnot-threshold", minimum=0),
-        dsnot_var_power=parse.number(config.dsnot_var_power, "--dsnot-var-power", minimum=0),
-    )
+    return _defaults(config, DSNOT) if config.refine == "none" else parsed(config, *DSNOT)
 
 
 def check_against_model(config: RunConfig, context_length: int) -> None:
@@ -178,10 +143,6 @@ def _model(source: str) -> str:
     if not source:
         raise UserError("Choose a model: a Hugging Face id, a checkpoint folder or a .gguf file.")
     return source
-
-
-def _optional_seqlen(value) -> int | None:
-    return None if value is None or str(value).strip() == "" else parse.whole(value, "--eval-seqlen", minimum=2)
 
 
 def _local_file(what: str, relative: str) -> None:

@@ -8,7 +8,7 @@ runs the CLI would. No widgets here: the screen shows what these functions raise
 from __future__ import annotations
 
 from acetui_core import parse
-from acetui_core.config import RunConfig
+from acetui_core.config import SETTINGS, RunConfig
 from acetui_core.errors import UserError
 from acetui_core.launch import Grid
 from acetui_core.metrics import get_method
@@ -49,34 +49,29 @@ def seqlens(text: str) -> list[int | str]:
     return list(dict.fromkeys(parse.seqlen(item) for item in items))  # the model's context is checked by the run
 
 
-def nsamples(text: str) -> int:
-    return parse.whole(text, "--nsamples", minimum=1)
+# The settings the form takes several values of (a comparison), each its own sentence.
+SEVERAL = {"model": model, "sparsity": sparsities, "seqlen": seqlens}
 
 
-def seed(text: str) -> int:
-    return parse.whole(text, "--seed")
+def value(name: str, text):
+    """One setting as the form holds it (text typed, a choice, a tick), checked: the value, or the sentence
+    the CLI would print for it. A calibration file and zero-shot tasks are looked at too (the file's text,
+    the tasks' local copies), as the run would."""
+    if name in SEVERAL:
+        return SEVERAL[name](text)
+    checked = SETTINGS[name].value(text)
+    if name == "calib":
+        check_calibration_source(checked)
+    if name == "tasks":
+        checked = validate_tasks(checked)
+    return checked
 
 
-def calib(text: str) -> str:
-    source = text.strip()
-    check_calibration_source(source)
-    return source
-
-
-def eval_limit(text: str) -> int | None:
-    return parse.optional_whole(text, "--eval-limit", minimum=1)
-
-
-def eval_seqlen(text: str) -> int | None:
-    return parse.optional_whole(text, "--eval-seqlen", minimum=2)  # the model's context is checked by the run
-
-
-def tasks(text: str) -> list[str]:
-    return validate_tasks(text)
-
-
-def zeroshot_limit(text: str) -> int | None:
-    return parse.optional_whole(text, "--limit", minimum=1)
+def text(name: str, value) -> str:
+    """A configuration's value as the form's field shows it (lists comma-separated, nothing for None)."""
+    if isinstance(value, list | tuple):
+        return ",".join(map(str, value))
+    return "" if value is None else str(value)
 
 
 def configs(

@@ -12,7 +12,6 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from acetui import options
-from acetui_core import parse
 from acetui_core.records import TaskAccuracy, ZeroshotReport, any_partial, mean_accuracy, to_dict
 
 
@@ -59,16 +58,14 @@ def zeroshot_table(zeroshot: dict[str, TaskAccuracy], title: str) -> Table:
     return table
 
 
+@options.with_settings("tasks", "zeroshot_limit", "batch_size", "device", "dtype")
 def eval_command(
     model: Annotated[
         str, typer.Argument(help="Hub id, local checkpoint folder (e.g. from prune --save), or .gguf file.")
     ],
-    tasks: options.Tasks = options.DEFAULT_TASKS,
-    zeroshot_limit: options.ZeroshotLimit = None,
-    batch_size: options.BatchSize = 8,
-    device: options.Device = "auto",
-    dtype: options.Dtype = "auto",
+    *,
     as_json: options.JsonOption = False,
+    **settings,
 ) -> None:
     """Zero-shot accuracy of MODEL through lm-evaluation-harness (local task files when ACETUI_DATA_DIR is set)."""
     from acetui.progress import EventProgress
@@ -76,8 +73,11 @@ def eval_command(
     from acetui_core.placement import place_for_eval
     from acetui_core.zeroshot import evaluate_zeroshot, validate_tasks
 
+    tasks, zeroshot_limit, batch_size, device, dtype = (
+        settings[name] for name in ("tasks", "zeroshot_limit", "batch_size", "device", "dtype")
+    )
     # Every check before a model is loaded.
-    task_list = validate_tasks(parse.some(tasks, "--tasks"), zeroshot_limit)
+    task_list = validate_tasks(tasks, zeroshot_limit)
     model_source(model)
     resolve_dtype(dtype, resolve_device(device))
     with EventProgress() as progress:

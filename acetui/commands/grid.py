@@ -139,39 +139,14 @@ def run_grid(
         raise typer.Exit(1)
 
 
+@options.with_settings(grid=True)
 def compare(
     models: options.Models = None,
     methods: options.Methods = "wanda,ria,ace",
     sparsity: options.Sparsities = "0.5,4:8,2:4",
     seqlen: options.Seqlens = "16",
     seeds: options.Seeds = "0",
-    group: options.Group = "row",
-    calib: options.Calib = "c4",
-    nsamples: options.Nsamples = 128,
-    evals: options.Evals = "wikitext2",
-    eval_seqlen: options.EvalSeqlen = None,
-    eval_limit: options.EvalLimit = None,
-    tasks: options.Tasks = options.DEFAULT_TASKS,
-    zeroshot_limit: options.ZeroshotLimit = None,
-    batch_size: options.BatchSize = 8,
-    device: options.Device = "auto",
-    dtype: options.Dtype = "auto",
-    offload: options.Offload = "auto",
-    squared_weight: options.SquaredWeight = False,
-    fidelity: options.Fidelity = False,
-    keep_masks: options.KeepMasks = False,
-    varp_scale: options.VarpScale = "none",
-    varp_form: options.VarpForm = "series",
-    allocation: options.Allocation = "uniform",
-    owl_lambda: options.OwlLambda = 0.08,
-    owl_m: options.OwlM = 5.0,
-    update: options.Update = "none",
-    permute: options.Permute = "none",
-    refine: options.Refine = "none",
-    dsnot_cycles: options.DsnotCycles = 50,
-    dsnot_threshold: options.DsnotThreshold = 0.1,
-    dsnot_var_power: options.DsnotVarPower = 1.0,
-    moe_calibration: options.MoeCalibration = "routed",
+    *,
     detach: options.Detach = False,
     executor: options.Executor = "local",
     partition: options.Partition = None,
@@ -180,6 +155,7 @@ def compare(
     store: options.StoreOption = None,
     as_json: options.JsonOption = False,
     cells: options.Cells = "ppl",
+    **settings,
 ) -> None:
     """Run every method x sparsity x calibration length on MODELS and print the paper-style table."""
     grid = Grid(
@@ -188,11 +164,11 @@ def compare(
         parse.some(sparsity, "--sparsity"),
         options.seqlens(seqlen),
         options.seeds(seeds),
-        common=options.run_settings(locals()),
+        common=settings,
     )
     run_grid(
         grid,
-        device=device,
+        device=settings["device"],
         columns="sparsity",
         detach=detach,
         store=store,
@@ -205,6 +181,7 @@ def compare(
 PAPER_SEQLENS = "16,32,128,512,1024,2048"
 
 
+@options.with_settings(grid=True)
 def sweep(
     models: options.Models = None,
     methods: Annotated[str, typer.Option("--method", help="Method(s), comma-separated.")] = "ace",
@@ -216,33 +193,7 @@ def sweep(
     ] = None,
     seeds: options.Seeds = "0",
     sparsity: options.Sparsities = "0.5",
-    group: options.Group = "row",
-    calib: options.Calib = "c4",
-    nsamples: options.Nsamples = 128,
-    evals: options.Evals = "wikitext2",
-    eval_seqlen: options.EvalSeqlen = None,
-    eval_limit: options.EvalLimit = None,
-    tasks: options.Tasks = options.DEFAULT_TASKS,
-    zeroshot_limit: options.ZeroshotLimit = None,
-    batch_size: options.BatchSize = 8,
-    device: options.Device = "auto",
-    dtype: options.Dtype = "auto",
-    offload: options.Offload = "auto",
-    squared_weight: options.SquaredWeight = False,
-    fidelity: options.Fidelity = False,
-    keep_masks: options.KeepMasks = False,
-    varp_scale: options.VarpScale = "none",
-    varp_form: options.VarpForm = "series",
-    allocation: options.Allocation = "uniform",
-    owl_lambda: options.OwlLambda = 0.08,
-    owl_m: options.OwlM = 5.0,
-    update: options.Update = "none",
-    permute: options.Permute = "none",
-    refine: options.Refine = "none",
-    dsnot_cycles: options.DsnotCycles = 50,
-    dsnot_threshold: options.DsnotThreshold = 0.1,
-    dsnot_var_power: options.DsnotVarPower = 1.0,
-    moe_calibration: options.MoeCalibration = "routed",
+    *,
     detach: options.Detach = False,
     executor: options.Executor = "local",
     partition: options.Partition = None,
@@ -251,6 +202,7 @@ def sweep(
     store: options.StoreOption = None,
     as_json: options.JsonOption = False,
     cells: options.Cells = "ppl",
+    **settings,
 ) -> None:
     """The paper's appendix studies: perplexity against calibration length (--seqlen) or sampler seed (--seeds)."""
     seed_list = options.seeds(seeds)
@@ -262,11 +214,11 @@ def sweep(
         parse.some(sparsity, "--sparsity"),
         lengths,
         seed_list,
-        common=options.run_settings(locals()),
+        common=settings,
     )
     run_grid(
         grid,
-        device=device,
+        device=settings["device"],
         columns=columns,
         detach=detach,
         store=store,

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -13,7 +11,6 @@ from acetui import options
 from acetui.app.summary import fmt_count
 from acetui.commands.prune import default_model
 from acetui_core.config import RunConfig
-from acetui_core.metrics import METHODS
 from acetui_core.records import to_dict
 
 
@@ -81,42 +78,19 @@ def plan_table(plan, nsamples: int, seqlen) -> Table:
     return table
 
 
-def plan(
-    model: options.Model = None,
-    method: Annotated[str, typer.Option("--method", "-m", help=f"One of: {', '.join(METHODS)}.")] = "ace",
-    nsamples: options.Nsamples = 128,
-    seqlen: Annotated[str, typer.Option(help="Calibration window length in tokens, or 'full'.")] = "16",
-    device: options.Device = "auto",
-    dtype: options.Dtype = "auto",
-    offload: options.Offload = "auto",
-    evals: options.Evals = "wikitext2",
-    eval_seqlen: options.EvalSeqlen = None,
-    eval_limit: options.EvalLimit = None,
-    as_json: options.JsonOption = False,
-) -> None:
+@options.with_settings(
+    "method", "nsamples", "seqlen", "device", "dtype", "offload", "evals", "eval_seqlen", "eval_limit"
+)
+def plan(model: options.Model = None, *, as_json: options.JsonOption = False, **settings) -> None:
     """What a run will cost, from the model's config alone: parameters, checkpoint size, streaming,
     calibration activations, evaluation logits, peak CPU and GPU memory."""
-    from acetui_core import parse
     from acetui_core.metrics import get_method
     from acetui_core.plan import plan_run
-    from acetui_core.streaming import check_offload
 
-    check_offload(offload)
-    config = RunConfig(
-        model=model or default_model(),
-        method=get_method(method).name,
-        sparsity="0.5",
-        nsamples=nsamples,
-        seqlen=parse.seqlen(seqlen),
-        device=device,
-        dtype=dtype,
-        offload=offload,
-        evals=parse.evals(evals),
-        eval_seqlen=eval_seqlen,
-        eval_limit=eval_limit,
-    )
+    config = RunConfig(model=model or default_model(), **settings)
+    config.method = get_method(config.method).name
     result = plan_run(config)
     if as_json:
         print(json.dumps(to_dict(result), indent=2))
     else:
-        Console().print(plan_table(result, nsamples, config.seqlen))
+        Console().print(plan_table(result, config.nsamples, config.seqlen))

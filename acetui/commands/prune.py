@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
 from acetui import options
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
-from acetui_core.metrics import METHODS
 from acetui_core.paths import bundled_model, user_path
 from acetui_core.records import RunResult, any_partial, mean_accuracy, to_dict
 
@@ -80,52 +77,10 @@ def default_model() -> str:
     return str(path)
 
 
+@options.with_settings()
 def prune(
     model: options.Model = None,
-    method: Annotated[
-        str,
-        typer.Option(
-            "--method",
-            "-m",
-            help=f"One of: {', '.join(METHODS)}; or a plug-in: module:function, path/file.py:function.",
-        ),
-    ] = "ace",
-    sparsity: Annotated[str, typer.Option("--sparsity", "-s", help="A ratio in (0, 1) or N:M such as 2:4.")] = "0.5",
-    group: options.Group = "row",
-    calib: options.Calib = "c4",
-    nsamples: options.Nsamples = 128,
-    seqlen: Annotated[
-        str, typer.Option(help="Calibration window length in tokens, or 'full' (context, capped at 4096).")
-    ] = "16",
-    seed: options.Seed = 0,
-    evals: options.Evals = "wikitext2",
-    eval_seqlen: options.EvalSeqlen = None,
-    eval_limit: options.EvalLimit = None,
-    tasks: options.Tasks = options.DEFAULT_TASKS,
-    zeroshot_limit: options.ZeroshotLimit = None,
-    batch_size: options.BatchSize = 8,
-    device: options.Device = "auto",
-    dtype: options.Dtype = "auto",
-    offload: options.Offload = "auto",
-    squared_weight: options.SquaredWeight = False,
-    fidelity: options.Fidelity = False,
-    keep_masks: options.KeepMasks = False,
-    varp_scale: options.VarpScale = "none",
-    varp_form: options.VarpForm = "series",
-    allocation: options.Allocation = "uniform",
-    owl_lambda: options.OwlLambda = 0.08,
-    owl_m: options.OwlM = 5.0,
-    update: options.Update = "none",
-    permute: options.Permute = "none",
-    refine: options.Refine = "none",
-    dsnot_cycles: options.DsnotCycles = 50,
-    dsnot_threshold: options.DsnotThreshold = 0.1,
-    dsnot_var_power: options.DsnotVarPower = 1.0,
-    moe_calibration: options.MoeCalibration = "routed",
-    save: Annotated[Path | None, typer.Option(help="Save the pruned model as a Hugging Face checkpoint here.")] = None,
-    overwrite: Annotated[
-        bool, typer.Option(help="Allow --save to replace a checkpoint folder acetui wrote before.")
-    ] = False,
+    *,
     as_json: options.JsonOption = False,
     detach: options.Detach = False,
     executor: options.Executor = "local",
@@ -133,22 +88,15 @@ def prune(
     gpus_per_job: options.GpusPerJob = 1,
     time_limit: options.TimeLimit = "2:00:00",
     store: options.StoreOption = None,
+    **settings,
 ) -> None:
     """Prune MODEL with one method and sparsity; evaluate and optionally save it."""
     from acetui.progress import EventProgress
     from acetui_core.launch import InProcess, LocalProcesses, launch, queue
     from acetui_core.store import Store
 
-    config = RunConfig(
-        model=model or default_model(),
-        method=method,
-        sparsity=sparsity,
-        seqlen=seqlen,
-        seed=seed,
-        save=str(save) if save else None,
-        overwrite=overwrite,
-        **options.run_settings(locals()),
-    )
+    config = RunConfig(model=model or default_model(), **settings)
+    save = config.save
     opened = Store(store)
     cluster = options.slurm_executor(executor, partition, gpus_per_job, time_limit)
     if cluster is not None or detach:

@@ -1,16 +1,18 @@
 """New run: pick a model, metrics, sparsities, calibration, evaluation and device; start the grid.
 
-Each text field is checked as it changes with the engine's own validation (``acetui.app.form``); a
-bad value turns the field red and shows, right under it, the sentence the CLI would print. The values
-of the last start are remembered (``acetui.settings``) and come back at the next launch.
+Every run setting of the settings table (``acetui_core.config.SETTINGS``) has a field: the basic ones
+laid out on the first screen, the advanced ones in a collapsed section made from the table (a text
+field, a choice or a tick, each with its help). Each text field is checked as it changes with the
+engine's own validation (``acetui.app.form``); a bad value turns the field red and shows, right under
+it, the sentence the CLI would print. The values of the last start are remembered (``acetui.settings``)
+and come back at the next launch.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -19,7 +21,19 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.screen import Screen
 from textual.suggester import SuggestFromList
-from textual.widgets import Button, Checkbox, Footer, Header, Input, Label, OptionList, Select, SelectionList, Static
+from textual.widgets import (
+    Button,
+    Checkbox,
+    Collapsible,
+    Footer,
+    Header,
+    Input,
+    Label,
+    OptionList,
+    Select,
+    SelectionList,
+    Static,
+)
 from textual.widgets.option_list import Option
 from textual.widgets.select import InvalidSelectValueError
 from textual.widgets.selection_list import Selection
@@ -29,42 +43,40 @@ from acetui.app import form, summary
 from acetui.app.candidates import default_model, model_candidates, shorten
 from acetui.app.messages import CandidatesFound
 from acetui.app.widgets.marks import Tick, TickList
-from acetui_core.config import ZEROSHOT_TASKS, RunConfig
+from acetui_core.config import SETTINGS, RunConfig, Setting
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.plugins import available_methods
 
 CANDIDATES_SHOWN = 3  # rows of model completions under the model field
 CANDIDATE_WIDTH = 64  # characters of a completion shown (its end: the file name matters most)
-CHOICES = ("group", "device", "dtype")  # the Select fields, remembered with the text fields
-TICKS = ("eval-wikitext2", "eval-zeroshot")
+TICKS = ("eval-wikitext2", "eval-zeroshot")  # the evaluations, one tick each
 COST_DELAY = 0.3  # seconds a cost estimate waits for the typing to stop
-
-
-@dataclass(frozen=True)
-class Field:
-    id: str
-    label: str
-    default: str
-    parse: Callable[[str], object]
-    placeholder: str = ""
-
-
-FIELDS = {
-    f.id: f
-    for f in [
-        Field("model", "Model", "", form.model, "hub id, checkpoint folder or .gguf (→ completes)"),
-        Field("sparsity", "Sparsity", "0.5", form.sparsities, "0.5, 2:4, 4:8 …"),
-        Field("calib", "Calibration", "c4", form.calib, "c4, wikitext2 or a file"),
-        Field("nsamples", "Samples", "128", form.nsamples),
-        Field("seqlen", "Length", "16", form.seqlens, "16, full …"),
-        Field("seed", "Seed", "0", form.seed),
-        Field("eval_limit", "Windows", "", form.eval_limit, "all"),
-        Field("eval_seqlen", "Length", "", form.eval_seqlen, "context"),
-        Field("tasks", "Tasks", ",".join(ZEROSHOT_TASKS), form.tasks),
-        Field("zeroshot_limit", "Examples", "", form.zeroshot_limit, "all"),
-    ]
+# What an empty field means, shown in it.
+PLACEHOLDERS = {
+    "model": "hub id, checkpoint folder or .gguf (→ completes)",
+    "sparsity": "0.5, 2:4, 4:8 …",
+    "calib": "c4, wikitext2 or a file",
+    "seqlen": "16, full …",
+    "eval_limit": "all",
+    "eval_seqlen": "context",
+    "zeroshot_limit": "all",
+    "save": "not saved",
 }
+CHOICE_NAMES = {"row": "per output row", "layer": "per layer"}  # how a choice reads, where its name is terse
+# The settings each evaluation needs: left at their defaults while it is off.
+EVAL_SETTINGS = {"wikitext2": ("eval_limit", "eval_seqlen"), "zeroshot": ("tasks", "zeroshot_limit")}
+# The settings the form lays out by hand (the grid's lists, the evaluation ticks, the device list).
+OWN_WIDGETS = ("method", "evals", "device")
+
+
+def kind(spec: Setting) -> str:
+    """The widget a setting gets: a tick for a flag, a choice for a closed set of values, else text."""
+    return "tick" if isinstance(spec.default, bool) else "choice" if spec.choices else "text"
+
+
+TEXT = [name for name, spec in SETTINGS.items() if kind(spec) == "text" and name not in OWN_WIDGETS]
+ADVANCED = [name for name, spec in SETTINGS.items() if spec.group == "advanced"]
 
 
 def _devices() -> list[str]:
@@ -111,15 +123,7 @@ class NewRunScreen(Screen):
                     yield Static("", id="metrics-error", classes="error")
                 with Vertical(id="settings-column"):
                     yield from self._field("sparsity")
-                    with Horizontal(classes="row"):
-                        yield Label("Group", classes="label")
-                        yield Select(
-                            [("per output row", "row"), ("per layer", "layer")],
-                            value="row",
-                            allow_blank=False,
-                            compact=True,
-                            id="group",
-                        )
+                    yield from self._field("group")
                     yield from self._field("calib")
                     yield from self._field("nsamples")
                     yield from self._field("seqlen", presets=form.SEQLEN_PRESETS)
@@ -129,14 +133,8 @@ class NewRunScreen(Screen):
                         yield Select(
                             [(d, d) for d in _devices()], value="auto", allow_blank=False, compact=True, id="device"
                         )
-                        yield Label("dtype", classes="label short")
-                        yield Select(
-                            [(d, d) for d in ("auto", "float32", "float16", "bfloat16")],
-                            value="auto",
-                            allow_blank=False,
-                            compact=True,
-                            id="dtype",
-                        )
+                        yield Label(SETTINGS["dtype"].label, classes="label short")
+                        yield self._widget("dtype")
             yield Label("Evaluation", classes="section")
             with Horizontal(classes="row"):
                 yield Tick("WikiText-2 ppl", True, id="eval-wikitext2", compact=True)
@@ -152,25 +150,43 @@ class NewRunScreen(Screen):
                 yield Button("Start ▶", id="start", variant="primary", compact=True)
                 yield Static("", id="plan")
             yield Static("", id="cost")
+            with Collapsible(
+                title="Advanced: offload, VarP, OWL, OBS, DSnoT, MoE, save…", collapsed=True, id="advanced"
+            ):
+                for name in ADVANCED:
+                    yield from self._field(name, explained=True)
         yield Footer(show_command_palette=False, compact=True)
 
     # ---- composing fields ----
 
-    def _input(self, field_id: str) -> Input:
-        spec = FIELDS[field_id]
-        return Input(spec.default, placeholder=spec.placeholder, id=field_id, compact=True)
+    def _widget(self, name: str) -> Input | Select | Checkbox:
+        """A setting's widget, at its default, with its help as the tooltip."""
+        spec = SETTINGS[name]
+        widget: Input | Select | Checkbox
+        if kind(spec) == "tick":
+            widget = Tick("", spec.default, id=name, compact=True)
+        elif kind(spec) == "choice":
+            options = [(CHOICE_NAMES.get(choice, choice), choice) for choice in spec.choices]
+            widget = Select(options, value=spec.default, allow_blank=False, compact=True, id=name)
+        else:
+            widget = Input(spec.text, placeholder=PLACEHOLDERS.get(name, ""), id=name, compact=True)
+        widget.tooltip = spec.help
+        return widget
 
-    def _field(self, field_id: str, presets: tuple[str, ...] = ()) -> ComposeResult:
+    def _field(self, name: str, presets: tuple[str, ...] = (), explained: bool = False) -> ComposeResult:
+        """A setting's row (label and widget), its help under it if ``explained``, then its error line."""
         with Horizontal(classes="row"):
-            yield Label(FIELDS[field_id].label, classes="label")
-            yield self._input(field_id)
+            yield Label(SETTINGS[name].label, classes="label")
+            yield self._widget(name)
             for preset in presets:
                 yield Button(preset, name=preset, classes="preset", compact=True)
-        yield Static("", id=f"{field_id}-error", classes="error")
+        if explained:
+            yield Static(escape(SETTINGS[name].help), classes="help")
+        yield Static("", id=f"{name}-error", classes="error")
 
-    def _inline(self, field_id: str) -> ComposeResult:
-        yield Label(FIELDS[field_id].label, classes="label inline")
-        yield self._input(field_id)
+    def _inline(self, name: str) -> ComposeResult:
+        yield Label(SETTINGS[name].label, classes="label inline")
+        yield self._widget(name)
 
     def _errors(self, *field_ids: str) -> ComposeResult:
         for field_id in field_ids:
@@ -194,11 +210,14 @@ class NewRunScreen(Screen):
 
     # ---- remembered values ----
 
+    def _settings(self) -> list:
+        """The widgets of the settings, each with the setting's name as its id."""
+        return [self.query_one(f"#{name}") for name in SETTINGS if name not in ("method", "evals")]
+
     def values(self) -> dict:
         """The form as plain values, to remember."""
         return {
-            **{field_id: self.query_one(f"#{field_id}", Input).value for field_id in FIELDS},
-            **{choice: self.query_one(f"#{choice}", Select).value for choice in CHOICES},
+            **{widget.id: widget.value for widget in self._settings()},
             **{tick: self.query_one(f"#{tick}", Checkbox).value for tick in TICKS},
             "metrics": list(self.query_one("#metrics", SelectionList).selected),
         }
@@ -207,16 +226,18 @@ class NewRunScreen(Screen):
         """Fill the form with remembered values; what no longer fits (a GPU gone, a method renamed) is
         left at its default. The model is ``model`` if given, else the last one while it exists, else the
         bundled model."""
-        for field_id in FIELDS:
-            if isinstance(saved.get(field_id), str) and field_id != "model":
-                self.query_one(f"#{field_id}", Input).value = saved[field_id]
+        for widget in self._settings():
+            value = saved.get(widget.id)
+            if widget.id == "model" or value is None:
+                continue
+            if isinstance(widget, Select):
+                with suppress(InvalidSelectValueError):  # e.g. a GPU this machine does not have: the default stays
+                    widget.value = value
+            elif isinstance(value, str if isinstance(widget, Input) else bool):  # a hand-edited file: skipped
+                widget.value = value
         field = self.query_one("#model", Input)
         field.value = model if model is not None else default_model(saved.get("model"))
         self.call_after_refresh(self._show_model_end)
-        for choice in CHOICES:
-            if saved.get(choice) is not None:
-                with suppress(InvalidSelectValueError):  # e.g. a GPU this machine does not have: the default stays
-                    self.query_one(f"#{choice}", Select).value = saved[choice]
         for tick in TICKS:
             if isinstance(saved.get(tick), bool):
                 self.query_one(f"#{tick}", Checkbox).value = saved[tick]
@@ -228,26 +249,12 @@ class NewRunScreen(Screen):
                 chosen.select(metric)
 
     def fill(self, config: RunConfig) -> None:
-        """The form set to a run's configuration (re-run or duplicate it); a notice names what the form
-        cannot hold (it is not carried over) or that no longer fits (a GPU this machine lacks)."""
-        text = {
-            "model": config.model,
-            "sparsity": config.sparsity,
-            "calib": config.calib,
-            "nsamples": str(config.nsamples),
-            "seqlen": str(config.seqlen),
-            "seed": str(config.seed),
-            "eval_limit": "" if config.eval_limit is None else str(config.eval_limit),
-            "eval_seqlen": "" if config.eval_seqlen is None else str(config.eval_seqlen),
-            "tasks": ",".join(config.tasks),
-            "zeroshot_limit": "" if config.zeroshot_limit is None else str(config.zeroshot_limit),
-        }
+        """The form set to a run's configuration (re-run or duplicate it); a notice names what no longer
+        fits (a GPU this machine lacks), which is not carried over."""
+        shown = {name: getattr(config, name) for name in SETTINGS}
         self.restore(
             {
-                **text,
-                "group": config.group,
-                "device": config.device,
-                "dtype": config.dtype,
+                **{name: form.text(name, value) if name in TEXT else value for name, value in shown.items()},
                 "eval-wikitext2": "wikitext2" in config.evals,
                 "eval-zeroshot": "zeroshot" in config.evals,
                 "metrics": [config.method],
@@ -261,7 +268,7 @@ class NewRunScreen(Screen):
             self.notify(f"Run settings of {config.label} at {config.sparsity} loaded; fix the flagged fields.")
             return
         lost = [f"{name} {value}" for name, value in asdict(config).items() if getattr(shown, name) != value]
-        left = f" Not carried over (no field for it here, or it does not fit): {', '.join(lost)}." if lost else ""
+        left = f" Not carried over (it does not fit here): {', '.join(lost)}." if lost else ""
         self.notify(f"{config.label} at {config.sparsity} loaded: ctrl+r starts it again.{left}", timeout=12)
 
     @work(thread=True, exclusive=True, group="candidates")
@@ -295,7 +302,7 @@ class NewRunScreen(Screen):
             if field_id == "metrics":
                 form.methods(widget.selected)
             else:
-                FIELDS[field_id].parse(widget.value)
+                form.value(field_id, widget.value)
             message = ""
         except UserError as problem:
             message = str(problem)
@@ -307,16 +314,16 @@ class NewRunScreen(Screen):
 
     def _relevant(self) -> list[str]:
         """The fields that matter for the chosen evaluations (zero-shot settings only when it is on)."""
-        skip = set()
-        if not self.query_one("#eval-wikitext2", Checkbox).value:
-            skip |= {"eval_limit", "eval_seqlen"}
-        if not self.query_one("#eval-zeroshot", Checkbox).value:
-            skip |= {"tasks", "zeroshot_limit"}
-        return ["metrics", *(f for f in FIELDS if f not in skip)]
+        skip = {name for evaluation in self._evals(on=False) for name in EVAL_SETTINGS[evaluation]}
+        return ["metrics", *(name for name in TEXT if name not in skip)]
+
+    def _evals(self, on: bool = True) -> list[str]:
+        """The evaluations ticked (or, with ``on`` false, not ticked)."""
+        return [e for e in EVAL_SETTINGS if self.query_one(f"#eval-{e}", Checkbox).value == on]
 
     def check_all(self) -> list[str]:
         """Check every relevant field; return the ids of the bad ones, and update the plan line."""
-        for field_id in ("eval_limit", "eval_seqlen", "tasks", "zeroshot_limit"):
+        for field_id in (name for names in EVAL_SETTINGS.values() for name in names):
             self.query_one(f"#{field_id}-error").display = False
             self.query_one(f"#{field_id}").remove_class("-invalid")
         bad = [field_id for field_id in self._relevant() if not self._check(field_id)]
@@ -361,25 +368,19 @@ class NewRunScreen(Screen):
 
     def configs(self):
         """The run configurations the form describes (every relevant field must be valid)."""
-        value = lambda field_id: FIELDS[field_id].parse(self.query_one(f"#{field_id}").value)  # noqa: E731
-        wikitext2 = self.query_one("#eval-wikitext2", Checkbox).value
-        zeroshot = self.query_one("#eval-zeroshot", Checkbox).value
+        off = {name for evaluation in self._evals(on=False) for name in EVAL_SETTINGS[evaluation]}
+        values = {
+            widget.id: form.value(widget.id, widget.value) if isinstance(widget, Input) else widget.value
+            for widget in self._settings()
+            if widget.id not in off
+        }
         return form.configs(
-            model=value("model"),
+            model=values.pop("model"),
             methods=form.methods(self.query_one("#metrics", SelectionList).selected),
-            sparsities=value("sparsity"),
-            seqlens=value("seqlen"),
-            evals=[e for e, on_ in (("wikitext2", wikitext2), ("zeroshot", zeroshot)) if on_],
-            group=self.query_one("#group", Select).value,
-            calib=value("calib"),
-            nsamples=value("nsamples"),
-            seed=value("seed"),
-            eval_limit=value("eval_limit") if wikitext2 else None,
-            eval_seqlen=value("eval_seqlen") if wikitext2 else None,
-            tasks=value("tasks") if zeroshot else list(ZEROSHOT_TASKS),
-            zeroshot_limit=value("zeroshot_limit") if zeroshot else None,
-            device=self.query_one("#device", Select).value,
-            dtype=self.query_one("#dtype", Select).value,
+            sparsities=values.pop("sparsity"),
+            seqlens=values.pop("seqlen"),
+            evals=self._evals(),
+            **values,
         )
 
     # ---- events ----
@@ -393,6 +394,7 @@ class NewRunScreen(Screen):
 
     @on(SelectionList.SelectedChanged)
     @on(Checkbox.Changed)
+    @on(Select.Changed)
     def _toggled(self) -> None:
         self.check_all()
 
