@@ -75,6 +75,7 @@ async def test_the_new_run_form_has_every_setting_and_starts_what_it_shows(tmp_p
     bad one is flagged inline with the CLI's sentence."""
     app = make_app(Store(tmp_path / "runs.db"))
     async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()  # mounted, remembered values restored, first check done
         screen = app.screen
         assert {FORM_NAMES.get(key, key) for key in screen.values()} == set(SETTINGS)
         advanced = screen.query_one("#advanced", Collapsible)
