@@ -225,29 +225,11 @@ def _sample_name(calib: str, source: str) -> str:
     return f"{_SAMPLES.get(calib, 'calibration')} {stem}"
 
 
+# How a row label names a value where runs differ: the settings table's words, and those of what the runs
+# resolved (the calibration sample, the tasks' sizes).
 _DESCRIBE: dict[str, Callable[[Any], str]] = {
+    **{name: spec.describe for name, spec in SETTINGS.items() if spec.describe is not None},
     "calibration": lambda v: v[0],
-    "nsamples": lambda v: f"{v} samples",
-    "seqlen": lambda v: f"{v}-token calibration",
-    "eval_seqlen": lambda v: f"eval {v} tokens",
-    "eval_limit": lambda v: f"{v} windows",
-    "group": lambda v: f"{v} groups",
-    "squared_weight": lambda v: "|W|^2" if v else "|W|",
-    "ria_alpha": lambda v: f"alpha {v}",
-    "varp_scale": lambda v: f"VarP scale {v}",
-    "varp_form": lambda v: f"VarP {v}",
-    "allocation": lambda v: "OWL" if v == "owl" else "uniform",
-    "owl_lambda": lambda v: f"OWL lambda {v:g}",
-    "owl_m": lambda v: f"OWL M {v:g}",
-    "update": lambda v: "OBS update" if v == "obs" else "no update",
-    "permute": lambda v: "no permutation" if v == "none" else f"{v} permutation",
-    "refine": lambda v: "DSnoT" if v == "dsnot" else "no refinement",
-    "dsnot_cycles": lambda v: f"DSnoT {v} cycles",
-    "dsnot_threshold": lambda v: f"DSnoT threshold {v:g}",
-    "dsnot_var_power": lambda v: f"DSnoT variance power {v:g}",
-    "moe_calibration": lambda v: f"experts calibrated on {v} tokens",
-    "dtype": str,
-    "model": str,
     "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),
 }
 

@@ -6,8 +6,8 @@ group in the New run form (basic or advanced), its parser (``acetui_core.parse``
 to the value, or one sentence naming the option) and whether it can change a result or is bookkeeping
 only. Everything else is made from this table (``SETTINGS``): the options of ``acetui prune``,
 ``compare`` and ``sweep`` (``acetui.options``), the New run form's fields, the checks of
-``acetui_core.validate``, the comparison key (``acetui_core.comparison``) and the option list of
-docs/cli.md. Adding a setting is one field here plus its effect in the engine.
+``acetui_core.validate``, the comparison key and the words a row label uses for a differing value
+(``acetui_core.comparison``) and the option list of docs/cli.md. Adding a setting is one field here plus its effect in the engine.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class Setting:
     axis: bool = False  # compare and sweep take several values (their own comma-separated option)
     single_run: bool = False  # only prune offers it: a grid of runs has no use for it
     metavar: str | None = None
+    describe: Callable[[Any], str] | None = None  # a value in a row label, where runs differ in it (else "name value")
     name: str = ""  # filled in from the field
     default: Any = None  # filled in from the field
 
@@ -121,6 +122,7 @@ class RunConfig:
         help="Hub id, local checkpoint folder, or .gguf file (default: the bundled SmolLM2-135M).",
         label="Model",
         axis=True,
+        describe=str,
     )
     method: str = setting(
         "ace",
@@ -142,6 +144,7 @@ class RunConfig:
         help="Which weights compete for unstructured sparsity: row or layer.",
         label="Group",
         choices=("row", "layer"),
+        describe=lambda v: f"{v} groups",
     )
     calib: str = setting(
         "c4",
@@ -150,7 +153,12 @@ class RunConfig:
         parse=lambda text: str(text).strip(),
     )
     nsamples: int = setting(
-        128, help="Calibration windows.", label="Samples", parse=_whole("--nsamples", 1), metavar="N"
+        128,
+        help="Calibration windows.",
+        label="Samples",
+        parse=_whole("--nsamples", 1),
+        metavar="N",
+        describe=lambda v: f"{v} samples",
     )
     seqlen: int | str = setting(  # an int, or "full" (the model's context capped at FULL_CONTEXT_CAP)
         16,
@@ -158,6 +166,7 @@ class RunConfig:
         label="Length",
         parse=parse.seqlen,
         axis=True,
+        describe=lambda v: f"{v}-token calibration",
     )
     seed: int = setting(
         0, help="Seed of the window sampler.", label="Seed", parse=_whole("--seed"), metavar="N", axis=True
@@ -177,6 +186,7 @@ class RunConfig:
         label="Length",
         parse=_optional_whole("--eval-seqlen", 2),
         metavar="N",
+        describe=lambda v: f"eval {v} tokens",
     )
     eval_limit: int | None = setting(
         None,
@@ -184,6 +194,7 @@ class RunConfig:
         label="Windows",
         parse=_optional_whole("--eval-limit", 1),
         metavar="N",
+        describe=lambda v: f"{v} windows",
     )
     tasks: list[str] = setting(
         factory=lambda: list(ZEROSHOT_TASKS),
@@ -220,6 +231,7 @@ class RunConfig:
         label="dtype",
         choices=("auto", "float32", "float16", "bfloat16"),
         parse=_unknown("dtype", ("auto", "float32", "float16", "bfloat16")),
+        describe=str,
     )
     offload: str = setting(
         "auto",
@@ -231,7 +243,11 @@ class RunConfig:
         parse=_unknown("--offload", ("auto", "none", "disk")),
     )
     squared_weight: bool = setting(
-        False, help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md).", label="|W|^2", group="advanced"
+        False,
+        help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md).",
+        label="|W|^2",
+        group="advanced",
+        describe=lambda v: "|W|^2" if v else "|W|",
     )
     ria_alpha: float = setting(
         0.5,
@@ -239,6 +255,7 @@ class RunConfig:
         label="RIA alpha",
         group="advanced",
         parse=_number("--ria-alpha"),
+        describe=lambda v: f"alpha {v}",
     )
     fidelity: bool = setting(
         False,
@@ -262,6 +279,7 @@ class RunConfig:
         label="VarP scale",
         group="advanced",
         choices=("none", "rms", "max"),
+        describe=lambda v: f"VarP scale {v}",
     )
     varp_form: str = setting(
         "series",
@@ -269,6 +287,7 @@ class RunConfig:
         label="VarP form",
         group="advanced",
         choices=("series", "inverse"),
+        describe=lambda v: f"VarP {v}",
     )
     allocation: str = setting(
         "uniform",
@@ -276,6 +295,7 @@ class RunConfig:
         label="Allocation",
         group="advanced",
         choices=("uniform", "owl"),
+        describe=lambda v: "OWL" if v == "owl" else "uniform",
     )
     owl_lambda: float = setting(
         0.08,
@@ -283,6 +303,7 @@ class RunConfig:
         label="OWL lambda",
         group="advanced",
         parse=_number("--owl-lambda"),
+        describe=lambda v: f"OWL lambda {v:g}",
     )
     owl_m: float = setting(
         5.0,
@@ -290,6 +311,7 @@ class RunConfig:
         label="OWL M",
         group="advanced",
         parse=_number("--owl-m"),
+        describe=lambda v: f"OWL M {v:g}",
     )
     update: str = setting(
         "none",
@@ -297,6 +319,7 @@ class RunConfig:
         label="Update",
         group="advanced",
         choices=("none", "obs"),
+        describe=lambda v: "OBS update" if v == "obs" else "no update",
     )
     permute: str = setting(
         "none",
@@ -305,6 +328,7 @@ class RunConfig:
         label="Permute",
         group="advanced",
         choices=("none", "greedy", "lsa"),
+        describe=lambda v: "no permutation" if v == "none" else f"{v} permutation",
     )
     refine: str = setting(
         "none",
@@ -312,6 +336,7 @@ class RunConfig:
         label="Refine",
         group="advanced",
         choices=("none", "dsnot"),
+        describe=lambda v: "DSnoT" if v == "dsnot" else "no refinement",
     )
     dsnot_cycles: int = setting(
         50,
@@ -320,6 +345,7 @@ class RunConfig:
         group="advanced",
         parse=_whole("--dsnot-cycles", 1),
         metavar="N",
+        describe=lambda v: f"DSnoT {v} cycles",
     )
     dsnot_threshold: float = setting(
         0.1,
@@ -327,6 +353,7 @@ class RunConfig:
         label="DSnoT thresh",
         group="advanced",
         parse=_number("--dsnot-threshold", minimum=0),
+        describe=lambda v: f"DSnoT threshold {v:g}",
     )
     dsnot_var_power: float = setting(
         1.0,
@@ -334,6 +361,7 @@ class RunConfig:
         label="DSnoT power",
         group="advanced",
         parse=_number("--dsnot-var-power", minimum=0),
+        describe=lambda v: f"DSnoT variance power {v:g}",
     )
     moe_calibration: str = setting(
         "routed",
@@ -342,6 +370,7 @@ class RunConfig:
         label="MoE calib",
         group="advanced",
         choices=("routed", "all"),
+        describe=lambda v: f"experts calibrated on {v} tokens",
     )
     save: str | None = setting(
         None,
