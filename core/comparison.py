@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from acetui_core.config import SETTINGS, model_name
-from acetui_core.errors import UserError
+from acetui_core.errors import UserError, check_choice
 from acetui_core.metrics import paper_name
 from acetui_core.records import RunResult, any_partial, mean_accuracy
 from acetui_core.sparsity import parse_sparsity
@@ -266,12 +266,9 @@ def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, co
 
 def check_table(cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl") -> None:
     """The table's settings, checked before any run is started or read (``acetui compare --cells``)."""
-    if cells not in CELLS:
-        raise UserError(f"Unknown --cells '{cells}'; choose one of: {', '.join(CELLS)}.")
-    if columns not in COLUMNS:
-        raise UserError(f"Unknown --columns '{columns}'; choose one of: {', '.join(COLUMNS)}.")
-    if measure not in MEASURES:
-        raise UserError(f"Unknown --table '{measure}'; choose one of: {', '.join(MEASURES)}.")
+    check_choice(cells, CELLS, "--cells")
+    check_choice(columns, COLUMNS, "--columns")
+    check_choice(measure, MEASURES, "--table")
 
 
 def comparison(

@@ -10,3 +10,10 @@ class UserError(Exception):
 
 class Cancelled(Exception):
     """The run was asked to stop; raised between layers, never mid-layer."""
+
+
+def check_choice(value: str, choices, what: str) -> None:
+    """``value`` must be one of ``choices`` (names, or a dict's keys): else one sentence naming them all,
+    for example ``Unknown --x 'cost'; choose one of: seconds, tokens.``"""
+    if value not in choices:
+        raise UserError(f"Unknown {what} '{value}'; choose one of: {', '.join(choices)}.")

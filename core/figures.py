@@ -11,9 +11,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from acetui_core.comparison import Comparison
-from acetui_core.errors import UserError
-from acetui_core.store import RunRecord
+from acetui_core.comparison import Comparison, comparison
+from acetui_core.errors import UserError, check_choice
+from acetui_core.store import RunEvidence, RunRecord
+from acetui_core.verdicts import judge
 
 FIGURES = ("pareto", "seqlen", "layers")
 X_AXES = {"seconds": "prune time (s)", "tokens": "calibration tokens (samples x length)"}
@@ -51,6 +52,25 @@ def series(table: Comparison, figure: str, x_axis: str = "seconds") -> list[Seri
         if line.points:
             out.append(Series(row, sorted(line.points)))
     return out
+
+
+def figure_series(
+    records: list[RunRecord],
+    kept: dict[str, RunEvidence],
+    kind: str,
+    x_axis: str = "seconds",
+    measure: str = "ppl",
+    level: float = 0.95,
+) -> tuple[list[Series], str, str]:
+    """Figure ``kind`` (``pareto`` or ``seqlen``) of the runs, as ``acetui figure`` and the app draw it: the
+    comparison with calibration lengths as columns, judged on the runs' kept units, one series per method;
+    with its x and y axis labels."""
+    check_choice(kind, ("pareto", "seqlen"), "figure")
+    check_choice(x_axis, X_AXES, "--x")
+    check_choice(measure, Y_LABELS, "--table")
+    grid = judge(comparison(records, columns="seqlen", measure=measure), kept, level)
+    xlabel = "calibration length (tokens)" if kind == "seqlen" else X_AXES[x_axis]
+    return series(grid, kind, x_axis), xlabel, Y_LABELS[measure]
 
 
 def layer_series(records: list[RunRecord]) -> list[Series]:

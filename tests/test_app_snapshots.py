@@ -467,6 +467,7 @@ NO_COLOR_SCREENS = {
     "run-config": ("run00003", ["i"], None),
     "results": (None, [], _results()),
     "results-paper": (None, [], _results("v")),
+    "results-pareto": (None, [], _results("p")),
     "runs": (None, [], _runs_steps),
     "help": (None, [], _results("question_mark")),
 }

@@ -3,13 +3,14 @@ user's table would say, without a model."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
 
 import numpy as np
 import pytest
-from runhelpers import Clock, cli, insert_run
+from runhelpers import Clock, cli, insert_run, pilot_wait_until
 from scipy.stats import ttest_rel
 
 from acetui_core.comparison import comparison
@@ -56,6 +57,27 @@ def store(tmp_path):
     store = Store(tmp_path / "runs.db", clock=clock)
     store.clock_ = clock
     return store
+
+
+@pytest.fixture(params=[False, True], ids=["colour", "NO_COLOR"])
+def no_color(request, monkeypatch, tmp_path) -> bool:
+    """The app with colour or under ``NO_COLOR`` (the marks must read without it); exports in tmp_path."""
+    if request.param:
+        monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("ACETUI_EXPORT_DIR", str(tmp_path / "exports"))
+    return request.param
+
+
+@contextlib.asynccontextmanager
+async def results_screen(store, rows: int):
+    """The app at 80x24 on its Results screen once ``rows`` finished runs are listed: (pilot, screen)."""
+    from acetui.app import make_app
+
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        await pilot_wait_until(pilot, lambda: app.screen.query_one("#results").row_count == rows, "the runs")
+        yield pilot, app.screen
 
 
 def verdicts(store, **kw):
@@ -178,30 +200,15 @@ def test_verdict_command_refuses_bad_input_in_one_sentence(store, monkeypatch, c
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("no_color", [False, True])
-async def test_the_results_screen_marks_each_cell_with_its_verdict(store, monkeypatch, tmp_path, no_color):
+async def test_the_results_screen_marks_each_cell_with_its_verdict(store, tmp_path, no_color):
     from rich.console import Console
-    from textual.widgets import DataTable
 
-    from acetui.app import make_app
-    from acetui.app.screens.results import ResultsScreen
-
-    if no_color:
-        monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("ACETUI_EXPORT_DIR", str(tmp_path / "exports"))
     clock = store.clock_
     for seed in range(2):
         add(store, clock, f"a00000{seed:02d}", seed=seed)
         add(store, clock, f"c00000{seed + 20:02d}", seed=seed, method="ria", shift=0.15)
     add(store, clock, "d0000030", method="ace", shift=0.08)  # one seed: seed noise unknown
-    app = make_app(store)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("f3")
-        results = app.screen
-        assert isinstance(results, ResultsScreen)
-        table = results.query_one("#results", DataTable)
-        while table.row_count < 5:
-            await pilot.pause(0.1)
+    async with results_screen(store, 5) as (pilot, results):
         await pilot.press("v")
 
         def shown() -> list[str]:
@@ -270,15 +277,9 @@ def test_zero_shot_verdicts_pair_the_documents(store):
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("no_color", [False, True])
-async def test_the_paper_view_shows_zero_shot_intervals_and_verdicts(store, monkeypatch, no_color):
+async def test_the_paper_view_shows_zero_shot_intervals_and_verdicts(store, no_color):
     from rich.console import Console
-    from textual.widgets import DataTable
 
-    from acetui.app import make_app
-
-    if no_color:
-        monkeypatch.setenv("NO_COLOR", "1")
     clock = store.clock_
     runs = [("wanda", seed, 0.7) for seed in range(3)] + [("ria", seed, 0.6) for seed in range(3)]
     runs += [("ace", seed, 0.7) for seed in range(3)] + [("magnitude", 0, 0.69)]
@@ -289,15 +290,10 @@ async def test_the_paper_view_shows_zero_shot_intervals_and_verdicts(store, monk
         run_id = f"{method[0]}000{number:04d}"
         insert_run(store, clock, run_id, run, created=clock.now + 10, ppl=None, zeroshot=tasks, result=result)
     add(store, clock, "s0000099", method="sparsegpt", shift=0.1)  # perplexity only: in the perplexity table
-    app = make_app(store)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("f3")
-        table = app.screen.query_one("#results", DataTable)
-        while table.row_count < len(runs) + 1:
-            await pilot.pause(0.1)
+    async with results_screen(store, len(runs) + 1) as (pilot, results):
         await pilot.press("v")
         console = Console(width=78, file=io.StringIO(), record=True, no_color=no_color)
-        console.print(app.screen.paper_table())
+        console.print(results.paper_table())
         lines = console.export_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Mean zero-shot accuracy"))
     assert any(line.startswith("WikiText-2 perplexity") for line in lines[:start])
@@ -331,6 +327,35 @@ def add_length_study(store, shapes: list[tuple[int, int]]) -> None:
                     seqlen=seqlen,
                     nsamples=nsamples,
                 )
+
+
+@pytest.mark.asyncio
+async def test_the_pareto_view_draws_what_g_saves(store, tmp_path, no_color):
+    from textual.widgets import ContentSwitcher
+
+    from acetui.app.widgets.plots import ParetoPlot
+
+    add_length_study(store, [(8, 16), (8, 32), (4, 128)])
+    async with results_screen(store, 12) as (pilot, results):
+        await pilot.press("p", "x")  # the Pareto view, against calibration tokens
+        assert results.query_one("#results-views", ContentSwitcher).current == "pareto-view"
+        plot = results.query_one("#pareto-overlay", ParetoPlot)
+        await pilot.pause()
+        drawn = plot.render().plain
+        assert "•Wanda" in drawn and "xRIA" in drawn  # each method its glyph, named under the plot
+        assert all(tick in drawn for tick in ("128", "256", "512"))  # 8 x 16, 8 x 32, 4 x 128 tokens
+        shown = {line.name: line.points for line in plot._lines}
+        await pilot.press("g")
+        while not list((tmp_path / "exports").glob("acetui-pareto-*.tex")):
+            await pilot.pause(0.1)
+    figure = next((tmp_path / "exports").glob("acetui-pareto-*.tex")).read_text()
+    assert "xlabel={calibration tokens" in figure
+    saved = {}
+    for block in figure.split("\\addplot")[1:]:
+        name = re.search(r"addlegendentry\{(.*?)\}", block).group(1)
+        saved[name] = [tuple(map(float, point)) for point in re.findall(r"\(([\d.e+]+), ([\d.e+]+)\) \+=", block)]
+    assert saved == {name: [(x, float(f"{y:.4g}")) for x, y, _, _ in points] for name, points in shown.items()}
+    assert [x for x, _ in saved["Wanda"]] == [128, 256, 512]
 
 
 def test_figures_draw_each_method_with_its_intervals(store, tmp_path, monkeypatch, capsys):

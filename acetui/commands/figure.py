@@ -9,10 +9,8 @@ import typer
 
 from acetui import options
 from acetui.commands.export import Level, MethodFilter, ModelFilter, Runs, runs_and_evidence
-from acetui_core.comparison import comparison
-from acetui_core.errors import UserError
-from acetui_core.figures import FIGURES, X_AXES, Y_LABELS, layer_series, series, write_figure
-from acetui_core.verdicts import judge
+from acetui_core.errors import UserError, check_choice
+from acetui_core.figures import FIGURES, X_AXES, Y_LABELS, figure_series, layer_series, write_figure
 
 
 def figure(
@@ -32,12 +30,9 @@ def figure(
     """Draw the selected runs, one series per method: quality against prune time or calibration tokens
     (pareto: methods read at equal cost) or against calibration length (seqlen), with their intervals;
     or per run its layers' sparsity and output fidelity (layers)."""
-    if kind not in FIGURES:
-        raise UserError(f"Unknown figure '{kind}'; choose one of: {', '.join(FIGURES)}.")
-    if x not in X_AXES:
-        raise UserError(f"Unknown --x '{x}'; choose one of: {', '.join(X_AXES)}.")
-    if table not in Y_LABELS:
-        raise UserError(f"Unknown --table '{table}' for a figure; choose one of: {', '.join(Y_LABELS)}.")
+    check_choice(kind, FIGURES, "figure")
+    check_choice(x, X_AXES, "--x")
+    check_choice(table, Y_LABELS, "--table")
     if not output.parent.is_dir():
         raise UserError(f"Cannot write {output}: the folder {output.parent} does not exist.")
     records, kept = runs_and_evidence(store, runs, model, last, method, table, level)
@@ -47,7 +42,5 @@ def figure(
         )
         print(output)
         return
-    grid = judge(comparison(records, columns="seqlen", measure=table), kept, level)
-    xlabel = "calibration length (tokens)" if kind == "seqlen" else X_AXES[x]
-    write_figure(series(grid, kind, x), xlabel, Y_LABELS[table], output)
+    write_figure(*figure_series(records, kept, kind, x, table, level), output)
     print(output)

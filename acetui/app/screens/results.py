@@ -23,12 +23,12 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, S
 from acetui.app import summary
 from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, new_file, tmux_drops_clipboard
 from acetui.app.screens.common import SortedRunListScreen, filter_keys, refill
-from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot
+from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot, ParetoPlot
 from acetui_core.comparison import Comparison, comparison
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.export import export
-from acetui_core.figures import X_AXES, Y_LABELS, series, to_pgfplots
+from acetui_core.figures import X_AXES, Series, figure_series, to_pgfplots
 from acetui_core.maskfile import run_overlap, total
 from acetui_core.metrics import METHODS
 from acetui_core.records import linear_kind
@@ -150,11 +150,17 @@ class ResultsScreen(SortedRunListScreen):
         Binding("e", "export('csv')", "CSV", tooltip="Export the chosen runs as CSV"),
         Binding("l", "export('latex')", "LaTeX", tooltip="Export the chosen runs as a LaTeX table"),
         Binding(
-            "g",
-            "export('pareto')",
+            "p",
+            "plot('pareto')",
             "Pareto",
             show=False,
-            tooltip="Save the chosen runs' perplexity against prune time, with intervals, as a pgfplots figure",
+            tooltip="Perplexity against cost with intervals, one line per method",
+        ),
+        Binding(
+            "x", "pareto_axis", "Cost axis", show=False, tooltip="The Pareto cost: prune seconds or calibration tokens"
+        ),
+        Binding(
+            "g", "export('pareto')", "Save Pareto", show=False, tooltip="Save the Pareto view as a pgfplots figure"
         ),
         Binding("y", "copy_latex", "Copy", show=False, tooltip="Copy the LaTeX table (OSC 52, works over SSH)"),
         Binding("o", "open_run", "Open run", show=False, tooltip="The highlighted run on the Run screen (also enter)"),
@@ -181,6 +187,9 @@ class ResultsScreen(SortedRunListScreen):
             with Vertical(id="fidelity-view", classes="overlay"):
                 yield Static("", id="fidelity-caption")
                 yield DepthPlot("", log=True, id="fidelity-overlay")
+            with Vertical(id="pareto-view", classes="overlay"):
+                yield Static("", id="pareto-caption")
+                yield ParetoPlot(id="pareto-overlay")
             with Vertical(id="overlap-view", classes="overlay"):
                 yield Static("", id="overlap-caption")
                 yield DepthPlot("", ylim=(0, 1), id="overlap-overlay")
@@ -189,6 +198,7 @@ class ResultsScreen(SortedRunListScreen):
     def on_mount(self) -> None:
         self.selected: set[str] = set()
         self.kept: dict = {}  # run id -> its RunEvidence: a finished run's never changes, so it is read once
+        self.pareto_axis = "seconds"  # the Pareto view's and its file's cost axis (x: tokens)
         self.sort_column, self.descending = PPL_COLUMN, False
         self.query_one("#results", DataTable).add_columns(" ", *(c.title for c in COLUMNS))
         super().on_mount()
@@ -326,10 +336,35 @@ class ResultsScreen(SortedRunListScreen):
             views.current = "results"
             return
         views.current = f"{kind}-view"
-        if kind == "fidelity":
-            self._plot_fidelity()
-        else:
-            self._plot_overlap()
+        {"fidelity": self._plot_fidelity, "pareto": self._plot_pareto, "overlap": self._plot_overlap}[kind]()
+
+    def pareto(self) -> tuple[list[Series], str, str]:
+        """The Pareto figure of the chosen runs (series, x and y labels): what the view draws and ``g`` saves,
+        from the engine's selection (``acetui figure pareto``'s)."""
+        runs = self.chosen()
+        return figure_series(runs, self._evidence(runs), "pareto", self.pareto_axis)
+
+    def _plot_pareto(self) -> None:
+        plot = self.query_one("#pareto-overlay", ParetoPlot)
+        try:
+            lines, xlabel, ylabel = self.pareto()
+        except UserError as error:
+            self.query_one("#pareto-caption", Static).update(f"{error} (p: back)")
+            plot.show([], "", "")
+            return
+        shown = lines[: len(SERIES_COLORS)]
+        other = "calibration tokens" if self.pareto_axis == "seconds" else "prune seconds"
+        caption = f"Each method across calibration lengths, bars: 95% intervals. x: by {other} · g: save .tex · p: back"
+        if len(lines) > len(shown):
+            caption += f" The first {len(shown)} of {len(lines)} methods are shown."
+        self.query_one("#pareto-caption", Static).update(caption)
+        plot.show(shown, xlabel, f"{ylabel} (lower is better)")
+
+    def action_pareto_axis(self) -> None:
+        self.pareto_axis = "tokens" if self.pareto_axis == "seconds" else "seconds"
+        if self.query_one("#results-views", ContentSwitcher).current == "pareto-view":
+            self._plot_pareto()
+        self.notify(f"Pareto cost: {X_AXES[self.pareto_axis]}.")
 
     def _show_overlay(self, kind: str, caption: str, title: str, series: dict, total_layers: int) -> None:
         self.query_one(f"#{kind}-caption", Static).update(caption)
@@ -402,9 +437,11 @@ class ResultsScreen(SortedRunListScreen):
         if fmt == "csv":  # with their layers, for the per-layer columns
             runs = self.app.store.list_runs(ids=[r.id for r in runs], layers=True)
         try:
-            if fmt == "pareto":  # the same figure as acetui figure pareto
-                grid = judge(comparison(runs, columns="seqlen"), self._evidence(runs))
-                return to_pgfplots(series(grid, "pareto"), X_AXES["seconds"], Y_LABELS["ppl"])
+            if fmt == "pareto":  # the Pareto view's figure, as acetui figure pareto writes it
+                lines, xlabel, ylabel = self.pareto()
+                if not lines:
+                    raise UserError("The chosen runs have nothing to draw (no finished run with a perplexity).")
+                return to_pgfplots(lines, xlabel, ylabel)
             return export(runs, fmt, evidence=self._evidence(runs))  # tied rows bold, the CSV's verdicts
         except UserError as error:
             self.notify(str(error), severity="error", timeout=8)

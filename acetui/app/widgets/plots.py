@@ -1,4 +1,5 @@
-"""plotext plots of a run: one linear's score histogram, and per-layer values along depth.
+"""plotext plots: one linear's score histogram, per-layer values along depth, and the Pareto view of a
+comparison (quality against cost, with intervals: ``acetui figure pareto``'s series).
 
 Each plot keeps its data and redraws from it in ``replot`` (as textual-plotext's weather example
 does), so new layers only append data. Series use the 16 named ANSI colours, which every theme and
@@ -14,6 +15,7 @@ import math
 from textual_plotext import PlotextPlot
 
 from acetui.app import summary
+from acetui_core.figures import Series
 from acetui_core.records import Histogram, LayerRecord, MaskChoice, linear_kind
 from acetui_core.sparsity import parse_sparsity
 
@@ -56,6 +58,14 @@ class Plot(PlotextPlot):
 
     def draw(self) -> None:
         raise NotImplementedError
+
+    def legend(self, axis: str, entries: list[tuple[str, str]]) -> str:
+        """The x axis label: ``axis``, then each series' glyph and name when there are several, as spaced as
+        the width allows."""
+        if len(entries) < 2:
+            return axis
+        wide = f"{axis} │ " + "  ".join(f"{marker}{label}" for marker, label in entries)
+        return wide if len(self.fit(wide)) == len(wide) else " ".join(f"{marker}{label}" for marker, label in entries)
 
 
 class ScoreHistogram(Plot):
@@ -198,20 +208,12 @@ class DepthPlot(Plot):
             if points:
                 xs, ys = zip(*points, strict=False)
                 plt.plot(xs, ys, marker=marker if several else "braille", color=color)
-        plt.xlabel(self.fit(self.legend([(marker, label) for (label, _), _, marker in styles])))
+        plt.xlabel(self.fit(self.legend("layer", [(marker, label) for (label, _), _, marker in styles])))
         values = [y for points in series.values() for _, y in points]
         if self._log and values:
             low, high = math.floor(min(values)), math.ceil(max(values))
             decades = list(range(low, high + 1, max(1, math.ceil((high - low) / 4))))
             plt.yticks(decades, [f"1e{d}" for d in decades])
-
-    def legend(self, entries: list[tuple[str, str]]) -> str:
-        """The x axis label: "layer", then each series' glyph and name when there are several, as
-        spaced as the width allows."""
-        if len(entries) < 2:
-            return "layer"
-        wide = "layer │ " + "  ".join(f"{marker}{label}" for marker, label in entries)
-        return wide if len(self.fit(wide)) == len(wide) else " ".join(f"{marker}{label}" for marker, label in entries)
 
 
 def sparsity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:
@@ -263,3 +265,39 @@ def fidelity_title(series: dict[str, list[tuple[int, float]]]) -> str:
     if not series:
         return "no fidelity: run with --fidelity"
     return "||Y-Y'||/||Y|| of layer outputs and linears (log)"
+
+
+class ParetoPlot(Plot):
+    """Quality against cost, one series per method (``acetui_core.figures.figure_series``, the figure file's
+    own): each point on a log10 cost axis labelled with the costs themselves, its interval a vertical bar;
+    glyphs named under the plot. Points at no cost (tokens of a method without calibration data) have no
+    place on a log axis and are left out (pgfplots discards them from the figure file too)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._lines: list[Series] = []
+        self._xlabel = ""
+        self._title = ""
+
+    def show(self, lines: list[Series], xlabel: str, title: str) -> None:
+        self._lines, self._xlabel, self._title = lines, xlabel, title
+        self.replot()
+
+    def draw(self) -> None:
+        plt = self.plt
+        plt.title(self.fit(self._title))
+        styles = list(zip(self._lines, SERIES_COLORS, SERIES_MARKERS, strict=False))
+        drawn = [([(math.log10(x), y, lo, hi) for x, y, lo, hi in line.points if x > 0], c, m) for line, c, m in styles]
+        # Bars first, then lines, then the points' glyphs: no method's bar hides another's point.
+        for points, color, _ in drawn:
+            for x, _, low, high in points:
+                plt.plot([x, x], [low, high], marker="│", color=color)
+        for points, color, _ in drawn:
+            plt.plot([p[0] for p in points], [p[1] for p in points], marker="braille", color=color)
+        for points, color, marker in drawn:  # each point its glyph: the methods read apart under NO_COLOR
+            plt.scatter([p[0] for p in points], [p[1] for p in points], marker=marker, color=color)
+        costs = sorted({x for line, _, _ in styles for x, *_ in line.points if x > 0})
+        if costs:
+            plt.xticks([math.log10(x) for x in costs], [count_label(x) if x >= 1 else f"{x:.2g}" for x in costs])
+        legend = self.legend(f"{self._xlabel}, log", [(marker, line.name) for line, _, marker in styles])
+        plt.xlabel(self.fit(legend))
