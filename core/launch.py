@@ -9,6 +9,9 @@ in the store; an *executor* executes them:
   detached from the terminal or not (the app, ``--detach``, compare on several GPUs);
 - ``acetui_core.slurm.Slurm``: a Slurm job array through submitit.
 
+``launch`` hands the runs over and returns; ``run_and_wait`` executes them from this process and returns
+once they have ended (``acetui compare`` and ``sweep`` without ``--detach``, scripts).
+
 Usage::
 
     ids = launch(Grid(["model"], ["wanda", "ace"], ["0.5", "2:4"]).configs(), LocalProcesses(), store)
@@ -17,7 +20,10 @@ Usage::
 from __future__ import annotations
 
 import os
+import secrets
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -25,7 +31,7 @@ from acetui_core import parse
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.metrics import get_method
-from acetui_core.runner import collect_env, run_queue
+from acetui_core.runner import collect_env, run_queue, stop_signals
 from acetui_core.store import Store
 from acetui_core.validate import check_config
 
@@ -75,13 +81,14 @@ def check(configs: list[RunConfig], *, local_device: bool = True, store: Store |
 
 
 def queue(configs: list[RunConfig], store: Store, executor: Executor) -> list[str]:
-    """Check every configuration and record the runs, queued for ``executor``; return their ids.
+    """Check every configuration and record the runs, queued for ``executor`` as one batch; return their ids.
 
     Nothing is recorded when any configuration is bad."""
     configs = check(configs, local_device=executor.local_device, store=store)
     store.check_log_folder()
     env = collect_env()
-    return [store.create_run(config, env=env, executor=executor.kind) for config in configs]
+    batch = secrets.token_hex(4)
+    return [store.create_run(config, env=env, executor=executor.kind, batch=batch) for config in configs]
 
 
 def launch(configs: list[RunConfig], executor: Executor, store: Store | None = None) -> list[str]:
@@ -108,6 +115,58 @@ def start(executor: Executor, store: Store, run_ids: list[str]) -> None:
         if isinstance(error, UserError):
             raise
         raise UserError(f"The runs could not be started ({reason}); they are recorded failed.") from None
+
+
+def run_and_wait(
+    configs: list[RunConfig],
+    store: Store,
+    executor: LocalProcesses,
+    *,
+    on_event: Callable | None = None,
+    watch: Callable[[list[str], list], Callable[[], bool]] | None = None,
+) -> tuple[list[str], bool]:
+    """Queue ``configs`` and execute them from this process until every run has ended: on several GPUs one
+    worker process per GPU, followed here, else in this process one after another. ``on_event(run_id,
+    event)`` sees each event of an in-process run; ``watch(run_ids, workers)`` returns the poll that follows
+    workers (True once every run has ended; by default the store's statuses). Returns the run ids and
+    whether a stop signal cut the grid short (each run records how it ended)."""
+    if len(executor.devices()) > 1 and len(configs) > 1:
+        executor.detach = False
+        run_ids = queue(configs, store, executor)
+        try:
+            start(executor, store, run_ids)
+            if watch is not None:
+                poll = watch(run_ids, executor.workers)
+            else:
+                poll = lambda: not any(run.active for run in store.list_runs(ids=run_ids))  # noqa: E731
+            _wait_for_workers(executor.workers, poll)
+        except Cancelled:
+            return run_ids, True
+        return run_ids, False
+    in_process = InProcess(on_event=on_event)
+    run_ids = queue(configs, store, in_process)
+    try:
+        in_process.start(store, run_ids)
+    except Cancelled:
+        return run_ids, True
+    return run_ids, False
+
+
+def _wait_for_workers(workers: list, poll: Callable[[], bool]) -> None:
+    """Poll until every run has ended or every worker has exited. The workers share this terminal's
+    process group, so Ctrl-C reaches them; SIGTERM is passed on, and ``Cancelled`` raised after."""
+    stop = threading.Event()
+    with stop_signals(stop):
+        while not poll() and any(w.poll() is None for w in workers):
+            if stop.is_set():
+                for worker in workers:
+                    worker.terminate()
+            time.sleep(0.5)
+        for worker in workers:
+            worker.wait()
+        poll()
+    if stop.is_set():
+        raise Cancelled()
 
 
 @dataclass

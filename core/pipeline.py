@@ -32,9 +32,11 @@ def run(
     cancel: threading.Event | None = None,
     loaded: Loaded | None = None,
     masks_path: Path | None = None,
+    run_id: str | None = None,
 ) -> RunResult:
     """Check, load (unless given), prune, save, evaluate; emit ``RunFinished`` and return the result.
-    ``masks_path``: where ``--keep-masks`` keeps the masks."""
+    ``masks_path``: where ``--keep-masks`` keeps the masks; ``run_id``: the store's id of the run, which
+    the result carries (None outside a store)."""
     config = check_config(config)
     if loaded is None:
         loaded = load_for_run(
@@ -72,6 +74,7 @@ def run(
             raise UserError(f"{what} {kept}") from error
     rss_mb, gpu_mb = _peak_memory(loaded.device)
     result = RunResult(
+        run_id=run_id,
         model=config.model,
         method=config.method,
         label=config.label,

@@ -269,8 +269,6 @@ def execute(
             if not throttled or time.monotonic() - last_stage_write[0] >= STAGE_WRITE_SECONDS:
                 if throttled:
                     last_stage_write[0] = time.monotonic()
-                if isinstance(event, RunFinished):
-                    event.result.run_id = run_id
                 recorder.record_event(run_id, event)
             if on_event is not None:
                 on_event(event)
@@ -286,6 +284,7 @@ def execute(
                 cancel,
                 loaded=models.get(config, record) if models else None,
                 masks_path=recorder.masks_path(run_id),
+                run_id=run_id,
             )
         except Cancelled:
             recorder.set_status(run_id, "cancelled", error="Stopped on request between layers.")

@@ -130,8 +130,10 @@ class Store:
         run_id: str | None = None,
         owner_pid: int | None = None,
         executor: str = "local",
+        batch: str | None = None,
     ) -> str:
         """Record a new ``queued`` run and return its id (8 hex digits unless ``run_id`` is given).
+        ``batch``: the id the runs queued together share (by default the run's own id: a batch of one).
 
         A local run is owned by ``owner_pid`` (default: this process) until a process claims it: if the
         owner dies first, readers mark the run interrupted.
@@ -144,8 +146,8 @@ class Store:
                     run_id = candidate
             env = {**(env or {}), "log": str(self.log_path(run_id))}
             db.execute(
-                "INSERT INTO runs (id, status, created, heartbeat, host, pid, pid_started, config, env, executor)"
-                " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (id, status, created, heartbeat, host, pid, pid_started, config, env, executor, batch)"
+                " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     self.clock(),
@@ -156,6 +158,7 @@ class Store:
                     json.dumps(config.to_dict()),
                     json.dumps(env),
                     executor,
+                    batch or run_id,
                 ),
             )
         return run_id

@@ -55,6 +55,7 @@ class RunRecord:
     executor: str = "local"
     job: dict | None = None  # a Slurm run's job: {"job_id", "folder", "imported"}
     resources: dict | None = None  # the last resource sample of the run's process
+    batch: str | None = None  # shared by the runs queued together (one compare, sweep or New run start)
     damaged: str | None = None
 
     @property
@@ -146,6 +147,7 @@ def record_from_row(row: sqlite3.Row) -> RunRecord:
         executor=row["executor"],
         job=read("job", json.loads),
         resources=read("resources", json.loads),
+        batch=row["batch"],
     )
     if problems:
         record.damaged = f"unreadable {', '.join(problems)}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 APPLICATION_ID = 0x41434554  # "ACET": marks the file as an acetui store
 STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted")
 
@@ -187,4 +187,23 @@ def _migrate_4_to_5(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE linears ADD COLUMN choice TEXT")
 
 
-MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4, 4: _migrate_4_to_5}
+def _migrate_5_to_6(db: sqlite3.Connection) -> None:
+    """Version 6 records which runs were queued together (one ``acetui compare`` or ``sweep``, one start
+    from the New run form): a ``batch`` id shared by them. Older runs get the batch that was inferred from
+    them before: each contiguous stretch (in creation order) of runs owned by one process on one host."""
+    db.execute("ALTER TABLE runs ADD COLUMN batch TEXT")
+    batch, owner = None, None
+    for run_id, host, pid in db.execute("SELECT id, host, pid FROM runs ORDER BY created, id").fetchall():
+        if pid is None or (host, pid) != owner:
+            batch, owner = run_id, (host, pid) if pid is not None else None
+        db.execute("UPDATE runs SET batch = ? WHERE id = ?", (batch, run_id))
+
+
+MIGRATIONS = {
+    0: _migrate_0_to_1,
+    1: _migrate_1_to_2,
+    2: _migrate_2_to_3,
+    3: _migrate_3_to_4,
+    4: _migrate_4_to_5,
+    5: _migrate_5_to_6,
+}

@@ -185,13 +185,14 @@ def test_which_run_f2_shows():
     assert summary.run_to_show([], None) is None
 
 
-def test_a_comparison_is_the_stretch_of_runs_one_process_owned():
-    def run(run_id, pid, created):
-        return type("R", (), {"id": run_id, "pid": pid, "host": "box", "created": created})()
-
-    runs = [run("a", 1, 1), run("b", 7, 2), run("c", 7, 3), run("d", 7, 4), run("e", 2, 5), run("f", 7, 6)]
-    assert summary.owner_batch(runs, runs[2]) == ("b", "c", "d")
-    assert summary.owner_batch(runs, runs[5]) == ("f",)  # the same pid later (reused) is another batch
+def test_a_comparison_is_the_runs_of_one_batch(store):
+    """The runs queued together share a batch in the store, whichever process executes them."""
+    grid = [store.create_run(CONFIG, batch="grid") for _ in range(3)]
+    alone = store.create_run(CONFIG)
+    runs = store.list_runs()
+    by_id = {run.id: run for run in runs}
+    assert summary.batch_of(runs, by_id[grid[1]]) == tuple(grid)
+    assert summary.batch_of(runs, by_id[alone]) == (alone,)
 
 
 # ---- the end of a run is announced ----------------------------------------------------------------

@@ -13,7 +13,7 @@ from runhelpers import cli
 from textual.widgets import Input
 
 from acetui.app import make_app
-from acetui_core.launch import Grid, InProcess, LocalProcesses, launch
+from acetui_core.launch import Grid, InProcess, LocalProcesses, launch, queue
 from acetui_core.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,6 +113,14 @@ def test_a_bad_grid_is_refused_before_anything_is_queued(
     code, out, err = cli(monkeypatch, capsys, *(a.format(**fill) for a in args), "--store", store)
     assert code == 2 and sentence.format(**fill) in err and err.count("\n") == 1
     assert started == [] and Store(store).list_runs() == []
+
+
+def test_the_runs_queued_together_share_one_batch(tmp_path, make_tiny_model):
+    store = Store(tmp_path / "runs.db")
+    configs = Grid([str(make_tiny_model("llama"))], ["magnitude"], ["0.25", "0.5"], common={"evals": []}).configs()
+    grid, alone = queue(configs, store, InProcess()), queue(configs[:1], store, InProcess())
+    batches = {run.id: run.batch for run in store.list_runs()}
+    assert batches[grid[0]] == batches[grid[1]] != batches[alone[0]]
 
 
 def test_in_process_runs_record_their_events_and_log(tmp_path, make_tiny_model):

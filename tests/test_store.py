@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from runhelpers import Clock, insert_run, layer_event, result_for
 
+from acetui_core import store_schema
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.events import LayerStarted, RunFinished, RunStarted, Stage
@@ -244,6 +246,29 @@ def test_a_store_from_a_newer_acetui_is_refused(tmp_path):
     raw(Store(path), f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     with pytest.raises(UserError, match="newer acetui"):
         Store(path)
+
+
+def test_a_version_5_store_keeps_every_run_and_groups_each_process_stretch_in_a_batch(tmp_path):
+    path = tmp_path / "runs.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    store_schema.create(db)
+    for version in range(1, 5):
+        store_schema.MIGRATIONS[version](db)
+    stored = json.dumps(config().to_dict())
+    owners = [("a", 1), ("b", 7), ("c", 7), ("d", 7), ("e", 2), ("f", 7), ("g", None)]  # f: pid 7 reused later
+    for created, (run_id, pid) in enumerate(owners):
+        db.execute(
+            "INSERT INTO runs (id, status, created, host, pid, config) VALUES (?, 'finished', ?, 'box', ?, ?)",
+            (run_id, created, pid, stored),
+        )
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 5")
+    db.close()
+    store = Store(path)
+    assert raw(store, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    runs = store.list_runs()
+    assert [run.id for run in runs] == list("abcdefg")
+    assert [run.batch for run in runs] == ["a", "b", "b", "b", "e", "f", "g"]
 
 
 def test_a_version_0_store_is_migrated(tmp_path):

@@ -157,7 +157,7 @@ class AceApp(App):
         if self.followed is None and self.current_mode == "run" and (pick := summary.run_to_show(self.runs, None)):
             self.follow(pick)
         elif self.batch == (self.followed,) and (shown := next((r for r in self.runs if r.id == self.followed), None)):
-            self.batch = summary.owner_batch(self.runs, shown)  # attached before the list came: find its comparison
+            self.batch = summary.batch_of(self.runs, shown)  # attached before the list came: find its comparison
         self.runs_signal.publish(self.runs)
         self.refresh_bindings()  # F2 on the Run screen depends on which runs are active
 
@@ -200,7 +200,7 @@ class AceApp(App):
         """Show ``run_id`` on the Run screen, live while it runs; ``batch``: the runs queued with it
         (default: those its process owns, as far as the run list tells)."""
         run = next((r for r in self.runs if r.id == run_id), None)
-        self.batch = batch or (summary.owner_batch(self.runs, run) if run else (run_id,))
+        self.batch = batch or (summary.batch_of(self.runs, run) if run else (run_id,))
         self.followed = run_id
         self.switch_mode("run")
 

@@ -137,18 +137,11 @@ def resource_line(run: RunRecord, here: str, now: float) -> str:
     return "resources" + on + ": " + " · ".join(parts) + (f" ({when})" if when else "")
 
 
-def owner_batch(runs: list[RunRecord], run: RunRecord) -> tuple[str, ...]:
-    """The runs queued together with ``run``: the contiguous stretch (in creation order) of runs owned by
-    the same process on the same host, which is how the launcher hands a comparison to one worker."""
-    ordered = sorted(runs, key=lambda r: (r.created, r.id))
-    at = next(i for i, r in enumerate(ordered) if r.id == run.id)
-    same = lambda r: r.pid is not None and (r.host, r.pid) == (run.host, run.pid)  # noqa: E731
-    start, end = at, at
-    while start > 0 and same(ordered[start - 1]):
-        start -= 1
-    while end + 1 < len(ordered) and same(ordered[end + 1]):
-        end += 1
-    return tuple(r.id for r in ordered[start : end + 1])
+def batch_of(runs: list[RunRecord], run: RunRecord) -> tuple[str, ...]:
+    """The runs queued together with ``run`` (its batch in the store: one comparison), in creation order."""
+    if run.batch is None:
+        return (run.id,)
+    return tuple(r.id for r in sorted(runs, key=lambda r: (r.created, r.id)) if r.batch == run.batch)
 
 
 def run_to_show(runs: list[RunRecord], current: str | None) -> str | None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,8 +18,7 @@ from acetui_core.comparison import check_table, comparison
 from acetui_core.config import model_name
 from acetui_core.errors import Cancelled
 from acetui_core.export import to_markdown
-from acetui_core.launch import Grid, InProcess, LocalProcesses, gpus_for, launch, queue, start
-from acetui_core.runner import stop_signals
+from acetui_core.launch import Grid, LocalProcesses, gpus_for, launch, run_and_wait
 from acetui_core.store import Store
 
 if TYPE_CHECKING:
@@ -59,48 +56,14 @@ class QueueProgress:
             self.progress = None
 
 
-def _follow_workers(store: Store, run_ids: list[str], workers: list) -> None:
-    """Workers on every GPU, followed from here. They share this terminal's process group, so Ctrl-C
-    reaches them; SIGTERM is passed on."""
-    print(f"{len(run_ids)} runs on {len(workers)} GPUs (logs in {store.folder / 'logs'}).", file=sys.stderr)
-    stop = threading.Event()
-    with stop_signals(stop):
-        follower = Follower(store, run_ids, err=True)
-        while not follower.poll() and any(w.poll() is None for w in workers):
-            if stop.is_set():
-                for worker in workers:
-                    worker.terminate()
-            time.sleep(0.5)
-        for worker in workers:
-            worker.wait()
-        follower.poll()
-    if stop.is_set():
-        raise Cancelled()
+def _watch_workers(store: Store):
+    """How compare follows its workers on several GPUs: from the store, printing each run's layers."""
 
+    def watch(run_ids: list[str], workers: list):
+        print(f"{len(run_ids)} runs on {len(workers)} GPUs (logs in {store.folder / 'logs'}).", file=sys.stderr)
+        return Follower(store, run_ids, err=True).poll
 
-def _execute(store: Store, configs: list, executor: LocalProcesses) -> tuple[list[str], bool]:
-    """Queue the grid and run it from this terminal: one worker per GPU when there are several (followed
-    here), else in this process with a progress bar per run. Returns the run ids and whether a stop
-    signal cut it short."""
-    if len(executor.devices()) > 1 and len(configs) > 1:
-        executor.detach = False
-        run_ids = queue(configs, store, executor)
-        try:
-            start(executor, store, run_ids)
-            _follow_workers(store, run_ids, executor.workers)
-        except Cancelled:
-            return run_ids, True
-        return run_ids, False
-    progress = QueueProgress(store)
-    in_process = InProcess(on_event=progress)
-    run_ids = queue(configs, store, in_process)
-    try:
-        in_process.start(store, run_ids)
-    except Cancelled:
-        return run_ids, True
-    finally:
-        progress.close()
-    return run_ids, False
+    return watch
 
 
 def run_grid(
@@ -121,7 +84,11 @@ def run_grid(
             file=sys.stderr,
         )
         return
-    run_ids, interrupted = _execute(opened, configs, executor)
+    progress = QueueProgress(opened)
+    try:
+        run_ids, interrupted = run_and_wait(configs, opened, executor, on_event=progress, watch=_watch_workers(opened))
+    finally:
+        progress.close()
     records = opened.list_runs(ids=run_ids)
     if as_json:
         print(json.dumps([r.to_dict() for r in records], indent=2))
