@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The matched-compute study of issue #20 (docs/evidence.md#matched-compute-smollm2-135m): Wanda, RIA,
+# The matched-compute study of issue #20 (docs/evidence.md, "Matched compute"): Wanda, RIA,
 # CosP+VarP (ACE) and SparseGPT at 50% on SmolLM2-135M, calibrated on C4 windows of 16, 128 and 2048
 # tokens with the same number of calibration tokens at every length (128 x 16 = 16 x 128 = 1 x 2048 =
 # 2048, the paper's ACE-16 budget), three seeds each, every run evaluated on the same WikiText-2 windows
@@ -7,7 +7,7 @@
 #
 #   ACETUI_DATA_DIR=/work/shared/data bench/matched_compute.sh [runs16|runs128|runs2048|report|all]
 #
-# STORE (bench-out/matched_compute.db), OUT (bench-out), ACETUI (acetui on PATH), SEEDS (0 1 2) and the
+# STORE (bench-out/matched_compute.db), OUT (bench-out), ACETUI (acetui on PATH), SEEDS (0 1 2), METHODS and the
 # windows per length (SAMPLES_16=128, SAMPLES_128=16, SAMPLES_2048=1; the paper takes 128 at every length,
 # 262,144 tokens at 2048, hours per run on a 2-core CPU) can be set in the environment. Each stage runs
 # one seed at a time over all four methods, so a stage cut short still leaves every method with the seeds
@@ -21,7 +21,7 @@ SAMPLES_16=${SAMPLES_16:-128}
 SAMPLES_128=${SAMPLES_128:-16}
 SAMPLES_2048=${SAMPLES_2048:-1}
 SEEDS=${SEEDS:-0 1 2}
-METHODS=wanda,ria,ace,sparsegpt
+METHODS=${METHODS:-wanda,ria,ace,sparsegpt}
 COMMON=(--methods "$METHODS" --sparsity 0.5 --eval-seqlen 512 --eval-limit 16 --store "$STORE")
 mkdir -p "$OUT"
 
