@@ -23,7 +23,9 @@ from acetui_core.events import LayerPruned, LayerStarted, RunStarted, Stage
 from acetui_core.fidelity import OutputAgreement, linear_fidelity
 from acetui_core.layerstats import dense_weight, layer_stats, method_scores
 from acetui_core.layouts import (
+    architecture,
     check_layout,
+    check_pruned,
     decoder_layers,
     expert_layout,
     prunable_linears,
@@ -225,6 +227,7 @@ def prune(
                 linears, stats = _prune_layer(
                     index, layer, inputs, loaded, config, method, target, device, masks, dense_outputs, experts
                 )
+                check_pruned(index, layer, architecture(loaded.model), target.fraction)  # before it is reported
                 agreement = OutputAgreement() if dense_outputs is not None else None
                 if calibration is not None:
                     calibration.tokens_per_linear = max(s.tokens for s in stats.values())

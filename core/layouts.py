@@ -15,7 +15,8 @@ A projection is pruned as one 2-D matrix ``(d_out, d_in)``, whatever its storage
 Knowingly dense: the weights that pick or scale experts (a router ``gate`` or ``router``, Qwen2-MoE's
 ``shared_expert_gate``, DeepSeek's ``e_score_correction_bias``, a buffer), norms, biases and embeddings.
 Any other weight of two or more dimensions inside a decoder layer is one this table does not know:
-``check_layout`` stops the run with its name rather than report a sparsity that leaves it out.
+``check_layout`` stops the run with its name rather than report a sparsity that leaves it out, and after
+each layer is pruned ``check_pruned`` counts the zeros every such weight really has.
 """
 
 from __future__ import annotations
@@ -178,6 +179,33 @@ def check_layout(model: nn.Module) -> None:
                     f"architecture is neither a projection acetui knows how to prune nor one it keeps dense, so "
                     f"the sparsity reported would leave it out; acetui stops here."
                 )
+
+
+# Masks round their counts down: by under one weight per row (per-row masks), or per block of this many
+# columns (SparseGPT's blocks); a pruned weight may fall short of its target by that much and no more.
+ROUNDING_BLOCK = 128
+
+
+def check_pruned(index: int, layer: nn.Module, arch: str, fraction: float) -> None:
+    """After layer ``index`` was pruned to ``fraction``: every weight of two or more dimensions is knowingly
+    dense, or a projection whose stored zeros reach the target (each matrix's share, less rounding). The
+    first that is neither stops the run before evaluation, named with the architecture: a layout whose
+    pruning wrote to a copy, or skipped a slice, never reaches a reported result."""
+    expected: dict[str, float] = {}
+    for matrix in prunable_linears(layer).values():
+        d_out, d_in = matrix.matrix().shape
+        slack = d_out + -(-d_in // ROUNDING_BLOCK)
+        expected[matrix.parameter] = expected.get(matrix.parameter, 0.0) + fraction * d_out * d_in - slack
+    for name, param in layer.named_parameters():
+        if knowingly_dense(name, param):
+            continue
+        zeros = param.numel() - torch.count_nonzero(param.data).item()
+        if name not in expected or zeros < expected[name]:
+            raise UserError(
+                f"Layer {index}'s weight {name} (shape {list(param.shape)}) of the '{arch}' architecture has "
+                f"{zeros / param.numel():.1%} zeros after pruning to {fraction:.1%}, so acetui's table of layouts "
+                f"did not prune it as it reports; acetui stops here, before evaluation."
+            )
 
 
 def expert_layout(model: nn.Module) -> str | None:

@@ -187,6 +187,21 @@ def test_an_unknown_matrix_in_a_layer_is_refused(make_moe, calib_file):
         pipeline.prune(loaded, config)
 
 
+def test_a_matrix_the_pruning_silently_skips_stops_the_run_before_evaluation(cli, make_moe, calib_file, monkeypatch):
+    """A layout whose down_proj slices are copies, not views: pruning writes to the copies and the fused
+    parameter stays dense. The guard after pruning counts the parameter's own zeros and stops the run."""
+    from acetui_core.layouts import Matrix
+
+    as_stored = Matrix.weight.fget
+    copies = property(lambda m: as_stored(m).clone() if m.param == "down_proj" else as_stored(m))
+    monkeypatch.setattr(Matrix, "weight", copies)
+    code, out, err = cli("prune", make_moe("qwen3_moe"), "-m", "wanda", "--calib", calib_file, *QUICK[:-2],
+                         "--eval", "wikitext2", "--eval-limit", "1", "--json")  # fmt: skip
+    assert code == 2 and out == ""
+    assert "Layer 0's weight mlp.experts.down_proj" in err and "'qwen3_moe' architecture" in err
+    assert "0.0% zeros after pruning to 50.0%" in err and "Traceback" not in err
+
+
 def _starve_expert_zero(model):
     """With one expert per token, a zero router row for expert 0 and rows 1 and 2 opposite, one of experts 1
     and 2 always scores at least 0 = expert 0's score: expert 0 receives no token in layer 0."""
@@ -266,3 +281,36 @@ def test_a_checkpoint_transformers_converts_while_loading_is_not_streamed(cli, m
 def test_moe_calibration_is_checked_before_any_work(cli, make_moe):
     code, _, err = cli("prune", make_moe("mixtral"), "--moe-calibration", "some", *QUICK)
     assert code == 2 and "--moe-calibration must be routed or all, not 'some'." in err
+
+
+@pytest.mark.asyncio
+async def test_the_run_screen_shows_each_experts_token_load_with_the_starved_marked(tmp_path):
+    from runhelpers import Clock, insert_run, pilot_wait_until
+    from textual.widgets import Static
+
+    from acetui.app import make_app
+    from acetui_core.store import Store
+
+    starved = {"layer": 1, "expert": "mlp.experts.2", "tokens": 3, "min_tokens": MIN_EXPERT_TOKENS}
+    experts = {
+        "layout": "fused 3-D [experts, d_out, d_in]: gate_up_proj, down_proj",
+        "calibration": "routed",
+        "load": [
+            {"layer": 0, "experts": "mlp.experts", "tokens": [40, 25, 31, 32]},
+            {"layer": 1, "experts": "mlp.experts", "tokens": [60, 32, 3, 33]},
+        ],
+        "fallbacks": [starved],
+    }
+    store = Store(tmp_path / "runs.db", clock=Clock())
+    config = RunConfig(model="tiny-mixtral", method="wanda", sparsity="0.5")
+    run_id = insert_run(store, store.clock, "moe00001", config, created=1.7e9, ppl=20.0, result={"experts": experts})
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run")
+        await pilot.press("x")
+        await pilot.pause()
+        grid = str(app.screen.query_one("#experts-text", Static).render()).splitlines()
+    assert grid[2].split() == ["0", "1", "2", "3"]  # one column per expert
+    assert grid[3].split() == ["layer", "0", "mlp.experts", "40", "25", "31", "32"]
+    assert grid[4].split() == ["layer", "1", "mlp.experts", "60", "32", "3*", "33"]  # marked without colour too
+    assert "Layer 1 mlp.experts.2 received 3 calibration token(s), fewer than 16" in " ".join(grid)

@@ -15,7 +15,7 @@ from textual.markup import escape
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
-from acetui_core.records import LayerRecord, Spread, from_dict
+from acetui_core.records import Experts, LayerRecord, Spread, from_dict
 from acetui_core.resources import ResourceSample
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.store import RunRecord
@@ -242,3 +242,17 @@ def config_text(run: RunRecord, store_folder: Path) -> str:
     rows = config_rows(run, store_folder)
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"[b]{name.ljust(width)}[/b]  {escape(value)}" for name, value in rows)
+
+
+def expert_load(experts: Experts) -> list[tuple[str, list[str]]]:
+    """Per experts module of each MoE layer, the calibration tokens routed to each expert, in expert order;
+    a starved expert (its statistics came from all tokens instead) is marked ``*``, which reads without
+    colour too."""
+    starved = {(f.layer, f.expert) for f in experts.fallbacks}
+    return [
+        (
+            f"layer {load.layer} {load.experts}",
+            [f"{n}*" if (load.layer, f"{load.experts}.{e}") in starved else str(n) for e, n in enumerate(load.tokens)],
+        )
+        for load in experts.load
+    ]

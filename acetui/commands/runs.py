@@ -11,6 +11,7 @@ import typer
 
 from acetui import notify as notifications
 from acetui import options
+from acetui.app.summary import expert_load
 from acetui_core import jobfolder, parse
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
@@ -230,12 +231,7 @@ def mask_choice_columns(layers: list[LayerRecord]) -> tuple[list[str], list[list
 def expert_load_text(experts) -> str:
     """Each MoE layer's calibration tokens per expert, starved experts marked, and the fallbacks' sentences."""
     lines = [f"experts: {experts.layout}; statistics from {experts.calibration} tokens"]
-    starved = {(f.layer, f.expert) for f in experts.fallbacks}
-    for load in experts.load:
-        counts = " ".join(
-            f"{n}*" if (load.layer, f"{load.experts}.{e}") in starved else str(n) for e, n in enumerate(load.tokens)
-        )
-        lines.append(f"  layer {load.layer} {load.experts} tokens: {counts}")
+    lines += [f"  {where} tokens: {' '.join(counts)}" for where, counts in expert_load(experts)]
     lines += [f"  * {f.sentence()}" for f in experts.fallbacks]
     return "\n".join(lines)
 

@@ -1,8 +1,9 @@
 """Run: one run's progress, live while it runs, whether this app, the CLI or another SSH session
 started it. The layers fill a table as they finish; the run's own log file is tailed under them; plots
 show the selected layer's score histogram, and the sparsity, activation variance and output fidelity
-along depth; a
-panel shows the configuration the run was started with. A resource line shows what its process uses."""
+along depth; a mixture-of-experts run's token load shows how many calibration tokens the router sent each
+expert of each layer (starved experts marked); a panel shows the configuration the run was started with.
+A resource line shows what its process uses."""
 
 from __future__ import annotations
 
@@ -94,6 +95,30 @@ def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None)
     return "  │  ".join(parts)
 
 
+def token_load(run: RunRecord) -> Text:
+    """The calibration tokens each expert of each MoE layer received, as a grid with one column per expert;
+    a starved expert is marked ``*`` (and coloured), with the sentences of its fallback under the grid."""
+    experts = run.results.experts if run.results else None
+    if experts is None:
+        if run.active:
+            return Text("The token load per expert is shown when the run finishes (mixture-of-experts models).")
+        return Text("No token load: the model has no experts, or the method reads no calibration data.")
+    rows = summary.expert_load(experts)
+    width = max((len(count) for _, counts in rows for count in counts), default=1) + 1
+    label = max((len(where) for where, _ in rows), default=0)
+    text = Text(f"calibration tokens per expert ({experts.calibration}); * starved: statistics from all tokens\n\n")
+    experts_shown = max((len(counts) for _, counts in rows), default=0)
+    text.append(" " * label + "".join(f"{e:>{width}}" for e in range(experts_shown)) + "\n", style="bold")
+    for where, counts in rows:
+        text.append(where.ljust(label))
+        for count in counts:
+            text.append(f"{count:>{width}}", style="bold red" if count.endswith("*") else "")
+        text.append("\n")
+    for fallback in experts.fallbacks:
+        text.append(f"\n* {fallback.sentence()}")
+    return text
+
+
 class RunScreen(Screen):
     AUTO_FOCUS = "#layers"
     BINDINGS = [
@@ -131,6 +156,7 @@ class RunScreen(Screen):
         Binding("s", "plot('sparsity')", "Sparsity", show=False, tooltip="Sparsity by layer and linear"),
         Binding("v", "plot('variance')", "Variance", show=False, tooltip="Var[x²] of the inputs by layer"),
         Binding("f", "plot('fidelity')", "Fidelity", show=False, tooltip="Output error of layers and linears by layer"),
+        Binding("x", "plot('experts')", "Experts", show=False, tooltip="Calibration tokens per expert (MoE models)"),
         Binding("i", "plot('config')", "Config", show=False, tooltip="The configuration the run was started with"),
         Binding("l", "log", "Log", tooltip="The run's log file, full screen (l or escape: back)"),
     ]
@@ -158,6 +184,8 @@ class RunScreen(Screen):
                     yield DepthPlot("Var[x²] of inputs by layer", log=True, id="variance-plot")
                 with TabPane("Fidelity", id="fidelity"):
                     yield DepthPlot(fidelity_title({}), log=True, id="fidelity-plot")
+                with TabPane("Experts", id="experts"), VerticalScroll():
+                    yield Static("", id="experts-text")
                 with TabPane("Config", id="config"), VerticalScroll():
                     yield Static("", id="config-text")
         yield Footer(show_command_palette=False, compact=True)
@@ -189,6 +217,7 @@ class RunScreen(Screen):
         self.query_one("#stage", Static).update("")
         self.query_one("#resources", Static).update("")
         self.query_one("#config-text", Static).update("")
+        self.query_one("#experts-text", Static).update("")
         self.query_one("#run-title", Static).update(NO_RUN if run_id is None else f"run {run_id}")
         self.query_one("#progress-row").display = run_id is not None  # no bouncing bar for no run
         self._show_batch()
@@ -216,6 +245,7 @@ class RunScreen(Screen):
             self._start_log(run)
         # Every time: the status, the device actually used and the versions come once the run has started.
         self.query_one("#config-text", Static).update(summary.config_text(run, self.app.store.folder))
+        self.query_one("#experts-text", Static).update(token_load(run))
         if not run.active:
             self._log_ended.set()
         self._add_layers(message.new_layers)
