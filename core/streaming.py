@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from acetui_core.checkpoint import INDEX_FILE, SCRATCH_PREFIX, TEMP_PREFIX, LayerwiseCheckpoint
+from acetui_core.conversion import ConvertedLayers, converts, to_checkpoint
 from acetui_core.errors import UserError
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import model_source
@@ -186,11 +187,32 @@ class StreamedModel:
     prefixes: list[str]  # each decoder layer's name in the model
     base_prefix: str
     model_type: str = ""
+    converted: ConvertedLayers | None = None  # a checkpoint transformers converts while loading (per-expert tensors)
 
     def reading(self, folder: Path) -> StreamedModel:
         """The same model's layers read from another checkpoint (the pruned one a streamed run wrote)."""
         shards = Shards(folder, weight_map(folder), self.shards.dtype)
-        return StreamedModel(shards, self.prefixes, self.base_prefix, self.model_type)
+        converted = self.converted and ConvertedLayers(self.converted.model, shards.names, self.prefixes)
+        return StreamedModel(shards, self.prefixes, self.base_prefix, self.model_type, converted)
+
+    def read_layer(self, layer: nn.Module, index: int) -> dict[str, torch.Tensor]:
+        """``{parameter name in the layer: tensor}`` of decoder layer ``index``, converted as transformers
+        converts the checkpoint while loading when it does (``acetui_core.conversion``)."""
+        if self.converted is None:
+            return self.shards.read(self.layer_keys(layer, index))
+        self.check_layer(layer, index)
+        read = lambda keys: self.shards.read({key: key for key in keys})  # noqa: E731
+        return self.converted.read(index, self.prefixes[index], read)
+
+    def check_layer(self, layer: nn.Module, index: int) -> None:
+        """Every parameter of decoder layer ``index`` is in the checkpoint, or a UserError naming one."""
+        if self.converted is None:
+            self.layer_keys(layer, index)
+            return
+        found = self.converted.names(index, self.prefixes[index])
+        missing = [name for name, _ in layer.named_parameters() if name not in found]
+        if missing:
+            raise UserError(self._missing(f"{self.prefixes[index]}.{missing[0]}"))
 
     def layer_keys(self, layer: nn.Module, index: int) -> dict[str, str]:
         """``{parameter name in the layer: checkpoint key}`` of decoder layer ``index``."""
@@ -204,15 +226,6 @@ class StreamedModel:
         return keys
 
     def _missing(self, full: str) -> str:
-        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
-
-        family = self.model_type
-        if get_checkpoint_conversion_mapping(family) is not None:  # e.g. per-expert tensors fused while loading
-            return (
-                f"--offload disk cannot stream {self.shards.folder}: its checkpoint stores {full} in another layout "
-                f"that transformers converts while loading a whole '{family}' model, and streaming reads each "
-                f"layer's tensors as stored; use --offload none."
-            )
         return (
             f"The checkpoint folder {self.shards.folder} has no tensor {full}; a shard is missing or does "
             f"not belong to this config.json."
@@ -252,7 +265,12 @@ def load_streamed(folder: Path, dtype: torch.dtype):
         model.tie_weights()
     model.eval()
     streamed = StreamedModel(shards, prefixes, base, config.model_type)
-    streamed.layer_keys(decoder_layers(model)[0], 0)  # a layout streaming cannot read is refused before any work
+    layer0 = decoder_layers(model)[0]
+    if converts(model) and any(
+        shards.key(f"{prefixes[0]}.{name}", base) is None for name, _ in layer0.named_parameters()
+    ):
+        streamed.converted = ConvertedLayers(model, shards.names, prefixes)  # e.g. per-expert tensors, fused in memory
+    streamed.check_layer(layer0, 0)  # a layout streaming cannot read is refused before any work
     return model, tokenizer, streamed
 
 
@@ -300,7 +318,7 @@ class LayerFeed:
         layer = self.layers[index]
         if self.streamed is None:
             return {name: param.data for name, param in layer.named_parameters()}
-        return self.streamed.shards.read(self.streamed.layer_keys(layer, index))
+        return self.streamed.read_layer(layer, index)
 
     def _stage(self, index: int):
         """Runs in the prefetch thread: the layer's tensors on the compute device, and the CUDA event that
@@ -441,9 +459,12 @@ class PrunedLayers:
 
     def release(self, index: int, layer: nn.Module) -> None:
         prefix = self.streamed.prefixes[index]
-        self.checkpoint.write_layer(
-            index, {f"{prefix}.{name}": self._stored(name, p.data) for name, p in layer.named_parameters()}
-        )
+        if self.streamed.converted is None:
+            tensors = {f"{prefix}.{name}": self._stored(name, p.data) for name, p in layer.named_parameters()}
+        else:  # in the checkpoint's own layout, as save_pretrained writes it (read back converted)
+            fused = {f"{prefix}.{name}": p.data for name, p in layer.named_parameters()}
+            tensors = {key: self._stored(key, t) for key, t in to_checkpoint(self.loaded.model, fused).items()}
+        self.checkpoint.write_layer(index, tensors)
 
     def _stored(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.to(self.streamed.shards.stored.get(name, tensor.dtype))
