@@ -16,6 +16,7 @@ import torch
 from acetui_core import histograms
 from acetui_core.allocation import owl_allocation
 from acetui_core.config import RunConfig
+from acetui_core.conversion import by_saved_name
 from acetui_core.data import calibration_windows, tokenized_calibration
 from acetui_core.dsnot import DSnoTSettings, refine
 from acetui_core.errors import Cancelled, UserError
@@ -149,7 +150,7 @@ class Pruned:
     prune_seconds: float
     calibration: Calibration | None
     allocation: list[LayerAllocation] | None = None
-    permutations: dict[str, list[int]] | None = None  # --permute: each linear's input order, by weight name
+    permutations: dict[str, list[int]] | None = None  # --permute: each linear's input order, by saved name
     kinds: dict[str, float] | None = None
     experts: Experts | None = None
 
@@ -209,7 +210,7 @@ def prune(
     if config.allocation == "owl":
         allocation = owl_allocation(loaded, layers, inputs, config, method, sparsity, emit)
     summaries: list[LinearSparsity] = []
-    permutations: dict[str, list[int]] = {}
+    permutations: dict[str, dict[int | None, list[int]]] = {}  # per parameter, per expert slice
     prefixes = {id(module): name for name, module in loaded.model.named_modules()}
     feed = layer_feed(loaded, release)
     try:
@@ -240,9 +241,12 @@ def prune(
                 seconds = time.perf_counter() - layer_start
                 emit(LayerPruned(LayerRecord(index, len(layers), seconds, linears, fidelity=fidelity)))
                 summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds, r.kind, r.size) for r in linears]
+                matrices = prunable_linears(layer)
                 for r in linears:
                     if r.choice is not None and r.choice.permutation is not None:
-                        permutations[f"{prefixes[id(layer)]}.{r.name}.weight"] = r.choice.permutation
+                        matrix = matrices[r.name]
+                        parameter = f"{prefixes[id(layer)]}.{matrix.parameter}"
+                        permutations.setdefault(parameter, {})[matrix.expert] = r.choice.permutation
     finally:
         if feed is not None:
             feed.close()
@@ -261,7 +265,7 @@ def prune(
         prune_seconds,
         calibration,
         allocation,
-        permutations if permutations else None,
+        by_saved_name(loaded.model, permutations) if permutations else None,
         kind_sparsity(summaries),
         experts,
     )
