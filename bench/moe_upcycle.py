@@ -12,6 +12,7 @@ SmolLM2's; pruning then treats each expert on its own routed tokens and the expe
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -77,6 +78,7 @@ def main() -> None:
     parser.add_argument("--seqlen", type=int, default=128)
     parser.add_argument("--eval-seqlen", type=int, default=512)
     parser.add_argument("--eval-limit", type=int, default=40)
+    parser.add_argument("--json", type=Path, help="also write the rows here, for docs/moe.md to be read from")
     args = parser.parse_args()
     torch.set_num_threads(2)
     if not (args.out / "config.json").is_file():
@@ -85,7 +87,7 @@ def main() -> None:
     for name, source in (("SmolLM2-135M", str(bundled_model())), ("upcycled MoE", str(args.out))):
         loaded = load_model(source, device="cpu")
         losses, _ = perplexity(loaded.model, wikitext2_test_ids(loaded.tokenizer), args.eval_seqlen, args.eval_limit)
-        rows.append((name, "dense", "-", ppl(losses), 0.0))
+        rows.append((name, "dense", "-", ppl(losses), 0.0, None))
     loaded = load_model(str(args.out), device="cpu")
     loaded.snapshot()
     for method in args.methods.split(","):
@@ -102,9 +104,13 @@ def main() -> None:
             label = calibration if method != "magnitude" else "-"
             rows.append(("upcycled MoE", method, label, result.ppl_wikitext2, result.overall_sparsity, seconds))
             print(rows[-1], flush=True)
+            if args.json:  # after every row: a run cut short keeps what it measured
+                keys = ("model", "method", "calibration", "ppl_wikitext2", "overall_sparsity", "seconds")
+                rows_json = [dict(zip(keys, row, strict=True)) for row in rows]
+                args.json.write_text(json.dumps({"args": vars(args), "rows": rows_json}, default=str, indent=1))
     print("| model | method | expert calibration | WikiText-2 ppl | sparsity |")
     print("| --- | --- | --- | --- | --- |")
-    for model, method, calibration, value, sparsity, *_ in rows:
+    for model, method, calibration, value, sparsity, _ in rows:
         print(f"| {model} | {method} | {calibration} | {value:.2f} | {sparsity:.3f} |")
 
 
