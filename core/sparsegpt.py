@@ -5,10 +5,13 @@ any score (``--update obs``, as in Wanda's ablation)."""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from acetui_core.errors import UserError
 from acetui_core.sparsity import Sparsity
+
+if TYPE_CHECKING:
+    import torch
 
 NO_SPARSITY = Sparsity()  # with a fixed mask the loop chooses nothing
 
@@ -28,6 +31,8 @@ def mask_and_update(
     after a score's mask); else SparseGPT chooses it for ``sparsity`` by OBS saliency: unstructured masks
     per block of ``blocksize`` columns (its adaptive mask selection, so rows differ slightly in sparsity),
     N:M masks exact."""
+    import torch  # here, not at the top: the method registry imports this hook and loads without torch
+
     W = W.clone().float()
     H = H.clone()
     d_in = W.shape[1]

@@ -103,9 +103,9 @@ async def test_form_flags_bad_values_with_the_cli_sentence(store):
         chosen.select("ria")
         screen.query_one("#sparsity", Input).value = "0.5, 2:4"
         screen.query_one("#nsamples", Input).value = "4"
-        await pilot.pause()
+        plan = "2 run(s): RIA-16 0.5, RIA-16 2:4"  # the form re-checks after each change, in its own time
+        await pilot_wait_until(pilot, lambda: str(screen.query_one("#plan", Static).render()) == plan, "the plan")
         assert not screen.query_one("#sparsity-error", Static).display
-        assert str(screen.query_one("#plan", Static).render()) == "2 run(s): RIA-16 0.5, RIA-16 2:4"
 
 
 @pytest.mark.asyncio

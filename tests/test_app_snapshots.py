@@ -148,6 +148,7 @@ def add_run(
     zeroshot: float | None = None,
     model: str = MODEL,
     pid: int | None = None,
+    batch: str | None = None,
     windows: int = 166,
 ) -> str:
     config = RunConfig(
@@ -162,7 +163,7 @@ def add_run(
         dtype="float16",
     )
     env = {"host": "box", "acetui": "0.1.0", "torch": "2.4.0", "transformers": "4.46.0", "python": "3.11.9"}
-    run_id = store.create_run(config, env=env, run_id=f"run{len(store.list_runs()) + 1:05d}")
+    run_id = store.create_run(config, env=env, run_id=f"run{len(store.list_runs()) + 1:05d}", batch=batch)
     store.claim(run_id)
     store.record_event(run_id, RunStarted(model, method, sparsity, NUM_LAYERS, "cuda:0", "NVIDIA H100 80GB HBM3"))
     store.record_event(run_id, Stage("calibration", 128, 128))
@@ -232,9 +233,10 @@ def build_store(path: Path) -> Store:
     """Nine runs of every kind: finished (two sparsities, four methods; the first three one comparison),
     running, failed, cancelled."""
     store = Store(path, clock=Ticks())
-    add_run(store, "wanda", "0.5", ppl=7.89, zeroshot=0.61, pid=COMPARISON_PID)
-    add_run(store, "ria", "0.5", ppl=7.27, zeroshot=0.62, pid=COMPARISON_PID)
-    add_run(store, "ace", "0.5", ppl=7.11, zeroshot=0.64, pid=COMPARISON_PID)
+    comparison = {"pid": COMPARISON_PID, "batch": "run00001"}  # queued together: one batch
+    add_run(store, "wanda", "0.5", ppl=7.89, zeroshot=0.61, **comparison)
+    add_run(store, "ria", "0.5", ppl=7.27, zeroshot=0.62, **comparison)
+    add_run(store, "ace", "0.5", ppl=7.11, zeroshot=0.64, **comparison)
     add_run(store, "wanda", "2:4", ppl=11.53, pid=1001)
     add_run(store, "ace", "2:4", ppl=10.92, pid=1002, windows=16)
     add_run(store, "magnitude", "0.5", ppl=17.29, model="/models/opt-1.3b", pid=1003)

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from acetui_core import pipeline
+from acetui_core import evaluate, pipeline
 from acetui_core.checkpoint import save_checkpoint
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
@@ -86,7 +86,7 @@ def _failing_evaluation(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(pipeline, "perplexity", broken)
+    monkeypatch.setattr(evaluate, "perplexity", broken)
 
 
 def test_a_failed_evaluation_says_how_to_keep_the_weights_and_keeps_the_layers(make_tiny_model, tmp_path, monkeypatch):
