@@ -23,6 +23,7 @@ NOT_KEPT = {
 }
 OTHER_UNITS = "cannot be tested: not evaluated on the same windows or documents as the best"
 BEST_UNTESTED = "cannot be tested: the column's best kept no per-unit record to compare with"
+BEST_ONE_SEED = "the column's best has 1 seed: seed noise unknown"
 
 
 @dataclass
@@ -115,8 +116,9 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
                 difference = _difference(table.measure, paired, best_units.group.mean)
                 if paired.seed_noise_known:
                     verdict, tested[key] = "tested", paired.p
-                else:
-                    verdict, note = "unknown", evidence.SEED_NOISE_UNKNOWN
+                else:  # say whose seed noise is missing: this row's, or the best's it is compared with
+                    verdict = "unknown"
+                    note = BEST_ONE_SEED if own.group.seed_noise_known else evidence.SEED_NOISE_UNKNOWN
             table.verdicts[key] = Verdict(verdict, ci, None, ratio, note, difference)
         for key, p in zip(tested, evidence.holm(list(tested.values())), strict=True):
             judged = table.verdicts[key]

@@ -117,6 +117,17 @@ def test_one_seed_says_its_seed_noise_is_unknown(store):
     assert found["Wanda-16"].verdict == "best"
 
 
+def test_a_row_compared_with_a_one_seed_best_says_whose_seed_noise_is_unknown(store):
+    clock = store.clock_
+    add(store, clock, "a0000001")  # the best, one seed
+    for seed in range(3):
+        add(store, clock, f"b00000{seed + 2:02d}", method="ria", seed=seed, shift=0.15)
+    found = verdicts(store)
+    assert found["Wanda-16"].verdict == "best"
+    assert found["RIA-16"].verdict == "unknown" and found["RIA-16"].p is None
+    assert found["RIA-16"].note == "the column's best has 1 seed: seed noise unknown"
+
+
 def test_a_run_without_window_losses_shows_its_perplexity_and_cannot_be_tested(store):
     clock = store.clock_
     for seed in range(2):
