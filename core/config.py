@@ -254,7 +254,7 @@ class RunConfig:
         help="RIA: the power of the input norm in its score (the paper's a = 0.5).",
         label="RIA alpha",
         group="advanced",
-        parse=_number("--ria-alpha"),
+        parse=_number("--ria-alpha", minimum=0),  # a negative power would rank quiet inputs above loud ones
         describe=lambda v: f"alpha {v}",
     )
     fidelity: bool = setting(

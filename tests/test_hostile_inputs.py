@@ -137,6 +137,8 @@ CASES = {
         ["sweep", "{model}", "--refine", "dsnot", "--dsnot-threshold", "-1"],
         "--dsnot-threshold must be at least 0",
     ),
+    "RIA alpha not a number": (["prune", "{model}", "-m", "ria", "--ria-alpha", "abc"], "--ria-alpha must be a number"),
+    "RIA alpha negative": (["prune", "{model}", "-m", "ria", "--ria-alpha", "-1"], "--ria-alpha must be at least 0"),
     "DSnoT unknown parameter": (["prune", "{model}", "--refine", "dsnot", "--dsnot-steps", "5"], "--dsnot-steps"),
     "unknown VarP scale": (["compare", "{model}", "--varp-scale", "std"], "--varp-scale must be none, rms or max"),
     "unknown VarP form": (["prune", "{model}", "--varp-form", "exact"], "--varp-form must be series or inverse"),
