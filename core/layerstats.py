@@ -13,7 +13,7 @@ from acetui_core.layouts import weight_matrix
 from acetui_core.placement import StopForward, layer_forward
 from acetui_core.plugins import check_scores
 from acetui_core.records import Experts
-from acetui_core.routing import expert_load, fallbacks, record_expert_inputs, starved
+from acetui_core.routing import expert_load, fallbacks, is_expert_linear, record_expert_inputs, starved
 from acetui_core.stats import ColumnStats
 
 
@@ -57,10 +57,10 @@ def gather_stats(
     hooks = [
         m.owner.register_forward_pre_hook(lambda m, args, n=name: record(n, args[0]))
         for name, m in linears.items()
-        if m.param == "weight"
+        if m.param == "weight" and not is_expert_linear(m)
     ]
     try:
-        with record_expert_inputs(linears, record, moe_calibration):
+        with record_expert_inputs(layer, linears, record, moe_calibration):
             for hidden, kwargs in inputs:
                 seen.clear()
                 with contextlib.suppress(StopForward):

@@ -9,6 +9,11 @@ forward pre-hook there sees both, so each expert's statistics come from the cali
   own expert forward does (``batched_mm_experts_forward``).
 - ``all``: every calibration token goes through every expert, as if each were a dense MLP.
 
+Layouts with one ``nn.Linear`` per expert (remote code, transformers 4's ``block_sparse_moe.experts.<e>.w1``)
+call each expert module with its routed tokens only, so a hook on its linears records ``routed`` as it is.
+For ``all``, a hook on the block that holds the experts feeds every token of the block's input to each
+expert module, and the routed calls the block then makes are not recorded.
+
 An expert that receives fewer than ``MIN_EXPERT_TOKENS`` routed tokens has too few samples for its statistics
 (a Hessian of rank below that, norms from a handful of tokens); its statistics are gathered again over every
 token (``all``) for that expert alone, with a warning naming the layer, the expert and its token count, which
@@ -50,12 +55,59 @@ def _routed_rows(top_k_index: torch.Tensor, expert: int) -> torch.Tensor:
     return (top_k_index == expert).any(dim=-1).nonzero().squeeze(-1)
 
 
+def is_expert_linear(matrix: Matrix) -> bool:
+    """One expert's own ``nn.Linear`` (not a slice of a fused parameter): ``record_expert_inputs`` hooks it."""
+    return matrix.param == "weight" and matrix.expert is not None
+
+
+def _expert_paths(name: str) -> tuple[str, str]:
+    """``block_sparse_moe.experts.3.w1`` -> (``block_sparse_moe``, ``block_sparse_moe.experts.3``)."""
+    parts = name.split(".")
+    at = parts.index("experts")
+    return ".".join(parts[:at]), ".".join(parts[: at + 2])
+
+
+def _hook_expert_linears(layer: nn.Module, matrices: dict[str, Matrix], record, calibration: str) -> list:
+    """The hooks of the one-linear-per-expert layouts (see the module's docstring)."""
+    mine = {name: m for name, m in matrices.items() if is_expert_linear(m)}
+    feeding = [calibration == "routed"]  # whether the linears' hooks record what they see now
+    handles = [
+        m.owner.register_forward_pre_hook(lambda _, args, n=name: record(n, args[0]) if feeding[0] else None)
+        for name, m in mine.items()
+    ]
+    if calibration != "all":
+        return handles
+    blocks: dict[str, set[str]] = {}
+    for name in mine:
+        block, expert = _expert_paths(name)
+        blocks.setdefault(block, set()).add(expert)
+
+    def feed_all(block, args, kwargs, experts):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        feeding[0] = True
+        try:
+            for expert in sorted(experts):
+                layer.get_submodule(expert)(flat)
+        finally:
+            feeding[0] = False
+
+    for block, experts in blocks.items():
+        handles.append(
+            layer.get_submodule(block).register_forward_pre_hook(
+                lambda m, a, k, e=experts: feed_all(m, a, k, e), with_kwargs=True
+            )
+        )
+    return handles
+
+
 @contextmanager
 def record_expert_inputs(
-    matrices: dict[str, Matrix], record: Callable[[str, torch.Tensor | None], None], calibration: str
+    layer: nn.Module, matrices: dict[str, Matrix], record: Callable[[str, torch.Tensor | None], None], calibration: str
 ):
-    """Hooks every fused experts module among ``matrices`` so that ``record(name, x)`` receives each expert
-    slice's inputs (``None``: this batch sent it no token). Removed on exit."""
+    """Hooks every experts module among ``matrices`` (fused, or one linear per expert) so that
+    ``record(name, x)`` receives each expert's inputs (``None``: this batch sent a fused expert no token).
+    Removed on exit."""
     by_module: dict[nn.Module, dict[int, dict[str, str]]] = {}
     for name, matrix in matrices.items():
         if matrix.param in FUSED_EXPERTS and matrix.expert is not None:
@@ -80,6 +132,7 @@ def record_expert_inputs(
         module.register_forward_pre_hook(lambda m, a, k, e=experts: hook(m, a, k, e), with_kwargs=True)
         for module, experts in by_module.items()
     ]
+    handles += _hook_expert_linears(layer, matrices, record, calibration)
     try:
         yield
     finally:
@@ -88,11 +141,12 @@ def record_expert_inputs(
 
 
 def starved(matrices: dict[str, Matrix], tokens: dict[str, int]) -> dict[str, int]:
-    """The fused expert slices whose routed tokens fall under ``MIN_EXPERT_TOKENS``, with that count."""
+    """The experts' matrices (fused slices or per-expert linears) whose routed tokens fall under
+    ``MIN_EXPERT_TOKENS``, with that count."""
     return {
-        name: tokens[name]
+        name: tokens.get(name, 0)
         for name, matrix in matrices.items()
-        if matrix.param in FUSED_EXPERTS and matrix.expert is not None and tokens.get(name, 0) < MIN_EXPERT_TOKENS
+        if matrix.expert is not None and tokens.get(name, 0) < MIN_EXPERT_TOKENS
     }
 
 

@@ -65,3 +65,42 @@ def moe_config(family: str, vocab_size: int, **overrides):
     for key, value in overrides.items():
         setattr(config, key, value)
     return config
+
+
+def split_experts(model) -> None:
+    """Rebuild every fused Mixtral experts module as one module per expert with ``w1`` (gate), ``w3`` (up)
+    and ``w2`` (down) linears, the layout of transformers 4 and of remote-code MoE models, computing the
+    same function from the same weights."""
+    import torch
+    from torch import nn
+
+    class ExpertMLP(nn.Module):
+        def __init__(self, gate_up: torch.Tensor, down: torch.Tensor, act):
+            super().__init__()
+            gate, up = gate_up.chunk(2, dim=0)
+            self.w1, self.w3 = nn.Linear(*gate.shape[::-1], bias=False), nn.Linear(*up.shape[::-1], bias=False)
+            self.w2 = nn.Linear(*down.shape[::-1], bias=False)
+            for linear, weight in ((self.w1, gate), (self.w3, up), (self.w2, down)):
+                linear.weight.data = weight.detach().clone()
+            self.act = act
+
+        def forward(self, x):
+            return self.w2(self.act(self.w1(x)) * self.w3(x))
+
+    class PerExpertExperts(nn.ModuleList):
+        """Called by the block like the fused module; each expert sees only its routed tokens."""
+
+        def forward(self, hidden, top_k_index, top_k_weights):
+            out = torch.zeros_like(hidden)
+            for e, expert in enumerate(self):
+                rows, slot = (top_k_index == e).nonzero(as_tuple=True)
+                if rows.numel():
+                    out.index_add_(0, rows, expert(hidden[rows]) * top_k_weights[rows, slot, None])
+            return out
+
+    for layer in model.model.layers:
+        fused = layer.mlp.experts
+        layer.mlp.experts = PerExpertExperts(
+            ExpertMLP(fused.gate_up_proj[e], fused.down_proj[e], fused.act_fn)
+            for e in range(fused.gate_up_proj.shape[0])
+        )

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 import torch
-from moe_models import FAMILIES, moe_config
+from moe_models import FAMILIES, moe_config, split_experts
 from runhelpers import cli as run_cli
 
 from acetui_core import layerstats, pipeline, placement
@@ -255,6 +255,56 @@ def test_routed_statistics_are_those_of_the_tokens_the_router_sent(make_moe, cal
         torch.testing.assert_close(first.xtx.double(), mine.t() @ mine)
         torch.testing.assert_close(second.sq.double(), (inner**2).sum(0))
         torch.testing.assert_close(second.q.double(), (inner**4).sum(0))
+
+
+def _layer0_inputs(loaded, calib_file, windows=4):
+    from acetui_core.data import calibration_windows, tokenized_calibration
+
+    ids, _ = tokenized_calibration(loaded.tokenizer, calib_file)
+    return placement.capture_layer0_inputs(loaded, calibration_windows(ids, windows, 16, 0), 4, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("calibration", ["routed", "all"])
+def test_one_linear_per_expert_gets_the_same_statistics_as_the_fused_slices(make_moe, calib_file, calibration):
+    """The layout of remote-code MoE models (experts.<e>.w1/w3/w2): each expert's linears see its routed
+    tokens, or with --moe-calibration all every token, as the fused slices of the same weights do."""
+    loaded = load_model(str(make_moe("mixtral")), device="cpu")
+    inputs = _layer0_inputs(loaded, calib_file)
+    layer = decoder_layers(loaded.model)[0]
+    hidden, kwargs = inputs[0]
+    dense = placement.layer_forward(layer, hidden.clone(), kwargs, "cpu")
+    fused = layerstats.gather_stats(layer, prunable_linears(layer), inputs, "cpu", moe_calibration=calibration)
+    split_experts(loaded.model)
+    torch.testing.assert_close(placement.layer_forward(layer, hidden.clone(), kwargs, "cpu"), dense)
+    linears = prunable_linears(layer)
+    assert {m.expert for name, m in linears.items() if name.endswith(".w1")} == {0, 1, 2, 3}
+    split = layerstats.gather_stats(layer, linears, inputs, "cpu", moe_calibration=calibration)
+    tokens = sum(h.shape[0] * h.shape[1] for h, _ in inputs)
+    for e in range(4):
+        gate_up, down = fused[f"mlp.experts.{e}.gate_up_proj"], fused[f"mlp.experts.{e}.down_proj"]
+        for name in ("w1", "w3"):
+            assert split[f"mlp.experts.{e}.{name}"].tokens == gate_up.tokens
+            torch.testing.assert_close(split[f"mlp.experts.{e}.{name}"].sq, gate_up.sq)
+        assert split[f"mlp.experts.{e}.w2"].tokens == down.tokens
+        torch.testing.assert_close(split[f"mlp.experts.{e}.w2"].sq, down.sq)
+        assert (gate_up.tokens == tokens) == (calibration == "all")
+
+
+def test_a_starved_expert_with_its_own_linears_falls_back_to_all_tokens(make_moe, calib_file, caplog):
+    loaded = load_model(str(make_moe("mixtral", edit=_starve_expert_zero, num_experts_per_tok=1)), device="cpu")
+    split_experts(loaded.model)
+    config = RunConfig(model="split", method="wanda", sparsity="0.5", calib=calib_file, nsamples=8, seqlen=16,
+                       evals=[], device="cpu")  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="acetui"):
+        pruned = pipeline.prune(loaded, config)
+    assert pruned.experts is not None and pruned.experts.layout == "one linear per expert"
+    load = pruned.experts.load[0]
+    assert load.tokens[0] == 0 and sum(load.tokens) == 8 * 16
+    fallback = next(f for f in pruned.experts.fallbacks if f.layer == 0 and f.expert == "mlp.experts.0")
+    assert fallback.tokens == 0
+    assert "Layer 0 mlp.experts.0 received 0 calibration token(s)" in caplog.text
+    expert = [s for s in pruned.layers if s.layer == 0 and s.name.startswith("mlp.experts.0.")]
+    assert len(expert) == 3 and all(s.sparsity == 0.5 for s in expert)  # pruned with all tokens' statistics
 
 
 @pytest.mark.parametrize("family", ["gpt_oss", "mixtral"])
