@@ -33,11 +33,15 @@ def run(
     loaded: Loaded | None = None,
     masks_path: Path | None = None,
     run_id: str | None = None,
+    checked: bool = False,
 ) -> RunResult:
     """Check, load (unless given), prune, save, evaluate; emit ``RunFinished`` and return the result.
     ``masks_path``: where ``--keep-masks`` keeps the masks; ``run_id``: the store's id of the run, which
-    the result carries (None outside a store)."""
-    config = check_config(config)
+    the result carries (None outside a store). ``checked``: ``config`` already passed ``check_config``
+    (every run the store holds did, when ``launch.queue`` recorded it), so it is not checked a second
+    time; only its fit to the loaded model is, which needs the model."""
+    if not checked:
+        config = check_config(config)
     if loaded is None:
         loaded = load_for_run(
             config.model, device=config.device, dtype=config.dtype, offload=config.offload, on_event=on_event

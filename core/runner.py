@@ -285,6 +285,7 @@ def execute(
                 loaded=models.get(config, record) if models else None,
                 masks_path=recorder.masks_path(run_id),
                 run_id=run_id,
+                checked=True,  # by launch.queue, before the run was recorded
             )
         except Cancelled:
             recorder.set_status(run_id, "cancelled", error="Stopped on request between layers.")

@@ -191,3 +191,24 @@ def test_a_forbidden_import_breaks_a_contract(source_copy, tmp_path, module, lin
     done = _lint_imports(root)
     assert done.returncode != 0
     assert contract in done.stdout and "BROKEN" in done.stdout
+
+
+def test_a_run_checks_its_settings_once(tmp_path, make_tiny_model, monkeypatch, capsys):
+    """launch.queue checks every setting before the run is recorded; the run itself only checks the fit
+    to the loaded model (the runner tells pipeline.run its configuration was checked)."""
+    from acetui_core import launch as door
+    from acetui_core import pipeline, validate
+
+    checked = []
+
+    def counting(config, **options):
+        checked.append(config.method)
+        return validate.check_config(config, **options)
+
+    monkeypatch.setattr(door, "check_config", counting)
+    monkeypatch.setattr(pipeline, "check_config", counting)
+    model = str(make_tiny_model("llama"))
+    quick = ["--nsamples", "4", "--seqlen", "16", "--eval", "none", "--store", tmp_path / "runs.db"]
+    code, _, err = cli(monkeypatch, capsys, "prune", model, "--method", "wanda", *quick)
+    assert code == 0, err
+    assert checked == ["wanda"]
