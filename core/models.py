@@ -150,6 +150,27 @@ def _context_length(config) -> int:
     return FULL_CONTEXT_CAP
 
 
+def meta_skeleton(config, *, tie_weights: bool = True, real_buffers: bool = False, dtype: torch.dtype | None = None):
+    """The model ``config`` describes with no weight in memory: its parameters on the meta device (in
+    ``dtype``, else the config's). Planning counts its parameters and the preflight check its shapes;
+    streaming reads its weights in later.
+
+    ``tie_weights`` ties a head the config ties to the input embeddings (on the meta device ``from_config``
+    leaves it untied: a count would count it twice). ``real_buffers`` keeps the buffers (rotary tables)
+    in memory, as a streamed model needs them to run and no checkpoint holds them; that takes accelerate's
+    ``init_empty_weights``, which patches ``nn.Module`` for the whole process, so only the loading thread
+    may ask for it. Otherwise torch's device context is per thread: the New run form checks and plans in
+    a thread, and a model built meanwhile elsewhere must not land on the meta device."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights() if real_buffers else torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=config.dtype if dtype is None else dtype)
+    if tie_weights:
+        model.tie_weights()
+    return model
+
+
 def _from_pretrained(source: str, dtype: torch.dtype, **kwargs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -266,11 +287,10 @@ def _preflight(kind: str, path: str, _identity: str | None) -> Preflight:
             return Preflight(None)
         path = str(Path(cached).parent)
     try:
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(path)
-        with torch.device("meta"):  # per thread, unlike init_empty_weights (the New run form checks in a thread)
-            skeleton = AutoModelForCausalLM.from_config(config)
+        skeleton = meta_skeleton(config, tie_weights=False)
         decoder_layers(skeleton)  # an unsupported family is refused first
         check_layout(skeleton)  # and a weight the table of layouts does not know, before the run is recorded
         expected = {name: tuple(tensor.shape) for name, tensor in skeleton.state_dict().items()}

@@ -25,7 +25,14 @@ from acetui_core.errors import UserError
 from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH
 from acetui_core.layouts import census, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.metrics import get_method
-from acetui_core.models import _context_length, check_device_name, model_source, preflight, resolve_dtype
+from acetui_core.models import (
+    _context_length,
+    check_device_name,
+    meta_skeleton,
+    model_source,
+    preflight,
+    resolve_dtype,
+)
 from acetui_core.paths import file_identity
 from acetui_core.streaming import checkpoint_bytes, local_checkpoint, streaming_folder
 from acetui_core.validate import resolve_seqlen
@@ -83,18 +90,6 @@ def _read_config(source: str, _identity: str | None):
         raise UserError(f"Could not read the configuration of {source} ({type(error).__name__}).") from None
 
 
-def _skeleton(config):
-    from transformers import AutoModelForCausalLM
-
-    # torch's device context is per thread; accelerate's init_empty_weights patches nn.Module for the whole
-    # process, so an estimate in the New run form's thread would put any model built meanwhile (or, when
-    # two estimates overlap, every later one) on the meta device.
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    model.tie_weights()  # on the meta device from_config leaves a tied head untied: it would count twice
-    return model
-
-
 def _bytes(dtype) -> int:
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype.removeprefix("torch."), torch.bfloat16)
@@ -105,7 +100,7 @@ def plan_run(run: RunConfig) -> Plan:
     check_device_name(run.device)  # a device this machine lacks may be planned for, an unknown one not
     preflight(run.model)  # a damaged checkpoint gets the sentence prune gives it
     config = _config(run.model)
-    model = _skeleton(config)
+    model = meta_skeleton(config)
     layers = decoder_layers(model)
     parameters = sum(p.numel() for p in model.parameters())  # a tied head is counted once
     layer_parameters = max(sum(p.numel() for p in layer.parameters()) for layer in layers)

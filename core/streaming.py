@@ -29,7 +29,7 @@ from acetui_core.checkpoint import INDEX_FILE, SCRATCH_PREFIX, TEMP_PREFIX, Laye
 from acetui_core.conversion import ConvertedLayers, converts, to_checkpoint
 from acetui_core.errors import UserError
 from acetui_core.layouts import decoder_layers
-from acetui_core.models import model_source
+from acetui_core.models import meta_skeleton, model_source
 from acetui_core.scratch import owned_tempdir
 
 if TYPE_CHECKING:
@@ -235,8 +235,7 @@ class StreamedModel:
 def load_streamed(folder: Path, dtype: torch.dtype):
     """The model of ``folder`` with only its embeddings, final norm and head in memory (in ``dtype``);
     its decoder layers stay on the meta device until ``LayerFeed`` brings them in."""
-    from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     try:
         config = AutoConfig.from_pretrained(folder)
@@ -244,8 +243,7 @@ def load_streamed(folder: Path, dtype: torch.dtype):
     except Exception as error:  # a damaged configuration fails in many ways
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         raise UserError(f"The checkpoint folder {folder} could not be loaded as a model ({first}).") from None
-    with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model = meta_skeleton(config, tie_weights=False, real_buffers=True, dtype=dtype)
     prefixes = layer_prefixes(model)
     shards = Shards(folder, weight_map(folder), dtype)
     base = model.base_model_prefix
