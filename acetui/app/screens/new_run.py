@@ -40,7 +40,7 @@ from textual.widgets.selection_list import Selection
 from textual.worker import get_current_worker
 
 from acetui.app import form, summary
-from acetui.app.candidates import default_model, model_candidates, shorten
+from acetui.app.candidates import model_candidates, shorten, starting_model
 from acetui.app.messages import CandidatesFound
 from acetui.app.widgets.marks import Tick, TickList
 from acetui_core.config import SETTINGS, RunConfig, Setting
@@ -236,7 +236,7 @@ class NewRunScreen(Screen):
             elif isinstance(value, str if isinstance(widget, Input) else bool):  # a hand-edited file: skipped
                 widget.value = value
         field = self.query_one("#model", Input)
-        field.value = model if model is not None else default_model(saved.get("model"))
+        field.value = model if model is not None else starting_model(saved.get("model"))
         self.call_after_refresh(self._show_model_end)
         for tick in TICKS:
             if isinstance(saved.get(tick), bool):
