@@ -153,8 +153,9 @@ def floor(config) -> float:
 
     from acetui_core import layerloop, placement
     from acetui_core.data import calibration_windows, tokenized_calibration
+    from acetui_core.layerfeed import LayerFeed
     from acetui_core.layouts import decoder_layers
-    from acetui_core.streaming import LayerFeed, load_for_run
+    from acetui_core.streaming import load_for_run
     from acetui_core.validate import resolve_seqlen
 
     loaded = load_for_run(config.model, device=config.device, dtype=config.dtype, offload="disk")

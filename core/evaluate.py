@@ -16,11 +16,12 @@ from acetui_core.config import RunConfig
 from acetui_core.data import wikitext2_test_ids
 from acetui_core.errors import Cancelled
 from acetui_core.events import Stage
+from acetui_core.layerfeed import LayerFeed
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import Loaded
 from acetui_core.placement import activation_device, advance, capture_layer0_inputs, place_for_eval
 from acetui_core.records import TaskAccuracy, TaskOutcomes, WindowLosses
-from acetui_core.streaming import LayerFeed, load_offloaded
+from acetui_core.streaming import load_offloaded
 from acetui_core.validate import resolve_seqlen
 
 EVAL_TOKENS_PER_BATCH = 4096  # windows per forward pass = this // window length (at least 1)

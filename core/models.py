@@ -86,8 +86,8 @@ class Loaded:
     dtype: torch.dtype
     context_length: int
     fingerprint: str | None = None  # the model files' identity, or the hub revision
-    streamed: Any = None  # a ``streaming.StreamedModel`` when decoder layers are read from disk (typed loosely:
-    # streaming imports this module)
+    streamed: Any = None  # a ``shards.StreamedModel`` when decoder layers are read from disk (typed loosely:
+    # shards imports this module)
     _dense: dict = field(default_factory=dict, repr=False)
 
     def snapshot(self) -> None:

@@ -9,9 +9,9 @@ import contextlib
 
 import torch
 
+from acetui_core.layerfeed import LayerFeed
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import Loaded
-from acetui_core.streaming import LayerFeed
 
 
 class StopForward(Exception):

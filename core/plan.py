@@ -34,7 +34,8 @@ from acetui_core.models import (
     resolve_dtype,
 )
 from acetui_core.paths import file_identity
-from acetui_core.streaming import checkpoint_bytes, local_checkpoint, streaming_folder
+from acetui_core.shards import checkpoint_bytes, local_checkpoint
+from acetui_core.streaming import streaming_folder
 from acetui_core.validate import resolve_seqlen
 
 # WikiText-2's test split in tokens, at the upper end of common tokenizers (LLaMA-2's: 166 windows of 2048,

@@ -1,23 +1,18 @@
-"""Models bigger than memory (``--offload``): the model is built on the meta device, only the embeddings,
-final norm and head are read in, and each decoder layer's weights come from the safetensors shards
-(memory-mapped by ``safe_open``) only while that layer is worked on, then go back to the meta device.
-
-``LayerFeed`` is the one way the layer loop gets a layer onto its compute device, resident or streamed,
-CPU or GPU: it prepares the next layer in a background thread (read from the shards, copied to the GPU
-on a side CUDA stream) while the current one is scored, so reads and transfers hide behind compute.
+"""Loading for models bigger than memory (``--offload``): whether a run streams (``streaming_folder``),
+the model built on the meta device with only its embeddings, final norm and head read in
+(``load_streamed``; the decoder layers come from the shards while the layer loop works on them, through
+``layerfeed.LayerFeed``), where a streamed run's pruned layers are written as they leave
+(``PrunedLayers``), and the pruned checkpoint loaded back through accelerate's disk offloading for
+zero-shot. The shard index is ``shards``.
 """
 
 from __future__ import annotations
 
 import copy
 import ctypes
-import json
 import logging
 import shutil
 import weakref
-from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,12 +20,14 @@ import psutil
 import torch
 from torch import nn
 
-from acetui_core.checkpoint import INDEX_FILE, SCRATCH_PREFIX, TEMP_PREFIX, LayerwiseCheckpoint
+from acetui_core.checkpoint import SCRATCH_PREFIX, TEMP_PREFIX, LayerwiseCheckpoint
 from acetui_core.conversion import ConvertedLayers, converts, to_checkpoint
 from acetui_core.errors import UserError
+from acetui_core.layerfeed import set_tensor
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import meta_skeleton, model_source
 from acetui_core.scratch import owned_tempdir
+from acetui_core.shards import Shards, StreamedModel, local_checkpoint, model_bytes, weight_map
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -44,24 +41,6 @@ def check_offload(offload: str) -> str:
     if offload not in OFFLOAD_MODES:
         raise UserError(f"Unknown --offload '{offload}'; use auto, none or disk.")
     return offload
-
-
-def local_checkpoint(source: str) -> Path | None:
-    """The folder of safetensors shards behind ``source`` (a checkpoint folder, or a hub model's snapshot
-    in the local Hugging Face cache); None for a GGUF file, a hub model not downloaded, or a folder that
-    holds only PyTorch ``.bin`` weights."""
-    kind, path = model_source(source)
-    if kind == "gguf":
-        return None
-    if kind == "hub":
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(str(path), "config.json")
-        if not isinstance(cached, str):
-            return None
-        path = Path(cached).parent
-    folder = Path(path)
-    return folder if any(folder.glob("*.safetensors")) else None
 
 
 def streaming_folder(source: str, offload: str, dtype: torch.dtype = torch.bfloat16) -> Path | None:
@@ -89,147 +68,10 @@ def streaming_folder(source: str, offload: str, dtype: torch.dtype = torch.bfloa
     return folder
 
 
-def weight_map(folder: Path) -> dict[str, str]:
-    """Tensor name -> shard file, from the index when there is one, else from the shards' headers."""
-    index = folder / INDEX_FILE
-    if index.is_file():
-        try:
-            return dict(json.loads(index.read_text())["weight_map"])
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise UserError(f"The checkpoint folder {folder} has an unreadable {INDEX_FILE} ({error}).") from None
-    from safetensors import safe_open
-
-    names = {}
-    for shard in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(shard), "pt") as tensors:
-            names.update(dict.fromkeys(tensors.keys(), shard.name))
-    return names
-
-
-def checkpoint_bytes(folder: Path) -> int:
-    """Bytes of the weight files a checkpoint's index names (every shard when there is no index)."""
-    files = set(weight_map(folder).values()) if (folder / INDEX_FILE).is_file() else None
-    return sum(f.stat().st_size for f in folder.glob("*.safetensors") if files is None or f.name in files)
-
-
-@dataclass
-class Shards:
-    """A checkpoint's tensors by name, read on demand in the run's dtype."""
-
-    folder: Path
-    names: dict[str, str]  # tensor name -> shard file
-    dtype: torch.dtype
-    stored: dict[str, torch.dtype] = field(
-        default_factory=dict
-    )  # dtype of each tensor read, as the checkpoint keeps it
-
-    def key(self, name: str, base_prefix: str) -> str | None:
-        """The checkpoint's name for the model's tensor ``name`` (some checkpoints drop the base model prefix)."""
-        for candidate in (name, name.removeprefix(f"{base_prefix}."), f"{base_prefix}.{name}"):
-            if candidate in self.names:
-                return candidate
-        return None
-
-    def read(self, keys: dict[str, str]) -> dict[str, torch.Tensor]:
-        """``{our name: tensor}`` for ``{our name: checkpoint key}``, in the run's dtype; ``stored`` keeps
-        the dtype the checkpoint has them in (a pruned checkpoint is written back in it)."""
-        from safetensors import safe_open
-
-        by_file = defaultdict(list)
-        for ours, key in keys.items():
-            by_file[self.names[key]].append((ours, key))
-        tensors = {}
-        for file, pairs in by_file.items():
-            try:
-                with safe_open(str(self.folder / file), "pt", device="cpu") as shard:
-                    for ours, key in pairs:
-                        tensor = shard.get_tensor(key)
-                        self.stored[ours] = tensor.dtype
-                        tensors[ours] = tensor.to(self.dtype) if tensor.is_floating_point() else tensor
-            except (
-                Exception
-            ) as error:  # a shard gone or cut short since the preflight: safetensors raises its own kinds
-                raise UserError(
-                    f"Could not read {file} of the checkpoint folder {self.folder} "
-                    f"({str(error).splitlines()[0][:160] if str(error) else type(error).__name__})."
-                ) from None
-        return tensors
-
-
 def layer_prefixes(model: nn.Module) -> list[str]:
     """Each decoder layer's name inside the model, e.g. ``model.layers.3``."""
     names = {id(module): name for name, module in model.named_modules()}
     return [names[id(layer)] for layer in decoder_layers(model)]
-
-
-def set_tensor(module: nn.Module, name: str, value: torch.Tensor) -> None:
-    """Replace the parameter or buffer ``name`` (dotted, relative to ``module``) by ``value``."""
-    owner_name, _, leaf = name.rpartition(".")
-    owner = module.get_submodule(owner_name) if owner_name else module
-    if leaf in owner._parameters:
-        owner._parameters[leaf] = nn.Parameter(value, requires_grad=False)
-    else:
-        owner._buffers[leaf] = value
-
-
-def to_meta(layer: nn.Module) -> None:
-    """Free a layer's weights: its parameters go back to the meta device (its buffers stay, they are small
-    and not in the checkpoint)."""
-    for name, param in list(layer.named_parameters()):
-        set_tensor(layer, name, torch.empty_like(param, device="meta"))
-
-
-@dataclass
-class StreamedModel:
-    """What streaming adds to a loaded model: where its decoder layers' weights are read from."""
-
-    shards: Shards
-    prefixes: list[str]  # each decoder layer's name in the model
-    base_prefix: str
-    model_type: str = ""
-    converted: ConvertedLayers | None = None  # a checkpoint transformers converts while loading (per-expert tensors)
-
-    def reading(self, folder: Path) -> StreamedModel:
-        """The same model's layers read from another checkpoint (the pruned one a streamed run wrote)."""
-        shards = Shards(folder, weight_map(folder), self.shards.dtype)
-        converted = self.converted and ConvertedLayers(self.converted.model, shards.names, self.prefixes)
-        return StreamedModel(shards, self.prefixes, self.base_prefix, self.model_type, converted)
-
-    def read_layer(self, layer: nn.Module, index: int) -> dict[str, torch.Tensor]:
-        """``{parameter name in the layer: tensor}`` of decoder layer ``index``, converted as transformers
-        converts the checkpoint while loading when it does (``acetui_core.conversion``)."""
-        if self.converted is None:
-            return self.shards.read(self.layer_keys(layer, index))
-        self.check_layer(layer, index)
-        read = lambda keys: self.shards.read({key: key for key in keys})  # noqa: E731
-        return self.converted.read(index, self.prefixes[index], read)
-
-    def check_layer(self, layer: nn.Module, index: int) -> None:
-        """Every parameter of decoder layer ``index`` is in the checkpoint, or a UserError naming one."""
-        if self.converted is None:
-            self.layer_keys(layer, index)
-            return
-        found = self.converted.names(index, self.prefixes[index])
-        missing = [name for name, _ in layer.named_parameters() if name not in found]
-        if missing:
-            raise UserError(self._missing(f"{self.prefixes[index]}.{missing[0]}"))
-
-    def layer_keys(self, layer: nn.Module, index: int) -> dict[str, str]:
-        """``{parameter name in the layer: checkpoint key}`` of decoder layer ``index``."""
-        keys = {}
-        for name, _ in layer.named_parameters():
-            full = f"{self.prefixes[index]}.{name}"
-            key = self.shards.key(full, self.base_prefix)
-            if key is None:
-                raise UserError(self._missing(full))
-            keys[name] = key
-        return keys
-
-    def _missing(self, full: str) -> str:
-        return (
-            f"The checkpoint folder {self.shards.folder} has no tensor {full}; a shard is missing or does "
-            f"not belong to this config.json."
-        )
 
 
 def load_streamed(folder: Path, dtype: torch.dtype):
@@ -281,128 +123,6 @@ def _tied(model: PreTrainedModel, name: str) -> bool:
         and name.endswith("weight")
         and (model.get_submodule(name.rpartition(".")[0]) is head)
     )
-
-
-def _move_buffers(layer: nn.Module, device: torch.device) -> None:
-    """Move a layer's buffers (rotary tables in older families), not its parameters: those are placed one
-    by one, and a streamed layer's are on the meta device once it leaves."""
-    for module in layer.modules():
-        for name, buffer in module._buffers.items():
-            if buffer is not None:
-                module._buffers[name] = buffer.to(device)
-
-
-class LayerFeed:
-    """Puts decoder layer ``index`` on ``device`` for the layer loop (``enter``) and takes it off again
-    (``leave``). Resident layers on the CPU stay as they are. Otherwise the next layer's weights are
-    prepared in a background thread while the current layer is worked on: read from the shards (streamed)
-    or taken from CPU memory (resident), and on a GPU copied over with non-blocking copies on a side
-    stream. About two layers are in memory at once.
-
-    ``release(index, layer)`` runs as a layer leaves, with its (pruned) weights still in place: it writes
-    them out (streamed with --save); then streamed weights go back to the meta device and resident ones
-    back to CPU memory."""
-
-    def __init__(self, model: nn.Module, device: torch.device, streamed: StreamedModel | None = None, release=None):
-        self.layers = decoder_layers(model)
-        self.device, self.streamed, self.release = device, streamed, release
-        self.idle = streamed is None and device.type == "cpu"
-        self.side = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self.pool = None if self.idle else ThreadPoolExecutor(1, thread_name_prefix="acetui-prefetch")
-        self.pending: dict[int, Future] = {}
-        self.home: dict[str, torch.Tensor] = {}  # a resident layer's CPU tensors while it is on the GPU
-
-    def _read(self, index: int) -> dict[str, torch.Tensor]:
-        layer = self.layers[index]
-        if self.streamed is None:
-            return {name: param.data for name, param in layer.named_parameters()}
-        return self.streamed.read_layer(layer, index)
-
-    def _stage(self, index: int):
-        """Runs in the prefetch thread: the layer's tensors on the compute device, and the CUDA event that
-        says when their copies are done."""
-        cpu = self._read(index)
-        if self.side is None:
-            return cpu, cpu, None
-        with torch.cuda.stream(self.side):
-            pinned = {n: t if t.is_pinned() else t.pin_memory() for n, t in cpu.items()}
-            moved = {n: t.to(self.device, non_blocking=True) for n, t in pinned.items()}
-            done = torch.cuda.Event()
-            done.record(self.side)
-        return cpu, moved, (done, pinned)
-
-    def _prefetch(self, index: int) -> None:
-        if self.pool is not None and 0 <= index < len(self.layers) and index not in self.pending:
-            self.pending[index] = self.pool.submit(self._stage, index)
-
-    def enter(self, index: int) -> nn.Module:
-        layer = self.layers[index]
-        if self.idle:
-            return layer
-        self._prefetch(index)
-        cpu, tensors, copied = self.pending.pop(index).result()
-        self._prefetch(index + 1)  # read the next layer while this one is worked on
-        if copied is not None:
-            done, _pinned = copied  # the pinned sources live until the copies are done
-            current = torch.cuda.current_stream(self.device)
-            current.wait_event(done)
-            for tensor in tensors.values():
-                tensor.record_stream(current)  # allocated on the side stream, used on this one
-        if self.streamed is None:
-            self.home = cpu
-        for name, tensor in tensors.items():
-            set_tensor(layer, name, tensor)
-        if self.device.type == "cuda":
-            _move_buffers(layer, self.device)
-        return layer
-
-    def leave(self, index: int) -> None:
-        layer = self.layers[index]
-        if self.release is not None:
-            self.release(index, layer)
-        if self.idle:
-            return
-        if self.streamed is not None:
-            to_meta(layer)
-        else:
-            for name, param in layer.named_parameters():
-                self.home[name].copy_(param.data)
-                set_tensor(layer, name, self.home[name])
-            self.home = {}
-        if self.device.type == "cuda":
-            _move_buffers(layer, torch.device("cpu"))
-
-    def close(self) -> None:
-        if self.pool is not None:
-            for future in self.pending.values():
-                future.cancel()
-            self.pool.shutdown(wait=True)
-            self.pending.clear()
-
-
-def tensor_shapes(folder: Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Every tensor's shape and stored dtype name, from the shards' headers (no weight is read)."""
-    from safetensors import safe_open
-
-    shapes = {}
-    for shard in sorted(set(weight_map(folder).values())):
-        with safe_open(str(folder / shard), "pt") as tensors:
-            for name in tensors.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
-                part = tensors.get_slice(name)
-                shapes[name] = (tuple(part.get_shape()), part.get_dtype())
-    return shapes
-
-
-def model_bytes(folder: Path, dtype: torch.dtype) -> int:
-    """What the checkpoint's weights take in memory once loaded in ``dtype``."""
-    return sum(_numel(shape) for shape, _ in tensor_shapes(folder).values()) * dtype.itemsize
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
 
 
 def return_freed_layers_to_the_os() -> None:

@@ -137,7 +137,8 @@ def test_streamed_bf16_tied_checkpoint_saves_in_its_own_dtype(tmp_path, tokenize
 def test_auto_streams_only_a_model_that_would_not_fit(sharded, monkeypatch):
     import psutil
 
-    from acetui_core.streaming import model_bytes, streaming_folder
+    from acetui_core.shards import model_bytes
+    from acetui_core.streaming import streaming_folder
 
     need = model_bytes(sharded, torch.float32)
     fake = type("Memory", (), {"available": need})
