@@ -8,6 +8,14 @@ class UserError(Exception):
     """
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (of its captured stderr, for a failed command), for a
+    sentence that names what went wrong; the error's type when it says nothing."""
+    text = getattr(error, "stderr", None) or str(error)
+    text = text.decode() if isinstance(text, bytes) else text
+    return (text.strip().splitlines() or [type(error).__name__])[0][:200]
+
+
 class Cancelled(Exception):
     """The run was asked to stop; raised between layers, never mid-layer."""
 

@@ -1,10 +1,9 @@
-"""Loading models (hub id, local checkpoint folder, GGUF file), finding their decoder layers and
-linears for each supported family, and device/dtype choices."""
+"""Loading models (hub id, local checkpoint folder, GGUF file) into a ``Loaded``, building a model's
+skeleton on the meta device from its config, what a model source names, and device/dtype choices.
+Checking a model's files before a run is ``preflight``; streaming one from disk is ``streaming``."""
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import platform
 import re
@@ -17,8 +16,8 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from acetui_core.config import FULL_CONTEXT_CAP
-from acetui_core.errors import UserError
-from acetui_core.layouts import check_layout, decoder_layers, prunable_linears, weight_matrix
+from acetui_core.errors import UserError, first_line
+from acetui_core.layouts import decoder_layers, prunable_linears
 from acetui_core.paths import file_identity, user_path
 
 if TYPE_CHECKING:  # transformers is imported only when a model is loaded (a fast CLI start)
@@ -142,7 +141,7 @@ def quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def _context_length(config) -> int:
+def context_length(config) -> int:
     for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
         value = getattr(config, attr, None)
         if isinstance(value, int) and value > 0:
@@ -182,11 +181,11 @@ def _from_pretrained(source: str, dtype: torch.dtype, **kwargs):
         ),
     )
     # transformers fills a missing weight with random values and only warns (muted here): refuse instead
-    _refuse_mismatch(source, sorted(info["missing_keys"]), sorted(info["unexpected_keys"]))
+    refuse_mismatch(source, sorted(info["missing_keys"]), sorted(info["unexpected_keys"]))
     return model, tokenizer
 
 
-def _refuse_mismatch(source, missing: list[str], unexpected: list[str]) -> None:
+def refuse_mismatch(source, missing: list[str], unexpected: list[str]) -> None:
     """One sentence naming the weights a checkpoint lacks, or holds beyond its config.json."""
 
     def named(names: list[str]) -> str:
@@ -222,9 +221,7 @@ def _load_folder(path: Path, dtype: torch.dtype):
     except UserError:
         raise
     except Exception as error:  # a damaged checkpoint fails in many ways: truncated shards, bad config values, shapes
-        raise UserError(
-            f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)})."
-        ) from None
+        raise UserError(f"The checkpoint folder {path} could not be loaded as a model ({first_line(error)}).") from None
 
 
 def _load_hub(repo_id: str, dtype: torch.dtype):
@@ -256,145 +253,6 @@ def model_source(source: str) -> tuple[str, Path | str]:
     if _looks_like_path(source) or not source.strip():
         raise UserError(f"Model path {source} does not exist.")
     return "hub", source
-
-
-@dataclass(frozen=True)
-class Preflight:
-    """What a model's files say before any weight is loaded."""
-
-    context: int | None  # the context length; None for a hub model not in the local cache
-    input_widths: tuple[tuple[str, int], ...] = ()  # (linear, its inputs) of the decoder layers, from the config
-
-
-def preflight(source: str) -> Preflight:
-    """Read what a model's files say without loading its weights, so a damaged model is refused before any
-    run is recorded: its configuration, its family, its weights' headers, names and shapes (a GGUF file's
-    metadata). A hub model not in the local cache is checked when it loads."""
-    kind, path = model_source(source)
-    identity = file_identity(path) if kind != "hub" else None
-    return _preflight(kind, str(path), identity)
-
-
-@functools.lru_cache(maxsize=8)
-def _preflight(kind: str, path: str, _identity: str | None) -> Preflight:
-    if kind == "gguf":
-        return Preflight(_gguf_context(Path(path)))
-    if kind == "hub":
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(path, "config.json")
-        if not isinstance(cached, str):
-            return Preflight(None)
-        path = str(Path(cached).parent)
-    try:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(path)
-        skeleton = meta_skeleton(config, tie_weights=False)
-        decoder_layers(skeleton)  # an unsupported family is refused first
-        check_layout(skeleton)  # and a weight the table of layouts does not know, before the run is recorded
-        expected = {name: tuple(tensor.shape) for name, tensor in skeleton.state_dict().items()}
-        present = _check_shards(Path(path), expected)
-        _check_names(Path(path), skeleton, present)
-    except UserError:
-        raise
-    except Exception as error:  # a damaged configuration fails in many ways
-        raise UserError(
-            f"The checkpoint folder {path} could not be loaded as a model ({_first_line(error)})."
-        ) from None
-    widths = {
-        (f"layer {index} {name}", weight_matrix(module).shape[1])
-        for index, layer in enumerate(decoder_layers(skeleton))
-        for name, module in prunable_linears(layer).items()
-    }
-    return Preflight(_context_length(config), tuple(sorted(widths)))
-
-
-def _check_names(folder: Path, skeleton, present: set[str]) -> None:
-    """Every weight the configuration asks for must be in the shards (the output head may be the tied
-    embeddings), and no weight of the shards may lack a place in the model (more layers than the config,
-    say), as ``from_pretrained`` reckons them. Families whose tensors transformers renames or fuses on
-    loading are checked by the load itself (``_from_pretrained``)."""
-    import re
-
-    from transformers.conversion_mapping import extract_weight_conversions_for_model
-
-    if not present or extract_weight_conversions_for_model(skeleton):
-        return  # no safetensors (a .bin checkpoint), or names that only the load can match
-    base = skeleton.base_model_prefix
-
-    def key(name: str) -> str | None:
-        return next((c for c in (name, name.removeprefix(f"{base}."), f"{base}.{name}") if c in present), None)
-
-    def ignored(name: str, patterns) -> bool:
-        return any(re.search(pattern, name) for pattern in patterns or ())
-
-    found = {name: key(name) for name in skeleton.state_dict()}
-    tied = set(getattr(skeleton, "all_tied_weights_keys", None) or ())
-    skip_missing = getattr(skeleton, "_keys_to_ignore_on_load_missing", None)
-    missing = sorted(n for n, k in found.items() if k is None and n not in tied and not ignored(n, skip_missing))
-    skip_unexpected = getattr(skeleton, "_keys_to_ignore_on_load_unexpected", None)
-    unexpected = sorted(  # weights only: older checkpoints keep buffers (rotary frequencies, masks) harmlessly
-        name for name in present - set(found.values()) if name.endswith("weight") and not ignored(name, skip_unexpected)
-    )
-    _refuse_mismatch(f"folder {folder}", missing, unexpected)
-
-
-def _check_shards(folder: Path, expected: dict[str, tuple]) -> set[str]:
-    """Every safetensors shard must have a readable header whose tensors fit the configuration; returns
-    the names of the tensors they hold."""
-    from safetensors import safe_open
-
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            listed = set(json.loads(index.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            raise UserError(f"The checkpoint folder {folder} has an unreadable {index.name} ({error}).") from None
-        gone = sorted(name for name in listed if not (folder / name).is_file())
-        if gone:
-            raise UserError(
-                f"The checkpoint folder {folder} is incomplete: {gone[0]}"
-                f"{f' and {len(gone) - 1} more shard(s)' if len(gone) > 1 else ''}, named in {index.name}, is missing."
-            )
-    present: set[str] = set()
-    for shard in sorted(folder.glob("*.safetensors")):
-        try:
-            with safe_open(str(shard), "pt") as tensors:
-                shapes = {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()}  # noqa: SIM118 (a safe_open handle is not iterable)
-        except Exception as error:  # truncated or not safetensors at all
-            raise UserError(
-                f"The checkpoint folder {folder} could not be loaded as a model: {shard.name} is damaged "
-                f"({_first_line(error)})."
-            ) from None
-        for name, shape in shapes.items():
-            want = expected.get(name) or expected.get(name.removeprefix("model."))
-            if want is not None and want != shape:
-                raise UserError(
-                    f"The checkpoint folder {folder} could not be loaded as a model: {name} in "
-                    f"{shard.name} has shape {list(shape)}, its config.json says {list(want)}."
-                )
-        present.update(shapes)
-    return present
-
-
-def _gguf_context(path: Path) -> int | None:
-    try:
-        from gguf import GGUFReader
-
-        fields = GGUFReader(str(path)).fields
-        field = fields["general.architecture"]
-        architecture = bytes(field.parts[field.data[0]]).decode()
-        context = fields.get(f"{architecture}.context_length")
-        return int(context.parts[context.data[0]][0]) if context is not None else None
-    except Exception as error:  # the gguf reader raises many kinds on a damaged file
-        raise UserError(
-            f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."
-        ) from None
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_event=None) -> Loaded:
@@ -429,6 +287,6 @@ def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_eve
         model.config.model_type,
         compute_device,
         torch_dtype,
-        _context_length(model.config),
+        context_length(model.config),
         fingerprint,
     )

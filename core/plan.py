@@ -26,14 +26,14 @@ from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH
 from acetui_core.layouts import census, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.metrics import get_method
 from acetui_core.models import (
-    _context_length,
     check_device_name,
+    context_length,
     meta_skeleton,
     model_source,
-    preflight,
     resolve_dtype,
 )
 from acetui_core.paths import file_identity
+from acetui_core.preflight import preflight
 from acetui_core.shards import checkpoint_bytes, local_checkpoint
 from acetui_core.streaming import streaming_folder
 from acetui_core.validate import resolve_seqlen
@@ -131,7 +131,7 @@ def plan_run(run: RunConfig) -> Plan:
     method = get_method(run.method)
     calibration = 0
     if method.needs_activations:
-        seqlen = resolve_seqlen(run.seqlen, _context_length(config))
+        seqlen = resolve_seqlen(run.seqlen, context_length(config))
         calibration = run.nsamples * seqlen * int(config.hidden_size) * size
     scoring = SCORE_BYTES_PER_WEIGHT * largest
     # SparseGPT's X^T X per linear, accumulated in float64
@@ -145,7 +145,7 @@ def plan_run(run: RunConfig) -> Plan:
 
     evaluation = evaluation_tokens = evaluation_hidden = 0
     if "wikitext2" in run.evals:
-        eval_seqlen = resolve_seqlen(run.eval_seqlen, _context_length(config), "--eval-seqlen")
+        eval_seqlen = resolve_seqlen(run.eval_seqlen, context_length(config), "--eval-seqlen")
         evaluation_tokens = max(1, EVAL_TOKENS_PER_BATCH // eval_seqlen) * eval_seqlen
         vocabulary = int(config.vocab_size)
         # a window's log-softmax in float32, and before it a float32 copy of its logits when they are not

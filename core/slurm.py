@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acetui_core.config import RunConfig
-from acetui_core.errors import Cancelled, UserError
+from acetui_core.errors import Cancelled, UserError, first_line
 from acetui_core.jobfolder import JobFolder
 from acetui_core.store import JOB_FOLDER, Store
 
@@ -98,9 +98,9 @@ class Slurm:
                 jobs = [executor.submit(run_job, str(folder), run.id, run.config.to_dict()) for run in runs]
         except (subprocess.CalledProcessError, OSError, RuntimeError) as error:  # submitit's errors are RuntimeErrors
             for run in runs:
-                store.set_status(run.id, "failed", error=f"Slurm refused the job array: {_first_line(error)}")
+                store.set_status(run.id, "failed", error=f"Slurm refused the job array: {first_line(error)}")
             raise UserError(
-                f"Slurm refused the job array ({_first_line(error)}); its runs are recorded failed."
+                f"Slurm refused the job array ({first_line(error)}); its runs are recorded failed."
             ) from None
         recorder = JobFolder(folder)
         for run, job in zip(runs, jobs, strict=False):
@@ -134,9 +134,3 @@ def cancel(store: Store, run_id: str) -> None:
         subprocess.run(["scancel", "--signal=TERM", run.job["job_id"]], capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         pass  # no Slurm here (submitit's local cluster): the flag alone stops the run
-
-
-def _first_line(error: Exception) -> str:
-    text = getattr(error, "stderr", None) or str(error)
-    text = text.decode() if isinstance(text, bytes) else text
-    return (text.strip().splitlines() or [type(error).__name__])[0][:200]

@@ -22,7 +22,7 @@ from torch import nn
 
 from acetui_core.checkpoint import SCRATCH_PREFIX, TEMP_PREFIX, LayerwiseCheckpoint
 from acetui_core.conversion import ConvertedLayers, converts, to_checkpoint
-from acetui_core.errors import UserError
+from acetui_core.errors import UserError, first_line
 from acetui_core.layerfeed import set_tensor
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import meta_skeleton, model_source
@@ -83,8 +83,9 @@ def load_streamed(folder: Path, dtype: torch.dtype):
         config = AutoConfig.from_pretrained(folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except Exception as error:  # a damaged configuration fails in many ways
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        raise UserError(f"The checkpoint folder {folder} could not be loaded as a model ({first}).") from None
+        raise UserError(
+            f"The checkpoint folder {folder} could not be loaded as a model ({first_line(error)})."
+        ) from None
     model = meta_skeleton(config, tie_weights=False, real_buffers=True, dtype=dtype)
     prefixes = layer_prefixes(model)
     shards = Shards(folder, weight_map(folder), dtype)
@@ -140,7 +141,7 @@ def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event
     """Load ``source`` whole (``models.load_model``) or, when ``offload`` says so, streamed: a ``Loaded``
     whose decoder layers stay on disk until the layer loop needs them."""
     from acetui_core.events import Stage
-    from acetui_core.models import Loaded, _context_length, load_model, resolve_device, resolve_dtype
+    from acetui_core.models import Loaded, context_length, load_model, resolve_device, resolve_dtype
     from acetui_core.paths import file_identity
 
     compute_device = resolve_device(device)
@@ -156,7 +157,7 @@ def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event
         tokenizer.pad_token = tokenizer.eos_token
     if on_event:
         on_event(Stage("load", 1, 1))
-    context = _context_length(model.config)
+    context = context_length(model.config)
     family = model.config.model_type
     return Loaded(
         model, tokenizer, source, family, compute_device, torch_dtype, context, file_identity(folder), streamed

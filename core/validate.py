@@ -19,8 +19,9 @@ from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents
 from acetui_core.errors import UserError
 from acetui_core.masks import check_nm_fits
 from acetui_core.metrics import get_method
-from acetui_core.models import check_device_name, model_source, preflight, resolve_device
+from acetui_core.models import check_device_name, model_source, resolve_device
 from acetui_core.paths import data_dir, file_identity, user_path
+from acetui_core.preflight import preflight
 from acetui_core.streaming import streaming_folder
 
 DSNOT = ("dsnot_cycles", "dsnot_threshold", "dsnot_var_power")
