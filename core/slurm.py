@@ -20,7 +20,8 @@ from pathlib import Path
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError, first_line
 from acetui_core.jobfolder import JobFolder
-from acetui_core.store import JOB_FOLDER, Store
+from acetui_core.store import Store
+from acetui_core.store_files import JOB_FOLDER
 
 JOB_NAME = "acetui"
 

@@ -8,7 +8,8 @@ of ``acetui_core.records`` as JSON; what is read back are those records again.
 
 This module owns what is done with runs (record, claim, beat, cancel, delete, read, list). The SQLite
 file itself (opening, schema, transactions) is ``acetui_core.store_db``; rows as records and back,
-``acetui_core.store_rows``; whether a run's process is alive, ``acetui_core.liveness``.
+``acetui_core.store_rows``; the files beside it (logs, masks, job folders), ``acetui_core.store_files``;
+whether a run's process is alive, ``acetui_core.liveness``.
 
 Where it lives: ``Store(path)``; else ``$ACETUI_HOME/runs.db``; else ``runs.db`` in the user's data
 directory (platformdirs). The schema is versioned (``acetui_core.store_schema``); an older acetui store
@@ -27,17 +28,15 @@ imported from its job folder (``acetui_core.slurm``).
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
 import secrets
-import shutil
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from acetui_core import liveness
+from acetui_core import liveness, store_files
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
@@ -62,10 +61,6 @@ from acetui_core.store_rows import (
     write_layer,
 )
 from acetui_core.store_schema import STATUSES
-
-LOG_FOLDER = "logs"  # beside the store: one log file per run
-MASK_FOLDER = "masks"  # beside the store: one mask file per run that kept its masks (--keep-masks)
-JOB_FOLDER = "slurm"  # beside the store: the Slurm job folders (unless --slurm-folder puts them elsewhere)
 
 
 class Store:
@@ -92,29 +87,20 @@ class Store:
 
     def log_path(self, run_id: str) -> Path:
         """The run's own log file: its events, warnings, and its traceback when it fails."""
-        return self.folder / LOG_FOLDER / f"{run_id}.log"
+        return store_files.log_path(self.folder, run_id)
 
     def masks_path(self, run_id: str) -> Path:
         """Where a run keeps its masks (``--keep-masks``, ``acetui_core.maskfile``)."""
-        return self.folder / MASK_FOLDER / f"{run_id}.npz"
+        return store_files.masks_path(self.folder, run_id)
 
     def places(self) -> tuple[tuple[Path, str], ...]:
         """The store and the folders it keeps runs' files in, as ``(path, what it is)``: no checkpoint
         may be saved over or into them."""
-        return (
-            (self.path, "the run store"),
-            *((self.folder / name, "a folder of the run store") for name in (LOG_FOLDER, MASK_FOLDER, JOB_FOLDER)),
-        )
+        return store_files.places(self.path)
 
     def check_log_folder(self) -> None:
         """Make sure runs can write their logs beside the store, before any run is recorded."""
-        folder = self.folder / LOG_FOLDER
-        try:
-            folder.mkdir(exist_ok=True)
-        except OSError as error:
-            raise UserError(f"Runs cannot keep their logs in {folder}: {error.strerror or error}.") from None
-        if not os.access(folder, os.W_OK):
-            raise UserError(f"Runs cannot keep their logs in {folder}: it is not writable.")
+        store_files.check_log_folder(self.folder)
 
     def _db(self, write: bool = False, snapshot: bool = True):
         """A short connection inside one transaction (``acetui_core.store_db.transaction``)."""
@@ -308,28 +294,8 @@ class Store:
         with self._db(write=True) as db:
             db.executemany("DELETE FROM runs WHERE id = ?", [(run.id,) for run in runs])
         for run in runs:
-            for path in self._files_of(run):
-                if path.is_dir():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    path.unlink(missing_ok=True)
+            store_files.remove(store_files.files_of(self.folder, run))
         return [run.id for run in runs]
-
-    def _files_of(self, run: RunRecord) -> list[Path]:
-        """What a run wrote: files named ``<run id>.*`` in the store's log and mask folders and in its job
-        folder (run ids are unique, so the name says whose a file is), and its Slurm job's own folder."""
-        folders = [self.folder / LOG_FOLDER, self.folder / MASK_FOLDER]
-        if run.results and run.results.masks:
-            folders.append(Path(run.results.masks).parent)
-        files = []
-        if run.job and run.job.get("folder"):
-            job_folder = Path(run.job["folder"])
-            folders.append(job_folder)
-            if run.job.get("job_id"):
-                files.append(job_folder / str(run.job["job_id"]))
-        for folder in dict.fromkeys(folders):
-            files += folder.glob(f"{glob.escape(run.id)}.*")
-        return [path for path in files if path.exists() or path.is_symlink()]
 
     # ---- reading -----------------------------------------------------------------------------
 
