@@ -13,9 +13,10 @@ from rich.markup import escape
 
 from acetui_core import parse
 from acetui_core.comparison import CELLS
-from acetui_core.config import SETTINGS, RunConfig, Setting
+from acetui_core.config import SETTINGS, RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
+from acetui_core.setting import Setting
 
 _TYPES = get_type_hints(RunConfig)
 

@@ -43,10 +43,11 @@ from acetui.app import form, summary
 from acetui.app.candidates import model_candidates, shorten, starting_model
 from acetui.app.messages import CandidatesFound
 from acetui.app.widgets.marks import Tick, TickList
-from acetui_core.config import SETTINGS, RunConfig, Setting
+from acetui_core.config import SETTINGS, RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.plugins import available_methods
+from acetui_core.setting import Setting
 
 CANDIDATES_SHOWN = 3  # rows of model completions under the model field
 CANDIDATE_WIDTH = 64  # characters of a completion shown (its end: the file name matters most)
