@@ -291,6 +291,7 @@ def _measured_run(model: Path, out: Path, settings: dict | None = None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a memory measurement in a fresh process: a minute of the edit loop's time
 def test_plan_counts_the_evaluation_logits(tmp_path, tokenizer_dir):
     """A tiny model with a 49k vocabulary evaluated on 4096-token batches: the logits, not the weights,
     set the peak, and the plan says so within 20%."""
@@ -304,6 +305,7 @@ def test_plan_counts_the_evaluation_logits(tmp_path, tokenizer_dir):
     assert abs(report["planned_cpu"] - report["peak_rss"]) < 0.2 * report["peak_rss"], report
 
 
+@pytest.mark.slow  # a memory measurement in a fresh process: a minute of the edit loop's time
 def test_the_layer_loop_holds_one_copy_of_the_calibration_activations(tmp_path, tokenizer_dir):
     """512 windows of 256 tokens through a small model: the activations (256 MiB), not the weights, are
     what the loop holds. Each layer's outputs are written over its inputs, so the peak over the loaded
