@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from types import UnionType
 from typing import Annotated, get_type_hints
 
 import typer
@@ -90,19 +91,19 @@ Cells = Annotated[
 ]
 
 
-def _cli_type(spec: Setting) -> type:
+def _cli_type(spec: Setting) -> type | UnionType:
     """What the CLI takes for a setting: a flag, a number, or text its parser reads (lists are comma-separated)."""
     kind = _TYPES[spec.name]
     if kind is bool:
         return bool
     base = next((number for number in (int, float) if kind in (number, number | None)), str)
-    return base | None if spec.default is None else base  # type: ignore[return-value]
+    return base | None if spec.default is None else base
 
 
 def _parameter(spec: Setting) -> inspect.Parameter:
     option = typer.Option(*spec.flags, help=escape(spec.help), parser=spec.parse, metavar=spec.metavar)
     default = spec.text if isinstance(spec.default, list) else spec.default
-    annotation = Annotated[_cli_type(spec), option]
+    annotation: object = Annotated[_cli_type(spec), option]  # made at run time for Typer to read: a value here
     return inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 

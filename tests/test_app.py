@@ -500,7 +500,9 @@ def test_cli_opens_the_app_and_attaches(store, monkeypatch):
 
     started = []
     monkeypatch.setattr("acetui.commands.app.require_terminal", lambda: None)  # pytest's stdin is no terminal
-    monkeypatch.setattr(AceApp, "run", lambda self: started.append((self._start_theme, self._attach, self.store.path)))
+    monkeypatch.setattr(
+        AceApp, "run", lambda self: started.append((self._start_theme, self._attach_run, self.store.path))
+    )
     assert run_cli(monkeypatch, "--store", str(store.path), "--theme", "ansi") == 0
     run_id = store.create_run(configs(model="m", methods=["wanda"], sparsities=["0.5"], seqlens=[16], evals=[])[0])
     assert run_cli(monkeypatch, "--theme", "light", "attach", run_id, "--store", str(store.path)) == 0

@@ -22,8 +22,8 @@ from acetui import notify, settings
 from acetui.app import make_app, summary
 from acetui.app.app import AceApp
 from acetui.app.candidates import model_candidates, starting_model
+from acetui.app.confirm import ConfirmScreen
 from acetui.app.help import HelpScreen
-from acetui.app.screens.common import ConfirmScreen
 from acetui.app.screens.new_run import NewRunScreen
 from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen

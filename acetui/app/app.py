@@ -1,4 +1,5 @@
-"""The acetui workbench: a Textual app over the run store.
+"""The acetui app: the four screens over the workbench (``acetui.app.workbench``: the run store, its runs,
+starting and stopping them), with the keys, themes, notifications and command palette.
 
 It holds no pruning logic: runs start as their own processes through ``acetui_core.launch`` (so closing the
 app or losing SSH does not stop them) and every screen reads the store. ``make_app`` is the one
@@ -9,31 +10,22 @@ from __future__ import annotations
 
 import os
 
-from textual import events, on, work
+from textual import events, on
 from textual.actions import SkipAction
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.reactive import reactive
-from textual.signal import Signal
-from textual.worker import get_current_worker
 
 import acetui_themes as themes
 from acetui import notify, settings
 from acetui.app import summary
 from acetui.app.commands import RunCommands
 from acetui.app.help import HelpScreen
-from acetui.app.messages import RunsListed, StoreFailed
-from acetui.app.screens.common import ConfirmScreen
 from acetui.app.screens.new_run import NewRunScreen
 from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
-from acetui.app.watch import watch_runs
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.kill import check_killable, force_kill, process_runs
-from acetui_core.launch import LocalProcesses, gpus_for, launch
-from acetui_core.store import RunRecord, Store
+from acetui.app.workbench import Workbench
+from acetui_core.store import Store
 
 NOTIFY_TITLES = {
     "bell": "Notify with the bell",
@@ -42,7 +34,7 @@ NOTIFY_TITLES = {
 }
 
 
-class AceApp(App):
+class AceApp(Workbench):
     """Four screens (modes): New run, Run, Results, Runs; F1-F4 switch between them."""
 
     TITLE = "acetui"
@@ -62,12 +54,6 @@ class AceApp(App):
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
-    followed: reactive[str | None] = reactive(None)
-    """The run the Run screen shows (None: none yet)."""
-
-    batch: reactive[tuple[str, ...]] = reactive(())
-    """The runs started together with ``followed`` (a comparison), in queue order."""
-
     def __init__(
         self,
         store: Store,
@@ -79,15 +65,12 @@ class AceApp(App):
         # Under NO_COLOR, Textual picks its colour filter here, from the theme of the moment: asking for
         # ANSI colours makes it the one that strips colours, not the one that turns ANSI colours to grey
         # (which drew the ansi theme black on black).
-        super().__init__(ansi_color=True if os.environ.get("NO_COLOR") is not None else None)
-        self.store = store
-        self.settings = user or settings.Settings()
+        super().__init__(
+            store, user or settings.Settings(), ansi_color=True if os.environ.get("NO_COLOR") is not None else None
+        )
         self._start_theme = theme
-        self._attach = attach
+        self._attach_run = attach  # not _attach: Textual's MessagePump has a method of that name
         self._remember_at_start = remember or {}
-        self.runs: list[RunRecord] = []
-        self.runs_listed = False
-        self.runs_signal: Signal[list[RunRecord]] = Signal(self, "runs")
 
     def on_mount(self) -> None:
         self.set_class(os.environ.get("NO_COLOR") is not None, "-no-color")
@@ -99,8 +82,8 @@ class AceApp(App):
         if self._remember_at_start:
             self.remember(**self._remember_at_start)
         self._watch_runs()
-        if self._attach:
-            self.follow(self._attach)
+        if self._attach_run:
+            self.follow(self._attach_run)
         else:
             self.switch_mode("new")
 
@@ -120,15 +103,6 @@ class AceApp(App):
 
     # ---- settings ----
 
-    def remember(self, **values) -> None:
-        """Save user choices in the settings file; a refusal is a warning, never a failure."""
-        for name, value in values.items():
-            setattr(self.settings, name, value)
-        try:
-            settings.save(self.settings)
-        except UserError as error:
-            self.notify(str(error), severity="warning", timeout=8)
-
     def _remember_theme(self, theme: str) -> None:
         self.remember(theme=theme)
 
@@ -140,144 +114,12 @@ class AceApp(App):
         self.remember(notify=mode)
         self.notify(f"When a run ends: {NOTIFY_TITLES[mode].lower()}.", timeout=4)
 
-    # ---- the store's runs, for every screen ----
-
-    @work(thread=True, exclusive=True, group="runs")
-    def _watch_runs(self) -> None:
-        watch_runs(self.store, self.post_message, get_current_worker().cancelled_event)
-
-    def on_runs_listed(self, message: RunsListed) -> None:
-        before = {run.id: run for run in self.runs}
-        self.runs = message.runs
-        self.runs_listed = True
-        for run in self.runs:
-            if run.id in before and before[run.id].active and not run.active:
-                self.announce_end(run)
-        self._announce_new_runs(before)
-        if self.followed is None and self.current_mode == "run" and (pick := summary.run_to_show(self.runs, None)):
-            self.follow(pick)
-        elif self.batch == (self.followed,) and (shown := next((r for r in self.runs if r.id == self.followed), None)):
-            self.batch = summary.batch_of(self.runs, shown)  # attached before the list came: find its comparison
-        self.runs_signal.publish(self.runs)
-        self.refresh_bindings()  # F2 on the Run screen depends on which runs are active
-
-    def _announce_new_runs(self, before: dict[str, RunRecord]) -> None:
-        """On the Run screen of an ended run, say that a new run (from the CLI, a script, another session)
-        has started and that F2 shows it."""
-        shown = next((r for r in self.runs if r.id == self.followed), None)
-        if not before or self.current_mode != "run" or shown is None or shown.active:
-            return
-        new = [run for run in self.runs if run.id not in before and run.active and run.id not in self.batch]
-        if new:  # one toast for a comparison queued at once
-            first = min(new, key=lambda r: (r.created, r.id))
-            more = f" and {len(new) - 1} more" if len(new) > 1 else ""
-            self.notify(
-                f"Run {first.id} ({first.label} at {first.config.sparsity}){more} started: F2 shows it.", timeout=8
-            )
-
-    def on_store_failed(self, message: StoreFailed) -> None:
-        self.notify(message.error, severity="error", timeout=10)
-
-    def announce_end(self, run: RunRecord) -> None:
-        """A toast, and the bell or a desktop notification in the terminal (``--notify``)."""
-        if run.status == "finished":
-            what = f"finished: ppl {summary.ppl_text(run)}" if run.ppl is not None else "finished"
-        else:
-            what = run.status + (f": {run.error}" if run.error else "")
-        body = f"{run.label} at {run.config.sparsity} (run {run.id}) {what}"
-        severity = {"finished": "information", "cancelled": "warning"}.get(run.status, "error")
-        self.notify(body, title="Run ended", severity=severity, timeout=10)
-        notify.send(self.settings.notify, "acetui", body, self.write_to_terminal)
-
-    def write_to_terminal(self, text: str) -> None:
-        """Raw bytes to the user's terminal (as Textual's own bell and clipboard do)."""
-        if self._driver is not None:
-            self._driver.write(text)
-
-    # ---- following runs ----
-
-    def follow(self, run_id: str, batch: tuple[str, ...] | None = None) -> None:
-        """Show ``run_id`` on the Run screen, live while it runs; ``batch``: the runs queued with it
-        (default: those its process owns, as far as the run list tells)."""
-        run = next((r for r in self.runs if r.id == run_id), None)
-        self.batch = batch or (summary.batch_of(self.runs, run) if run else (run_id,))
-        self.followed = run_id
-        self.switch_mode("run")
-
     def action_show_run(self) -> None:
         pick = summary.run_to_show(self.runs, self.followed)
         if pick is not None and pick != self.followed:
             self.follow(pick)
         else:
             self.switch_mode("run")
-
-    def start_runs(self, configs: list[RunConfig]) -> list[str]:
-        """Start ``configs`` through the launcher as detached worker processes (one per visible GPU, each
-        loading its model once), then follow the first."""
-        ids = launch(configs, LocalProcesses(detach=True, gpus=gpus_for(configs[0].device)), self.store)
-        self.follow(ids[0], tuple(ids))
-        return ids
-
-    async def rerun(self, run: RunRecord) -> None:
-        """The New run form filled with ``run``'s settings: ctrl+r starts it again as it was, or change
-        a field first for a variant."""
-        await self.switch_mode("new")
-        if isinstance(self.screen, NewRunScreen):
-            self.screen.fill(run.config)
-
-    def kill_run(self, run: RunRecord) -> None:
-        """Ask first; then end the run's process at once (``acetui_core.kill``): for a run that did not
-        stop after a cancel request."""
-        try:
-            check_killable(self.store, run.id)
-            others = [r.id for r in process_runs(self.store, run) if r.id != run.id]
-        except UserError as error:
-            self.notify(str(error), severity="warning", timeout=8)
-            return
-
-        def answered(yes: bool | None) -> None:
-            if not yes:
-                return
-            try:
-                cancelled = force_kill(self.store, run.id)
-            except UserError as error:
-                self.notify(str(error), severity="error", timeout=8)
-                return
-            self.notify(f"Process {run.pid} killed; recorded as cancelled: {', '.join(cancelled) or 'none'}.")
-
-        also = f" Its other run(s) {', '.join(others)} end too." if others else ""
-        self.push_screen(
-            ConfirmScreen(
-                f"Kill run {run.id} ({run.label} at {run.config.sparsity}) now? Its process {run.pid} is ended "
-                f"at once, mid-layer; the layers done are kept and the run is recorded as cancelled.{also}"
-            ),
-            answered,
-        )
-
-    def cancel_run(self, run: RunRecord) -> None:
-        """Ask first; then ask the run's process to stop after its current layer (a queued run is
-        cancelled at once)."""
-
-        def answered(yes: bool | None) -> None:
-            if not yes:
-                return
-            try:
-                status = self.store.request_cancel(run.id)
-            except UserError as error:
-                self.notify(str(error), severity="warning")
-                return
-            self.notify(
-                f"Run {run.id}: cancel requested ({status})."
-                + (" It stops after the current layer." if status == "running" else "")
-            )
-
-        self.push_screen(
-            ConfirmScreen(
-                f"Cancel run {run.id} ({run.label} at {run.config.sparsity}, {run.status})? "
-                "It stops after its current layer; the layers done are kept."
-            ),
-            answered,
-        )
 
     # ---- help, panels, the command palette ----
 

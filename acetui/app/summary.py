@@ -39,8 +39,9 @@ clock = time.time  # "now" for elapsed times and sample ages (snapshot tests fix
 
 def layer_variance(layer: LayerRecord) -> Spread | None:
     """``Var[x^2]`` of the layer's inputs: the median over linears of the per-column median, and the
-    largest column; None when the method gathered no activations (magnitude)."""
-    spreads = [linear.act_stats.x2_var for linear in layer.linears if linear.act_stats]
+    largest column; None when the method gathered no activations (magnitude) or the run predates the
+    statistic."""
+    spreads = [linear.act_stats.x2_var for linear in layer.linears if linear.act_stats and linear.act_stats.x2_var]
     if not spreads:
         return None
     return Spread(

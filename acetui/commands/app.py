@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 
 from acetui.options import Notify
 from acetui.options import StoreOption as StorePath
@@ -84,7 +85,9 @@ def hand_down(ctx: typer.Context, given: dict) -> None:
     """``acetui --store S runs``: the options given before a subcommand become its defaults (and those of
     the commands under it), or are refused when it has no such option: never silently ignored."""
     name = ctx.invoked_subcommand or ""
-    command = ctx.command.get_command(ctx, name)  # the root command is a group
+    root = ctx.command
+    assert isinstance(root, TyperGroup)  # the root command is a group
+    command = root.get_command(ctx, name)
     defaults = _defaults(command, given)
     ignored = [option for option in given if not _takes(command, option)]
     if ignored:

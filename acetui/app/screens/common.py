@@ -1,44 +1,27 @@
-"""What the screens share: the live list of the store's runs shown in a table, and a yes/no question."""
+"""What the screens share: the live list of the store's runs shown in a table, sortable and filterable."""
 
 from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
-from textual import on
+from textual import getters, on
 from textual.actions import SkipAction
-from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.color import Color
-from textual.containers import Vertical
-from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.coordinate import Coordinate
+from textual.screen import Screen
+from textual.widgets import DataTable, Input
 
 from acetui.app.summary import STATUS_COLOR
+from acetui.app.workbench import Workbench
 from acetui_core.store import RunRecord
-
-
-class ConfirmScreen(ModalScreen[bool]):
-    """A yes/no question; ``y`` or ``n`` (escape is no)."""
-
-    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
-
-    def __init__(self, question: str) -> None:
-        super().__init__()
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="confirm"):
-            yield Static(self.question, markup=False)
-            yield Static("[b]y[/b] yes   [b]n[/b] no", id="confirm-keys")
-        yield Footer(show_command_palette=False, compact=True)
-
-    def action_answer(self, yes: bool) -> None:
-        self.dismiss(yes)
 
 
 class RunListScreen(Screen):
     """A screen showing the app's run list (which one thread polls for every screen); subclasses
     implement ``show_runs``."""
+
+    app = getters.app(Workbench)
 
     def on_mount(self) -> None:
         self.runs: list[RunRecord] = list(self.app.runs)
@@ -57,7 +40,7 @@ class RunListScreen(Screen):
         """The run under the table's cursor (rows are keyed by run id)."""
         if table.row_count == 0:
             return None
-        key = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
         return next((run for run in self.runs if run.id == key), None)
 
 
@@ -147,7 +130,7 @@ def refill(table: DataTable, rows: list[tuple[str, tuple]]) -> None:
     Plain strings are shown verbatim (a model path with brackets is not markup)."""
     keep = None
     if table.row_count:
-        keep = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        keep = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
     table.clear()
     for key, cells in rows:
         table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells), key=key)

@@ -14,8 +14,8 @@ import time
 from contextlib import suppress
 from dataclasses import asdict
 
-from textual import on, work
-from textual.app import ComposeResult
+from textual import getters, on, work
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
@@ -43,11 +43,13 @@ from acetui.app import form, summary
 from acetui.app.candidates import model_candidates, shorten, starting_model
 from acetui.app.messages import CandidatesFound
 from acetui.app.widgets.marks import Tick, TickList
+from acetui.app.workbench import Workbench
 from acetui_core.config import SETTINGS, RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.plugins import available_methods
 from acetui_core.setting import Setting
+from acetui_core.store import RunRecord
 
 CANDIDATES_SHOWN = 3  # rows of model completions under the model field
 CANDIDATE_WIDTH = 64  # characters of a completion shown (its end: the file name matters most)
@@ -88,6 +90,8 @@ def _devices() -> list[str]:
 
 
 class NewRunScreen(Screen):
+    app = getters.app(Workbench)
+
     AUTO_FOCUS = "#model"
     BINDINGS = [
         Binding(
@@ -300,9 +304,10 @@ class NewRunScreen(Screen):
         widget = self.query_one(f"#{field_id}")
         error = self.query_one(f"#{field_id}-error", Static)
         try:
-            if field_id == "metrics":
+            if isinstance(widget, SelectionList):  # the metrics
                 form.methods(widget.selected)
             else:
+                assert isinstance(widget, Input)  # every other field checked is a text field (TEXT)
                 form.value(field_id, widget.value)
             message = ""
         except UserError as problem:
@@ -401,12 +406,16 @@ class NewRunScreen(Screen):
 
     @on(OptionList.OptionSelected, "#model-candidates")
     def _candidate_picked(self, event: OptionList.OptionSelected) -> None:
-        self.query_one("#model", Input).value = event.option.id
+        model = event.option.id
+        assert model is not None  # each candidate's id is its model (_show_candidates)
+        self.query_one("#model", Input).value = model
         self.query_one("#metrics").focus()
 
     @on(Button.Pressed, ".preset")
     def _preset(self, event: Button.Pressed) -> None:
-        self.query_one("#seqlen", Input).value = event.button.name
+        seqlen = event.button.name
+        assert seqlen is not None  # each preset button is named by its value (_field)
+        self.query_one("#seqlen", Input).value = seqlen
 
     @on(Button.Pressed, "#start")
     def _start_pressed(self) -> None:
@@ -425,3 +434,11 @@ class NewRunScreen(Screen):
             self.notify(str(error), severity="error", timeout=8)
             return
         self.app.remember(new_run=self.values())
+
+
+async def rerun(app: App, run: RunRecord) -> None:
+    """The New run form filled with ``run``'s settings: ctrl+r starts it again as it was, or change a field
+    first for a variant."""
+    await app.switch_mode("new")
+    if isinstance(app.screen, NewRunScreen):
+        app.screen.fill(run.config)

@@ -41,6 +41,11 @@ def zeroshot_mean(run: RunRecord) -> float | None:
     return run.results.zeroshot_mean if run.results else None
 
 
+def _zeroshot_percent(run: RunRecord) -> str:
+    mean = zeroshot_mean(run)
+    return "–" if mean is None else f"{mean * 100:.1f}"
+
+
 def _seqlen_order(run: RunRecord) -> float:
     seqlen = run.config.seqlen
     return math.inf if seqlen == "full" else float(seqlen)
@@ -84,11 +89,7 @@ COLUMNS = [
     Column("Sparsity", lambda r: r.config.sparsity, _sparsity_order),
     Column("PPL", summary.ppl_text, lambda r: _missing_last(r.ppl)),
     Column("Prune", lambda r: summary.fmt_seconds(r.prune_seconds), lambda r: _missing_last(r.prune_seconds)),
-    Column(
-        "0-shot%",
-        lambda r: "–" if zeroshot_mean(r) is None else f"{zeroshot_mean(r) * 100:.1f}",
-        lambda r: -(zeroshot_mean(r) or -1),
-    ),
+    Column("0-shot%", _zeroshot_percent, lambda r: -(zeroshot_mean(r) or -1)),
     Column("Calib", _calibration, lambda r: (_seqlen_order(r), r.config.nsamples)),
     Column("Seed", lambda r: str(r.config.seed), lambda r: r.config.seed),
     Column("Eval", _windows, lambda r: _missing_last(r.results.ppl_windows if r.results else None)),
@@ -205,7 +206,7 @@ class ResultsScreen(SortedRunListScreen):
 
     # ---- what is shown ----
 
-    def visible(self) -> list[RunRecord]:
+    def filtered_runs(self) -> list[RunRecord]:
         """Finished runs matching the model filter, in the chosen order."""
         wanted = self.query_one("#filter", Input).value.strip().lower()
         runs = [r for r in self.runs if r.status == "finished" and wanted in r.config.model.lower()]
@@ -213,11 +214,11 @@ class ResultsScreen(SortedRunListScreen):
 
     def chosen(self) -> list[RunRecord]:
         """The selected runs still visible, or every visible run when none is selected."""
-        visible = self.visible()
+        visible = self.filtered_runs()
         return [r for r in visible if r.id in self.selected] or visible
 
     def show_runs(self) -> None:
-        visible = self.visible()
+        visible = self.filtered_runs()
         refill(
             self.query_one("#results", DataTable),
             [(r.id, ("✓" if r.id in self.selected else " ", *(c.cell(r) for c in COLUMNS))) for r in visible],
@@ -252,7 +253,7 @@ class ResultsScreen(SortedRunListScreen):
         if not runs:
             return "No finished runs yet."
         kept = self._evidence(runs)
-        which = "selected" if any(r.id in self.selected for r in self.visible()) else "listed"
+        which = "selected" if any(r.id in self.selected for r in self.filtered_runs()) else "listed"
         parts: list = [Text(VERDICT_LEGEND)]  # first: the marks must be read before the cells (NO_COLOR)
         unmeasured = []
         for measure, caption in PAPER_MEASURES.items():
@@ -325,7 +326,7 @@ class ResultsScreen(SortedRunListScreen):
             self.show_runs()
 
     def action_select_all(self) -> None:
-        visible = {r.id for r in self.visible()}
+        visible = {r.id for r in self.filtered_runs()}
         self.selected = set() if visible <= self.selected else self.selected | visible
         self.show_runs()
 
@@ -389,7 +390,7 @@ class ResultsScreen(SortedRunListScreen):
         self._show_overlay("fidelity", caption, "1 - cos(Y, Y') of layer outputs (log)", shown, total_layers)
 
     def _plot_overlap(self) -> None:
-        picked = [r for r in self.visible() if r.id in self.selected]
+        picked = [r for r in self.filtered_runs() if r.id in self.selected]
         if len(picked) != 2:
             self._show_overlay(
                 "overlap", "Select exactly two runs (space) to compare their masks (m: back).", "", {}, 0
@@ -412,7 +413,7 @@ class ResultsScreen(SortedRunListScreen):
         self.post_message(OverlapReady(title, series))
 
     def on_overlap_ready(self, message: OverlapReady) -> None:
-        if message.error:
+        if message.series is None:
             self._show_overlay("overlap", f"{message.error} (m: back)", "", {}, 0)
             return
         total_layers = len(message.series["all"])

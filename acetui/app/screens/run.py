@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from rich.text import Text
-from textual import on, work
+from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -22,6 +22,7 @@ from textual.worker import get_current_worker
 
 from acetui.app import summary
 from acetui.app.messages import LogLines, RunProgress, StoreFailed
+from acetui.app.screens.new_run import rerun
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.watch import follow_run, tail_log
 from acetui.app.widgets.logpane import LogPane
@@ -36,6 +37,7 @@ from acetui.app.widgets.plots import (
     sparsity_title,
     variance_series,
 )
+from acetui.app.workbench import Workbench
 from acetui_core.config import model_name
 from acetui_core.liveness import HOST
 from acetui_core.records import LayerRecord
@@ -51,7 +53,7 @@ def describe_stage(run: RunRecord) -> str:
         text = "finished"
         if run.ppl is not None:
             text += f" · ppl {summary.ppl_text(run)}"
-            if run.ppl_partial and run.results.ppl_windows:
+            if run.ppl_partial and run.results and run.results.ppl_windows:
                 text += f" ({run.results.ppl_windows} windows)"
         return text + f" · prune {summary.fmt_seconds(run.prune_seconds)}"
     if not run.active:
@@ -120,6 +122,8 @@ def token_load(run: RunRecord) -> Text:
 
 
 class RunScreen(Screen):
+    app = getters.app(Workbench)
+
     AUTO_FOCUS = "#layers"
     BINDINGS = [
         Binding("c", "cancel_run", "Cancel", tooltip="Stop the run after its current layer (asks first)"),
@@ -429,11 +433,15 @@ class RunScreen(Screen):
         batch = self.app.batch
         self.app.followed = batch[batch.index(self.app.followed) + step]
 
+    def _shown_run(self) -> RunRecord:
+        assert self._run is not None  # check_action offers cancel, kill and re-run only with a run shown
+        return self._run
+
     def action_cancel_run(self) -> None:
-        self.app.cancel_run(self._run)
+        self.app.cancel_run(self._shown_run())
 
     def action_kill_run(self) -> None:
-        self.app.kill_run(self._run)
+        self.app.kill_run(self._shown_run())
 
     async def action_rerun(self) -> None:
-        await self.app.rerun(self._run)
+        await rerun(self.app, self._shown_run())

@@ -17,7 +17,9 @@ from textual.markup import escape
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from acetui.app import summary
-from acetui.app.screens.common import ConfirmScreen, SortedRunListScreen, filter_keys, refill, status_text
+from acetui.app.confirm import ConfirmScreen
+from acetui.app.screens.common import SortedRunListScreen, filter_keys, refill, status_text
+from acetui.app.screens.new_run import rerun
 from acetui.app.summary import STATUS_COLOR
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
@@ -122,14 +124,14 @@ class RunsScreen(SortedRunListScreen):
         self.query_one("#runs", DataTable).add_columns(*(c.title for c in COLUMNS))
         super().on_mount()
 
-    def visible(self) -> list[RunRecord]:
+    def filtered_runs(self) -> list[RunRecord]:
         """The runs the filter lets through, in the chosen order."""
         words = self.query_one("#runs-filter", Input).value.lower().split()
         runs = [r for r in self.runs if matches(r, words)]
         return sorted(runs, key=self.sort_key(), reverse=self.descending)
 
     def show_runs(self) -> None:
-        shown = self.visible()
+        shown = self.filtered_runs()
         self.query_one("#runs-info", Static).update(f"{len(shown)} of {len(self.runs)} · {self.sort_text()}")
         refill(
             self.query_one("#runs", DataTable),
@@ -221,7 +223,7 @@ class RunsScreen(SortedRunListScreen):
     async def action_rerun(self) -> None:
         run = self._current()
         if run is not None:
-            await self.app.rerun(run)
+            await rerun(self.app, run)
 
     def action_delete_run(self) -> None:
         run = self._current()

@@ -4,6 +4,7 @@ them apart by colour only, which the ansi theme and ``NO_COLOR`` lose. Here an u
 from __future__ import annotations
 
 from rich.segment import Segment
+from textual.content import Content
 from textual.strip import Strip
 from textual.widgets import Checkbox, SelectionList
 from textual.widgets._toggle_button import ToggleButton
@@ -13,9 +14,9 @@ EMPTY = " "
 
 
 class Tick(Checkbox):
-    @property
-    def BUTTON_INNER(self) -> str:  # Textual's name for the mark
-        return ToggleButton.BUTTON_INNER if self.value else EMPTY
+    def render(self) -> Content:
+        self.BUTTON_INNER = ToggleButton.BUTTON_INNER if self.value else EMPTY  # Textual's name for the mark
+        return super().render()
 
 
 class TickList(SelectionList):

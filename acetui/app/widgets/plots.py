@@ -213,7 +213,7 @@ class DepthPlot(Plot):
         if self._log and values:
             low, high = math.floor(min(values)), math.ceil(max(values))
             decades = list(range(low, high + 1, max(1, math.ceil((high - low) / 4))))
-            plt.yticks(decades, [f"1e{d}" for d in decades])
+            plt.yticks([float(d) for d in decades], [f"1e{d}" for d in decades])
 
 
 def sparsity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:

@@ -1,0 +1,181 @@
+"""The workbench every screen works on: the run store, its runs (listed by one thread for every screen),
+the run the Run screen follows and its batch, the user's settings, and starting, cancelling and killing runs.
+
+``AceApp`` (``acetui.app.app``) adds the screens, keys, themes and command palette; the screens read this
+class's state through ``app = getters.app(Workbench)``, which gives them its types.
+"""
+
+from __future__ import annotations
+
+from textual import work
+from textual.app import App
+from textual.notifications import SeverityLevel
+from textual.reactive import reactive
+from textual.signal import Signal
+from textual.worker import get_current_worker
+
+from acetui import notify, settings
+from acetui.app import summary
+from acetui.app.confirm import ConfirmScreen
+from acetui.app.messages import RunsListed, StoreFailed
+from acetui.app.watch import watch_runs
+from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
+from acetui_core.kill import check_killable, force_kill, process_runs
+from acetui_core.launch import LocalProcesses, gpus_for, launch
+from acetui_core.store import RunRecord, Store
+
+
+class Workbench(App):
+    """The state and the run operations the screens share (see the module docstring)."""
+
+    followed: reactive[str | None] = reactive(None)
+    """The run the Run screen shows (None: none yet)."""
+
+    batch: reactive[tuple[str, ...]] = reactive(())
+    """The runs started together with ``followed`` (a comparison), in queue order."""
+
+    def __init__(self, store: Store, user: settings.Settings, ansi_color: bool | None) -> None:
+        super().__init__(ansi_color=ansi_color)
+        self.store = store
+        self.settings = user
+        self.runs: list[RunRecord] = []
+        self.runs_listed = False
+        self.runs_signal: Signal[list[RunRecord]] = Signal(self, "runs")
+
+    # ---- settings ----
+
+    def remember(self, **values) -> None:
+        """Save user choices in the settings file; a refusal is a warning, never a failure."""
+        for name, value in values.items():
+            setattr(self.settings, name, value)
+        try:
+            settings.save(self.settings)
+        except UserError as error:
+            self.notify(str(error), severity="warning", timeout=8)
+
+    # ---- the store's runs, for every screen ----
+
+    @work(thread=True, exclusive=True, group="runs")
+    def _watch_runs(self) -> None:
+        watch_runs(self.store, self.post_message, get_current_worker().cancelled_event)
+
+    def on_runs_listed(self, message: RunsListed) -> None:
+        before = {run.id: run for run in self.runs}
+        self.runs = message.runs
+        self.runs_listed = True
+        for run in self.runs:
+            if run.id in before and before[run.id].active and not run.active:
+                self.announce_end(run)
+        self._announce_new_runs(before)
+        if self.followed is None and self.current_mode == "run" and (pick := summary.run_to_show(self.runs, None)):
+            self.follow(pick)
+        elif self.batch == (self.followed,) and (shown := next((r for r in self.runs if r.id == self.followed), None)):
+            self.batch = summary.batch_of(self.runs, shown)  # attached before the list came: find its comparison
+        self.runs_signal.publish(self.runs)
+        self.refresh_bindings()  # F2 on the Run screen depends on which runs are active
+
+    def _announce_new_runs(self, before: dict[str, RunRecord]) -> None:
+        """On the Run screen of an ended run, say that a new run (from the CLI, a script, another session)
+        has started and that F2 shows it."""
+        shown = next((r for r in self.runs if r.id == self.followed), None)
+        if not before or self.current_mode != "run" or shown is None or shown.active:
+            return
+        new = [run for run in self.runs if run.id not in before and run.active and run.id not in self.batch]
+        if new:  # one toast for a comparison queued at once
+            first = min(new, key=lambda r: (r.created, r.id))
+            more = f" and {len(new) - 1} more" if len(new) > 1 else ""
+            self.notify(
+                f"Run {first.id} ({first.label} at {first.config.sparsity}){more} started: F2 shows it.", timeout=8
+            )
+
+    def on_store_failed(self, message: StoreFailed) -> None:
+        self.notify(message.error, severity="error", timeout=10)
+
+    def announce_end(self, run: RunRecord) -> None:
+        """A toast, and the bell or a desktop notification in the terminal (``--notify``)."""
+        if run.status == "finished":
+            what = f"finished: ppl {summary.ppl_text(run)}" if run.ppl is not None else "finished"
+        else:
+            what = run.status + (f": {run.error}" if run.error else "")
+        body = f"{run.label} at {run.config.sparsity} (run {run.id}) {what}"
+        severities: dict[str, SeverityLevel] = {"finished": "information", "cancelled": "warning"}
+        severity = severities.get(run.status, "error")
+        self.notify(body, title="Run ended", severity=severity, timeout=10)
+        notify.send(self.settings.notify, "acetui", body, self.write_to_terminal)
+
+    def write_to_terminal(self, text: str) -> None:
+        """Raw bytes to the user's terminal (as Textual's own bell and clipboard do)."""
+        if self._driver is not None:
+            self._driver.write(text)
+
+    # ---- following runs ----
+
+    def follow(self, run_id: str, batch: tuple[str, ...] | None = None) -> None:
+        """Show ``run_id`` on the Run screen, live while it runs; ``batch``: the runs queued with it
+        (default: those its process owns, as far as the run list tells)."""
+        run = next((r for r in self.runs if r.id == run_id), None)
+        self.batch = batch or (summary.batch_of(self.runs, run) if run else (run_id,))
+        self.followed = run_id
+        self.switch_mode("run")
+
+    def start_runs(self, configs: list[RunConfig]) -> list[str]:
+        """Start ``configs`` through the launcher as detached worker processes (one per visible GPU, each
+        loading its model once), then follow the first."""
+        ids = launch(configs, LocalProcesses(detach=True, gpus=gpus_for(configs[0].device)), self.store)
+        self.follow(ids[0], tuple(ids))
+        return ids
+
+    def kill_run(self, run: RunRecord) -> None:
+        """Ask first; then end the run's process at once (``acetui_core.kill``): for a run that did not
+        stop after a cancel request."""
+        try:
+            check_killable(self.store, run.id)
+            others = [r.id for r in process_runs(self.store, run) if r.id != run.id]
+        except UserError as error:
+            self.notify(str(error), severity="warning", timeout=8)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            try:
+                cancelled = force_kill(self.store, run.id)
+            except UserError as error:
+                self.notify(str(error), severity="error", timeout=8)
+                return
+            self.notify(f"Process {run.pid} killed; recorded as cancelled: {', '.join(cancelled) or 'none'}.")
+
+        also = f" Its other run(s) {', '.join(others)} end too." if others else ""
+        self.push_screen(
+            ConfirmScreen(
+                f"Kill run {run.id} ({run.label} at {run.config.sparsity}) now? Its process {run.pid} is ended "
+                f"at once, mid-layer; the layers done are kept and the run is recorded as cancelled.{also}"
+            ),
+            answered,
+        )
+
+    def cancel_run(self, run: RunRecord) -> None:
+        """Ask first; then ask the run's process to stop after its current layer (a queued run is
+        cancelled at once)."""
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            try:
+                status = self.store.request_cancel(run.id)
+            except UserError as error:
+                self.notify(str(error), severity="warning")
+                return
+            self.notify(
+                f"Run {run.id}: cancel requested ({status})."
+                + (" It stops after the current layer." if status == "running" else "")
+            )
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Cancel run {run.id} ({run.label} at {run.config.sparsity}, {run.status})? "
+                "It stops after its current layer; the layers done are kept."
+            ),
+            answered,
+        )
