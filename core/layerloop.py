@@ -239,7 +239,12 @@ def prune(
                     feed.leave(index)
                 fidelity = agreement.result() if agreement else None
                 seconds = time.perf_counter() - layer_start
-                emit(LayerPruned(LayerRecord(index, len(layers), seconds, linears, fidelity=fidelity)))
+                layer_experts = experts.of_layer(index) if experts else None
+                emit(
+                    LayerPruned(
+                        LayerRecord(index, len(layers), seconds, linears, fidelity=fidelity, experts=layer_experts)
+                    )
+                )
                 summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds, r.kind, r.size) for r in linears]
                 matrices = prunable_linears(layer)
                 for r in linears:

@@ -116,6 +116,7 @@ class LayerRecord:
     linears: list[LinearRecord]
     recorded: float | None = None
     fidelity: Fidelity | None = None  # of the layer's output hidden states (see ``Fidelity``)
+    experts: Experts | None = None  # a mixture-of-experts layer's token load and fallbacks
 
     @property
     def sparsity(self) -> float | None:
@@ -195,6 +196,26 @@ class Experts:
     calibration: str  # --moe-calibration: routed or all
     load: list[ExpertLoad] = field(default_factory=list)
     fallbacks: list[ExpertFallback] = field(default_factory=list)
+
+    def of_layer(self, index: int) -> Experts | None:
+        """What decoder layer ``index`` contributed (recorded with the layer, so it shows while the run
+        goes on); None for a layer without experts."""
+        load = [entry for entry in self.load if entry.layer == index]
+        if not load:
+            return None
+        return Experts(self.layout, self.calibration, load, [f for f in self.fallbacks if f.layer == index])
+
+    @staticmethod
+    def joined(parts: list[Experts]) -> Experts | None:
+        """The layers' contributions as one record (the run's so far); None when there is none."""
+        if not parts:
+            return None
+        return Experts(
+            parts[0].layout,
+            parts[0].calibration,
+            [entry for part in parts for entry in part.load],
+            [fallback for part in parts for fallback in part.fallbacks],
+        )
 
 
 @dataclass

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from acetui_core.config import RunConfig, model_name
 from acetui_core.events import Stage
 from acetui_core.records import (
+    Experts,
     Fidelity,
     LayerRecord,
     LinearRecord,
@@ -176,9 +177,12 @@ def read_layers(
         )
         try:
             layer.fidelity = from_dict(Fidelity, loads(row["fidelity"])) if row["fidelity"] else None
+            layer.experts = from_dict(Experts, loads(row["experts"])) if row["experts"] else None
         except Exception as error:  # a damaged value must not hide the rest of the run
             if damaged is not None:
-                damaged[row["run_id"]] = f"unreadable fidelity of layer {row['layer']} ({type(error).__name__})"
+                damaged[row["run_id"]] = (
+                    f"unreadable fidelity or token load of layer {row['layer']} ({type(error).__name__})"
+                )
         by_run[row["run_id"]].append(layer)
         index[(row["run_id"], row["layer"])] = layer
     for row in db.execute(f"SELECT * FROM linears WHERE run_id IN ({marks}) ORDER BY run_id, layer, position", run_ids):
@@ -213,7 +217,7 @@ def write_layer(db: sqlite3.Connection, run_id: str, layer: LayerRecord, now: fl
     it was recorded unless the record says."""
     db.execute("DELETE FROM layers WHERE run_id = ? AND layer = ?", (run_id, layer.index))
     db.execute(
-        "INSERT INTO layers (run_id, layer, total, seconds, recorded, fidelity) VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO layers (run_id, layer, total, seconds, recorded, fidelity, experts) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (
             run_id,
             layer.index,
@@ -221,6 +225,7 @@ def write_layer(db: sqlite3.Connection, run_id: str, layer: LayerRecord, now: fl
             layer.seconds,
             layer.recorded or now,
             dumps(as_dict(layer.fidelity)),
+            dumps(as_dict(layer.experts)),
         ),
     )
     db.executemany(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 APPLICATION_ID = 0x41434554  # "ACET": marks the file as an acetui store
 STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted")
 
@@ -199,6 +199,12 @@ def _migrate_5_to_6(db: sqlite3.Connection) -> None:
         db.execute("UPDATE runs SET batch = ? WHERE id = ?", (batch, run_id))
 
 
+def _migrate_6_to_7(db: sqlite3.Connection) -> None:
+    """Version 7 keeps each mixture-of-experts layer's token load with the layer (``records.Experts``), so
+    it shows while the run goes on: NULL in older runs and in dense layers."""
+    db.execute("ALTER TABLE layers ADD COLUMN experts TEXT")
+
+
 MIGRATIONS = {
     0: _migrate_0_to_1,
     1: _migrate_1_to_2,
@@ -206,4 +212,5 @@ MIGRATIONS = {
     3: _migrate_3_to_4,
     4: _migrate_4_to_5,
     5: _migrate_5_to_6,
+    6: _migrate_6_to_7,
 }

@@ -331,27 +331,69 @@ def test_moe_calibration_is_checked_before_any_work(cli, make_moe):
     assert code == 2 and "--moe-calibration must be routed or all, not 'some'." in err
 
 
+def test_each_moe_layer_records_its_token_load_as_it_is_pruned(make_moe, calib_file):
+    """The Run screen and runs show read a running run's token load from its pruned layers: each layer's
+    record carries its own share, and together they are the finished result's."""
+    from acetui_core.events import LayerPruned
+    from acetui_core.records import Experts
+
+    loaded = load_model(str(make_moe("mixtral", edit=_starve_expert_zero, num_experts_per_tok=1)), device="cpu")
+    config = RunConfig(model="mixtral", method="wanda", sparsity="0.5", calib=calib_file, nsamples=8, seqlen=16,
+                       evals=[], device="cpu")  # fmt: skip
+    layers = []
+    pruned = pipeline.prune(loaded, config, lambda e: layers.append(e.layer) if isinstance(e, LayerPruned) else None)
+    assert [layer.experts.load[0].layer for layer in layers if layer.experts] == [0, 1]
+    assert [f.expert for f in layers[0].experts.fallbacks] == ["mlp.experts.0"]
+    assert Experts.joined([layer.experts for layer in layers if layer.experts]) == pruned.experts
+
+
+STARVED = {"layer": 1, "expert": "mlp.experts.2", "tokens": 3, "min_tokens": MIN_EXPERT_TOKENS}
+TOKEN_LOAD = {
+    "layout": "fused 3-D [experts, d_out, d_in]: gate_up_proj, down_proj",
+    "calibration": "routed",
+    "load": [
+        {"layer": 0, "experts": "mlp.experts", "tokens": [40, 25, 31, 32]},
+        {"layer": 1, "experts": "mlp.experts", "tokens": [60, 32, 3, 33]},
+    ],
+    "fallbacks": [STARVED],
+}
+
+
+def _moe_run(store, state: str) -> str:
+    """A finished run with its token load in the result, or a running one whose two pruned layers (of 4)
+    carry theirs, recorded through the store as the runner records them."""
+    from runhelpers import insert_run, layer_event
+
+    from acetui_core.events import RunStarted
+    from acetui_core.records import Experts, from_dict
+
+    config = RunConfig(model="tiny-mixtral", method="wanda", sparsity="0.5")
+    if state == "finished":
+        return insert_run(
+            store, store.clock, "moe00001", config, created=1.7e9, ppl=20.0, result={"experts": TOKEN_LOAD}
+        )
+    run_id = store.create_run(config)
+    store.claim(run_id)
+    store.record_event(run_id, RunStarted(config.model, config.method, config.sparsity, 4, "cpu"))
+    experts = from_dict(Experts, TOKEN_LOAD)
+    for index in range(2):
+        event = layer_event(index, 4)
+        event.layer.experts = experts.of_layer(index)
+        store.record_event(run_id, event)
+    return run_id
+
+
 @pytest.mark.asyncio
-async def test_the_run_screen_shows_each_experts_token_load_with_the_starved_marked(tmp_path):
-    from runhelpers import Clock, insert_run, pilot_wait_until
+@pytest.mark.parametrize("state", ["finished", "running"])
+async def test_the_run_screen_shows_each_experts_token_load_with_the_starved_marked(tmp_path, state):
+    from runhelpers import Clock, pilot_wait_until
     from textual.widgets import Static
 
     from acetui.app import make_app
     from acetui_core.store import Store
 
-    starved = {"layer": 1, "expert": "mlp.experts.2", "tokens": 3, "min_tokens": MIN_EXPERT_TOKENS}
-    experts = {
-        "layout": "fused 3-D [experts, d_out, d_in]: gate_up_proj, down_proj",
-        "calibration": "routed",
-        "load": [
-            {"layer": 0, "experts": "mlp.experts", "tokens": [40, 25, 31, 32]},
-            {"layer": 1, "experts": "mlp.experts", "tokens": [60, 32, 3, 33]},
-        ],
-        "fallbacks": [starved],
-    }
     store = Store(tmp_path / "runs.db", clock=Clock())
-    config = RunConfig(model="tiny-mixtral", method="wanda", sparsity="0.5")
-    run_id = insert_run(store, store.clock, "moe00001", config, created=1.7e9, ppl=20.0, result={"experts": experts})
+    run_id = _moe_run(store, state)
     app = make_app(store, attach=run_id)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run")
@@ -362,6 +404,18 @@ async def test_the_run_screen_shows_each_experts_token_load_with_the_starved_mar
     assert grid[3].split() == ["layer", "0", "mlp.experts", "40", "25", "31", "32"]
     assert grid[4].split() == ["layer", "1", "mlp.experts", "60", "32", "3*", "33"]  # marked without colour too
     assert "Layer 1 mlp.experts.2 received 3 calibration token(s), fewer than 16" in " ".join(grid)
+
+
+def test_runs_show_prints_a_running_runs_token_load(tmp_path, cli):
+    from runhelpers import Clock
+
+    from acetui_core.store import Store
+
+    store = Store(tmp_path / "runs.db", clock=Clock())
+    run_id = _moe_run(store, "running")
+    code, out, err = cli("runs", "show", run_id, "--store", tmp_path / "runs.db")
+    assert code == 0, err
+    assert "layer 1 mlp.experts tokens: 60 32 3* 33" in out
 
 
 @pytest.mark.parametrize("family", ["mixtral", "gpt_oss"])

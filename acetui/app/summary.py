@@ -245,6 +245,14 @@ def config_text(run: RunRecord, store_folder: Path) -> str:
     return "\n".join(f"[b]{name.ljust(width)}[/b]  {escape(value)}" for name, value in rows)
 
 
+def run_experts(run: RunRecord, layers: list[LayerRecord]) -> Experts | None:
+    """A mixture-of-experts run's token load: the finished result's, or while it runs, what its pruned
+    ``layers`` recorded so far."""
+    if run.results and run.results.experts:
+        return run.results.experts
+    return Experts.joined([layer.experts for layer in layers if layer.experts])
+
+
 def expert_load(experts: Experts) -> list[tuple[str, list[str]]]:
     """Per experts module of each MoE layer, the calibration tokens routed to each expert, in expert order;
     a starved expert (its statistics came from all tokens instead) is marked ``*``, which reads without

@@ -11,7 +11,7 @@ import typer
 
 from acetui import notify as notifications
 from acetui import options
-from acetui.app.summary import expert_load
+from acetui.app.summary import expert_load, run_experts
 from acetui_core import jobfolder, parse
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
@@ -166,13 +166,12 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
                 "--permute); DSnoT error: ||e|| / ||W mu|| of the expected outputs, mean before -> after "
                 "(per linear: runs show --json)"
             )
+    if run.results and run.results.kinds:
+        print("sparsity by kind: " + ", ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in run.results.kinds.items()))
+    experts = run_experts(run, run.layers)  # while a run goes on: what its pruned layers recorded so far
+    if experts:
+        print(expert_load_text(experts))
     if run.results:
-        if run.results.kinds:
-            print(
-                "sparsity by kind: " + ", ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in run.results.kinds.items())
-            )
-        if run.results.experts:
-            print(expert_load_text(run.results.experts))
         print(run_summary(run))
         print(kept_for_tests(opened, run))
 

@@ -97,13 +97,14 @@ def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None)
     return "  │  ".join(parts)
 
 
-def token_load(run: RunRecord) -> Text:
-    """The calibration tokens each expert of each MoE layer received, as a grid with one column per expert;
-    a starved expert is marked ``*`` (and coloured), with the sentences of its fallback under the grid."""
-    experts = run.results.experts if run.results else None
+def token_load(run: RunRecord, layers: list[LayerRecord]) -> Text:
+    """The calibration tokens each expert of each MoE layer received (of the pruned ``layers`` while the run
+    goes on), as a grid with one column per expert; a starved expert is marked ``*`` (and coloured), with
+    the sentences of its fallback under the grid."""
+    experts = summary.run_experts(run, layers)
     if experts is None:
         if run.active:
-            return Text("The token load per expert is shown when the run finishes (mixture-of-experts models).")
+            return Text("No token load yet: it shows as the layers of a mixture-of-experts model are pruned.")
         return Text("No token load: the model has no experts, or the method reads no calibration data.")
     rows = summary.expert_load(experts)
     width = max((len(count) for _, counts in rows for count in counts), default=1) + 1
@@ -249,10 +250,10 @@ class RunScreen(Screen):
             self._start_log(run)
         # Every time: the status, the device actually used and the versions come once the run has started.
         self.query_one("#config-text", Static).update(summary.config_text(run, self.app.store.folder))
-        self.query_one("#experts-text", Static).update(token_load(run))
         if not run.active:
             self._log_ended.set()
         self._add_layers(message.new_layers)
+        self.query_one("#experts-text", Static).update(token_load(run, self._layers))
         self._show_status(run)
         self.refresh_bindings()
         if previous is not None and previous.active and not run.active:
