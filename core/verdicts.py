@@ -221,16 +221,19 @@ def text(data: dict) -> str:
 
 
 def run_difference(
-    first: RunRecord, second: RunRecord, kept: dict[str, RunEvidence], level: float = 0.95
+    first: RunRecord, second: RunRecord, kept: dict[str, RunEvidence], level: float = 0.95, measure: str = "ppl"
 ) -> tuple[float, float, float, float] | str:
-    """``second - first`` in perplexity, with its interval and the paired test's p, for two runs evaluated
-    on the same windows; or why it cannot be computed. One run each: the seed noise is not included."""
-    units = [_run_units(run, kept.get(run.id, RunEvidence()), "ppl", "") for run in (first, second)]
+    """``second - first`` with its interval and the paired test's p, for two runs evaluated on the same
+    units: in perplexity over the same windows (``measure`` "ppl"), or in points of mean zero-shot accuracy
+    over the same documents of the same tasks ("zeroshot", each task weighing equally); or why it cannot
+    be computed. One run each: the seed noise is not included."""
+    units = [_run_units(run, kept.get(run.id, RunEvidence()), measure, AVERAGE) for run in (first, second)]
     if units[0] is None or units[1] is None:
-        return NOT_KEPT["ppl"].replace("its", "a run's")
+        return NOT_KEPT[measure].replace("its", "a run's")
     if units[0][1] != units[1][1]:
-        return "cannot be tested: the two runs were not evaluated on the same windows"
+        where = "windows" if measure == "ppl" else "documents"
+        return f"cannot be tested: the two runs were not evaluated on the same {where}"
     base = evidence.Group([units[0][0]])
     paired = evidence.paired_difference(evidence.Group([units[1][0]]), base, level)
-    value, low, high = _difference("ppl", paired, base.mean)
+    value, low, high = _difference(measure, paired, base.mean)
     return value, low, high, paired.p

@@ -17,7 +17,7 @@ from acetui_core.comparison import comparison
 from acetui_core.config import RunConfig
 from acetui_core.export import export
 from acetui_core.store import Store
-from acetui_core.verdicts import judge
+from acetui_core.verdicts import judge, run_difference
 
 WINDOWS, SEQLEN = 32, 16
 BASE = np.random.default_rng(0).normal(4.3, 0.35, WINDOWS)  # the windows' own difficulty, shared by every run
@@ -285,6 +285,29 @@ def test_zero_shot_verdicts_pair_the_documents(store):
     [column] = mean.columns
     low, high = mean.verdicts[("Wanda-16", column)].ci
     assert low < mean.cells[("Wanda-16", column)].value < high
+
+
+def test_two_runs_zero_shot_difference_pairs_their_documents(store):
+    """Two selected runs: the difference of their mean accuracies (tasks weigh equally), in points, with the
+    paired test over the same documents; runs scored on other documents are not compared."""
+    clock = store.clock_
+    drawn = {}
+    for run_id, method, seed, accuracy in (("a0000000", "wanda", 0, 0.7), ("c0000001", "ria", 1, 0.6)):
+        tasks, kept = outcomes(seed, accuracy)
+        drawn[run_id] = kept
+        run = RunConfig(model="org/tiny", method=method, sparsity="0.5", seed=seed, evals=["zeroshot"])
+        result = {"calibration": C4, "task_outcomes": kept}
+        insert_run(store, clock, run_id, run, created=clock.now + 10, ppl=None, zeroshot=tasks, result=result)
+    runs = {run.id: run for run in store.list_runs()}
+    kept = store.evidence(list(runs))
+    value, low, high, p = run_difference(runs["a0000000"], runs["c0000001"], kept, measure="zeroshot")
+    per_task = [np.mean(drawn["c0000001"][t]["acc"]) - np.mean(drawn["a0000000"][t]["acc"]) for t in ("boolq", "rte")]
+    assert value == pytest.approx(100 * np.mean(per_task))
+    assert low < value < high < 0 and p < 0.05  # ten points lower on 600 documents
+    kept["c0000001"].task_outcomes["rte"].doc_ids.reverse()  # other documents of the same task
+    assert run_difference(runs["a0000000"], runs["c0000001"], kept, measure="zeroshot") == (
+        "cannot be tested: the two runs were not evaluated on the same documents"
+    )
 
 
 @pytest.mark.asyncio
