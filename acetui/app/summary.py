@@ -103,6 +103,11 @@ def ppl_text(run: RunRecord) -> str:
     return "–" if run.ppl is None else f"{run.ppl:.2f}" + ("†" if run.ppl_partial else "")
 
 
+def run_name(run: RunRecord) -> str:
+    """A run in a few characters, for plot legends and captions: method, sparsity and the id's start."""
+    return f"{run.label} {run.config.sparsity} {run.id[:4]}"
+
+
 def elapsed_seconds(run: RunRecord, now: float) -> float | None:
     """Time since the run started: up to now while it runs, up to its end after."""
     if run.started is None:

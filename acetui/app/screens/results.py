@@ -1,6 +1,6 @@
-"""Results: finished runs side by side, sortable and filterable; the paper's comparison layout;
-export of the selected runs as CSV or LaTeX (``acetui_core.export``), or the LaTeX to the clipboard;
-plots along depth of the chosen runs' output fidelity, or of two selected runs' mask overlap."""
+"""Results: finished runs side by side, sortable and filterable; the paper's comparison layout (drawn by
+``acetui.app.paper``); export of the selected runs as CSV or LaTeX (``acetui_core.export``), or the LaTeX to
+the clipboard; plots along depth of the chosen runs' output fidelity, or of two selected runs' mask overlap."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,11 +18,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, Static
 
-from acetui.app import summary
+from acetui.app import paper, summary
 from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, new_file, tmux_drops_clipboard
 from acetui.app.screens.common import SortedRunListScreen, filter_keys, refill
 from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot, ParetoPlot
-from acetui_core.comparison import Comparison, comparison
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.export import export
@@ -33,8 +30,7 @@ from acetui_core.maskfile import run_overlap, total
 from acetui_core.metrics import METHODS
 from acetui_core.records import linear_kind
 from acetui_core.sparsity import parse_sparsity
-from acetui_core.store import RunRecord
-from acetui_core.verdicts import judge, run_difference
+from acetui_core.store import RunEvidence, RunRecord
 
 
 def zeroshot_mean(run: RunRecord) -> float | None:
@@ -107,33 +103,6 @@ class OverlapReady(Message):
         self.title, self.series, self.error = title, series, error
 
 
-# A verdict's mark beside its cell: a glyph that reads without colour (NO_COLOR), and a colour that helps.
-VERDICT_MARKS = {
-    "best": ("●", "green"),
-    "tied": ("≈", "green"),
-    "worse": ("▼", "red"),
-    "unknown": ("?", "yellow"),
-    "untested": ("–", "dim"),
-}
-VERDICT_LEGEND = "● best · ≈ tied with it · ▼ worse · ? 1 seed: noise unknown · – untested"  # one line at 80
-
-# The paper view's tables (methods by sparsity), each shown where some chosen run measured it.
-PAPER_MEASURES = {
-    "ppl": "WikiText-2 perplexity of the {which} runs (lower is better), [95% interval]; bold: the best per "
-    "column and rows tied with it.",
-    "zeroshot-mean": "Mean zero-shot accuracy % of the {which} runs (higher is better), [95% interval], "
-    "paired on the same documents.",
-}
-PARTIAL_NOTES = {
-    "ppl": "† over part of the test set (--eval-limit): not comparable to full-set numbers.",
-    "zeroshot-mean": "† some task over part of its documents (--limit): not comparable to full-task numbers.",
-}
-
-
-def _run_name(run: RunRecord) -> str:
-    return f"{run.label} {run.config.sparsity} {run.id[:4]}"
-
-
 class ResultsScreen(SortedRunListScreen):
     AUTO_FOCUS = "#results"
     COLUMNS = COLUMNS
@@ -198,7 +167,8 @@ class ResultsScreen(SortedRunListScreen):
 
     def on_mount(self) -> None:
         self.selected: set[str] = set()
-        self.kept: dict = {}  # run id -> its RunEvidence: a finished run's never changes, so it is read once
+        # Each run's evidence, by run id: a finished run's never changes, so it is read once.
+        self.kept: dict[str, RunEvidence] = {}
         self.pareto_axis = "seconds"  # the Pareto view's and its file's cost axis (x: tokens)
         self.sort_column, self.descending = PPL_COLUMN, False
         self.query_one("#results", DataTable).add_columns(" ", *(c.title for c in COLUMNS))
@@ -245,73 +215,19 @@ class ResultsScreen(SortedRunListScreen):
                 "Runs (F4) shows the ones that failed or were cancelled."
             )
 
-    def paper_table(self) -> Group | str:
-        """The chosen runs in the paper's layout, methods by sparsity: their WikiText-2 perplexity and their
-        mean zero-shot accuracy (each where some run measured it), every cell with its interval and verdict
-        mark, the best per column and the rows tied with it in bold."""
-        runs = self.chosen()
-        if not runs:
-            return "No finished runs yet."
-        kept = self._evidence(runs)
-        which = "selected" if any(r.id in self.selected for r in self.filtered_runs()) else "listed"
-        parts: list = [Text(VERDICT_LEGEND)]  # first: the marks must be read before the cells (NO_COLOR)
-        unmeasured = []
-        for measure, caption in PAPER_MEASURES.items():
-            try:
-                grid = judge(comparison(runs, measure=measure), kept)
-            except UserError as error:  # no chosen run measured it
-                unmeasured.append(str(error))
-                continue
-            notes = [caption.format(which=which)]
-            if grid.partial:
-                notes.append(PARTIAL_NOTES[measure])
-            parts += [Text("\n".join(notes)), self._grid_table(grid)]
-        if len(parts) == 1:
-            return unmeasured[0]
-        picked = [r for r in runs if r.id in self.selected]
-        if len(picked) == 2:
-            parts.append(Text(self._paired(picked, kept)))
-        return Group(*parts)
-
-    def _grid_table(self, grid: Comparison) -> Table:
-        grid.ci = "interval"
-        table = Table(expand=False)
-        several = len(grid.models) > 1
-        table.add_column("Method")
-        for model, header in grid.columns:
-            table.add_column(f"{model} {header}" if several else header, justify="right")
-        for row in grid.rows:
-            table.add_row(Text(row), *(self._cell(grid, row, column) for column in grid.columns))
-        return table
-
-    def _evidence(self, runs: list[RunRecord]) -> dict:
+    def _evidence(self, runs: list[RunRecord]) -> dict[str, RunEvidence]:
         missing = [r.id for r in runs if r.id not in self.kept]
         if missing:
             self.kept.update(self.app.store.evidence(missing))
         return self.kept
 
-    @staticmethod
-    def _cell(grid, row: str, column) -> Text:
-        text = Text.from_markup(grid.text(row, column, lambda v: f"[b]{v}[/b]", "†", "|", "±"))
-        verdict = grid.verdicts.get((row, column))
-        if verdict is not None:
-            glyph, colour = VERDICT_MARKS[verdict.verdict]
-            text.append(f" {glyph}", style=colour)
-        return text
-
-    @staticmethod
-    def _paired(picked: list[RunRecord], kept) -> str:
-        """The paired difference of the two selected runs on their shared windows."""
-        first, second = picked
-        names = f"{_run_name(second)} − {_run_name(first)}"
-        difference = run_difference(first, second, kept)
-        if isinstance(difference, str):
-            return f"Paired difference {names}: {difference}."
-        value, low, high, p = difference
-        return (
-            f"Paired difference {names}: {value:+.2f} ppl [{low:+.2f}, {high:+.2f}], p = {p:.3g} "
-            "(same windows; one run each, so seed noise is not included)."
-        )
+    def paper_table(self) -> Group | str:
+        """The chosen runs in the paper's layout (``acetui.app.paper``), the selected pair compared."""
+        runs = self.chosen()
+        if not runs:
+            return "No finished runs yet."
+        which = "selected" if any(r.id in self.selected for r in self.filtered_runs()) else "listed"
+        return paper.view(runs, self._evidence(runs), which, [r for r in runs if r.id in self.selected])
 
     # ---- actions ----
 
@@ -375,7 +291,7 @@ class ResultsScreen(SortedRunListScreen):
         chosen = [r.id for r in self.chosen()]
         runs = self.app.store.list_runs(ids=chosen, layers=True) if chosen else []
         series = {
-            _run_name(run): [(layer.index, 1 - layer.fidelity.cosine) for layer in run.layers if layer.fidelity]
+            summary.run_name(run): [(layer.index, 1 - layer.fidelity.cosine) for layer in run.layers if layer.fidelity]
             for run in runs
         }
         series = {name: points for name, points in series.items() if points}
@@ -401,7 +317,7 @@ class ResultsScreen(SortedRunListScreen):
 
     @work(thread=True, exclusive=True, group="overlap")
     def _compute_overlap(self, run_a: RunRecord, run_b: RunRecord) -> None:
-        title = f"Jaccard of pruned positions: {_run_name(run_a)} vs {_run_name(run_b)}"
+        title = f"Jaccard of pruned positions: {summary.run_name(run_a)} vs {summary.run_name(run_b)}"
         try:
             rows = run_overlap(run_a, run_b)
         except UserError as error:

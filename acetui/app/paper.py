@@ -1,0 +1,99 @@
+"""The Results screen's paper view: the chosen runs in the paper's layout, methods by sparsity, with their
+WikiText-2 perplexity and mean zero-shot accuracy (each where some run measured it), every cell with its
+interval and a verdict mark that reads without colour, and the paired difference of two selected runs.
+
+Rich renderables from the engine's comparison (``acetui_core.comparison``) and verdicts
+(``acetui_core.verdicts``); no widget, no store.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from acetui.app.summary import run_name
+from acetui_core.comparison import Comparison, comparison
+from acetui_core.errors import UserError
+from acetui_core.store import RunEvidence, RunRecord
+from acetui_core.verdicts import judge, run_difference
+
+# A verdict's mark beside its cell: a glyph that reads without colour (NO_COLOR), and a colour that helps.
+VERDICT_MARKS = {
+    "best": ("●", "green"),
+    "tied": ("≈", "green"),
+    "worse": ("▼", "red"),
+    "unknown": ("?", "yellow"),
+    "untested": ("–", "dim"),
+}
+VERDICT_LEGEND = "● best · ≈ tied with it · ▼ worse · ? 1 seed: noise unknown · – untested"  # one line at 80
+
+# The paper view's tables (methods by sparsity), each shown where some chosen run measured it.
+PAPER_MEASURES = {
+    "ppl": "WikiText-2 perplexity of the {which} runs (lower is better), [95% interval]; bold: the best per "
+    "column and rows tied with it.",
+    "zeroshot-mean": "Mean zero-shot accuracy % of the {which} runs (higher is better), [95% interval], "
+    "paired on the same documents.",
+}
+PARTIAL_NOTES = {
+    "ppl": "† over part of the test set (--eval-limit): not comparable to full-set numbers.",
+    "zeroshot-mean": "† some task over part of its documents (--limit): not comparable to full-task numbers.",
+}
+
+
+def view(runs: list[RunRecord], kept: dict[str, RunEvidence], which: str, picked: list[RunRecord]) -> Group | str:
+    """``runs`` (at least one) in the paper's layout, the best per column and the rows tied with it in bold;
+    ``which`` names them in the captions (selected or listed); two ``picked`` runs get their paired
+    difference. A string where no run measured anything the view shows."""
+    parts: list = [Text(VERDICT_LEGEND)]  # first: the marks must be read before the cells (NO_COLOR)
+    unmeasured = []
+    for measure, caption in PAPER_MEASURES.items():
+        try:
+            grid = judge(comparison(runs, measure=measure), kept)
+        except UserError as error:  # no chosen run measured it
+            unmeasured.append(str(error))
+            continue
+        notes = [caption.format(which=which)]
+        if grid.partial:
+            notes.append(PARTIAL_NOTES[measure])
+        parts += [Text("\n".join(notes)), _grid_table(grid)]
+    if len(parts) == 1:
+        return unmeasured[0]
+    if len(picked) == 2:
+        parts.append(Text(_paired(picked, kept)))
+    return Group(*parts)
+
+
+def _grid_table(grid: Comparison) -> Table:
+    grid.ci = "interval"
+    table = Table(expand=False)
+    several = len(grid.models) > 1
+    table.add_column("Method")
+    for model, header in grid.columns:
+        table.add_column(f"{model} {header}" if several else header, justify="right")
+    for row in grid.rows:
+        table.add_row(Text(row), *(_cell(grid, row, column) for column in grid.columns))
+    return table
+
+
+def _cell(grid: Comparison, row: str, column: tuple[str, str]) -> Text:
+    text = Text.from_markup(grid.text(row, column, lambda v: f"[b]{v}[/b]", "†", "|", "±"))
+    verdict = grid.verdicts.get((row, column))
+    if verdict is not None:
+        glyph, colour = VERDICT_MARKS[verdict.verdict]
+        text.append(f" {glyph}", style=colour)
+    return text
+
+
+def _paired(picked: list[RunRecord], kept: dict[str, RunEvidence]) -> str:
+    """The paired difference of the two selected runs on their shared windows."""
+    first, second = picked
+    names = f"{run_name(second)} − {run_name(first)}"
+    difference = run_difference(first, second, kept)
+    if isinstance(difference, str):
+        return f"Paired difference {names}: {difference}."
+    value, low, high, p = difference
+    return (
+        f"Paired difference {names}: {value:+.2f} ppl [{low:+.2f}, {high:+.2f}], p = {p:.3g} "
+        "(same windows; one run each, so seed noise is not included)."
+    )
