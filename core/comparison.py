@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from acetui_core.choices import RunStatus
 from acetui_core.config import SETTINGS, model_name
 from acetui_core.errors import UserError, check_choice
 from acetui_core.metrics import paper_name
@@ -281,7 +282,7 @@ def comparison(
     may differ, and the cell is then their mean ± sd with n. Runs that differ in anything else get rows
     of their own whose labels name the difference."""
     check_table(cells, columns, measure)
-    finished = [r for r in records if r.status == "finished" and r.results is not None]
+    finished = [r for r in records if r.status == RunStatus.FINISHED and r.results is not None]
     if measure == "ppl":
         usable = [r for r in finished if r.ppl is not None]
         what = "a WikiText-2 perplexity"

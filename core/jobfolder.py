@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from acetui_core import liveness
+from acetui_core.choices import RunStatus
 from acetui_core.errors import UserError
 from acetui_core.events import event_from_dict, event_to_dict
 from acetui_core.store import Store
@@ -63,7 +64,7 @@ class JobFolder:
     def record_event(self, run_id: str, event) -> None:
         self._append(run_id, {"what": "event", "event": event_to_dict(event)})
 
-    def set_status(self, run_id: str, status: str, error: str | None = None) -> bool:
+    def set_status(self, run_id: str, status: RunStatus, error: str | None = None) -> bool:
         self._append(run_id, {"what": "status", "status": status, "error": error})
         return True
 
@@ -80,7 +81,7 @@ def _apply(store: Store, run_id: str, entry: dict) -> None:
     elif what == "event":
         store.record_event(run_id, event_from_dict(entry["event"]))
     elif what == "status":
-        store.set_status(run_id, entry["status"], entry.get("error"))
+        store.set_status(run_id, RunStatus(entry["status"]), entry.get("error"))
 
 
 def import_run(store: Store, run_id: str, job: dict) -> int:
@@ -153,9 +154,9 @@ def sync(store: Store) -> int:
         if state in STILL_THERE:  # squeue and scontrol disagree for a moment: ask again next time
             continue
         if state == "CANCELLED" or run.cancel_requested:
-            store.set_status(run.id, "cancelled", error=f"The Slurm job {job['job_id']} was cancelled.")
+            store.set_status(run.id, RunStatus.CANCELLED, error=f"The Slurm job {job['job_id']} was cancelled.")
         else:
             store.set_status(
-                run.id, "interrupted", error=ENDED_WITHOUT_FINISHING.format(job=job["job_id"], state=state)
+                run.id, RunStatus.INTERRUPTED, error=ENDED_WITHOUT_FINISHING.format(job=job["job_id"], state=state)
             )
     return imported

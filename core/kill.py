@@ -12,6 +12,7 @@ import os
 
 import psutil
 
+from acetui_core.choices import RunStatus
 from acetui_core.errors import UserError
 from acetui_core.liveness import HOST
 from acetui_core.store import RunRecord, Store
@@ -53,7 +54,7 @@ def force_kill(store: Store, run_id: str) -> list[str]:
     except psutil.NoSuchProcess:
         family = []  # it ended meanwhile: the store's reaper records it
     victims = [run, *(r for r in process_runs(store, run) if r.id != run.id)]
-    cancelled = [r.id for r in victims if store.set_status(r.id, "cancelled", error=KILLED)]
+    cancelled = [r.id for r in victims if store.set_status(r.id, RunStatus.CANCELLED, error=KILLED)]
     for member in family:
         try:
             member.kill()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from acetui_core import parse
+from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.metrics import get_method
@@ -110,8 +111,8 @@ def start(executor: Executor, store: Store, run_ids: list[str]) -> None:
     except Exception as error:
         reason = str(error) if isinstance(error, UserError) else f"{type(error).__name__}: {error}"
         for run in store.list_runs(ids=run_ids):
-            if run.status == "queued" and run.pid is None and run.job is None:  # taken by no worker or job
-                store.set_status(run.id, "failed", error=f"It could not be started: {reason}")
+            if run.status == RunStatus.QUEUED and run.pid is None and run.job is None:  # taken by no worker or job
+                store.set_status(run.id, RunStatus.FAILED, error=f"It could not be started: {reason}")
         if isinstance(error, UserError):
             raise
         raise UserError(f"The runs could not be started ({reason}); they are recorded failed.") from None

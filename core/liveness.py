@@ -15,6 +15,9 @@ from contextlib import AbstractContextManager
 
 import psutil
 
+from acetui_core.choices import RunStatus
+from acetui_core.store_schema import ACTIVE, sql_list
+
 STALE_AFTER = 60.0  # seconds without a heartbeat before a run on another host counts as interrupted
 INTERRUPTED_ERROR = "The process running it stopped without finishing (killed, or its machine restarted)."
 PID_START_TOLERANCE = 1.0  # seconds: psutil's create_time is rounded differently across calls
@@ -58,7 +61,7 @@ def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now
     with connect() as db:
         rows = db.execute(
             "SELECT id, host, pid, pid_started, heartbeat, started, created FROM runs"
-            " WHERE status IN ('queued', 'running') AND executor = 'local'"
+            f" WHERE status IN {sql_list(ACTIVE)} AND executor = 'local'"
         ).fetchall()
     dead = [
         row
@@ -72,9 +75,9 @@ def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now
             for row in dead:
                 # Conditional on the heartbeat we judged by: a run that just beat is left alone.
                 db.execute(
-                    "UPDATE runs SET status = 'interrupted', error = ?, current_layer = NULL,"
+                    "UPDATE runs SET status = ?, error = ?, current_layer = NULL,"
                     " finished = COALESCE(heartbeat, started, created) WHERE id = ?"
-                    " AND status IN ('queued', 'running') AND heartbeat IS ?",
-                    (INTERRUPTED_ERROR, row["id"], row["heartbeat"]),
+                    f" AND status IN {sql_list(ACTIVE)} AND heartbeat IS ?",
+                    (RunStatus.INTERRUPTED, INTERRUPTED_ERROR, row["id"], row["heartbeat"]),
                 )
     return [row["id"] for row in dead]

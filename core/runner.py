@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import acetui_core
 from acetui_core import pipeline
+from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import LayerPruned, RunFinished, Stage
@@ -61,7 +62,7 @@ class Recorder(Protocol):
 
     def record_event(self, run_id: str, event) -> None: ...
 
-    def set_status(self, run_id: str, status: str, error: str | None = None) -> bool: ...
+    def set_status(self, run_id: str, status: RunStatus, error: str | None = None) -> bool: ...
 
     def masks_path(self, run_id: str) -> Path: ...
 
@@ -288,17 +289,17 @@ def execute(
                 checked=True,  # by launch.queue, before the run was recorded
             )
         except Cancelled:
-            recorder.set_status(run_id, "cancelled", error="Stopped on request between layers.")
+            recorder.set_status(run_id, RunStatus.CANCELLED, error="Stopped on request between layers.")
             raise
         except KeyboardInterrupt:
-            recorder.set_status(run_id, "cancelled", error="Stopped at once by a second interrupt.")
+            recorder.set_status(run_id, RunStatus.CANCELLED, error="Stopped at once by a second interrupt.")
             raise
         except UserError as error:
-            recorder.set_status(run_id, "failed", error=str(error))
+            recorder.set_status(run_id, RunStatus.FAILED, error=str(error))
             raise
         except BaseException as error:
             where = f" (traceback in {log})" if log else ""
-            recorder.set_status(run_id, "failed", error=f"{type(error).__name__}: {error}{where}")
+            recorder.set_status(run_id, RunStatus.FAILED, error=f"{type(error).__name__}: {error}{where}")
             raise
 
 
@@ -324,7 +325,7 @@ def run_queue(
                 if stop.is_set():
                     break
                 run = store.get_run(run_id, layers=False)
-                if run.status != "queued":
+                if run.status != RunStatus.QUEUED:
                     continue  # cancelled while it waited
                 forward = None if on_event is None else (lambda event, run_id=run_id: on_event(run_id, event))
                 try:
@@ -348,6 +349,8 @@ def run_queue(
         finally:
             if stop.is_set():
                 for run_id in run_ids:
-                    store.set_status(run_id, "cancelled", error="The queue was stopped before this run started.")
-    if stop.is_set() and any(store.get_run(run_id, layers=False).status == "cancelled" for run_id in run_ids):
+                    store.set_status(
+                        run_id, RunStatus.CANCELLED, error="The queue was stopped before this run started."
+                    )
+    if stop.is_set() and any(store.get_run(run_id, layers=False).status == RunStatus.CANCELLED for run_id in run_ids):
         raise Cancelled()

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError, first_line
 from acetui_core.jobfolder import JobFolder
@@ -99,7 +100,7 @@ class Slurm:
                 jobs = [executor.submit(run_job, str(folder), run.id, run.config.to_dict()) for run in runs]
         except (subprocess.CalledProcessError, OSError, RuntimeError) as error:  # submitit's errors are RuntimeErrors
             for run in runs:
-                store.set_status(run.id, "failed", error=f"Slurm refused the job array: {first_line(error)}")
+                store.set_status(run.id, RunStatus.FAILED, error=f"Slurm refused the job array: {first_line(error)}")
             raise UserError(
                 f"Slurm refused the job array ({first_line(error)}); its runs are recorded failed."
             ) from None
@@ -111,7 +112,7 @@ class Slurm:
             store.update_env(run.id, log=str(recorder.log_path(run.id)))
 
 
-def run_job(folder: str, run_id: str, config: dict) -> str:
+def run_job(folder: str, run_id: str, config: dict) -> RunStatus:
     """What one job of the array executes on its node: the run, recorded in the job folder."""
     from acetui_core.runner import execute
 
@@ -119,10 +120,10 @@ def run_job(folder: str, run_id: str, config: dict) -> str:
     try:
         execute(recorder, run_id, RunConfig.from_dict(config), log=recorder.log_path(run_id))
     except (Cancelled, KeyboardInterrupt):
-        return "cancelled"
+        return RunStatus.CANCELLED
     except Exception:
-        return "failed"
-    return "finished"
+        return RunStatus.FAILED
+    return RunStatus.FINISHED
 
 
 def cancel(store: Store, run_id: str) -> None:

@@ -37,6 +37,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from acetui_core import liveness, store_files
+from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
@@ -48,7 +49,6 @@ from acetui_core.records import (
 from acetui_core.store_db import default_store_path, open_database, transaction
 from acetui_core.store_rows import (
     SELECT_RUNS,
-    TERMINAL,
     RunEvidence,
     RunRecord,
     attach_layers,
@@ -60,7 +60,7 @@ from acetui_core.store_rows import (
     record_from_row,
     write_layer,
 )
-from acetui_core.store_schema import STATUSES
+from acetui_core.store_schema import ACTIVE, STATUSES, TERMINAL, sql_list
 
 
 class Store:
@@ -133,9 +133,10 @@ class Store:
             env = {**(env or {}), "log": str(self.log_path(run_id))}
             db.execute(
                 "INSERT INTO runs (id, status, created, heartbeat, host, pid, pid_started, config, env, executor, batch)"
-                " VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
+                    RunStatus.QUEUED,
                     self.clock(),
                     self.clock(),
                     liveness.HOST,
@@ -178,13 +179,22 @@ class Store:
         host = host or liveness.HOST
         with self._db(write=True) as db:
             row = db.execute("SELECT status, env FROM runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None or row["status"] != "queued":
+            if row is None or row["status"] != RunStatus.QUEUED:
                 raise UserError(f"Run {run_id} cannot start: it is {row['status'] if row else 'not in the store'}.")
             started = liveness.process_start(pid) if host == liveness.HOST else None
             db.execute(
-                "UPDATE runs SET status = 'running', started = ?, heartbeat = ?, host = ?, pid = ?,"
+                "UPDATE runs SET status = ?, started = ?, heartbeat = ?, host = ?, pid = ?,"
                 " pid_started = ?, env = ? WHERE id = ?",
-                (now, now, host, pid, started, json.dumps({**json.loads(row["env"]), **(env or {})}), run_id),
+                (
+                    RunStatus.RUNNING,
+                    now,
+                    now,
+                    host,
+                    pid,
+                    started,
+                    json.dumps({**json.loads(row["env"]), **(env or {})}),
+                    run_id,
+                ),
             )
 
     def heartbeat(self, run_id: str, resources: dict | None = None, *, when: float | None = None) -> bool:
@@ -193,11 +203,17 @@ class Store:
         with self._db(write=True) as db:
             # A run wrongly presumed dead (a stale heartbeat from another host) comes back to life.
             db.execute(
-                "UPDATE runs SET heartbeat = ?, resources = COALESCE(?, resources),"
-                " status = CASE status WHEN 'interrupted' THEN 'running' ELSE status END,"
-                " error = CASE status WHEN 'interrupted' THEN NULL ELSE error END,"
-                " finished = CASE status WHEN 'interrupted' THEN NULL ELSE finished END WHERE id = ?",
-                (when if when is not None else self.clock(), dumps(resources), run_id),
+                "UPDATE runs SET heartbeat = :when, resources = COALESCE(:resources, resources),"
+                " status = CASE status WHEN :interrupted THEN :running ELSE status END,"
+                " error = CASE status WHEN :interrupted THEN NULL ELSE error END,"
+                " finished = CASE status WHEN :interrupted THEN NULL ELSE finished END WHERE id = :id",
+                {
+                    "when": when if when is not None else self.clock(),
+                    "resources": dumps(resources),
+                    "interrupted": RunStatus.INTERRUPTED,
+                    "running": RunStatus.RUNNING,
+                    "id": run_id,
+                },
             )
         return self.cancel_requested(run_id)
 
@@ -238,10 +254,11 @@ class Store:
             elif isinstance(event, RunFinished):
                 result = event.result
                 finished = db.execute(
-                    "UPDATE runs SET results = ?, status = 'finished', finished = ?, current_layer = NULL,"
-                    " error = NULL WHERE id = ? AND status IN ('queued', 'running', 'interrupted')",
+                    "UPDATE runs SET results = ?, status = ?, finished = ?, current_layer = NULL,"
+                    f" error = NULL WHERE id = ? AND status IN {sql_list((*ACTIVE, RunStatus.INTERRUPTED))}",
                     (
                         json.dumps(to_dict(replace(result, window_losses=None, task_outcomes=None))),
+                        RunStatus.FINISHED,
                         self.clock(),
                         run_id,
                     ),
@@ -252,7 +269,7 @@ class Store:
                         [(run_id, name, text) for name, text in evidence_rows(result)],
                     )
 
-    def set_status(self, run_id: str, status: str, error: str | None = None) -> bool:
+    def set_status(self, run_id: str, status: RunStatus, error: str | None = None) -> bool:
         """Move an active run to ``status`` (with the error text for ``failed``); a run that already
         ended keeps its status. Returns whether the status changed."""
         if status not in STATUSES:
@@ -262,12 +279,12 @@ class Store:
             return bool(
                 db.execute(
                     "UPDATE runs SET status = ?, error = ?, finished = ?, current_layer = NULL"
-                    " WHERE id = ? AND status IN ('queued', 'running')",
+                    f" WHERE id = ? AND status IN {sql_list(ACTIVE)}",
                     (status, error, finished, run_id),
                 ).rowcount
             )
 
-    def request_cancel(self, run_id: str) -> str:
+    def request_cancel(self, run_id: str) -> RunStatus:
         """Ask a run to stop. A queued run is cancelled at once; a running one is flagged, its process
         sees the flag within a second (heartbeat) and stops after the current layer. Returns the
         status the run has now; a run that already ended raises ``UserError``."""
@@ -277,10 +294,10 @@ class Store:
         with self._db(write=True) as db:
             db.execute("UPDATE runs SET cancel_requested = 1 WHERE id = ?", (run.id,))
             db.execute(
-                "UPDATE runs SET status = 'cancelled', finished = ? WHERE id = ? AND status = 'queued'",
-                (self.clock(), run.id),
+                "UPDATE runs SET status = ?, finished = ? WHERE id = ? AND status = ?",
+                (RunStatus.CANCELLED, self.clock(), run.id, RunStatus.QUEUED),
             )
-            return db.execute("SELECT status FROM runs WHERE id = ?", (run.id,)).fetchone()[0]
+            return RunStatus(db.execute("SELECT status FROM runs WHERE id = ?", (run.id,)).fetchone()[0])
 
     def delete_runs(self, run_ids: list[str]) -> list[str]:
         """Remove runs, their layers and every file they made (log, masks finished or partial, a Slurm
@@ -353,7 +370,7 @@ class Store:
             where.append("status = ?")
             params.append(status)
         if active_on is not None:
-            where.append("executor = ? AND status IN ('queued', 'running')")
+            where.append(f"executor = ? AND status IN {sql_list(ACTIVE)}")
             params.append(active_on)
         sql = SELECT_RUNS + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY created, id"
         with self._db() as db:

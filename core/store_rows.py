@@ -8,6 +8,7 @@ import json
 import sqlite3
 from dataclasses import asdict, dataclass, field
 
+from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig, model_name
 from acetui_core.events import Stage
 from acetui_core.records import (
@@ -21,9 +22,7 @@ from acetui_core.records import (
     from_dict,
     to_dict,
 )
-
-ACTIVE = ("queued", "running")
-TERMINAL = ("finished", "failed", "cancelled", "interrupted")
+from acetui_core.store_schema import ACTIVE
 
 
 @dataclass
@@ -36,7 +35,7 @@ class RunRecord:
     """
 
     id: str
-    status: str
+    status: RunStatus
     config: RunConfig
     created: float
     started: float | None = None
@@ -129,7 +128,7 @@ def record_from_row(row: sqlite3.Row) -> RunRecord:
     config = read("config", lambda text: RunConfig.from_dict(json.loads(text)))
     record = RunRecord(
         id=row["id"],
-        status=row["status"],
+        status=RunStatus(row["status"]),
         config=config or RunConfig(model="?", method="?", sparsity="?"),
         created=row["created"],
         started=row["started"],

@@ -10,10 +10,22 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from acetui_core.choices import RunStatus
+
 SCHEMA_VERSION = 7
 APPLICATION_ID = 0x41434554  # "ACET": marks the file as an acetui store
-STATUSES = ("queued", "running", "finished", "failed", "cancelled", "interrupted")
+STATUSES = tuple(RunStatus)
+ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
+TERMINAL = tuple(status for status in RunStatus if status not in ACTIVE)
 
+
+def sql_list(values) -> str:
+    """``values`` (names from a closed set, never user text) as an SQL list: ``('queued', 'running')``."""
+    return "(" + ", ".join(f"'{value}'" for value in values) + ")"
+
+
+# Version 1 as it was: its CHECK lists the statuses of the day, so a new ``RunStatus`` needs a migration
+# (fresh and migrated stores must stay the same).
 _SCHEMA_V1 = """
 CREATE TABLE runs (
     id TEXT PRIMARY KEY,
@@ -89,7 +101,7 @@ def _migrate_0_to_1(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE runs RENAME TO runs_v0")
     create(db)
     for run in old_runs:
-        status = run["status"] if run["status"] in STATUSES else "failed"
+        status = run["status"] if run["status"] in STATUSES else RunStatus.FAILED
         db.execute(
             "INSERT INTO runs (id, status, created, started, finished, pid, config, error, results)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from acetui_core.choices import RunStatus
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.runner import run_queue
 from acetui_core.store import Store
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     statuses = [store.get_run(run_id, layers=False).status for run_id in args.run_ids]
     print(f"done: {', '.join(f'{i} {s}' for i, s in zip(args.run_ids, statuses, strict=False))}", flush=True)
-    return 0 if all(s == "finished" for s in statuses) else 1
+    return 0 if all(s == RunStatus.FINISHED for s in statuses) else 1
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from textual.markup import escape
 
+from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
@@ -25,12 +26,12 @@ if TYPE_CHECKING:  # the plan module imports torch; the app's screens need only 
 
 # The theme colour of each run status (a theme variable, so every theme, ANSI too, has it).
 STATUS_COLOR = {
-    "finished": "success",
-    "failed": "error",
-    "interrupted": "error",
-    "cancelled": "warning",
-    "running": "accent",
-    "queued": "secondary",
+    RunStatus.FINISHED: "success",
+    RunStatus.FAILED: "error",
+    RunStatus.INTERRUPTED: "error",
+    RunStatus.CANCELLED: "warning",
+    RunStatus.RUNNING: "accent",
+    RunStatus.QUEUED: "secondary",
 }
 STALE_SAMPLE = 10.0  # seconds: an older resource sample says how old it is
 
@@ -118,7 +119,7 @@ def elapsed_seconds(run: RunRecord, now: float) -> float | None:
 def resource_line(run: RunRecord, here: str, now: float) -> str:
     """What the run's process used at its last heartbeat, in one line, or why there is nothing to show."""
     if run.resources is None:
-        if run.status == "queued":
+        if run.status == RunStatus.QUEUED:
             return "resources: the run has not started"
         if run.host and run.host != here and run.active:
             return f"resources: no sample recorded yet (the run is on {run.host})"
@@ -157,7 +158,9 @@ def run_to_show(runs: list[RunRecord], current: str | None) -> str | None:
     if current in by_id and by_id[current].active:
         return current
     newest_first = sorted(runs, key=lambda r: (r.created, r.id), reverse=True)
-    active = [run for run in newest_first if run.status == "running"] or [run for run in newest_first if run.active]
+    active = [run for run in newest_first if run.status == RunStatus.RUNNING] or [
+        run for run in newest_first if run.active
+    ]
     if active:
         return active[0].id
     if current is not None:

@@ -19,6 +19,7 @@ from acetui.app import summary
 from acetui.app.confirm import ConfirmScreen
 from acetui.app.messages import RunsListed, StoreFailed
 from acetui.app.watch import watch_runs
+from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.kill import check_killable, force_kill, process_runs
@@ -94,12 +95,12 @@ class Workbench(App):
 
     def announce_end(self, run: RunRecord) -> None:
         """A toast, and the bell or a desktop notification in the terminal (``--notify``)."""
-        if run.status == "finished":
+        if run.status == RunStatus.FINISHED:
             what = f"finished: ppl {summary.ppl_text(run)}" if run.ppl is not None else "finished"
         else:
             what = run.status + (f": {run.error}" if run.error else "")
         body = f"{run.label} at {run.config.sparsity} (run {run.id}) {what}"
-        severities: dict[str, SeverityLevel] = {"finished": "information", "cancelled": "warning"}
+        severities: dict[str, SeverityLevel] = {RunStatus.FINISHED: "information", RunStatus.CANCELLED: "warning"}
         severity = severities.get(run.status, "error")
         self.notify(body, title="Run ended", severity=severity, timeout=10)
         notify.send(self.settings.notify, "acetui", body, self.write_to_terminal)
@@ -169,7 +170,7 @@ class Workbench(App):
                 return
             self.notify(
                 f"Run {run.id}: cancel requested ({status})."
-                + (" It stops after the current layer." if status == "running" else "")
+                + (" It stops after the current layer." if status == RunStatus.RUNNING else "")
             )
 
         self.push_screen(

@@ -13,6 +13,7 @@ import typer
 from acetui import options
 from acetui.commands.runs import Follower, run_summary
 from acetui_core import parse, verdicts
+from acetui_core.choices import RunStatus
 from acetui_core.comparison import check_table, comparison
 from acetui_core.config import model_name
 from acetui_core.errors import Cancelled
@@ -94,15 +95,17 @@ def run_grid(
         print(json.dumps([r.to_dict() for r in records], indent=2))
     else:
         for record in records:
-            if record.status != "finished":
+            if record.status != RunStatus.FINISHED:
                 print(run_summary(record), file=sys.stderr)
-        if any(r.status == "finished" and r.ppl is not None for r in records):
+        if any(r.status == RunStatus.FINISHED and r.ppl is not None for r in records):
             table = verdicts.judge(comparison(records, cells=cells, columns=columns), opened.evidence(run_ids))
             print(to_markdown(table))
             print(verdicts.text(verdicts.report(table)), end="")
-    if interrupted and any(r.status == "cancelled" for r in records):  # a stop after the last run cancelled none
+    if interrupted and any(
+        r.status == RunStatus.CANCELLED for r in records
+    ):  # a stop after the last run cancelled none
         raise Cancelled()
-    if any(r.status != "finished" for r in records):
+    if any(r.status != RunStatus.FINISHED for r in records):
         raise typer.Exit(1)
 
 

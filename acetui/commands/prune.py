@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from acetui import options
+from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.paths import default_model, user_path
@@ -99,7 +100,7 @@ def prune(
         in_process.start(opened, [run_id])  # Ctrl-C: Cancelled, recorded; acetui.cli says so
     run = opened.get_run(run_id, layers=False)
     result = run.results
-    if run.status != "finished" or result is None:
+    if run.status != RunStatus.FINISHED or result is None:
         raise UserError(run.error or f"Run {run_id} {run.status}.")
     saved_to = run.results.saved_to if run.results else None
     if save is not None and saved_to and Path(saved_to) != user_path(save).resolve():

@@ -13,6 +13,7 @@ from acetui import notify as notifications
 from acetui import options
 from acetui.app.summary import expert_load, run_experts
 from acetui_core import jobfolder, parse
+from acetui_core.choices import RunStatus
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.records import LayerRecord
@@ -45,7 +46,7 @@ def _ppl_text(run: RunRecord) -> str:
 def _status_text(run: RunRecord) -> str:
     if run.damaged:
         return f"{run.status} (damaged)"
-    if run.status == "running" and run.num_layers:
+    if run.status == RunStatus.RUNNING and run.num_layers:
         return f"running {run.layers_done}/{run.num_layers}"
     return run.status
 
@@ -60,7 +61,7 @@ def text_table(headers: list[str], rows: list[list[str]]) -> str:
 
 def run_summary(run: RunRecord) -> str:
     """One line about how a run ended."""
-    if run.status == "finished" and run.results:
+    if run.status == RunStatus.FINISHED and run.results:
         partial = f" over {run.results.ppl_windows} windows (partial)" if run.ppl_partial else ""
         ppl = "no perplexity" if run.ppl is None else f"ppl {run.ppl:.3f}{partial}"
         return f"run {run.id} finished: {ppl}, pruned in {run.prune_seconds or 0:.1f} s."
@@ -304,7 +305,7 @@ def watch(
         print(f"\nLeft run {run.id}; it goes on. Come back with: acetui runs watch {run.id}", file=sys.stderr)
         return
     notifications.notify_terminal(mode, "acetui", run_summary(follower.done[run.id]))
-    if follower.done[run.id].status != "finished":
+    if follower.done[run.id].status != RunStatus.FINISHED:
         raise typer.Exit(1)
 
 
@@ -317,7 +318,7 @@ def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
             from acetui_core.slurm import cancel as cancel_job
 
             cancel_job(opened, full)
-        if opened.request_cancel(full) == "cancelled":
+        if opened.request_cancel(full) == RunStatus.CANCELLED:
             print(f"Run {full} cancelled before it started.")
         else:
             print(f"Run {full}: cancel requested; it stops after its current layer.")

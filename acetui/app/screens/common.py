@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Input
 
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.workbench import Workbench
+from acetui_core.choices import RunStatus
 from acetui_core.store import RunRecord
 
 
@@ -118,7 +119,7 @@ def filter_keys(what: str) -> list[Binding]:
     ]
 
 
-def status_text(screen: Screen, status: str) -> Text:
+def status_text(screen: Screen, status: RunStatus) -> Text:
     """A run status in its theme colour, for table cells (which take Rich text, not Textual markup)."""
     color = Color.parse(screen.app.theme_variables[STATUS_COLOR[status]])
     return Text(status, style=Style(color=color.rich_color))

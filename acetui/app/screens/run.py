@@ -38,18 +38,26 @@ from acetui.app.widgets.plots import (
     variance_series,
 )
 from acetui.app.workbench import Workbench
+from acetui_core.choices import RunStatus
 from acetui_core.config import model_name
 from acetui_core.liveness import HOST
 from acetui_core.records import LayerRecord
 from acetui_core.store import RunRecord
 
 NO_RUN = "No run to show yet: start one on New run (F1) or open one from Runs (F4)."
-STATUS_MARK = {"finished": "✓", "running": "▶", "queued": "·", "failed": "✗", "interrupted": "✗", "cancelled": "■"}
+STATUS_MARK = {
+    RunStatus.FINISHED: "✓",
+    RunStatus.RUNNING: "▶",
+    RunStatus.QUEUED: "·",
+    RunStatus.FAILED: "✗",
+    RunStatus.INTERRUPTED: "✗",
+    RunStatus.CANCELLED: "■",
+}
 
 
 def describe_stage(run: RunRecord) -> str:
     """Where the run is now, in a few words."""
-    if run.status == "finished":
+    if run.status == RunStatus.FINISHED:
         text = "finished"
         if run.ppl is not None:
             text += f" · ppl {summary.ppl_text(run)}"
@@ -63,7 +71,7 @@ def describe_stage(run: RunRecord) -> str:
     if run.stage:
         total = run.stage.total
         return f"{run.stage.name} {run.stage.done}/{total if total is not None else '?'}"
-    return "waiting to start" if run.status == "queued" else "starting"
+    return "waiting to start" if run.status == RunStatus.QUEUED else "starting"
 
 
 def layer_row(layer: LayerRecord) -> tuple[str, ...]:
@@ -89,8 +97,12 @@ def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None)
             continue
         result = (
             summary.ppl_text(run)
-            if run.status == "finished"
-            else (f"{run.layers_done}/{run.num_layers}" if run.status == "running" and run.num_layers else run.status)
+            if run.status == RunStatus.FINISHED
+            else (
+                f"{run.layers_done}/{run.num_layers}"
+                if run.status == RunStatus.RUNNING and run.num_layers
+                else run.status
+            )
         )
         text = escape(f"{place} {STATUS_MARK[run.status]} {run.label} {run.config.sparsity} {result}")
         parts.append(f"[b]{text}[/b]" if run_id == shown else text)
@@ -307,7 +319,7 @@ class RunScreen(Screen):
     def _show_status(self, run: RunRecord) -> None:
         self._show_title(run)
         total = run.num_layers
-        done = total if run.status == "finished" and total else run.layers_done
+        done = total if run.status == RunStatus.FINISHED and total else run.layers_done
         bar = self.query_one("#progress", ProgressBar)
         bar.update(total=total, progress=done)
         bar.display = run.active  # once ended, the line is the result's: it needs the whole width at 80 columns
@@ -329,7 +341,7 @@ class RunScreen(Screen):
             parts.append(
                 f"{summary.fmt_seconds(elapsed)} elapsed" if run.active else f"took {summary.fmt_seconds(elapsed)}"
             )
-        eta = summary.eta_seconds(self._layers, run.num_layers or 0) if run.status == "running" else None
+        eta = summary.eta_seconds(self._layers, run.num_layers or 0) if run.status == RunStatus.RUNNING else None
         if eta:
             parts.append(f"ETA {summary.fmt_seconds(eta)}")
         self.query_one("#stage", Static).update(" · ".join(parts))
