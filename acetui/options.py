@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from acetui_core import parse
+from acetui_core.choices import ExecutorKind
 from acetui_core.comparison import CELLS
 from acetui_core.config import SETTINGS, RunConfig
 from acetui_core.errors import UserError
@@ -134,9 +135,9 @@ def with_settings(*names: str, grid: bool = False):
 
 def slurm_executor(executor: str, partition: str | None, gpus_per_job: int, time: str):
     """The Slurm executor for ``--executor slurm``, None for ``local``; anything else is refused."""
-    if executor == "local":
+    if executor == ExecutorKind.LOCAL:
         return None
-    if executor != "slurm":
+    if executor != ExecutorKind.SLURM:
         raise UserError(f"Unknown --executor '{executor}'; use local or slurm.")
     from acetui_core.slurm import Slurm
 

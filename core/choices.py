@@ -1,6 +1,8 @@
-"""The closed sets of names the engine gives values: a run's state (``RunStatus``). Each is a ``StrEnum``:
-its members are the plain strings stored in the database and JSON and printed by the CLI, and they
-compare equal to those strings, so code names a value by its member and a typo fails at import."""
+"""The closed sets of names the engine gives values: a run's state (``RunStatus``), the values of the run
+settings that take one of a few names (``--offload``, ``--update``, ...; the table in
+``acetui_core.config`` offers them as its choices) and the executors. Each is a ``StrEnum``: its members
+are the plain strings stored in the database and JSON and printed by the CLI, and they compare equal to
+those strings, so code names a value by its member and a typo fails at import."""
 
 from __future__ import annotations
 
@@ -24,3 +26,92 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
+
+
+class SparsityGroup(StrEnum):
+    """``--group``: which weights compete for unstructured sparsity."""
+
+    ROW = "row"
+    LAYER = "layer"
+
+
+class EvalKind(StrEnum):
+    """``--eval``: what a run measures after pruning."""
+
+    WIKITEXT2 = "wikitext2"
+    ZEROSHOT = "zeroshot"
+
+
+class Dtype(StrEnum):
+    """``--dtype``: the weights' precision; ``auto`` picks by device (``models.resolve_dtype``)."""
+
+    AUTO = "auto"
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+
+
+class Offload(StrEnum):
+    """``--offload``: whether decoder layers stream from the checkpoint's shards."""
+
+    AUTO = "auto"
+    NONE = "none"
+    DISK = "disk"
+
+
+class VarpScale(StrEnum):
+    """``--varp-scale``: what VarP divides a linear's inputs by."""
+
+    NONE = "none"
+    RMS = "rms"
+    MAX = "max"
+
+
+class VarpForm(StrEnum):
+    """``--varp-form``: VarP's ``V_j`` as the truncated series or the paper's inverse."""
+
+    SERIES = "series"
+    INVERSE = "inverse"
+
+
+class Allocation(StrEnum):
+    """``--allocation``: the layers' sparsities, uniform or OWL's."""
+
+    UNIFORM = "uniform"
+    OWL = "owl"
+
+
+class Update(StrEnum):
+    """``--update``: what follows the mask, nothing or SparseGPT's OBS update."""
+
+    NONE = "none"
+    OBS = "obs"
+
+
+class Permute(StrEnum):
+    """``--permute``: the input order an N:M mask's groups are taken in."""
+
+    NONE = "none"
+    GREEDY = "greedy"
+    LSA = "lsa"
+
+
+class Refine(StrEnum):
+    """``--refine``: weight swaps after the mask."""
+
+    NONE = "none"
+    DSNOT = "dsnot"
+
+
+class MoeCalibration(StrEnum):
+    """``--moe-calibration``: which tokens calibrate an expert."""
+
+    ROUTED = "routed"
+    ALL = "all"
+
+
+class ExecutorKind(StrEnum):
+    """``--executor``: where runs execute (what the store records of each run)."""
+
+    LOCAL = "local"
+    SLURM = "slurm"

@@ -18,6 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from acetui_core import parse
+from acetui_core.choices import (
+    Allocation,
+    Dtype,
+    EvalKind,
+    MoeCalibration,
+    Offload,
+    Permute,
+    Refine,
+    SparsityGroup,
+    Update,
+    VarpForm,
+    VarpScale,
+)
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.setting import Setting, setting, spec_of
@@ -88,10 +101,10 @@ class RunConfig:
         axis=True,
     )
     group: str = setting(
-        "row",
+        SparsityGroup.ROW,
         help="Which weights compete for unstructured sparsity: row or layer.",
         label="Group",
-        choices=("row", "layer"),
+        choices=tuple(SparsityGroup),
         describe=lambda v: f"{v} groups",
     )
     calib: str = setting(
@@ -120,11 +133,11 @@ class RunConfig:
         0, help="Seed of the window sampler.", label="Seed", parse=_whole("--seed"), metavar="N", axis=True
     )
     evals: list[str] = setting(
-        factory=lambda: ["wikitext2"],
+        factory=lambda: [EvalKind.WIKITEXT2],
         help="wikitext2, zeroshot, both comma-separated, or none.",
         label="Evaluation",
         flags=("--eval",),
-        choices=("wikitext2", "zeroshot"),
+        choices=tuple(EvalKind),
         parse=_evals,
         result=False,  # which measures a run has, not their values
     )
@@ -174,21 +187,21 @@ class RunConfig:
         result=False,
     )
     dtype: str = setting(
-        "auto",
+        Dtype.AUTO,
         help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.",
         label="dtype",
-        choices=("auto", "float32", "float16", "bfloat16"),
-        parse=_unknown("dtype", ("auto", "float32", "float16", "bfloat16")),
+        choices=tuple(Dtype),
+        parse=_unknown("dtype", tuple(Dtype)),
         describe=str,
     )
     offload: str = setting(
-        "auto",
+        Offload.AUTO,
         help="Decoder layers read from the safetensors shards one at a time: disk, none, or auto (when the model "
         "would take over 70% of available memory).",
         label="Offload",
         group="advanced",
-        choices=("auto", "none", "disk"),
-        parse=_unknown("--offload", ("auto", "none", "disk")),
+        choices=tuple(Offload),
+        parse=_unknown("--offload", tuple(Offload)),
     )
     squared_weight: bool = setting(
         False,
@@ -222,28 +235,28 @@ class RunConfig:
         result=False,
     )
     varp_scale: str = setting(
-        "none",
+        VarpScale.NONE,
         help="VarP's activations divided per linear input by: none, rms or max (|x|) (ACE.md).",
         label="VarP scale",
         group="advanced",
-        choices=("none", "rms", "max"),
+        choices=tuple(VarpScale),
         describe=lambda v: f"VarP scale {v}",
     )
     varp_form: str = setting(
-        "series",
+        VarpForm.SERIES,
         help="VarP's V_j: series (1 + E[x^2] + E[x^4]) or inverse (the paper's E[1/(1 - x^2)]).",
         label="VarP form",
         group="advanced",
-        choices=("series", "inverse"),
+        choices=tuple(VarpForm),
         describe=lambda v: f"VarP {v}",
     )
     allocation: str = setting(
-        "uniform",
+        Allocation.UNIFORM,
         help="Layer sparsities: uniform, or owl (outlier-weighted, Yin et al. 2024; ratios only).",
         label="Allocation",
         group="advanced",
-        choices=("uniform", "owl"),
-        describe=lambda v: "OWL" if v == "owl" else "uniform",
+        choices=tuple(Allocation),
+        describe=lambda v: "OWL" if v == Allocation.OWL else "uniform",
     )
     owl_lambda: float = setting(
         0.08,
@@ -262,29 +275,29 @@ class RunConfig:
         describe=lambda v: f"OWL M {v:g}",
     )
     update: str = setting(
-        "none",
+        Update.NONE,
         help="After the mask: none, or obs (SparseGPT's OBS update of the kept weights).",
         label="Update",
         group="advanced",
-        choices=("none", "obs"),
-        describe=lambda v: "OBS update" if v == "obs" else "no update",
+        choices=tuple(Update),
+        describe=lambda v: "OBS update" if v == Update.OBS else "no update",
     )
     permute: str = setting(
-        "none",
+        Permute.NONE,
         help="N:M only: reorder each linear's input channels before the mask so its groups keep more score: "
         "none, greedy (RIA's reallocation) or lsa (greedy, then linear sum assignment; docs/methods.md).",
         label="Permute",
         group="advanced",
-        choices=("none", "greedy", "lsa"),
-        describe=lambda v: "no permutation" if v == "none" else f"{v} permutation",
+        choices=tuple(Permute),
+        describe=lambda v: "no permutation" if v == Permute.NONE else f"{v} permutation",
     )
     refine: str = setting(
-        "none",
+        Refine.NONE,
         help="After the mask, before --update: none, or dsnot (DSnoT's weight swaps; docs/methods.md).",
         label="Refine",
         group="advanced",
-        choices=("none", "dsnot"),
-        describe=lambda v: "DSnoT" if v == "dsnot" else "no refinement",
+        choices=tuple(Refine),
+        describe=lambda v: "DSnoT" if v == Refine.DSNOT else "no refinement",
     )
     dsnot_cycles: int = setting(
         50,
@@ -312,12 +325,12 @@ class RunConfig:
         describe=lambda v: f"DSnoT variance power {v:g}",
     )
     moe_calibration: str = setting(
-        "routed",
+        MoeCalibration.ROUTED,
         help="Mixture-of-experts models: each expert's statistics from the tokens its router sends it (routed), "
         "or from every calibration token (all).",
         label="MoE calib",
         group="advanced",
-        choices=("routed", "all"),
+        choices=tuple(MoeCalibration),
         describe=lambda v: f"experts calibrated on {v} tokens",
     )
     save: str | None = setting(

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from acetui_core.choices import EvalKind
 from acetui_core.config import RunConfig
 from acetui_core.data import wikitext2_test_ids
 from acetui_core.errors import Cancelled
@@ -157,7 +158,7 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None, prun
     if streamed is None:
         place_for_eval(loaded)
     device = loaded.device if not hasattr(loaded.model, "hf_device_map") else None
-    if "wikitext2" in config.evals:
+    if EvalKind.WIKITEXT2 in config.evals:
         seqlen = resolve_seqlen(config.eval_seqlen, loaded.context_length, "--eval-seqlen")
         ids = wikitext2_test_ids(loaded.tokenizer)
         if streamed is None:
@@ -173,7 +174,7 @@ def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None, prun
             ppl_seqlen=seqlen,
             window_losses=losses,
         )
-    if "zeroshot" in config.evals:
+    if EvalKind.ZEROSHOT in config.evals:
         from acetui_core.zeroshot import evaluate_zeroshot
 
         model = loaded.model

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from acetui_core import liveness
-from acetui_core.choices import RunStatus
+from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.errors import UserError
 from acetui_core.events import event_from_dict, event_to_dict
 from acetui_core.store import Store
@@ -141,9 +141,9 @@ def ended_state(job_id: str) -> str:
 def sync(store: Store) -> int:
     """Import every active Slurm run's new events; a run whose job is gone without saying how it ended is
     marked cancelled (when a cancel was asked) or interrupted. Returns the number of events imported."""
-    jobs = {run.id: run.job for run in store.list_runs(active_on="slurm") if run.job}
+    jobs = {run.id: run.job for run in store.list_runs(active_on=ExecutorKind.SLURM) if run.job}
     imported = sum(import_run(store, run_id, job) for run_id, job in jobs.items())
-    still = {run.id: run for run in store.list_runs(active_on="slurm") if run.id in jobs and run.job}
+    still = {run.id: run for run in store.list_runs(active_on=ExecutorKind.SLURM) if run.id in jobs and run.job}
     queued = queued_jobs([run.job["job_id"] for run in still.values() if run.job and run.job.get("cluster") != "local"])
     for run in still.values():
         job = run.job or {}

@@ -12,7 +12,7 @@ import os
 
 import psutil
 
-from acetui_core.choices import RunStatus
+from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.errors import UserError
 from acetui_core.liveness import HOST
 from acetui_core.store import RunRecord, Store
@@ -30,7 +30,7 @@ def check_killable(store: Store, run_id: str) -> RunRecord:
     run = store.get_run(run_id, layers=False)  # reaps first: a dead or reused pid has ended the run
     if not run.active:
         raise UserError(f"Run {run.id} has already ended ({run.status}); there is nothing to kill.")
-    if run.executor != "local":
+    if run.executor != ExecutorKind.LOCAL:
         job = (run.job or {}).get("job_id", "?")
         raise UserError(f"Run {run.id} is Slurm job {job}; end it with scancel {job}.")
     if run.pid is None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from acetui_core import parse
-from acetui_core.choices import RunStatus
+from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.metrics import get_method
@@ -69,7 +69,7 @@ class Grid:
 
 
 class Executor(Protocol):
-    kind: str  # what the store records: "local" or "slurm"
+    kind: ExecutorKind  # what the store records
     local_device: bool  # runs execute on this machine, so --device is checked here
 
     def start(self, store: Store, run_ids: list[str]) -> None: ...
@@ -177,7 +177,7 @@ class InProcess:
 
     on_event: object = None
     stop: threading.Event | None = None
-    kind: str = "local"
+    kind: ExecutorKind = ExecutorKind.LOCAL
     local_device: bool = True
 
     def start(self, store: Store, run_ids: list[str]) -> None:
@@ -194,7 +194,7 @@ class LocalProcesses:
 
     detach: bool = True
     gpus: int | None = None  # None: count the visible GPUs
-    kind: str = "local"
+    kind: ExecutorKind = ExecutorKind.LOCAL
     local_device: bool = True
     workers: list = field(default_factory=list)
 

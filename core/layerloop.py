@@ -15,6 +15,7 @@ import torch
 
 from acetui_core import histograms
 from acetui_core.allocation import owl_allocation
+from acetui_core.choices import Allocation, Permute, Refine
 from acetui_core.config import RunConfig
 from acetui_core.conversion import by_saved_name
 from acetui_core.data import calibration_windows, tokenized_calibration
@@ -68,14 +69,14 @@ def _choose_mask(
     (``--permute``), then DSnoT's swaps (``--refine dsnot``, in that same order so N:M groups stay whole).
     ``--update obs`` comes after, on the refined mask."""
     order = None
-    if config.permute != "none":
+    if config.permute != Permute.NONE:
         order = channel_permutation(scores, sparsity.n, sparsity.m, config.permute)
     mask, threshold = prune_mask(scores, sparsity, config.group, order)
     choice = MaskChoice(retained=retained_fraction(scores, mask))
     if order is not None:
         choice.retained_unpermuted = retained_fraction(scores, nm_mask(scores, sparsity.n, sparsity.m)[0])
         choice.permutation = order.tolist()
-    if config.refine == "dsnot":
+    if config.refine == Refine.DSNOT:
         assert stats is not None, "--refine dsnot reads calibration statistics (Method.calibrated)"
         columns = order if order is not None else torch.arange(W.shape[1], device=W.device)
         settings = DSnoTSettings(config.dsnot_cycles, config.dsnot_threshold, config.dsnot_var_power)
@@ -207,7 +208,7 @@ def prune(
         inputs = capture_layer0_inputs(loaded, windows, batch, keep_on)
 
     allocation = None
-    if config.allocation == "owl":
+    if config.allocation == Allocation.OWL:
         allocation = owl_allocation(loaded, layers, inputs, config, method, sparsity, emit)
     summaries: list[LinearSparsity] = []
     permutations: dict[str, dict[int | None, list[int]]] = {}  # per parameter, per expert slice

@@ -8,6 +8,7 @@ import contextlib
 
 import torch
 
+from acetui_core.choices import MoeCalibration, VarpForm, VarpScale
 from acetui_core.errors import UserError
 from acetui_core.layouts import weight_matrix
 from acetui_core.placement import StopForward, layer_forward
@@ -26,7 +27,7 @@ def gather_stats(
     hessian: bool = False,
     inverse_scales: dict | None = None,
     dense_outputs: list | None = None,
-    moe_calibration: str = "routed",
+    moe_calibration: str = MoeCalibration.ROUTED,
 ) -> dict[str, ColumnStats]:
     """One pass of the calibration inputs through ``layer``, recording what enters every linear (an
     expert's slices: the tokens ``moe_calibration`` gives it, ``acetui_core.routing``).
@@ -97,8 +98,8 @@ def layer_stats(
 
     def gather(matrices, calibration, outputs=None):
         scales = None
-        if config.varp_form == "inverse":
-            if config.varp_scale == "none":
+        if config.varp_form == VarpForm.INVERSE:
+            if config.varp_scale == VarpScale.NONE:
                 scales = dict.fromkeys(matrices, 1.0)
             else:
                 measured = gather_stats(layer, matrices, inputs, device, moe_calibration=calibration)
@@ -109,9 +110,9 @@ def layer_stats(
 
     stats = gather(linears, config.moe_calibration, dense_outputs)
     routed = {name: s.tokens for name, s in stats.items()}
-    hungry = starved(linears, routed) if config.moe_calibration == "routed" else {}
+    hungry = starved(linears, routed) if config.moe_calibration == MoeCalibration.ROUTED else {}
     if hungry:
-        stats.update(gather({name: linears[name] for name in hungry}, "all"))
+        stats.update(gather({name: linears[name] for name in hungry}, MoeCalibration.ALL))
     if experts is not None:
         experts.load += expert_load(index, linears, routed)
         experts.fallbacks += fallbacks(index, hungry)

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 
 import psutil
 
-from acetui_core.choices import RunStatus
+from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.store_schema import ACTIVE, sql_list
 
 STALE_AFTER = 60.0  # seconds without a heartbeat before a run on another host counts as interrupted
@@ -61,7 +61,8 @@ def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now
     with connect() as db:
         rows = db.execute(
             "SELECT id, host, pid, pid_started, heartbeat, started, created FROM runs"
-            f" WHERE status IN {sql_list(ACTIVE)} AND executor = 'local'"
+            f" WHERE status IN {sql_list(ACTIVE)} AND executor = ?",
+            (ExecutorKind.LOCAL,),
         ).fetchall()
     dead = [
         row

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from acetui_core.choices import SparsityGroup
 from acetui_core.errors import UserError
 from acetui_core.sparsity import Sparsity
 
@@ -75,6 +76,6 @@ def prune_mask(
         if order is not None:
             return permuted_nm_mask(scores, sparsity.n, sparsity.m, order), None
         return nm_mask(scores, sparsity.n, sparsity.m)
-    if group == "layer":
+    if group == SparsityGroup.LAYER:
         return layer_mask(scores, sparsity.ratio)
     return row_mask(scores, sparsity.ratio)

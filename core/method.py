@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from acetui_core import sparsegpt
+from acetui_core.choices import Refine, Update
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Method:
     def calibrated(self, config) -> bool:
         """Whether a run of this method with ``config`` reads calibration activations: ``--update obs``
         needs the Hessian even for magnitude, ``--refine dsnot`` the inputs' means and variances."""
-        return self.needs_activations or config.update == "obs" or config.refine == "dsnot"
+        return self.needs_activations or config.update == Update.OBS or config.refine == Refine.DSNOT
 
     def update(self, config) -> Callable | None:
         """The mask-and-update hook a run of this method with ``config`` applies to each linear: the
@@ -34,4 +35,4 @@ class Method:
         weights are zeroed and the others stay."""
         if self.mask_and_update is not None:
             return self.mask_and_update
-        return sparsegpt.mask_and_update if config.update == "obs" else None
+        return sparsegpt.mask_and_update if config.update == Update.OBS else None

@@ -9,6 +9,7 @@ ranking, so only VarP's additive ``1 +`` depends on that choice.
 
 from __future__ import annotations
 
+from acetui_core.choices import VarpForm, VarpScale
 from acetui_core.method import Method
 from acetui_core.sparsegpt import mask_and_update
 
@@ -40,9 +41,9 @@ def variance_term(stats, opts):
     ``--varp-scale rms|max`` takes the moments of ``x / s``, ``s`` the RMS or max ``|x|`` of the linear's
     whole input; ``--varp-form inverse`` is the paper's ``E[1/(1-x^2)]`` on those scaled activations,
     accumulated while gathering (``ColumnStats.inverse_mean``, clamped there)."""
-    if opts.varp_form == "inverse":
+    if opts.varp_form == VarpForm.INVERSE:
         return stats.inverse_mean
-    if opts.varp_scale == "none":
+    if opts.varp_scale == VarpScale.NONE:
         return 1 + stats.e2 + stats.e4
     s2 = stats.scale(opts.varp_scale) ** 2
     return 1 + stats.e2 / s2 + stats.e4 / (s2 * s2)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from acetui_core.choices import Dtype
 from acetui_core.config import FULL_CONTEXT_CAP
 from acetui_core.errors import UserError, first_line
 from acetui_core.layouts import decoder_layers, prunable_linears
@@ -65,11 +66,15 @@ def device_name(device: torch.device) -> str:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
+    if name == Dtype.AUTO:
         if device.type == "cpu":
             return torch.float32
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    dtypes: dict[str, torch.dtype] = {
+        Dtype.FLOAT32: torch.float32,
+        Dtype.FLOAT16: torch.float16,
+        Dtype.BFLOAT16: torch.bfloat16,
+    }
     if name not in dtypes:
         raise UserError(f"Unknown dtype '{name}'; use auto, float32, float16 or bfloat16.")
     return dtypes[name]

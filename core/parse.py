@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from acetui_core.choices import EvalKind
 from acetui_core.errors import UserError
 
 _WHOLE = re.compile(r"[0-9]+")
@@ -69,7 +70,7 @@ def number(text, flag: str, minimum: float | None = None) -> float:
 def evals(text: str) -> list[str]:
     """``wikitext2``, ``zeroshot``, both comma-separated, or ``none``."""
     values = [] if str(text).strip() == "none" else items(text)
-    unknown = [value for value in values if value not in ("wikitext2", "zeroshot")]
+    unknown = [value for value in values if value not in tuple(EvalKind)]
     if unknown:
         raise UserError(f"Unknown evaluation '{unknown[0]}'; use wikitext2, zeroshot, both comma-separated, or none.")
     return values

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from acetui_core.choices import Permute
 from acetui_core.errors import UserError
 from acetui_core.sparsity import Sparsity
 
@@ -48,7 +49,7 @@ def channel_permutation(scores: torch.Tensor, n: int, m: int, how: str) -> torch
     order = _reallocate(scores, m)
     if _kept_score(scores[:, order], n, m) < _kept_score(scores, n, m):
         order = identity  # RIA's heuristic does not always beat the original order; then it is not used
-    if how == "lsa":
+    if how == Permute.LSA:
         order = _assign(scores, n, m, order)
     return order
 

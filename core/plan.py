@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from acetui_core.choices import Allocation, Dtype, EvalKind
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH
@@ -114,7 +115,7 @@ def plan_run(run: RunConfig) -> Plan:
     linears_in = [d_in for _, d_in in shapes]
 
     on_gpu = run.device.startswith("cuda") or (run.device == "auto" and torch.cuda.is_available())
-    if run.dtype == "auto":  # what resolve_dtype picks, without asking a GPU this machine may not have
+    if run.dtype == Dtype.AUTO:  # what resolve_dtype picks, without asking a GPU this machine may not have
         dtype = torch.bfloat16 if on_gpu else torch.float32
     else:
         dtype = resolve_dtype(run.dtype, torch.device("cpu"))
@@ -141,10 +142,10 @@ def plan_run(run: RunConfig) -> Plan:
 
     # The layer loop writes each layer's outputs over its inputs: one copy of the calibration activations;
     # output fidelity keeps the dense outputs beside them, OWL's pass advances a copy of its own.
-    activations = (2 if run.fidelity or run.allocation == "owl" else 1) * calibration
+    activations = (2 if run.fidelity or run.allocation == Allocation.OWL else 1) * calibration
 
     evaluation = evaluation_tokens = evaluation_hidden = 0
-    if "wikitext2" in run.evals:
+    if EvalKind.WIKITEXT2 in run.evals:
         eval_seqlen = resolve_seqlen(run.eval_seqlen, context_length(config), "--eval-seqlen")
         evaluation_tokens = max(1, EVAL_TOKENS_PER_BATCH // eval_seqlen) * eval_seqlen
         vocabulary = int(config.vocab_size)

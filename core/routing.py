@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from acetui_core.choices import MoeCalibration
 from acetui_core.layouts import FUSED_EXPERTS, Matrix
 from acetui_core.records import ExpertFallback, ExpertLoad
 
@@ -70,12 +71,12 @@ def _expert_paths(name: str) -> tuple[str, str]:
 def _hook_expert_linears(layer: nn.Module, matrices: dict[str, Matrix], record, calibration: str) -> list:
     """The hooks of the one-linear-per-expert layouts (see the module's docstring)."""
     mine = {name: m for name, m in matrices.items() if is_expert_linear(m)}
-    feeding = [calibration == "routed"]  # whether the linears' hooks record what they see now
+    feeding = [calibration == MoeCalibration.ROUTED]  # whether the linears' hooks record what they see now
     handles = [
         m.owner.register_forward_pre_hook(lambda _, args, n=name: record(n, args[0]) if feeding[0] else None)
         for name, m in mine.items()
     ]
-    if calibration != "all":
+    if calibration != MoeCalibration.ALL:
         return handles
     blocks: dict[str, set[str]] = {}
     for name in mine:
@@ -117,7 +118,7 @@ def record_expert_inputs(
         values = [*args, *kwargs.values()]
         hidden, top_k_index = values[0], values[1]
         for expert, names in experts.items():
-            x = hidden if calibration == "all" else hidden[_routed_rows(top_k_index, expert)]
+            x = hidden if calibration == MoeCalibration.ALL else hidden[_routed_rows(top_k_index, expert)]
             if x.shape[0] == 0:
                 for name in names.values():
                     record(name, None)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from acetui_core.choices import RunStatus
+from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError, first_line
 from acetui_core.jobfolder import JobFolder
@@ -58,7 +58,7 @@ class Slurm:
     time: str = "2:00:00"
     folder: Path | None = None
     cluster: str = "slurm"  # submitit's cluster; "local" runs the same jobs as local processes (tests)
-    kind: str = "slurm"
+    kind: ExecutorKind = ExecutorKind.SLURM
     local_device: bool = False  # a GPU is needed on the node, not here
 
     def __post_init__(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from acetui_core.choices import VarpScale
 from acetui_core.records import ActStats, Spread
 
 # --varp-form inverse: (x/s)^2 is clamped to at most this before 1/(1 - (x/s)^2), so one activation
@@ -84,9 +85,9 @@ class ColumnStats:
     def scale(self, kind: str) -> float:
         """VarP's activation scale ``s`` of this input (``--varp-scale``): 1, the RMS over every entry of
         ``X``, or the largest ``|x|``."""
-        if kind == "rms":
+        if kind == VarpScale.RMS:
             value = (self.sq.sum() / (self.tokens * self.sq.numel())).sqrt().item()
-        elif kind == "max":
+        elif kind == VarpScale.MAX:
             value = self.x2_max.sqrt().item()
         else:
             return 1.0

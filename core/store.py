@@ -37,7 +37,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from acetui_core import liveness, store_files
-from acetui_core.choices import RunStatus
+from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
@@ -115,7 +115,7 @@ class Store:
         env: dict | None = None,
         run_id: str | None = None,
         owner_pid: int | None = None,
-        executor: str = "local",
+        executor: ExecutorKind = ExecutorKind.LOCAL,
         batch: str | None = None,
     ) -> str:
         """Record a new ``queued`` run and return its id (8 hex digits unless ``run_id`` is given).

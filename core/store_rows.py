@@ -8,7 +8,7 @@ import json
 import sqlite3
 from dataclasses import asdict, dataclass, field
 
-from acetui_core.choices import RunStatus
+from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import RunConfig, model_name
 from acetui_core.events import Stage
 from acetui_core.records import (
@@ -52,7 +52,7 @@ class RunRecord:
     results: RunResult | None = None
     layers_done: int = 0
     layers: list[LayerRecord] = field(default_factory=list)
-    executor: str = "local"
+    executor: ExecutorKind = ExecutorKind.LOCAL
     job: dict | None = None  # a Slurm run's job: {"job_id", "folder", "imported"}
     resources: dict | None = None  # the last resource sample of the run's process
     batch: str | None = None  # shared by the runs queued together (one compare, sweep or New run start)
@@ -144,7 +144,7 @@ def record_from_row(row: sqlite3.Row) -> RunRecord:
         stage=read("stage", lambda text: from_dict(Stage, json.loads(text))),
         results=read("results", lambda text: from_dict(RunResult, json.loads(text))),
         layers_done=row["layers_done"],
-        executor=row["executor"],
+        executor=read("executor", ExecutorKind, ExecutorKind.LOCAL),
         job=read("job", json.loads),
         resources=read("resources", json.loads),
         batch=row["batch"],

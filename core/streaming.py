@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from acetui_core.checkpoint import SCRATCH_PREFIX, TEMP_PREFIX, LayerwiseCheckpoint
+from acetui_core.choices import Offload
 from acetui_core.conversion import ConvertedLayers, converts, to_checkpoint
 from acetui_core.errors import UserError, first_line
 from acetui_core.layerfeed import set_tensor
@@ -32,13 +33,12 @@ from acetui_core.shards import Shards, StreamedModel, local_checkpoint, model_by
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-OFFLOAD_MODES = ("auto", "none", "disk")
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 AUTO_FRACTION = 0.7  # --offload auto streams a model whose weights take more than this share of available memory
 
 
 def check_offload(offload: str) -> str:
-    if offload not in OFFLOAD_MODES:
+    if offload not in tuple(Offload):
         raise UserError(f"Unknown --offload '{offload}'; use auto, none or disk.")
     return offload
 
@@ -48,10 +48,10 @@ def streaming_folder(source: str, offload: str, dtype: torch.dtype = torch.bfloa
     that cannot stream under ``--offload disk`` is a UserError saying why. ``auto`` streams when the
     weights, loaded in ``dtype``, would take more than 70% of the memory available now."""
     check_offload(offload)
-    if offload == "none":
+    if offload == Offload.NONE:
         return None
     folder = local_checkpoint(source)
-    if offload == "disk" and folder is None:
+    if offload == Offload.DISK and folder is None:
         kind, _ = model_source(source)
         why = {
             "gguf": "a GGUF file's weights are quantized blocks that transformers can only dequantize by loading "
@@ -63,7 +63,7 @@ def streaming_folder(source: str, offload: str, dtype: torch.dtype = torch.bfloa
             "re-save it with save_pretrained(safe_serialization=True) or use --offload none",
         }[kind]
         raise UserError(f"--offload disk cannot stream {source}: {why}.")
-    if offload == "auto" and folder is not None:
+    if offload == Offload.AUTO and folder is not None:
         return folder if model_bytes(folder, dtype) > AUTO_FRACTION * psutil.virtual_memory().available else None
     return folder
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from acetui_core import parse
 from acetui_core.checkpoint import check_save_dir
+from acetui_core.choices import Allocation, EvalKind, Offload, Permute, Refine, Update
 from acetui_core.config import FULL_CONTEXT_CAP, SETTINGS, RunConfig
 from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents
 from acetui_core.errors import UserError
@@ -42,10 +43,10 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     config = parsed(config, "nsamples", "seqlen", "seed", "batch_size", "evals", "ria_alpha")
     if get_method(config.method).calibrated(config):
         check_calibration_source(config.calib)
-    if "wikitext2" in config.evals:
+    if EvalKind.WIKITEXT2 in config.evals:
         config = parsed(config, "eval_seqlen", "eval_limit")
         _local_file("WikiText-2 test split", LOCAL_WIKITEXT2["test"])
-    if "zeroshot" in config.evals:
+    if EvalKind.ZEROSHOT in config.evals:
         from acetui_core.zeroshot import validate_tasks
 
         config = replace(config, tasks=validate_tasks(config.tasks, config.zeroshot_limit))
@@ -54,7 +55,7 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     else:
         check_device_name(config.device)
     config = parsed(config, "dtype", "offload")  # names only: "auto" is decided where the run executes
-    if config.offload == "disk":
+    if config.offload == Offload.DISK:
         streaming_folder(config.model.strip(), config.offload)  # says why a model cannot stream
     check_save_dir(config.save, config.overwrite, (*_model_places(config.model.strip()), *protected))
     facts = preflight(config.model.strip())  # last: it reads the model's files
@@ -89,10 +90,10 @@ def _check_variants(config: RunConfig, method) -> RunConfig:
     config = parsed(config, "varp_scale", "varp_form", "allocation", "update", "moe_calibration")
     if method.source == "built-in" and not method.uses_varp:
         config = _defaults(config, ("varp_scale", "varp_form"))
-    if method.score is None and (config.update != "none" or config.allocation != "uniform"):
-        flag = "--update obs" if config.update != "none" else "--allocation owl"
+    if method.score is None and (config.update != Update.NONE or config.allocation != Allocation.UNIFORM):
+        flag = "--update obs" if config.update != Update.NONE else "--allocation owl"
         raise UserError(f"{flag} needs a scoring method; {method.name} chooses and updates its own weights.")
-    if config.allocation == "uniform":
+    if config.allocation == Allocation.UNIFORM:
         return _defaults(config, OWL)
     if config.sparsity_spec.is_nm:
         raise UserError(
@@ -110,22 +111,22 @@ def _check_variants(config: RunConfig, method) -> RunConfig:
 def _check_mask_choice(config: RunConfig, method) -> RunConfig:
     """``--permute`` and ``--refine`` (and DSnoT's parameters, put back to their defaults without it)."""
     config = parsed(config, "permute", "refine")
-    if method.score is None and (config.permute != "none" or config.refine != "none"):
-        flag = f"--permute {config.permute}" if config.permute != "none" else f"--refine {config.refine}"
+    if method.score is None and (config.permute != Permute.NONE or config.refine != Refine.NONE):
+        flag = f"--permute {config.permute}" if config.permute != Permute.NONE else f"--refine {config.refine}"
         raise UserError(f"{flag} needs a scoring method; {method.name} chooses and updates its own weights.")
-    if config.permute != "none" and not config.sparsity_spec.is_nm:
+    if config.permute != Permute.NONE and not config.sparsity_spec.is_nm:
         raise UserError(
             f"--permute {config.permute} reorders input channels for N:M patterns; it needs a sparsity such as "
             f"2:4, not {config.sparsity}."
         )
-    return _defaults(config, DSNOT) if config.refine == "none" else parsed(config, *DSNOT)
+    return _defaults(config, DSNOT) if config.refine == Refine.NONE else parsed(config, *DSNOT)
 
 
 def check_against_model(config: RunConfig, context_length: int) -> None:
     """What the loaded model decides: calibration and evaluation windows must fit its context."""
     if get_method(config.method).calibrated(config):
         resolve_seqlen(config.seqlen, context_length, "--seqlen")
-    if "wikitext2" in config.evals:
+    if EvalKind.WIKITEXT2 in config.evals:
         resolve_seqlen(config.eval_seqlen, context_length, "--eval-seqlen")
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from textual.markup import escape
 
-from acetui_core.choices import RunStatus
+from acetui_core.choices import Allocation, EvalKind, MoeCalibration, RunStatus, Update, VarpForm, VarpScale
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
@@ -178,11 +178,11 @@ def is_nm(sparsity: str) -> bool:
 
 def _evaluation(config: RunConfig) -> str:
     parts = []
-    if "wikitext2" in config.evals:
+    if EvalKind.WIKITEXT2 in config.evals:
         windows = f"first {config.eval_limit} windows" if config.eval_limit else "every window"
         length = f"{config.eval_seqlen} tokens" if config.eval_seqlen else "the model's context (at most 4096 tokens)"
         parts.append(f"WikiText-2 perplexity, {windows} of {length}")
-    if "zeroshot" in config.evals:
+    if EvalKind.ZEROSHOT in config.evals:
         limit = f", first {config.zeroshot_limit} examples each" if config.zeroshot_limit else ""
         parts.append(f"zero-shot {', '.join(config.tasks)}{limit}")
     return "; ".join(parts) or "none"
@@ -196,11 +196,11 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
         f"{run.label} ({config.method}"
         + (", |W|² variant" if config.squared_weight else "")
         + (f", a = {config.ria_alpha}" if config.method == "ria" else "")
-        + (f", VarP scale {config.varp_scale}" if config.varp_scale != "none" else "")
-        + (f", VarP {config.varp_form}" if config.varp_form != "series" else "")
-        + (f", OWL λ {config.owl_lambda:g} M {config.owl_m:g}" if config.allocation == "owl" else "")
-        + (", OBS update" if config.update == "obs" else "")
-        + (", experts calibrated on all tokens" if config.moe_calibration == "all" else "")
+        + (f", VarP scale {config.varp_scale}" if config.varp_scale != VarpScale.NONE else "")
+        + (f", VarP {config.varp_form}" if config.varp_form != VarpForm.SERIES else "")
+        + (f", OWL λ {config.owl_lambda:g} M {config.owl_m:g}" if config.allocation == Allocation.OWL else "")
+        + (", OBS update" if config.update == Update.OBS else "")
+        + (", experts calibrated on all tokens" if config.moe_calibration == MoeCalibration.ALL else "")
         + ")"
     )
     group = (

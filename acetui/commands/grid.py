@@ -13,7 +13,7 @@ import typer
 from acetui import options
 from acetui.commands.runs import Follower, run_summary
 from acetui_core import parse, verdicts
-from acetui_core.choices import RunStatus
+from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.comparison import check_table, comparison
 from acetui_core.config import model_name
 from acetui_core.errors import Cancelled
@@ -118,7 +118,7 @@ def compare(
     seeds: options.Seeds = "0",
     *,
     detach: options.Detach = False,
-    executor: options.Executor = "local",
+    executor: options.Executor = ExecutorKind.LOCAL,
     partition: options.Partition = None,
     gpus_per_job: options.GpusPerJob = 1,
     time_limit: options.TimeLimit = "2:00:00",
@@ -165,7 +165,7 @@ def sweep(
     sparsity: options.Sparsities = "0.5",
     *,
     detach: options.Detach = False,
-    executor: options.Executor = "local",
+    executor: options.Executor = ExecutorKind.LOCAL,
     partition: options.Partition = None,
     gpus_per_job: options.GpusPerJob = 1,
     time_limit: options.TimeLimit = "2:00:00",

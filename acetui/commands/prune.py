@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from acetui import options
-from acetui_core.choices import RunStatus
+from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.paths import default_model, user_path
@@ -74,7 +74,7 @@ def prune(
     *,
     as_json: options.JsonOption = False,
     detach: options.Detach = False,
-    executor: options.Executor = "local",
+    executor: options.Executor = ExecutorKind.LOCAL,
     partition: options.Partition = None,
     gpus_per_job: options.GpusPerJob = 1,
     time_limit: options.TimeLimit = "2:00:00",

@@ -13,7 +13,7 @@ from acetui import notify as notifications
 from acetui import options
 from acetui.app.summary import expert_load, run_experts
 from acetui_core import jobfolder, parse
-from acetui_core.choices import RunStatus
+from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.records import LayerRecord
@@ -314,7 +314,7 @@ def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
     """Stop runs: a queued run is cancelled at once, a running one after its current layer."""
     opened = Store(store)
     for full in [opened.resolve(run_id) for run_id in run_ids]:  # every id resolved before any is touched
-        if opened.get_run(full, layers=False).executor == "slurm":
+        if opened.get_run(full, layers=False).executor == ExecutorKind.SLURM:
             from acetui_core.slurm import cancel as cancel_job
 
             cancel_job(opened, full)
@@ -333,7 +333,7 @@ def sync(store: options.StoreOption = None) -> None:
     opened = Store(store)
     imported = jobfolder.sync(opened)
     runs = opened.list_runs()
-    active = [run for run in runs if run.executor == "slurm" and run.active]
+    active = [run for run in runs if run.executor == ExecutorKind.SLURM and run.active]
     print(f"Imported {imported} event(s); {len(active)} Slurm run(s) still active.")
     swept = sweep_temporaries(run.config.save for run in runs if run.config.save)
     if swept:

@@ -15,6 +15,7 @@ import math
 from textual_plotext import PlotextPlot
 
 from acetui.app import summary
+from acetui_core.choices import SparsityGroup
 from acetui_core.figures import Series
 from acetui_core.records import Histogram, LayerRecord, MaskChoice, linear_kind
 from acetui_core.sparsity import parse_sparsity
@@ -146,7 +147,7 @@ def histogram_caption(sparsity: str, group: str, histogram: Histogram | None) ->
     if summary.is_nm(sparsity):
         spec = parse_sparsity(sparsity)
         return f"{spec} keeps the top {spec.n} of every {spec.m}: no single threshold. {SHADES}."
-    if group == "row":
+    if group == SparsityGroup.ROW:
         return f"{SHADES}; line: the rows' median cut-off."
     return f"{SHADES}; line: the layer's threshold."
 
