@@ -13,9 +13,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from acetui_core.choices import StageName
 from acetui_core.events import LayerPruned, LayerStarted, RunStarted, Stage
 
-STAGE_NAMES = {"load": "loading model", "calibration": "calibration data", "wikitext2": "WikiText-2 perplexity"}
+STAGE_NAMES: dict[str, str] = {
+    StageName.LOAD: "loading model",
+    StageName.CALIBRATION: "calibration data",
+    StageName.WIKITEXT2: "WikiText-2 perplexity",
+}
 
 
 class EventProgress:

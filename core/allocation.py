@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from acetui_core.choices import StageName
 from acetui_core.errors import UserError
 from acetui_core.events import Stage
 from acetui_core.layerstats import dense_weight, layer_stats, method_scores
@@ -59,7 +60,7 @@ def owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> li
     feed = layer_feed(loaded)  # layers reach the compute device as in the pruning loop (streamed, or to a GPU)
     try:
         for index, layer in enumerate(layers):
-            emit(Stage("outlier ratios", index, len(layers)))
+            emit(Stage(StageName.OUTLIER_RATIOS, index, len(layers)))
             device = module_device(layer) if feed is None else loaded.device
             if feed is not None:
                 feed.enter(index)
@@ -77,7 +78,7 @@ def owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> li
     finally:
         if feed is not None:
             feed.close()
-    emit(Stage("outlier ratios", len(layers), len(layers)))
+    emit(Stage(StageName.OUTLIER_RATIOS, len(layers), len(layers)))
     sizes = [sum(weight_matrix(m).numel() for m in prunable_linears(layer).values()) for layer in layers]
     allocated = owl_sparsities(ratios, sizes, sparsity.ratio, config.owl_lambda)
     return [LayerAllocation(i, r, s) for i, (r, s) in enumerate(zip(ratios, allocated, strict=True))]

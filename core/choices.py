@@ -1,8 +1,9 @@
 """The closed sets of names the engine gives values: a run's state (``RunStatus``), the values of the run
 settings that take one of a few names (``--offload``, ``--update``, ...; the table in
-``acetui_core.config`` offers them as its choices) and the executors. Each is a ``StrEnum``: its members
-are the plain strings stored in the database and JSON and printed by the CLI, and they compare equal to
-those strings, so code names a value by its member and a typo fails at import."""
+``acetui_core.config`` offers them as its choices), the executors and the progress stages. Each is a
+``StrEnum``: its members are the plain strings stored in the database and JSON and printed by the CLI,
+and they compare equal to those strings, so code names a value by its member and a typo fails at
+import."""
 
 from __future__ import annotations
 
@@ -115,3 +116,13 @@ class ExecutorKind(StrEnum):
 
     LOCAL = "local"
     SLURM = "slurm"
+
+
+class StageName(StrEnum):
+    """The long steps outside the layer loop that a ``Stage`` event names, besides zero-shot's
+    ``zeroshot:<task>`` (one per task)."""
+
+    LOAD = "load"
+    CALIBRATION = "calibration"
+    OUTLIER_RATIOS = "outlier ratios"
+    WIKITEXT2 = "wikitext2"

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from acetui_core.choices import EvalKind
+from acetui_core.choices import EvalKind, StageName
 from acetui_core.config import RunConfig
 from acetui_core.data import wikitext2_test_ids
 from acetui_core.errors import Cancelled
@@ -42,7 +42,7 @@ def perplexity(
     batch = max(1, EVAL_TOKENS_PER_BATCH // seqlen)
     nll: list[float] = []
     if on_event:  # before the first batch, so the stage shows for the whole evaluation
-        on_event(Stage("wikitext2", 0, windows))
+        on_event(Stage(StageName.WIKITEXT2, 0, windows))
     for start in range(0, windows, batch):
         if cancel is not None and cancel.is_set():
             raise Cancelled()
@@ -50,7 +50,7 @@ def perplexity(
         inputs = ids[start * seqlen : stop * seqlen].reshape(stop - start, seqlen).to(device)
         nll += windows_nll(model(input_ids=inputs, use_cache=False).logits, inputs)
         if on_event:
-            on_event(Stage("wikitext2", stop, windows))
+            on_event(Stage(StageName.WIKITEXT2, stop, windows))
     return window_losses(nll, seqlen, limit), total
 
 
@@ -129,7 +129,7 @@ def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_ev
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
             if on_event:
-                on_event(Stage("wikitext2", index, len(layers)))
+                on_event(Stage(StageName.WIKITEXT2, index, len(layers)))
             as_tuple = advance(feed.enter(index), inputs, loaded.device)
             feed.leave(index)
     finally:
@@ -144,7 +144,7 @@ def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_ev
     finally:
         layers._modules = stack
     if on_event:
-        on_event(Stage("wikitext2", len(layers), len(layers)))
+        on_event(Stage(StageName.WIKITEXT2, len(layers), len(layers)))
     return window_losses(nll, seqlen, limit), total
 
 

@@ -26,7 +26,7 @@ class RunStarted:
 class Stage:
     """A named long step outside the layer loop: loading, calibration data, evaluation."""
 
-    name: str  # "load", "calibration", "capture", "wikitext2", "zeroshot:<task>"
+    name: str  # a StageName (acetui_core.choices), or "zeroshot:<task>"
     done: int
     total: int | None
 

@@ -15,7 +15,7 @@ import torch
 
 from acetui_core import histograms
 from acetui_core.allocation import owl_allocation
-from acetui_core.choices import Allocation, Permute, Refine
+from acetui_core.choices import Allocation, Permute, Refine, StageName
 from acetui_core.config import RunConfig
 from acetui_core.conversion import by_saved_name
 from acetui_core.data import calibration_windows, tokenized_calibration
@@ -187,7 +187,7 @@ def prune(
     windows, calibration = None, None
     if method.calibrated(config):
         seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
-        emit(Stage("calibration", 0, config.nsamples))
+        emit(Stage(StageName.CALIBRATION, 0, config.nsamples))
         ids, source = tokenized_calibration(loaded.tokenizer, config.calib)
         windows = calibration_windows(ids, config.nsamples, seqlen, config.seed)
         calibration = Calibration(
@@ -197,7 +197,7 @@ def prune(
             seed=config.seed,
             fingerprint=content_identity(source),
         )
-        emit(Stage("calibration", config.nsamples, config.nsamples))
+        emit(Stage(StageName.CALIBRATION, config.nsamples, config.nsamples))
 
     started = time.perf_counter()
     inputs = []

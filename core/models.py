@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from acetui_core.choices import Dtype
+from acetui_core.choices import Dtype, StageName
 from acetui_core.config import FULL_CONTEXT_CAP
 from acetui_core.errors import UserError, first_line
 from acetui_core.layouts import decoder_layers, prunable_linears
@@ -274,7 +274,7 @@ def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_eve
     }
     load = loaders[kind]
     if on_event:  # only now: a bad path is reported without a progress bar in front of it
-        on_event(Stage("load", 0, 1))
+        on_event(Stage(StageName.LOAD, 0, 1))
     logging.getLogger("transformers").setLevel(logging.ERROR)
     with quiet_transformers():
         model, tokenizer = load(path, torch_dtype)
@@ -283,7 +283,7 @@ def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_eve
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if on_event:
-        on_event(Stage("load", 1, 1))
+        on_event(Stage(StageName.LOAD, 1, 1))
     fingerprint = file_identity(path) if kind != "hub" else getattr(model.config, "_commit_hash", None)
     return Loaded(
         model,

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from acetui_core.checkpoint import SCRATCH_PREFIX, TEMP_PREFIX, LayerwiseCheckpoint
-from acetui_core.choices import Offload
+from acetui_core.choices import Offload, StageName
 from acetui_core.conversion import ConvertedLayers, converts, to_checkpoint
 from acetui_core.errors import UserError, first_line
 from acetui_core.layerfeed import set_tensor
@@ -150,13 +150,13 @@ def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event
     if folder is None:
         return load_model(source, device=device, dtype=dtype, on_event=on_event)
     if on_event:
-        on_event(Stage("load", 0, 1))
+        on_event(Stage(StageName.LOAD, 0, 1))
     return_freed_layers_to_the_os()
     model, tokenizer, streamed = load_streamed(folder, torch_dtype)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if on_event:
-        on_event(Stage("load", 1, 1))
+        on_event(Stage(StageName.LOAD, 1, 1))
     context = context_length(model.config)
     family = model.config.model_type
     return Loaded(

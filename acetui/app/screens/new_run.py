@@ -44,6 +44,7 @@ from acetui.app.candidates import model_candidates, shorten, starting_model
 from acetui.app.messages import CandidatesFound
 from acetui.app.widgets.marks import Tick, TickList
 from acetui.app.workbench import Workbench
+from acetui_core.choices import EvalKind, SparsityGroup
 from acetui_core.config import SETTINGS, RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
@@ -66,9 +67,13 @@ PLACEHOLDERS = {
     "zeroshot_limit": "all",
     "save": "not saved",
 }
-CHOICE_NAMES = {"row": "per output row", "layer": "per layer"}  # how a choice reads, where its name is terse
+# How a choice reads, where its name is terse.
+CHOICE_NAMES: dict[str, str] = {SparsityGroup.ROW: "per output row", SparsityGroup.LAYER: "per layer"}
 # The settings each evaluation needs: left at their defaults while it is off.
-EVAL_SETTINGS = {"wikitext2": ("eval_limit", "eval_seqlen"), "zeroshot": ("tasks", "zeroshot_limit")}
+EVAL_SETTINGS: dict[str, tuple[str, str]] = {
+    EvalKind.WIKITEXT2: ("eval_limit", "eval_seqlen"),
+    EvalKind.ZEROSHOT: ("tasks", "zeroshot_limit"),
+}
 # The settings the form lays out by hand (the grid's lists, the evaluation ticks, the device list).
 OWN_WIDGETS = ("method", "evals", "device")
 
@@ -260,8 +265,8 @@ class NewRunScreen(Screen):
         self.restore(
             {
                 **{name: form.text(name, value) if name in TEXT else value for name, value in shown.items()},
-                "eval-wikitext2": "wikitext2" in config.evals,
-                "eval-zeroshot": "zeroshot" in config.evals,
+                "eval-wikitext2": EvalKind.WIKITEXT2 in config.evals,
+                "eval-zeroshot": EvalKind.ZEROSHOT in config.evals,
                 "metrics": [config.method],
             },
             model=config.model,
