@@ -392,6 +392,44 @@ async def test_the_pareto_view_draws_what_g_saves(store, tmp_path, no_color):
     assert [x for x, _ in saved["Wanda"]] == [128, 256, 512]
 
 
+@pytest.mark.asyncio
+async def test_the_pareto_view_and_the_paired_difference_read_zero_shot_accuracy(store, tmp_path, monkeypatch):
+    """z puts mean zero-shot accuracy on the Pareto view's quality axis (and in the file g saves); two
+    selected runs scored on the same documents get their paired accuracy difference in the paper view."""
+    from rich.console import Console
+
+    from acetui.app.widgets.plots import ParetoPlot
+
+    monkeypatch.setenv("ACETUI_EXPORT_DIR", str(tmp_path / "exports"))
+    clock = store.clock_
+    for number, (method, seqlen, accuracy) in enumerate((("wanda", 16, 0.7), ("wanda", 32, 0.72), ("ria", 16, 0.6))):
+        tasks, kept = outcomes(number, accuracy)
+        run = RunConfig(model="org/tiny", method=method, sparsity="0.5", seqlen=seqlen, evals=["zeroshot"])
+        result = {"calibration": {**C4, "nsamples": 8, "seqlen": seqlen}, "task_outcomes": kept}
+        insert_run(store, clock, f"{method[0]}{number:07d}", run, created=clock.now + 10, ppl=None, zeroshot=tasks,
+                   result=result)  # fmt: skip
+    async with results_screen(store, 3) as (pilot, results):
+        await pilot.press("p", "z")
+        await pilot.pause()
+        lines, _, ylabel = results.pareto()
+        assert ylabel == "mean zero-shot accuracy (%)"
+        assert {line.name: len(line.points) for line in lines} == {"Wanda": 2, "RIA": 1}
+        assert results.query_one("#pareto-overlay", ParetoPlot)._title.endswith("(higher is better)")
+        await pilot.press("g")
+        while not list((tmp_path / "exports").glob("acetui-pareto-*.tex")):
+            await pilot.pause(0.1)
+        await pilot.press("p", "v")
+        results.selected = {"w0000000", "r0000002"}
+        console = Console(width=200, file=io.StringIO(), record=True)
+        console.print(results.paper_table())
+        paired = [line for line in console.export_text().splitlines() if line.startswith("Paired difference")]
+    figure = next((tmp_path / "exports").glob("acetui-pareto-*.tex")).read_text()
+    assert "ylabel={mean zero-shot accuracy" in figure
+    assert len(paired) == 1  # no perplexity was measured: the accuracy line alone
+    assert "RIA-16 0.5 r000 − Wanda-16 0.5 w000: -" in paired[0] and "points of mean accuracy" in paired[0]
+    assert "same documents" in paired[0]
+
+
 def test_figures_draw_each_method_with_its_intervals(store, tmp_path, monkeypatch, capsys):
     import importlib.util
     import re

@@ -86,14 +86,25 @@ def _cell(grid: Comparison, row: str, column: tuple[str, str]) -> Text:
 
 
 def _paired(picked: list[RunRecord], kept: dict[str, RunEvidence]) -> str:
-    """The paired difference of the two selected runs on their shared windows."""
+    """The paired difference of the two selected runs on their shared windows, and on their shared
+    zero-shot documents when both were scored."""
     first, second = picked
     names = f"{run_name(second)} − {run_name(first)}"
-    difference = run_difference(first, second, kept)
-    if isinstance(difference, str):
-        return f"Paired difference {names}: {difference}."
-    value, low, high, p = difference
-    return (
-        f"Paired difference {names}: {value:+.2f} ppl [{low:+.2f}, {high:+.2f}], p = {p:.3g} "
-        "(same windows; one run each, so seed noise is not included)."
-    )
+    measured = {
+        "ppl": any(run.results and run.results.ppl_wikitext2 is not None for run in picked),
+        "zeroshot": all(run.results and run.results.zeroshot for run in picked),
+    }
+    lines = []
+    for measure, unit, units in (("ppl", "ppl", "windows"), ("zeroshot", "points of mean accuracy", "documents")):
+        if not measured[measure] and (measure == "zeroshot" or measured["zeroshot"]):
+            continue
+        difference = run_difference(first, second, kept, measure=measure)
+        if isinstance(difference, str):
+            lines.append(f"Paired difference {names}: {difference}.")
+            continue
+        value, low, high, p = difference
+        lines.append(
+            f"Paired difference {names}: {value:+.2f} {unit} [{low:+.2f}, {high:+.2f}], p = {p:.3g} "
+            f"(same {units}; one run each, so seed noise is not included)."
+        )
+    return "\n".join(lines)

@@ -25,7 +25,7 @@ from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot, ParetoPlot
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.export import export
-from acetui_core.figures import X_AXES, Series, figure_series, to_pgfplots
+from acetui_core.figures import X_AXES, Y_LABELS, Series, figure_series, to_pgfplots
 from acetui_core.maskfile import run_overlap, total
 from acetui_core.metrics import METHODS
 from acetui_core.records import linear_kind
@@ -130,6 +130,13 @@ class ResultsScreen(SortedRunListScreen):
             "x", "pareto_axis", "Cost axis", show=False, tooltip="The Pareto cost: prune seconds or calibration tokens"
         ),
         Binding(
+            "z",
+            "pareto_quality",
+            "Quality axis",
+            show=False,
+            tooltip="The Pareto quality: WikiText-2 perplexity or mean zero-shot accuracy",
+        ),
+        Binding(
             "g", "export('pareto')", "Save Pareto", show=False, tooltip="Save the Pareto view as a pgfplots figure"
         ),
         Binding("y", "copy_latex", "Copy", show=False, tooltip="Copy the LaTeX table (OSC 52, works over SSH)"),
@@ -170,6 +177,7 @@ class ResultsScreen(SortedRunListScreen):
         # Each run's evidence, by run id: a finished run's never changes, so it is read once.
         self.kept: dict[str, RunEvidence] = {}
         self.pareto_axis = "seconds"  # the Pareto view's and its file's cost axis (x: tokens)
+        self.pareto_quality = "ppl"  # and its quality axis (z: "zeroshot-mean")
         self.sort_column, self.descending = PPL_COLUMN, False
         self.query_one("#results", DataTable).add_columns(" ", *(c.title for c in COLUMNS))
         super().on_mount()
@@ -259,7 +267,7 @@ class ResultsScreen(SortedRunListScreen):
         """The Pareto figure of the chosen runs (series, x and y labels): what the view draws and ``g`` saves,
         from the engine's selection (``acetui figure pareto``'s)."""
         runs = self.chosen()
-        return figure_series(runs, self._evidence(runs), "pareto", self.pareto_axis)
+        return figure_series(runs, self._evidence(runs), "pareto", self.pareto_axis, self.pareto_quality)
 
     def _plot_pareto(self) -> None:
         plot = self.query_one("#pareto-overlay", ParetoPlot)
@@ -271,17 +279,28 @@ class ResultsScreen(SortedRunListScreen):
             return
         shown = lines[: len(SERIES_COLORS)]
         other = "calibration tokens" if self.pareto_axis == "seconds" else "prune seconds"
-        caption = f"Each method across calibration lengths, bars: 95% intervals. x: by {other} · g: save .tex · p: back"
+        quality = "accuracy" if self.pareto_quality == "ppl" else "perplexity"
+        caption = (
+            "Each method across calibration lengths, bars: 95% intervals. "
+            f"x: by {other} · z: {quality} · g: save .tex · p: back"
+        )
         if len(lines) > len(shown):
             caption += f" The first {len(shown)} of {len(lines)} methods are shown."
         self.query_one("#pareto-caption", Static).update(caption)
-        plot.show(shown, xlabel, f"{ylabel} (lower is better)")
+        better = "lower" if self.pareto_quality == "ppl" else "higher"
+        plot.show(shown, xlabel, f"{ylabel} ({better} is better)")
 
     def action_pareto_axis(self) -> None:
         self.pareto_axis = "tokens" if self.pareto_axis == "seconds" else "seconds"
         if self.query_one("#results-views", ContentSwitcher).current == "pareto-view":
             self._plot_pareto()
         self.notify(f"Pareto cost: {X_AXES[self.pareto_axis]}.")
+
+    def action_pareto_quality(self) -> None:
+        self.pareto_quality = "zeroshot-mean" if self.pareto_quality == "ppl" else "ppl"
+        if self.query_one("#results-views", ContentSwitcher).current == "pareto-view":
+            self._plot_pareto()
+        self.notify(f"Pareto quality: {Y_LABELS[self.pareto_quality]}.")
 
     def _show_overlay(self, kind: str, caption: str, title: str, series: dict, total_layers: int) -> None:
         self.query_one(f"#{kind}-caption", Static).update(caption)
