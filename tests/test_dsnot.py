@@ -9,8 +9,9 @@ from acetui_core import layerloop, pipeline, sparsegpt
 from acetui_core.config import RunConfig
 from acetui_core.dsnot import DSnoTSettings, refine
 from acetui_core.events import LayerPruned
+from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
 from acetui_core.masks import nm_mask, row_mask
-from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+from acetui_core.models import load_model
 
 # A 4 x 8 layer with small whole numbers, so every step is exact.
 W = torch.tensor(

@@ -10,8 +10,9 @@ import torch
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
 from acetui_core.events import LayerPruned
+from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
 from acetui_core.masks import nm_mask, permuted_nm_mask
-from acetui_core.models import decoder_layers, load_model, prunable_linears, weight_matrix
+from acetui_core.models import load_model
 from acetui_core.permute import PERMUTATIONS_FILE, channel_permutation, retained_fraction
 
 # Two rows whose strong inputs sit together: in the original order each row's four 9s share one group of
