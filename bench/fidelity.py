@@ -22,7 +22,7 @@ from acetui_core import layerloop
 from acetui_core.config import RunConfig
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import load_model
-from acetui_core.paths import bundled_model
+from acetui_core.paths import default_model
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--method", default="ace")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    model = args.model or str(bundled_model())
+    model = args.model or default_model()
     loaded = load_model(model, device="auto")
     loaded.snapshot()
     base = RunConfig(model=model, method=args.method, sparsity="0.5", seqlen=16, evals=[])

@@ -24,13 +24,13 @@ from acetui_core.data import wikitext2_test_ids
 from acetui_core.evaluate import perplexity, ppl
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import load_model
-from acetui_core.paths import bundled_model
+from acetui_core.paths import default_model
 
 
 def upcycle(out: Path, experts: int) -> None:
     from transformers import AutoModelForCausalLM, MixtralConfig
 
-    dense = load_model(str(bundled_model()), device="cpu")
+    dense = load_model(default_model(), device="cpu")
     source = dense.model.config
     config = MixtralConfig(
         vocab_size=source.vocab_size,
@@ -84,7 +84,7 @@ def main() -> None:
     if not (args.out / "config.json").is_file():
         upcycle(args.out, args.experts)
     rows = []
-    for name, source in (("SmolLM2-135M", str(bundled_model())), ("upcycled MoE", str(args.out))):
+    for name, source in (("SmolLM2-135M", default_model()), ("upcycled MoE", str(args.out))):
         loaded = load_model(source, device="cpu")
         losses, _ = perplexity(loaded.model, wikitext2_test_ids(loaded.tokenizer), args.eval_seqlen, args.eval_limit)
         rows.append((name, "dense", "-", ppl(losses), 0.0, None))

@@ -187,10 +187,10 @@ def prepare(checkpoint: Path) -> Path:
     from acetui_core.checkpoint import save_checkpoint
     from acetui_core.data import calibration_windows, tokenized_calibration
     from acetui_core.models import load_model
-    from acetui_core.paths import bundled_model
+    from acetui_core.paths import default_model
 
     if not (checkpoint / "config.json").is_file():
-        loaded = load_model(str(bundled_model()), device="cpu", dtype="float32")
+        loaded = load_model(default_model(), device="cpu", dtype="float32")
         save_checkpoint(loaded.model, loaded.tokenizer, str(checkpoint), overwrite=True)
         del loaded
     from transformers import AutoTokenizer

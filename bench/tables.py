@@ -18,7 +18,7 @@ from acetui_core.config import RunConfig
 from acetui_core.data import calibration_windows, tokenized_calibration
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import load_model
-from acetui_core.paths import bundled_model
+from acetui_core.paths import default_model
 from acetui_core.resources import peak_rss_mb
 
 # (row label, method, calibration length: "16" or "FL")
@@ -52,7 +52,7 @@ def forward_floor(loaded, seqlen: int, nsamples: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", nargs="?", default=str(bundled_model()))
+    parser.add_argument("model", nargs="?", default=default_model())
     parser.add_argument("--full-length", type=int, default=128, help="the 'FL' calibration length used here")
     parser.add_argument("--nsamples", type=int, default=128)
     parser.add_argument("--eval-seqlen", type=int, default=512)

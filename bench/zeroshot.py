@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from acetui_core import pipeline
 from acetui_core.config import ZEROSHOT_TASKS, RunConfig
 from acetui_core.models import load_model
-from acetui_core.paths import bundled_model
+from acetui_core.paths import default_model
 from acetui_core.records import mean_accuracy
 from acetui_core.zeroshot import evaluate_zeroshot, validate_tasks
 
@@ -55,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
 
     tasks = validate_tasks(args.tasks, args.limit)
-    model = args.model or str(bundled_model())
+    model = args.model or default_model()
     loaded = load_model(model, device=args.device)
     loaded.snapshot()
     seqlen = args.seqlen if args.seqlen == "full" else int(args.seqlen)
