@@ -22,6 +22,7 @@ from acetui.app import paper, summary
 from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, new_file, tmux_drops_clipboard
 from acetui.app.screens.common import SortedRunListScreen, filter_keys, refill
 from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot, ParetoPlot
+from acetui_core.choices import RunStatus
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.export import export
@@ -187,7 +188,7 @@ class ResultsScreen(SortedRunListScreen):
     def filtered_runs(self) -> list[RunRecord]:
         """Finished runs matching the model filter, in the chosen order."""
         wanted = self.query_one("#filter", Input).value.strip().lower()
-        runs = [r for r in self.runs if r.status == "finished" and wanted in r.config.model.lower()]
+        runs = [r for r in self.runs if r.status == RunStatus.FINISHED and wanted in r.config.model.lower()]
         return sorted(runs, key=self.sort_key(), reverse=self.descending)
 
     def chosen(self) -> list[RunRecord]:
@@ -213,7 +214,7 @@ class ResultsScreen(SortedRunListScreen):
         """An empty table says why and what to do."""
         empty = self.query_one("#results-empty", Static)
         empty.display = not visible and self.app.runs_listed
-        if any(r.status == "finished" for r in self.runs):
+        if any(r.status == RunStatus.FINISHED for r in self.runs):
             empty.update("No finished run's model matches the filter: / edits it (escape: back to the table).")
         elif any(r.active for r in self.runs):
             empty.update("No run has finished yet: F2 follows the active one; its results come here when it ends.")
