@@ -16,8 +16,8 @@ from textual import events
 from textual.widgets import Checkbox, DataTable, Input, Static
 
 from acetui.app import make_app
+from acetui.app.runview import describe_stage
 from acetui.app.screens.new_run import NewRunScreen
-from acetui.app.screens.run import describe_stage
 from acetui_core.config import RunConfig
 from acetui_core.kill import KILLED
 from acetui_core.store import Store

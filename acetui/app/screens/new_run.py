@@ -43,32 +43,19 @@ from acetui.app import form, summary
 from acetui.app.candidates import model_candidates, shorten, starting_model
 from acetui.app.messages import CandidatesFound
 from acetui.app.widgets.marks import Tick, TickList
+from acetui.app.widgets.settingfields import error_lines, inline_field, kind, setting_field, setting_widget
 from acetui.app.workbench import Workbench
-from acetui_core.choices import EvalKind, SparsityGroup
+from acetui_core.choices import EvalKind
 from acetui_core.config import SETTINGS, RunConfig
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.plugins import available_methods
-from acetui_core.setting import Setting
 from acetui_core.store import RunRecord
 
 CANDIDATES_SHOWN = 3  # rows of model completions under the model field
 CANDIDATE_WIDTH = 64  # characters of a completion shown (its end: the file name matters most)
 TICKS = ("eval-wikitext2", "eval-zeroshot")  # the evaluations, one tick each
 COST_DELAY = 0.3  # seconds a cost estimate waits for the typing to stop
-# What an empty field means, shown in it.
-PLACEHOLDERS = {
-    "model": "hub id, checkpoint folder or .gguf (→ completes)",
-    "sparsity": "0.5, 2:4, 4:8 …",
-    "calib": "c4, wikitext2 or a file",
-    "seqlen": "16, full …",
-    "eval_limit": "all",
-    "eval_seqlen": "context",
-    "zeroshot_limit": "all",
-    "save": "not saved",
-}
-# How a choice reads, where its name is terse.
-CHOICE_NAMES: dict[str, str] = {SparsityGroup.ROW: "per output row", SparsityGroup.LAYER: "per layer"}
 # The settings each evaluation needs: left at their defaults while it is off.
 EVAL_SETTINGS: dict[str, tuple[str, str]] = {
     EvalKind.WIKITEXT2: ("eval_limit", "eval_seqlen"),
@@ -76,11 +63,6 @@ EVAL_SETTINGS: dict[str, tuple[str, str]] = {
 }
 # The settings the form lays out by hand (the grid's lists, the evaluation ticks, the device list).
 OWN_WIDGETS = ("method", "evals", "device")
-
-
-def kind(spec: Setting) -> str:
-    """The widget a setting gets: a tick for a flag, a choice for a closed set of values, else text."""
-    return "tick" if isinstance(spec.default, bool) else "choice" if spec.choices else "text"
 
 
 TEXT = [name for name, spec in SETTINGS.items() if kind(spec) == "text" and name not in OWN_WIDGETS]
@@ -118,7 +100,7 @@ class NewRunScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         with VerticalScroll(id="form"):
-            yield from self._field("model")
+            yield from setting_field("model")
             yield OptionList(id="model-candidates")
             with Horizontal(id="form-columns"):
                 with Vertical(id="metrics-column"):
@@ -132,30 +114,30 @@ class NewRunScreen(Screen):
                     )
                     yield Static("", id="metrics-error", classes="error")
                 with Vertical(id="settings-column"):
-                    yield from self._field("sparsity")
-                    yield from self._field("group")
-                    yield from self._field("calib")
-                    yield from self._field("nsamples")
-                    yield from self._field("seqlen", presets=form.SEQLEN_PRESETS)
-                    yield from self._field("seed")
+                    yield from setting_field("sparsity")
+                    yield from setting_field("group")
+                    yield from setting_field("calib")
+                    yield from setting_field("nsamples")
+                    yield from setting_field("seqlen", presets=form.SEQLEN_PRESETS)
+                    yield from setting_field("seed")
                     with Horizontal(classes="row"):
                         yield Label("Device", classes="label")
                         yield Select(
                             [(d, d) for d in _devices()], value="auto", allow_blank=False, compact=True, id="device"
                         )
                         yield Label(SETTINGS["dtype"].label, classes="label short")
-                        yield self._widget("dtype")
+                        yield setting_widget("dtype")
             yield Label("Evaluation", classes="section")
             with Horizontal(classes="row"):
                 yield Tick("WikiText-2 ppl", True, id="eval-wikitext2", compact=True)
-                yield from self._inline("eval_limit")
-                yield from self._inline("eval_seqlen")
-            yield from self._errors("eval_limit", "eval_seqlen")
+                yield from inline_field("eval_limit")
+                yield from inline_field("eval_seqlen")
+            yield from error_lines("eval_limit", "eval_seqlen")
             with Horizontal(classes="row"):
                 yield Tick("Zero-shot", False, id="eval-zeroshot", compact=True)
-                yield from self._inline("tasks")
-                yield from self._inline("zeroshot_limit")
-            yield from self._errors("tasks", "zeroshot_limit")
+                yield from inline_field("tasks")
+                yield from inline_field("zeroshot_limit")
+            yield from error_lines("tasks", "zeroshot_limit")
             with Horizontal(id="start-row"):
                 yield Button("Start ▶", id="start", variant="primary", compact=True)
                 yield Static("", id="plan")
@@ -164,43 +146,8 @@ class NewRunScreen(Screen):
                 title="Advanced: offload, VarP, OWL, OBS, DSnoT, MoE, save…", collapsed=True, id="advanced"
             ):
                 for name in ADVANCED:
-                    yield from self._field(name, explained=True)
+                    yield from setting_field(name, explained=True)
         yield Footer(show_command_palette=False, compact=True)
-
-    # ---- composing fields ----
-
-    def _widget(self, name: str) -> Input | Select | Checkbox:
-        """A setting's widget, at its default, with its help as the tooltip."""
-        spec = SETTINGS[name]
-        widget: Input | Select | Checkbox
-        if kind(spec) == "tick":
-            widget = Tick("", spec.default, id=name, compact=True)
-        elif kind(spec) == "choice":
-            options = [(CHOICE_NAMES.get(choice, choice), choice) for choice in spec.choices]
-            widget = Select(options, value=spec.default, allow_blank=False, compact=True, id=name)
-        else:
-            widget = Input(spec.text, placeholder=PLACEHOLDERS.get(name, ""), id=name, compact=True)
-        widget.tooltip = spec.help
-        return widget
-
-    def _field(self, name: str, presets: tuple[str, ...] = (), explained: bool = False) -> ComposeResult:
-        """A setting's row (label and widget), its help under it if ``explained``, then its error line."""
-        with Horizontal(classes="row"):
-            yield Label(SETTINGS[name].label, classes="label")
-            yield self._widget(name)
-            for preset in presets:
-                yield Button(preset, name=preset, classes="preset", compact=True)
-        if explained:
-            yield Static(escape(SETTINGS[name].help), classes="help")
-        yield Static("", id=f"{name}-error", classes="error")
-
-    def _inline(self, name: str) -> ComposeResult:
-        yield Label(SETTINGS[name].label, classes="label inline")
-        yield self._widget(name)
-
-    def _errors(self, *field_ids: str) -> ComposeResult:
-        for field_id in field_ids:
-            yield Static("", id=f"{field_id}-error", classes="error")
 
     # ---- life cycle ----
 

@@ -1,0 +1,101 @@
+"""What the Run screen shows of a run as text: where it is now, a row per pruned layer, the strip of the
+comparison it belongs to, and a mixture-of-experts run's token load per expert. Pure functions of the run's
+record, so the screen only places them."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.markup import escape
+
+from acetui.app import summary
+from acetui_core.choices import RunStatus
+from acetui_core.records import LayerRecord
+from acetui_core.store import RunRecord
+
+STATUS_MARK = {
+    RunStatus.FINISHED: "✓",
+    RunStatus.RUNNING: "▶",
+    RunStatus.QUEUED: "·",
+    RunStatus.FAILED: "✗",
+    RunStatus.INTERRUPTED: "✗",
+    RunStatus.CANCELLED: "■",
+}
+
+
+def describe_stage(run: RunRecord) -> str:
+    """Where the run is now, in a few words."""
+    if run.status == RunStatus.FINISHED:
+        text = "finished"
+        if run.ppl is not None:
+            text += f" · ppl {summary.ppl_text(run)}"
+            if run.ppl_partial and run.results and run.results.ppl_windows:
+                text += f" ({run.results.ppl_windows} windows)"
+        return text + f" · prune {summary.fmt_seconds(run.prune_seconds)}"
+    if not run.active:
+        return run.status
+    if run.current_layer is not None and run.num_layers:
+        return f"layer {run.current_layer} · {run.layers_done}/{run.num_layers} done"  # numbered from 0
+    if run.stage:
+        total = run.stage.total
+        return f"{run.stage.name} {run.stage.done}/{total if total is not None else '?'}"
+    return "waiting to start" if run.status == RunStatus.QUEUED else "starting"
+
+
+def layer_row(layer: LayerRecord) -> tuple[str, ...]:
+    """Index, linears, seconds, sparsity and the median Var[x²] of the layer's inputs (the Var[x²]
+    plot adds the largest column's)."""
+    variance = summary.layer_variance(layer)
+    return (
+        str(layer.index),
+        str(len(layer.linears)),
+        summary.fmt_seconds(layer.seconds),
+        "–" if layer.sparsity is None else f"{layer.sparsity:.3f}",
+        "–" if variance is None else f"{variance.median:.3g}",
+    )
+
+
+def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None) -> str:
+    """Every run of a comparison with its status mark and, once finished, its perplexity (markup)."""
+    by_id = {run.id: run for run in runs}
+    parts = []
+    for place, run_id in enumerate(batch, 1):
+        run = by_id.get(run_id)
+        if run is None:
+            continue
+        result = (
+            summary.ppl_text(run)
+            if run.status == RunStatus.FINISHED
+            else (
+                f"{run.layers_done}/{run.num_layers}"
+                if run.status == RunStatus.RUNNING and run.num_layers
+                else run.status
+            )
+        )
+        text = escape(f"{place} {STATUS_MARK[run.status]} {run.label} {run.config.sparsity} {result}")
+        parts.append(f"[b]{text}[/b]" if run_id == shown else text)
+    return "  │  ".join(parts)
+
+
+def token_load(run: RunRecord, layers: list[LayerRecord]) -> Text:
+    """The calibration tokens each expert of each MoE layer received (of the pruned ``layers`` while the run
+    goes on), as a grid with one column per expert; a starved expert is marked ``*`` (and coloured), with
+    the sentences of its fallback under the grid."""
+    experts = summary.run_experts(run, layers)
+    if experts is None:
+        if run.active:
+            return Text("No token load yet: it shows as the layers of a mixture-of-experts model are pruned.")
+        return Text("No token load: the model has no experts, or the method reads no calibration data.")
+    rows = summary.expert_load(experts)
+    width = max((len(count) for _, counts in rows for count in counts), default=1) + 1
+    label = max((len(where) for where, _ in rows), default=0)
+    text = Text(f"calibration tokens per expert ({experts.calibration}); * starved: statistics from all tokens\n\n")
+    experts_shown = max((len(counts) for _, counts in rows), default=0)
+    text.append(" " * label + "".join(f"{e:>{width}}" for e in range(experts_shown)) + "\n", style="bold")
+    for where, counts in rows:
+        text.append(where.ljust(label))
+        for count in counts:
+            text.append(f"{count:>{width}}", style="bold red" if count.endswith("*") else "")
+        text.append("\n")
+    for fallback in experts.fallbacks:
+        text.append(f"\n* {fallback.sentence()}")
+    return text

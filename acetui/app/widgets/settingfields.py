@@ -1,0 +1,73 @@
+"""The form widget of each run setting, made from the settings table (``acetui_core.config.SETTINGS``): a
+tick for a flag, a choice for a closed set of values, else a text field with a placeholder saying what
+empty means; each with its help as the tooltip, and the line under it where its error is shown."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.markup import escape
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+
+from acetui.app.widgets.marks import Tick
+from acetui_core.choices import SparsityGroup
+from acetui_core.config import SETTINGS
+from acetui_core.setting import Setting
+
+# What an empty field means, shown in it.
+PLACEHOLDERS = {
+    "model": "hub id, checkpoint folder or .gguf (→ completes)",
+    "sparsity": "0.5, 2:4, 4:8 …",
+    "calib": "c4, wikitext2 or a file",
+    "seqlen": "16, full …",
+    "eval_limit": "all",
+    "eval_seqlen": "context",
+    "zeroshot_limit": "all",
+    "save": "not saved",
+}
+# How a choice reads, where its name is terse.
+CHOICE_NAMES: dict[str, str] = {SparsityGroup.ROW: "per output row", SparsityGroup.LAYER: "per layer"}
+
+
+def kind(spec: Setting) -> str:
+    """The widget a setting gets: a tick for a flag, a choice for a closed set of values, else text."""
+    return "tick" if isinstance(spec.default, bool) else "choice" if spec.choices else "text"
+
+
+def setting_widget(name: str) -> Input | Select | Checkbox:
+    """A setting's widget, at its default, with its help as the tooltip."""
+    spec = SETTINGS[name]
+    widget: Input | Select | Checkbox
+    if kind(spec) == "tick":
+        widget = Tick("", spec.default, id=name, compact=True)
+    elif kind(spec) == "choice":
+        options = [(CHOICE_NAMES.get(choice, choice), choice) for choice in spec.choices]
+        widget = Select(options, value=spec.default, allow_blank=False, compact=True, id=name)
+    else:
+        widget = Input(spec.text, placeholder=PLACEHOLDERS.get(name, ""), id=name, compact=True)
+    widget.tooltip = spec.help
+    return widget
+
+
+def setting_field(name: str, presets: tuple[str, ...] = (), explained: bool = False) -> ComposeResult:
+    """A setting's row (label and widget), its help under it if ``explained``, then its error line."""
+    with Horizontal(classes="row"):
+        yield Label(SETTINGS[name].label, classes="label")
+        yield setting_widget(name)
+        for preset in presets:
+            yield Button(preset, name=preset, classes="preset", compact=True)
+    if explained:
+        yield Static(escape(SETTINGS[name].help), classes="help")
+    yield Static("", id=f"{name}-error", classes="error")
+
+
+def inline_field(name: str) -> ComposeResult:
+    """A setting's label and widget inside a row of others (its error line goes under the row)."""
+    yield Label(SETTINGS[name].label, classes="label inline")
+    yield setting_widget(name)
+
+
+def error_lines(*field_ids: str) -> ComposeResult:
+    """The error lines of the settings laid out inline, under their row."""
+    for field_id in field_ids:
+        yield Static("", id=f"{field_id}-error", classes="error")
