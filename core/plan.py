@@ -61,6 +61,7 @@ class Plan:
     dtype: str
     streaming: bool
     calibration_bytes: int  # one copy of the hidden states of every calibration token
+    calibration_seqlen: int | None  # the window length in tokens, "full" resolved; None: no calibration
     evaluation_bytes: int  # WikiText-2: a batch's logits and one window's float32 log-probabilities
     evaluation_tokens: int  # tokens in one evaluation batch (0: no perplexity)
     evaluation_hidden_bytes: int  # a streamed evaluation: the hidden states of every window it evaluates
@@ -130,7 +131,7 @@ def plan_run(run: RunConfig) -> Plan:
     streaming = streaming_folder(run.model, run.offload, dtype) is not None
 
     method = get_method(run.method)
-    calibration = 0
+    calibration, seqlen = 0, None
     if method.needs_activations:
         seqlen = resolve_seqlen(run.seqlen, context_length(config))
         calibration = run.nsamples * seqlen * int(config.hidden_size) * size
@@ -196,6 +197,7 @@ def plan_run(run: RunConfig) -> Plan:
         dtype=str(dtype).removeprefix("torch."),
         streaming=streaming,
         calibration_bytes=calibration,
+        calibration_seqlen=seqlen,
         evaluation_bytes=evaluation,
         evaluation_tokens=evaluation_tokens,
         evaluation_hidden_bytes=evaluation_hidden,

@@ -245,6 +245,15 @@ def test_plan_prints_the_figures(tied, tmp_path, tokenizer_dir, monkeypatch, cap
     assert plan["checkpoint_bytes"] == sum(f.stat().st_size for f in sharded.glob("*.safetensors"))
 
 
+def test_plan_names_the_calibration_windows_length_in_tokens(sharded, monkeypatch, capsys):
+    """--seqlen full is the model's context (256 here), said as a number; a method without calibration
+    says it reads none."""
+    code, out, _ = cli(monkeypatch, capsys, "plan", sharded, "--seqlen", "full", "--nsamples", "4", "--eval", "none")
+    assert code == 0 and "(4 x 256 tokens)" in out
+    code, out, _ = cli(monkeypatch, capsys, "plan", sharded, "--method", "magnitude", "--eval", "none")
+    assert code == 0 and "none: the method reads no calibration data" in out
+
+
 def test_plan_counts_a_streamed_evaluations_hidden_states(sharded, monkeypatch, capsys):
     """A streamed evaluation holds every evaluated window's hidden states (64 wide here): the WikiText-2
     test split's typical token count, or what --eval-limit leaves of it; a model in memory holds none."""

@@ -39,7 +39,7 @@ def _census(plan) -> tuple[str, str]:
     return pruned, ", ".join(kept)
 
 
-def plan_table(plan, nsamples: int, seqlen) -> Table:
+def plan_table(plan, nsamples: int) -> Table:
     table = Table(title=f"plan: {plan.model}", show_header=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -63,7 +63,12 @@ def plan_table(plan, nsamples: int, seqlen) -> Table:
             if plan.streaming
             else "no: the whole model in memory",
         ),
-        ("calibration", f"{_gib(plan.calibration_bytes)} of activations ({nsamples} x {seqlen} tokens), {where}"),
+        (
+            "calibration",
+            f"{_gib(plan.calibration_bytes)} of activations ({nsamples} x {plan.calibration_seqlen} tokens), {where}"
+            if plan.calibration_seqlen is not None
+            else "none: the method reads no calibration data",
+        ),
         ("evaluation", _evaluation(plan)),
         (
             "peak CPU memory",
@@ -93,4 +98,4 @@ def plan(model: options.Model = None, *, as_json: options.JsonOption = False, **
     if as_json:
         print(json.dumps(to_dict(result), indent=2))
     else:
-        Console().print(plan_table(result, config.nsamples, config.seqlen))
+        Console().print(plan_table(result, config.nsamples))
