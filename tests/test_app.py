@@ -135,6 +135,33 @@ async def test_the_form_says_what_its_runs_will_cost(store, make_tiny_model):
 
 
 @pytest.mark.asyncio
+async def test_a_cost_estimate_that_ends_during_teardown_is_dropped(store, make_tiny_model, monkeypatch):
+    """The estimate's thread outlived the form's widgets once (CI, at app exit) and ended the app."""
+    import threading
+
+    import acetui_core.plan
+
+    entered, release = threading.Event(), threading.Event()
+    real_plan_run = acetui_core.plan.plan_run
+
+    def slow_plan_run(config):
+        entered.set()
+        release.wait(timeout=30)
+        return real_plan_run(config)
+
+    monkeypatch.setattr(acetui_core.plan, "plan_run", slow_plan_run)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await fill_form(pilot, str(make_tiny_model("llama")), ["wanda"])
+        await pilot_wait_until(pilot, entered.is_set, "the estimate to start")
+        workers = [w for w in app.workers if w.group == "cost"]
+        await screen.query_one("#cost", Static).remove()  # what the app's teardown does first
+        release.set()
+        await pilot_wait_until(pilot, lambda: all(w.is_finished for w in workers), "the estimate to end")
+        assert [w.state.name for w in workers] == ["SUCCESS"] * len(workers)
+
+
+@pytest.mark.asyncio
 async def test_zero_shot_fields_are_checked_only_when_zero_shot_is_on(store):
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:

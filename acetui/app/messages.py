@@ -50,3 +50,11 @@ class LogLines(Message):
         self.run_id = run_id
         self.lines = lines
         self.missing = missing
+
+
+class CostEstimated(Message):
+    """The New run form's cost estimate, worked out in the background (markup)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text

@@ -41,7 +41,7 @@ from textual.worker import get_current_worker
 
 from acetui.app import form, summary
 from acetui.app.candidates import model_candidates, shorten, starting_model
-from acetui.app.messages import CandidatesFound
+from acetui.app.messages import CandidatesFound, CostEstimated
 from acetui.app.widgets.marks import Tick, TickList
 from acetui.app.widgets.settingfields import error_lines, inline_field, kind, setting_field, setting_widget
 from acetui.app.workbench import Workbench
@@ -322,7 +322,12 @@ class NewRunScreen(Screen):
         except Exception as error:  # an estimate is advice: a config transformers cannot build must not end the app
             text = f"[dim]Cost unknown: the model's configuration could not be planned ({type(error).__name__}).[/]"
         if not worker.is_cancelled:
-            self.app.call_from_thread(self.query_one("#cost", Static).update, text)
+            # A message, not a widget call from this thread: a screen closed meanwhile drops it unread.
+            self.post_message(CostEstimated(text))
+
+    def on_cost_estimated(self, message: CostEstimated) -> None:
+        for cost in self.query("#cost").results(Static):  # none while the app tears the screen down
+            cost.update(message.text)
 
     def configs(self):
         """The run configurations the form describes (every relevant field must be valid)."""
