@@ -16,7 +16,7 @@ from acetui_core import parse
 from acetui_core.choices import ExecutorKind
 from acetui_core.comparison import CELLS
 from acetui_core.config import SETTINGS, RunConfig
-from acetui_core.errors import UserError
+from acetui_core.errors import check_choice
 from acetui_core.metrics import METHODS
 from acetui_core.setting import Setting
 
@@ -137,8 +137,7 @@ def slurm_executor(executor: str, partition: str | None, gpus_per_job: int, time
     """The Slurm executor for ``--executor slurm``, None for ``local``; anything else is refused."""
     if executor == ExecutorKind.LOCAL:
         return None
-    if executor != ExecutorKind.SLURM:
-        raise UserError(f"Unknown --executor '{executor}'; use local or slurm.")
+    check_choice(executor, tuple(ExecutorKind), "--executor")
     from acetui_core.slurm import Slurm
 
     return Slurm(partition=partition, gpus_per_job=gpus_per_job, time=time)

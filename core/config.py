@@ -31,7 +31,7 @@ from acetui_core.choices import (
     VarpForm,
     VarpScale,
 )
-from acetui_core.errors import UserError
+from acetui_core.errors import one_of
 from acetui_core.metrics import METHODS
 from acetui_core.setting import Setting, setting, spec_of
 from acetui_core.sparsity import Sparsity, parse_sparsity
@@ -50,15 +50,6 @@ def _optional_whole(flag: str, minimum: int = 0) -> Callable[[Any], int | None]:
 
 def _number(flag: str, minimum: float | None = None) -> Callable[[Any], float]:
     return lambda text: parse.number(text, flag, minimum)
-
-
-def _unknown(what: str, allowed: tuple[str, ...]) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if value not in allowed:
-            raise UserError(f"Unknown {what} '{value}'; use {', '.join(allowed[:-1])} or {allowed[-1]}.")
-        return value
-
-    return check
 
 
 def _evals(value: Any) -> list[str]:
@@ -191,7 +182,7 @@ class RunConfig:
         help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.",
         label="dtype",
         choices=tuple(Dtype),
-        parse=_unknown("dtype", tuple(Dtype)),
+        parse=one_of("dtype", tuple(Dtype)),
         describe=str,
     )
     offload: str = setting(
@@ -201,7 +192,7 @@ class RunConfig:
         label="Offload",
         group="advanced",
         choices=tuple(Offload),
-        parse=_unknown("--offload", tuple(Offload)),
+        parse=one_of("--offload", tuple(Offload)),
     )
     squared_weight: bool = setting(
         False,

@@ -1,5 +1,8 @@
 """Errors that reach the user as one sentence."""
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 
 class UserError(Exception):
     """Bad input or an unusable environment: the message is one clear sentence for the user.
@@ -20,8 +23,15 @@ class Cancelled(Exception):
     """The run was asked to stop; raised between layers, never mid-layer."""
 
 
-def check_choice(value: str, choices, what: str) -> None:
-    """``value`` must be one of ``choices`` (names, or a dict's keys): else one sentence naming them all,
-    for example ``Unknown --x 'cost'; choose one of: seconds, tokens.``"""
+def check_choice(value: Any, choices: Iterable[str], what: str) -> Any:
+    """``value`` if it is one of ``choices`` (names, or a dict's keys); else one sentence naming them all,
+    for example ``Unknown --x 'cost'; choose one of: seconds, tokens.`` Every closed set of values (the
+    run settings' choices, tables, figures, themes) is checked here, so each says it the same way."""
     if value not in choices:
         raise UserError(f"Unknown {what} '{value}'; choose one of: {', '.join(choices)}.")
+    return value
+
+
+def one_of(what: str, choices: tuple[str, ...]) -> Callable[[Any], Any]:
+    """``check_choice`` as a setting's parser."""
+    return lambda value: check_choice(value, choices, what)

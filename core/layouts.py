@@ -110,13 +110,14 @@ def _kind(name: str) -> str:
     return "mlp"
 
 
-def _expert_index(name: str) -> int | None:
-    """The expert a per-expert linear belongs to (``block_sparse_moe.experts.3.w1`` -> 3)."""
+def expert_parts(name: str) -> tuple[str, int, str] | None:
+    """Where a per-expert linear sits: ``block_sparse_moe.experts.3.w1`` -> (``block_sparse_moe``, 3,
+    ``block_sparse_moe.experts.3``), its experts block, its expert's number and module; None outside one."""
     parts = name.split(".")
     if "experts" in parts:
-        after = parts[parts.index("experts") + 1 :]
-        if after and after[0].isdigit():
-            return int(after[0])
+        at = parts.index("experts")
+        if at + 1 < len(parts) and parts[at + 1].isdigit():
+            return ".".join(parts[:at]), int(parts[at + 1]), ".".join(parts[: at + 2])
     return None
 
 
@@ -138,7 +139,10 @@ def prunable_linears(layer: nn.Module) -> dict[str, Matrix]:
     found: dict[str, Matrix] = {}
     for name, module in layer.named_modules():
         if isinstance(module, (nn.Linear, Conv1D)) and not is_routing(name):
-            found[name] = Matrix(name, _kind(name), module, "weight", _expert_index(name), isinstance(module, Conv1D))
+            parts = expert_parts(name)
+            found[name] = Matrix(
+                name, _kind(name), module, "weight", parts[1] if parts else None, isinstance(module, Conv1D)
+            )
         elif fused_experts(module):
             for param in FUSED_EXPERTS:
                 stored = getattr(module, param, None)

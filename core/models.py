@@ -17,7 +17,7 @@ import torch
 
 from acetui_core.choices import Dtype, StageName
 from acetui_core.config import FULL_CONTEXT_CAP
-from acetui_core.errors import UserError, first_line
+from acetui_core.errors import UserError, check_choice, first_line
 from acetui_core.layouts import decoder_layers, prunable_linears
 from acetui_core.paths import file_identity, user_path
 
@@ -75,9 +75,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         Dtype.FLOAT16: torch.float16,
         Dtype.BFLOAT16: torch.bfloat16,
     }
-    if name not in dtypes:
-        raise UserError(f"Unknown dtype '{name}'; use auto, float32, float16 or bfloat16.")
-    return dtypes[name]
+    return dtypes[check_choice(name, tuple(Dtype), "dtype")]
 
 
 @dataclass

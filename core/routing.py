@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from acetui_core.choices import MoeCalibration
-from acetui_core.layouts import FUSED_EXPERTS, Matrix
+from acetui_core.layouts import FUSED_EXPERTS, Matrix, expert_parts
 from acetui_core.records import ExpertFallback, ExpertLoad
 
 MIN_EXPERT_TOKENS = 16
@@ -61,13 +61,6 @@ def is_expert_linear(matrix: Matrix) -> bool:
     return matrix.param == "weight" and matrix.expert is not None
 
 
-def _expert_paths(name: str) -> tuple[str, str]:
-    """``block_sparse_moe.experts.3.w1`` -> (``block_sparse_moe``, ``block_sparse_moe.experts.3``)."""
-    parts = name.split(".")
-    at = parts.index("experts")
-    return ".".join(parts[:at]), ".".join(parts[: at + 2])
-
-
 def _hook_expert_linears(layer: nn.Module, matrices: dict[str, Matrix], record, calibration: str) -> list:
     """The hooks of the one-linear-per-expert layouts (see the module's docstring)."""
     mine = {name: m for name, m in matrices.items() if is_expert_linear(m)}
@@ -79,8 +72,7 @@ def _hook_expert_linears(layer: nn.Module, matrices: dict[str, Matrix], record, 
     if calibration != MoeCalibration.ALL:
         return handles
     blocks: dict[str, set[str]] = {}
-    for name in mine:
-        block, expert = _expert_paths(name)
+    for block, _, expert in filter(None, map(expert_parts, mine)):  # every one of mine has its three parts
         blocks.setdefault(block, set()).add(expert)
 
     def feed_all(block, args, kwargs, experts):

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, Field, dataclass, field, replace
 from typing import Any
 
-from acetui_core.errors import UserError
+from acetui_core.errors import one_of
 
 
 @dataclass(frozen=True)
@@ -56,15 +56,6 @@ def setting(default: Any = MISSING, *, factory: Callable[[], Any] | None = None,
     return field(default=default, metadata=metadata)
 
 
-def _one_of(flag: str, allowed: tuple[str, ...]) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if value not in allowed:
-            raise UserError(f"{flag} must be {', '.join(allowed[:-1])} or {allowed[-1]}, not '{value}'.")
-        return value
-
-    return check
-
-
 def _default(f: Field) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else (None if f.default is MISSING else f.default)
 
@@ -74,5 +65,5 @@ def spec_of(f: Field) -> Setting:
     parser of its own, the check that the value is one of them."""
     spec = replace(f.metadata["setting"], name=f.name, default=_default(f))
     if spec.choices and spec.parse is None:
-        spec = replace(spec, parse=_one_of(spec.flag, spec.choices))
+        spec = replace(spec, parse=one_of(spec.flag, spec.choices))
     return spec

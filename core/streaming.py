@@ -23,7 +23,7 @@ from torch import nn
 from acetui_core.checkpoint import SCRATCH_PREFIX, TEMP_PREFIX, LayerwiseCheckpoint
 from acetui_core.choices import Offload, StageName
 from acetui_core.conversion import ConvertedLayers, converts, to_checkpoint
-from acetui_core.errors import UserError, first_line
+from acetui_core.errors import UserError, check_choice, first_line
 from acetui_core.layerfeed import set_tensor
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import meta_skeleton, model_source
@@ -37,17 +37,11 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 AUTO_FRACTION = 0.7  # --offload auto streams a model whose weights take more than this share of available memory
 
 
-def check_offload(offload: str) -> str:
-    if offload not in tuple(Offload):
-        raise UserError(f"Unknown --offload '{offload}'; use auto, none or disk.")
-    return offload
-
-
 def streaming_folder(source: str, offload: str, dtype: torch.dtype = torch.bfloat16) -> Path | None:
     """The checkpoint folder to stream from under ``offload``, or None to load the model whole; a model
     that cannot stream under ``--offload disk`` is a UserError saying why. ``auto`` streams when the
     weights, loaded in ``dtype``, would take more than 70% of the memory available now."""
-    check_offload(offload)
+    check_choice(offload, tuple(Offload), "--offload")
     if offload == Offload.NONE:
         return None
     folder = local_checkpoint(source)

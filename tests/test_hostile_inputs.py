@@ -122,15 +122,21 @@ CASES = {
     "OWL M not a number": (["prune", "{model}", "--allocation", "owl", "--owl-m", "five"], "--owl-m must be a number"),
     "OWL with SparseGPT": (["prune", "{model}", "-m", "sparsegpt", "--allocation", "owl"], "needs a scoring method"),
     "OBS update of SparseGPT": (["prune", "{model}", "-m", "sparsegpt", "--update", "obs"], "needs a scoring method"),
-    "unknown update": (["prune", "{model}", "--update", "lsq"], "--update must be none or obs, not 'lsq'"),
+    "unknown update": (["prune", "{model}", "--update", "lsq"], "Unknown --update 'lsq'; choose one of: none, obs."),
     "permute unstructured": (["prune", "{model}", "--permute", "lsa", "-s", "0.5"], "needs a sparsity such as 2:4"),
     "permute in a grid with a ratio": (
         ["compare", "{model}", "--permute", "greedy", "--sparsity", "2:4,0.5"],
         "--permute greedy reorders input channels for N:M patterns",
     ),
-    "unknown permutation": (["prune", "{model}", "-s", "2:4", "--permute", "ria"], "--permute must be none, greedy"),
+    "unknown permutation": (
+        ["prune", "{model}", "-s", "2:4", "--permute", "ria"],
+        "Unknown --permute 'ria'; choose one of: none, greedy, lsa.",
+    ),
     "permute SparseGPT": (["prune", "{model}", "-m", "sparsegpt", "-s", "2:4", "--permute", "lsa"], "scoring method"),
-    "unknown refinement": (["prune", "{model}", "--refine", "sparsegpt"], "--refine must be none or dsnot"),
+    "unknown refinement": (
+        ["prune", "{model}", "--refine", "sparsegpt"],
+        "Unknown --refine 'sparsegpt'; choose one of: none, dsnot.",
+    ),
     "refine SparseGPT": (["prune", "{model}", "-m", "sparsegpt", "--refine", "dsnot"], "needs a scoring method"),
     "DSnoT without cycles": (["prune", "{model}", "--refine", "dsnot", "--dsnot-cycles", "0"], "--dsnot-cycles"),
     "DSnoT negative threshold": (
@@ -140,8 +146,14 @@ CASES = {
     "RIA alpha not a number": (["prune", "{model}", "-m", "ria", "--ria-alpha", "abc"], "--ria-alpha must be a number"),
     "RIA alpha negative": (["prune", "{model}", "-m", "ria", "--ria-alpha", "-1"], "--ria-alpha must be at least 0"),
     "DSnoT unknown parameter": (["prune", "{model}", "--refine", "dsnot", "--dsnot-steps", "5"], "--dsnot-steps"),
-    "unknown VarP scale": (["compare", "{model}", "--varp-scale", "std"], "--varp-scale must be none, rms or max"),
-    "unknown VarP form": (["prune", "{model}", "--varp-form", "exact"], "--varp-form must be series or inverse"),
+    "unknown VarP scale": (
+        ["compare", "{model}", "--varp-scale", "std"],
+        "Unknown --varp-scale 'std'; choose one of: none, rms, max.",
+    ),
+    "unknown VarP form": (
+        ["prune", "{model}", "--varp-form", "exact"],
+        "Unknown --varp-form 'exact'; choose one of: series, inverse.",
+    ),
     "export of no run": (["export", "--runs", "ffff"], "There is no run 'ffff'"),
     "last 0": (["export", "--last", "0"], "--last must be at least 1"),
     "export where the OS refuses": (["export", "-o", "/proc/acetui.csv"], "Cannot use /proc/acetui.csv"),

@@ -62,7 +62,7 @@ def test_bookkeeping_settings_never_split_a_comparison():
 def test_a_bad_value_is_the_tables_sentence_at_the_command_line(monkeypatch, capsys):
     code, _, err = cli(monkeypatch, capsys, "compare", "--varp-form", "cubic", "--store", "/nonexistent/x.db")
     assert code == 2
-    assert err == "acetui: --varp-form must be series or inverse, not 'cubic'.\n"
+    assert err == "acetui: Unknown --varp-form 'cubic'; choose one of: series, inverse.\n"
 
 
 # The form's widgets that stand for a setting under another name.

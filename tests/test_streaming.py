@@ -194,7 +194,7 @@ def test_gguf_cannot_stream(smollm_gguf, monkeypatch, capsys):
 
 def test_unknown_offload_mode(sharded, monkeypatch, capsys):
     code, _, err = _prune(monkeypatch, capsys, sharded, "--offload", "ram")
-    assert (code, err) == (2, "acetui: Unknown --offload 'ram'; use auto, none or disk.\n")
+    assert (code, err) == (2, "acetui: Unknown --offload 'ram'; choose one of: auto, none, disk.\n")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
