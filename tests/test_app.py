@@ -32,6 +32,7 @@ from acetui_core.events import RunStarted, Stage
 from acetui_core.store import Store
 
 SIZE = (80, 24)
+TYPED = 4  # the last characters of a model path fill_form types key by key (each key waits for the app)
 QUICK = {"nsamples": "4", "seqlen": "16", "eval_limit": "2", "eval_seqlen": "64"}
 
 
@@ -61,9 +62,11 @@ def cell_texts(table: DataTable) -> list[list[str]]:
 async def fill_form(pilot, model: str, metrics: list[str], **values: str) -> NewRunScreen:
     screen = pilot.app.screen
     assert isinstance(screen, NewRunScreen)
-    screen.query_one("#model", Input).value = ""  # it starts with the bundled model
-    screen.query_one("#model", Input).focus()
-    await pilot.press(*model)  # typed, as a user would
+    field = screen.query_one("#model", Input)
+    field.value = model[:-TYPED]  # pasted (it starts with the bundled model), then the end typed, as a user would
+    field.focus()
+    field.cursor_position = len(field.value)
+    await pilot.press(*model[-TYPED:])
     chosen = screen.query_one("#metrics", SelectionList)
     chosen.deselect_all()
     for metric in metrics:

@@ -85,6 +85,7 @@ def finished_run(store: Store) -> str:
 # ---- every key, every screen, every state ---------------------------------------------------------
 
 
+@pytest.mark.slow  # some 300 key presses in all, over a minute: CI's sweep, not the edit loop's
 @pytest.mark.asyncio
 @pytest.mark.parametrize("state", ["no runs", "one running", "one finished"])
 async def test_no_key_on_any_screen_raises(store, monkeypatch, tmp_path, state):
