@@ -78,7 +78,10 @@ def write_checkpoint(folder: Path, shape: dict, layers: int, tokenizer_folder: s
     from acetui_core.paths import bundled_model
 
     if tokenizer_folder:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+        except (OSError, ValueError) as error:  # a missing folder, or one without a tokenizer's files
+            sys.exit(f"--tokenizer {tokenizer_folder} is not a saved tokenizer folder ({type(error).__name__}).")
     else:
         gguf = bundled_model()
         if gguf is None:
