@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acetui_core.config import ZEROSHOT_TASKS
-from acetui_core.errors import Cancelled, UserError
+from acetui_core.errors import Cancelled, UserError, check_choice
 from acetui_core.events import Stage
 from acetui_core.paths import data_dir, home, write_text_atomic
 from acetui_core.records import TaskAccuracy, TaskOutcomes
@@ -102,10 +102,9 @@ def validate_tasks(tasks: str | Iterable[str], limit: int | None = None) -> list
     names = tasks.split(",") if isinstance(tasks, str) else list(tasks)
     names = [name.strip() for name in names if name.strip()]
     if not names:
-        raise UserError(f"No zero-shot task given; choose from: {', '.join(ZEROSHOT_TASKS)}.")
-    unknown = [name for name in names if name not in TASK_YAMLS]
-    if unknown:
-        raise UserError(f"Unknown zero-shot task '{unknown[0]}'; choose from: {', '.join(ZEROSHOT_TASKS)}.")
+        raise UserError(f"No zero-shot task given; choose one of: {', '.join(ZEROSHOT_TASKS)}.")
+    for name in names:
+        check_choice(name, ZEROSHOT_TASKS, "zero-shot task")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise UserError(f"--limit must be a whole number of examples per task, at least 1 (got {limit}).")
     names = list(dict.fromkeys(names))

@@ -52,7 +52,7 @@ def test_validate_tasks_accepts_lists_and_comma_strings_without_repeats():
 @pytest.mark.parametrize(
     "tasks, limit, message",
     [
-        ("arc_easy,mmlu", None, "Unknown zero-shot task 'mmlu'; choose from: boolq, rte, hellaswag"),
+        ("arc_easy,mmlu", None, "Unknown zero-shot task 'mmlu'; choose one of: boolq, rte, hellaswag"),
         (" , ", None, "No zero-shot task given"),
         ("rte", 0, "--limit must be a whole number of examples per task, at least 1 (got 0)"),
         ("rte", -3, "at least 1 (got -3)"),
@@ -269,7 +269,7 @@ def test_eval_table(make_tiny_model):
 @pytest.mark.parametrize(
     "args, env, message",
     [
-        (["--tasks", "arc_easy,piqa"], {}, "Unknown zero-shot task 'piqa'; choose from: boolq, rte"),
+        (["--tasks", "arc_easy,piqa"], {}, "Unknown zero-shot task 'piqa'; choose one of: boolq, rte"),
         (["--limit", "0"], {}, "--limit must be at least 1 (got 0)."),
         (
             ["--tasks", "winogrande"],
