@@ -319,14 +319,16 @@ def test_the_layer_loop_holds_one_copy_of_the_calibration_activations(tmp_path, 
     """512 windows of 256 tokens through a small model: the activations (256 MiB), not the weights, are
     what the loop holds. Each layer's outputs are written over its inputs, so the peak over the loaded
     weights is one copy of them (plus a batch, the first forward pass's one-off cost and the allocator's
-    slack: 110-145 MB here), not the two that keeping inputs and outputs would take."""
+    slack: 140-225 MB here), not the two that keeping inputs and outputs would take."""
     model = _checkpoint(tmp_path / "narrow", tokenizer_dir, layers=2, hidden=512, tied=True, shard="50MB")
     settings = {"offload": "none", "nsamples": 512, "seqlen": 256, "save": None}
     report = _measured_run(model, tmp_path / "out", settings)
     activations = report["planned_calibration"]
     assert activations == 512 * 256 * 512 * 4
     held = report["peak_rss"] - report["baseline_rss"] - report["weights"]
-    assert activations < held < 1.75 * activations, report  # measured 1.42-1.54; two copies: over 2 (3.4 before)
+    # Less than a second copy. Measured 1.52-1.84 (2026-11-26, 13 runs: the slack moves by some 50-64 MB from
+    # run to run, with MALLOC_ARENA_MAX=1 too); a bound of 1.75 failed CI once. Two copies: over 2 (3.4 before).
+    assert activations < held < 2 * activations, report
 
 
 @pytest.mark.slow
