@@ -7,9 +7,11 @@ paths, model loading that turns any loader failure into a sentence, checks befor
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
+import string
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,7 @@ def _checkpoint_with(tmp: Path, model: Path, name: str, extra: str | None) -> Pa
     return folder
 
 
+BROKEN = ("truncated", "wrong-type", "wrong-shape")
 GOOD_RUN = "a0000001"  # a finished run already in the store: no command below may touch it
 
 # case -> (arguments, the sentence's fragment[, environment]); {name} is a place the test prepares. Every
@@ -187,29 +190,34 @@ def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
     (project / "paper.tex").write_text("\\section{Results}")
     nodata = tmp_path / "nodata"
     nodata.mkdir()
-    places = {
-        "model": model,
-        "blocked": blocked,
-        "project": project,
-        "nodata": nodata,
-        "store-folder": store.parent,
-        "home": _checkpoint_with(tmp_path, model, "home", None),
-        "annotated": _checkpoint_with(tmp_path, model, "annotated", "notes.md"),
-        "empty": _calib(tmp_path, "empty.jsonl", ""),
-        "number": _calib(tmp_path, "number.jsonl", '{"text": "words"}\n{"text": 42}\n'),
-        "null": _calib(tmp_path, "null.jsonl", '{"text": null}\n'),
-        "text": _calib(tmp_path, "text.txt", "Calibration text of a few words. " * 50),
-        **{how: _broken_checkpoint(tmp_path, model, how) for how in ("truncated", "wrong-type", "wrong-shape")},
+    # Only the places a case names are built: each checkpoint copy is ~25 MB, and the table has 60 rows.
+    builders = {
+        "model": lambda: model,
+        "blocked": lambda: blocked,
+        "project": lambda: project,
+        "nodata": lambda: nodata,
+        "store-folder": lambda: store.parent,
+        "home": lambda: _checkpoint_with(tmp_path, model, "home", None),
+        "annotated": lambda: _checkpoint_with(tmp_path, model, "annotated", "notes.md"),
+        "empty": lambda: _calib(tmp_path, "empty.jsonl", ""),
+        "number": lambda: _calib(tmp_path, "number.jsonl", '{"text": "words"}\n{"text": 42}\n'),
+        "null": lambda: _calib(tmp_path, "null.jsonl", '{"text": null}\n'),
+        "text": lambda: _calib(tmp_path, "text.txt", "Calibration text of a few words. " * 50),
+        **{how: functools.partial(_broken_checkpoint, tmp_path, model, how) for how in BROKEN},
     }
     args, fragment, *env = CASES[case]
-    for name, value in (env[0] if env else {}).items():
+    env = env[0] if env else {}
+    named = {field for text in [*args, *env.values()] for _, field, _, _ in string.Formatter().parse(text) if field}
+    places = {name: builders[name]() for name in named}
+    for name, value in env.items():
         monkeypatch.setenv(name, value.format(**places))
     args = [arg.format(**places) for arg in args]
     if "--store" not in args and args[0] != "eval":  # after the command's words: `runs rm` has its own --store
         words = 2 if args[0] == "runs" and len(args) > 1 and not args[1].startswith("-") else 1
         args = [*args[:words], "--store", str(store), *args[words:]]
     monkeypatch.chdir(project)
-    before = {path: _snapshot(path) for path in (project, places["home"], places["annotated"], store.parent)}
+    watched = [project, store.parent, *(places[name] for name in ("home", "annotated") if name in places)]
+    before = {path: _snapshot(path) for path in watched}
     capsys.readouterr()  # what building the fixtures printed
     code, out, err = cli(monkeypatch, capsys, *args)
     assert code == 2, err
