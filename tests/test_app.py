@@ -403,6 +403,7 @@ async def test_a_folder_that_is_not_a_model_is_refused_before_any_run(store, tmp
         assert store.list_runs() == []
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 @pytest.mark.asyncio
 async def test_attach_to_a_run_started_from_the_cli(store, make_tiny_model):
     model = str(make_tiny_model("llama"))

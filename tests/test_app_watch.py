@@ -128,6 +128,7 @@ async def test_no_key_on_any_screen_raises(store, monkeypatch, tmp_path, state):
 # ---- F2 follows the active run --------------------------------------------------------------------
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 @pytest.mark.asyncio
 async def test_f2_opens_a_run_started_from_the_cli(store, make_tiny_model):
     model = str(make_tiny_model("llama"))

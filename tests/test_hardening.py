@@ -242,6 +242,7 @@ def test_loading_a_checkpoint_missing_weights_names_them(make_tiny_model, tmp_pa
 # ---- 6. what killed runs leave, and what runs rm removes -------------------------------------------------
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 def test_a_killed_save_is_swept_by_the_next_save_and_by_runs_sync(make_tiny_model, tmp_path, monkeypatch, capsys):
     from runhelpers import tiny_prune_command
 

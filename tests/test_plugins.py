@@ -32,6 +32,7 @@ def fast(calib_file) -> list[str]:
     return ["--calib", calib_file, "--nsamples", "4", "--seqlen", "16", "--eval-limit", "2", "--eval-seqlen", "64"]
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 def test_a_plugin_file_runs_detached_and_equals_the_builtin_wanda(make_tiny_model, fast, tmp_path, monkeypatch, capsys):
     model, store = make_tiny_model("llama"), tmp_path / "store" / "runs.db"
     (tmp_path / "mine.py").write_text(WANDA)

@@ -92,6 +92,7 @@ def test_bad_input_gets_one_sentence(tmp_path, monkeypatch, capsys, args, messag
     assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(
     layered_model, calib_file, gate, store_path, tmp_path, signum
@@ -108,6 +109,7 @@ def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(
     assert "cancelled" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 def test_a_second_ctrl_c_stops_at_once_and_still_says_one_sentence(
     layered_model, calib_file, gate, store_path, tmp_path
 ):
@@ -129,6 +131,7 @@ def test_a_second_ctrl_c_stops_at_once_and_still_says_one_sentence(
     assert (run.status, run.layers_done, run.error) == ("cancelled", 1, "Stopped at once by a second interrupt.")
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 def test_sigkill_leaves_an_interrupted_run_with_its_finished_layers(
     layered_model, calib_file, gate, store_path, tmp_path
 ):
@@ -143,6 +146,7 @@ def test_sigkill_leaves_an_interrupted_run_with_its_finished_layers(
     assert all(len(layer.linears) == 7 for layer in run.layers)
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 def test_a_detached_run_outlives_its_parent_and_can_be_watched(
     make_tiny_model, fast, gate, store_path, tmp_path, monkeypatch, capsys
 ):
@@ -162,6 +166,7 @@ def test_a_detached_run_outlives_its_parent_and_can_be_watched(
     assert log.parent == store_path.parent / "logs" and "finished: prune" in log.read_text()
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 def test_a_detached_grid_goes_on_when_one_run_is_cancelled(
     layered_model, calib_file, gate, store_path, tmp_path, monkeypatch, capsys
 ):
@@ -286,6 +291,7 @@ def test_sweep_puts_calibration_lengths_in_columns(make_tiny_model, fast, store_
     assert [r.config.seqlen for r in Store(store_path).list_runs()] == [8, 16]
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 def test_compare_runs_one_worker_per_gpu(make_tiny_model, fast, store_path, monkeypatch, capsys):
     import acetui_core.launch
 

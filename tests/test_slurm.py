@@ -56,6 +56,7 @@ def test_a_bad_time_limit_is_one_sentence():
         Slurm(time="two hours")
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny_model, calib_file):
     store = Store(tmp_path / "runs.db")
     grid = Grid(
@@ -77,6 +78,7 @@ def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny
     assert sync(store) == 0  # everything was imported once
 
 
+@pytest.mark.slow  # starts acetui processes of its own
 def test_acetui_runs_cancel_stops_a_cluster_run_between_layers(
     tmp_path, make_tiny_model, calib_file, gate, monkeypatch, capsys
 ):

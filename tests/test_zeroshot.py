@@ -9,6 +9,7 @@ import sys
 import threading
 
 import pytest
+from runhelpers import cli
 
 from acetui_core.config import ZEROSHOT_TASKS, RunConfig
 from acetui_core.errors import Cancelled, UserError
@@ -236,34 +237,33 @@ def test_pipeline_runs_zeroshot_on_the_pruned_model(make_tiny_model):
 # ---------------------------------------------------------------- acetui eval
 
 
-def _acetui(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "acetui", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        timeout=600,
+def test_eval_json_on_stdout_and_progress_on_stderr(make_tiny_model, monkeypatch, capsys):
+    code, out, err = cli(
+        monkeypatch,
+        capsys,
+        "eval",
+        make_tiny_model("llama"),
+        "--tasks",
+        "arc_easy,rte",
+        "--limit",
+        "2",
+        "--batch-size",
+        "2",
+        "--json",
     )
-
-
-def test_eval_json_on_stdout_and_progress_on_stderr(make_tiny_model):
-    done = _acetui(
-        "eval", make_tiny_model("llama"), "--tasks", "arc_easy,rte", "--limit", "2", "--batch-size", "2", "--json"
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    assert code == 0, err
+    result = json.loads(out)
     assert list(result["zeroshot"]) == ["arc_easy", "rte"]
     assert result["zeroshot"]["arc_easy"]["n"] == 2 and result["limit"] == 2
     assert result["mean_acc"] == pytest.approx(sum(entry["acc"] for entry in result["zeroshot"].values()) / 2)
-    assert "zero-shot arc_easy" in done.stderr
+    assert "zero-shot arc_easy" in err
 
 
-def test_eval_table(make_tiny_model):
-    done = _acetui("eval", make_tiny_model("llama"), "--tasks", "hellaswag", "--limit", "2")
-    assert done.returncode == 0, done.stderr
+def test_eval_table(make_tiny_model, monkeypatch, capsys):
+    code, out, err = cli(monkeypatch, capsys, "eval", make_tiny_model("llama"), "--tasks", "hellaswag", "--limit", "2")
+    assert code == 0, err
     for text in ("acc_norm", "hellaswag", "2/10042", "mean acc", "local task files under", "note (hellaswag)"):
-        assert text in done.stdout, done.stdout
+        assert text in out, out
 
 
 @pytest.mark.parametrize(
@@ -279,12 +279,13 @@ def test_eval_table(make_tiny_model):
         (["--batch-size", "0"], {}, "--batch-size must be at least 1 (got 0)."),
     ],
 )
-def test_eval_bad_input_is_one_sentence_and_exit_2(args, env, message, make_tiny_model, tmp_path):
-    env = {k: str(tmp_path) if v == "EMPTY" else v for k, v in env.items()}
-    done = _acetui("eval", make_tiny_model("llama"), *args, env=env)
-    assert done.returncode == 2, done.stderr
-    assert message in done.stderr
-    assert "Traceback" not in done.stderr and done.stderr.count("acetui:") == 1
+def test_eval_bad_input_is_one_sentence_and_exit_2(args, env, message, make_tiny_model, tmp_path, monkeypatch, capsys):
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(tmp_path) if value == "EMPTY" else value)
+    code, _, err = cli(monkeypatch, capsys, "eval", make_tiny_model("llama"), *args)
+    assert code == 2, err
+    assert message in err
+    assert "Traceback" not in err and err.count("acetui:") == 1
 
 
 # ---------------------------------------------------------------- slow: the real SmolLM2-135M
