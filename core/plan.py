@@ -13,7 +13,6 @@ is this process's RSS now.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,6 @@ import torch
 
 from acetui_core.choices import Allocation, Dtype, EvalKind
 from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
 from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH
 from acetui_core.layouts import census, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.metrics import get_method
@@ -33,8 +31,7 @@ from acetui_core.models import (
     model_source,
     resolve_dtype,
 )
-from acetui_core.paths import file_identity
-from acetui_core.preflight import preflight
+from acetui_core.preflight import model_config, preflight
 from acetui_core.shards import checkpoint_bytes, local_checkpoint
 from acetui_core.streaming import streaming_folder
 from acetui_core.validate import resolve_seqlen
@@ -73,26 +70,6 @@ class Plan:
     census: dict[str, int] | None = None  # decoder weights by kind: pruned kinds, routing, norms and biases
 
 
-def _config(source: str):
-    kind, path = model_source(source)
-    return _read_config(source, file_identity(local_checkpoint(source) or path) if kind != "hub" else None)
-
-
-@functools.lru_cache(maxsize=8)
-def _read_config(source: str, _identity: str | None):
-    """The model's config, read once per version of its files: reading a GGUF's takes seconds, and the
-    New run form plans again at every change of a field."""
-    from transformers import AutoConfig
-
-    kind, path = model_source(source)
-    try:
-        if kind == "gguf":
-            return AutoConfig.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name)
-        return AutoConfig.from_pretrained(str(local_checkpoint(source) or path))
-    except Exception as error:  # offline hub id, damaged config: many kinds
-        raise UserError(f"Could not read the configuration of {source} ({type(error).__name__}).") from None
-
-
 def _bytes(dtype) -> int:
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype.removeprefix("torch."), torch.bfloat16)
@@ -102,7 +79,7 @@ def _bytes(dtype) -> int:
 def plan_run(run: RunConfig) -> Plan:
     check_device_name(run.device)  # a device this machine lacks may be planned for, an unknown one not
     preflight(run.model)  # a damaged checkpoint gets the sentence prune gives it
-    config = _config(run.model)
+    config = model_config(run.model)
     model = meta_skeleton(config)
     layers = decoder_layers(model)
     parameters = sum(p.numel() for p in model.parameters())  # a tied head is counted once

@@ -14,6 +14,7 @@ from acetui_core.errors import UserError, first_line
 from acetui_core.layouts import check_layout, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.models import context_length, meta_skeleton, model_source, refuse_mismatch
 from acetui_core.paths import file_identity
+from acetui_core.shards import local_checkpoint
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,37 @@ def preflight(source: str) -> Preflight:
     return _preflight(kind, str(path), identity)
 
 
+def model_config(source: str):
+    """The model's configuration as transformers reads it (a local checkpoint of a hub id when there is one)."""
+    kind, path = model_source(source)
+    folder = path if kind == "gguf" else local_checkpoint(source) or path
+    try:
+        return _read_config(kind, str(folder), file_identity(folder) if kind != "hub" else None)
+    except Exception as error:  # offline hub id, damaged config: many kinds
+        raise UserError(f"Could not read the configuration of {source} ({type(error).__name__}).") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _read_config(kind: str, path: str, _identity: str | None):
+    """Read once per version of the files: a GGUF file's whole metadata (its tokenizer too) is parsed for it,
+    seconds of Python that the New run form would otherwise repeat at every change of a field, holding
+    the interface's thread back meanwhile."""
+    from transformers import AutoConfig
+
+    if kind == "gguf":
+        return AutoConfig.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name)
+    return AutoConfig.from_pretrained(path)
+
+
 @functools.lru_cache(maxsize=8)
 def _preflight(kind: str, path: str, _identity: str | None) -> Preflight:
     if kind == "gguf":
-        return Preflight(_gguf_context(Path(path)))
+        try:  # the plan reads this same config next: one parse of the file serves both
+            return Preflight(context_length(_read_config(kind, path, _identity)))
+        except Exception as error:  # the gguf reader raises many kinds on a damaged file
+            raise UserError(
+                f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."
+            ) from None
     if kind == "hub":
         from huggingface_hub import try_to_load_from_cache
 
@@ -132,18 +160,3 @@ def _check_shards(folder: Path, expected: dict[str, tuple]) -> set[str]:
                 )
         present.update(shapes)
     return present
-
-
-def _gguf_context(path: Path) -> int | None:
-    try:
-        from gguf import GGUFReader
-
-        fields = GGUFReader(str(path)).fields
-        field = fields["general.architecture"]
-        architecture = bytes(field.parts[field.data[0]]).decode()
-        context = fields.get(f"{architecture}.context_length")
-        return int(context.parts[context.data[0]][0]) if context is not None else None
-    except Exception as error:  # the gguf reader raises many kinds on a damaged file
-        raise UserError(
-            f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."
-        ) from None
