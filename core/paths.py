@@ -78,6 +78,17 @@ def home() -> Path | None:
     return user_path(value) if value else None
 
 
+def cache_dir(kind: str) -> Path:
+    """Where acetui keeps what it can make again (converted task files, GGUF configurations): the user's
+    cache folder, or ``ACETUI_HOME/cache`` when that is set (as in tests)."""
+    root = home()
+    if root:
+        return root / "cache" / kind
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("acetui")) / kind
+
+
 def data_dir() -> Path | None:
     """``ACETUI_DATA_DIR`` (the layout of shared/data), or None to use the hub."""
     value = os.environ.get("ACETUI_DATA_DIR")

@@ -6,6 +6,7 @@ loading a weight; what it learns (the context length, each linear's input width)
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 from acetui_core.errors import UserError, first_line
 from acetui_core.layouts import check_layout, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.models import context_length, meta_skeleton, model_source, refuse_mismatch
-from acetui_core.paths import file_identity
+from acetui_core.paths import cache_dir, file_identity, write_text_atomic
 from acetui_core.shards import local_checkpoint
 
 
@@ -45,22 +46,45 @@ def model_config(source: str):
 
 
 @functools.lru_cache(maxsize=8)
-def _read_config(kind: str, path: str, _identity: str | None):
-    """Read once per version of the files: a GGUF file's whole metadata (its tokenizer too) is parsed for it,
-    seconds of Python that the New run form would otherwise repeat at every change of a field, holding
-    the interface's thread back meanwhile."""
+def _read_config(kind: str, path: str, identity: str | None):
+    """Read once per version of the files in a process, and a GGUF's once per version on the machine (its
+    whole metadata, the tokenizer too, is parsed for it: seconds of Python that the New run form would
+    otherwise repeat at every change of a field, holding the interface's thread back meanwhile)."""
     from transformers import AutoConfig
 
     if kind == "gguf":
-        return AutoConfig.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name)
+        return _gguf_config(Path(path), identity)
     return AutoConfig.from_pretrained(path)
 
 
+def _gguf_config(path: Path, identity: str | None):
+    """A GGUF file's configuration, kept as a config.json in acetui's cache under the file's path, size and
+    time: every start of the app estimates the bundled model's cost, and parsing the file's metadata
+    again would cost those seconds each time."""
+    import transformers
+    from transformers import AutoConfig
+
+    key = hashlib.sha256(f"{path.resolve()}|{identity}|{transformers.__version__}".encode()).hexdigest()[:16]
+    kept = cache_dir("gguf-configs") / key / "config.json"
+    if kept.is_file():
+        try:
+            return AutoConfig.from_pretrained(kept.parent)
+        except Exception:  # a damaged cache entry: the file itself is read again below
+            pass
+    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(kept, config.to_json_string())
+    except OSError:  # a cache that cannot be written costs time, not the run
+        pass
+    return config
+
+
 @functools.lru_cache(maxsize=8)
-def _preflight(kind: str, path: str, _identity: str | None) -> Preflight:
+def _preflight(kind: str, path: str, identity: str | None) -> Preflight:
     if kind == "gguf":
         try:  # the plan reads this same config next: one parse of the file serves both
-            return Preflight(context_length(_read_config(kind, path, _identity)))
+            return Preflight(context_length(_read_config(kind, path, identity)))
         except Exception as error:  # the gguf reader raises many kinds on a damaged file
             raise UserError(
                 f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."

@@ -22,7 +22,7 @@ from pathlib import Path
 from acetui_core.config import ZEROSHOT_TASKS
 from acetui_core.errors import Cancelled, UserError, check_choice
 from acetui_core.events import Stage
-from acetui_core.paths import data_dir, home, write_text_atomic
+from acetui_core.paths import cache_dir, data_dir, write_text_atomic
 from acetui_core.records import TaskAccuracy, TaskOutcomes
 
 # Where each task's YAML lives inside ``lm_eval/tasks`` (looking it up avoids the harness's
@@ -138,21 +138,11 @@ def _local_file(task: str) -> Path | None:
     return path if path is not None and path.is_file() else None
 
 
-def _cache_dir() -> Path:
-    """Converted task files live in the user's cache (under ACETUI_HOME when set, as in tests)."""
-    root = home()
-    if root:
-        return root / "cache" / "zeroshot"
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("acetui")) / "zeroshot"
-
-
 def _converted(task: str, source: Path, convert: Callable[[dict], dict]) -> Path:
     """The local file rewritten in the hub's layout, cached by the source's content."""
     raw = source.read_bytes()
     digest = hashlib.sha256(raw + convert.__name__.encode()).hexdigest()[:16]
-    target = _cache_dir() / f"{task}-{digest}.jsonl"
+    target = cache_dir("zeroshot") / f"{task}-{digest}.jsonl"
     if target.is_file():
         return target
     try:

@@ -141,6 +141,42 @@ def test_corrupt_gguf(cli, smollm_gguf, tmp_path):
     assert "not a readable GGUF model file" in err and "Traceback" not in err
 
 
+def test_a_gguf_configuration_is_parsed_once_per_version_of_the_file(smollm_gguf, tmp_path, monkeypatch):
+    """The app estimates the bundled model's cost at every start: its configuration comes from acetui's
+    cache after the first parse, equal to the parsed one, and a changed file is parsed again."""
+    import os
+    import shutil
+
+    from transformers import AutoConfig
+
+    from acetui_core import preflight
+
+    model = tmp_path / smollm_gguf.name
+    shutil.copy(smollm_gguf, model)
+    parsed = []
+    real = AutoConfig.from_pretrained.__func__
+
+    def counting(cls, *args, **kwargs):
+        parsed.extend([kwargs["gguf_file"]] if "gguf_file" in kwargs else [])
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AutoConfig, "from_pretrained", classmethod(counting))
+
+    def read():
+        preflight._read_config.cache_clear()  # as a new process: only the cache on disk remains
+        return preflight.model_config(str(model)).to_dict()
+
+    first, again = read(), read()
+    assert parsed == [model.name]
+    assert {k: v for k, v in again.items() if k != "_name_or_path"} == {
+        k: v for k, v in first.items() if k != "_name_or_path"
+    }
+    stat = model.stat()
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the file changed in place
+    read()
+    assert parsed == [model.name] * 2
+
+
 def test_unsupported_family(cli, tmp_path, tokenizer_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer, MambaConfig
 
