@@ -157,7 +157,8 @@ def test_a_gguf_configuration_is_parsed_once_per_version_of_the_file(smollm_gguf
     real = AutoConfig.from_pretrained.__func__
 
     def counting(cls, *args, **kwargs):
-        parsed.extend([kwargs["gguf_file"]] if "gguf_file" in kwargs else [])
+        if "gguf_file" in kwargs:
+            parsed.append(kwargs["gguf_file"])
         return real(cls, *args, **kwargs)
 
     monkeypatch.setattr(AutoConfig, "from_pretrained", classmethod(counting))
