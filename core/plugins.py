@@ -25,6 +25,10 @@ from acetui_core.method import Method
 from acetui_core.paths import user_path
 
 ENTRY_POINT_GROUP = "acetui.methods"
+# What user code may raise that acetui turns into one sentence naming the plug-in: any error, and
+# SystemExit, which a plug-in calling sys.exit would otherwise make acetui's own exit, with the plug-in's
+# text and code. KeyboardInterrupt stays the user's Ctrl-C.
+USER_CODE_ERRORS = (Exception, SystemExit)
 
 
 def entry_point_methods(builtin: tuple[str, ...]) -> dict[str, Method]:
@@ -37,14 +41,18 @@ def entry_point_methods(builtin: tuple[str, ...]) -> dict[str, Method]:
     return found
 
 
-def available_methods(builtin: dict[str, Method], references: list[str]) -> dict[str, Method]:
+def available_methods(
+    builtin: dict[str, Method], references: list[str], unusable: list[str] | None = None
+) -> dict[str, Method]:
     """The built-in methods, the installed entry points, and the plug-ins ``references`` name (the app's
-    metric list); a reference that cannot be used is left out."""
+    metric list); a reference that cannot be used is left out, and why goes to ``unusable`` when given."""
     found = {**builtin, **entry_point_methods(tuple(builtin))}
     for reference in references:
         try:
             method = plugin_method(reference, tuple(builtin))
-        except UserError:
+        except UserError as error:
+            if unusable is not None:
+                unusable.append(str(error))
             continue
         found.setdefault(method.name, method)
     return found
@@ -87,7 +95,7 @@ def _method(name: str, paper_name: str, load, source: str, fingerprint: str | No
         function = load()
     except UserError:
         raise
-    except Exception as error:
+    except USER_CODE_ERRORS as error:
         raise UserError(f"Plug-in method '{name}' could not be imported ({type(error).__name__}: {error}).") from None
     _check_signature(function, name)
     doc = (inspect.getdoc(function) or "plug-in metric").strip().splitlines()[0]
@@ -103,7 +111,7 @@ def _load_file(path: str, digest: str):
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as error:
+    except USER_CODE_ERRORS as error:
         raise UserError(f"Plug-in file {path} could not be imported ({type(error).__name__}: {error}).") from None
     return module
 
@@ -111,7 +119,7 @@ def _load_file(path: str, digest: str):
 def _import(target: str, reference: str):
     try:
         return importlib.import_module(target)
-    except Exception as error:
+    except USER_CODE_ERRORS as error:
         raise UserError(
             f"Plug-in module '{target}' (method '{reference}') could not be imported ({type(error).__name__}: {error})."
         ) from None
@@ -143,7 +151,7 @@ def _guarded(function, name: str):
     def score(W, stats, opts):
         try:
             return function(W.clone(), stats, opts)
-        except Exception as error:
+        except USER_CODE_ERRORS as error:
             raise UserError(f"Plug-in method '{name}' failed ({type(error).__name__}: {error}).") from None
 
     return score

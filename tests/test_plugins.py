@@ -75,6 +75,47 @@ def test_a_missing_module_or_file_is_one_sentence(make_tiny_model, tmp_path, mon
         assert code == 2 and fragment in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("code_line", ["sys.exit('plug-in says bye')", "sys.exit(0)"])
+def test_a_plugin_that_exits_on_import_is_one_sentence_and_records_nothing(
+    code_line, make_tiny_model, tmp_path, monkeypatch, capsys
+):
+    """SystemExit from importing user code, even exit 0, is not acetui's exit."""
+    (tmp_path / "exits.py").write_text(f"import sys\n{code_line}\n")
+    store = tmp_path / "runs.db"
+    reference = f"{tmp_path}/exits.py:score"
+    code, out, err = cli(
+        monkeypatch, capsys, "prune", make_tiny_model("llama"), "--method", reference, "--store", store
+    )
+    last = err.strip().splitlines()[-1]  # after the tiny model's own writing bars
+    assert code == 2 and last.startswith("acetui: Plug-in file") and "exits.py could not be imported" in last, err
+    assert err.count("acetui") == 1 and "plug-in says bye" not in out, err
+    assert not store.exists() or Store(store).list_runs() == []
+
+
+def test_methods_names_a_remembered_plugin_that_exits_on_import(tmp_path, monkeypatch, capsys):
+    from acetui import settings
+
+    monkeypatch.setenv("ACETUI_CONFIG_DIR", str(tmp_path / "config"))
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(0)\n")  # it imported when it was remembered
+    settings.update(plugins=[f"{tmp_path}/exits.py:score"])
+    code, out, err = cli(monkeypatch, capsys, "methods")
+    assert code == 2 and "CosP+VarP" in out, err
+    assert err.startswith("acetui: Plug-in file") and "exits.py could not be imported (SystemExit" in err, err
+
+
+def test_a_plugin_that_exits_while_scoring_fails_its_run_with_one_sentence(
+    make_tiny_model, fast, tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "exits.py").write_text("import sys\ndef score(W, stats, opts):\n    sys.exit(0)\n")
+    store = tmp_path / "runs.db"
+    reference = f"{tmp_path}/exits.py:score"
+    code, _, err = cli(
+        monkeypatch, capsys, "prune", make_tiny_model("llama"), "--method", reference, *fast, "--store", store
+    )
+    assert code == 2 and "exits.py:score' failed (SystemExit" in err.strip().splitlines()[-1], err
+    assert [run.status for run in Store(store).list_runs()] == ["failed"]
+
+
 def test_methods_lists_where_each_comes_from(tmp_path, monkeypatch, capsys):
     from acetui.commands.app import remember_plugins
 

@@ -7,18 +7,24 @@ from rich.markup import escape
 from rich.table import Table
 
 from acetui import settings
+from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.plugins import available_methods
 
 
 def methods() -> None:
     """List the pruning methods with a one-line description, the paper's name, and where each comes from
-    (built in, an installed package's ``acetui.methods`` entry point, or a remembered plug-in)."""
+    (built in, an installed package's ``acetui.methods`` entry point, or a remembered plug-in). A
+    remembered plug-in that cannot be imported is named after the table, with exit code 2."""
     table = Table(title="Pruning methods (unstructured sparsity competes per output row unless --group layer)")
     table.add_column("method", overflow="fold")
     table.add_column("paper name")
     table.add_column("score (higher = keep)")
     table.add_column("from", overflow="fold")
-    for method in available_methods(METHODS, settings.load().plugins).values():
+    unusable: list[str] = []
+    for method in available_methods(METHODS, settings.load().plugins, unusable).values():
         table.add_row(method.name, method.paper_name, escape(method.description), escape(method.source))
     Console().print(table)
+    if unusable:
+        more = f" ({len(unusable) - 1} more remembered plug-in(s) cannot be used either)" if len(unusable) > 1 else ""
+        raise UserError(f"{unusable[0].removesuffix('.')}{more}; the table lists the methods that can be used.")
