@@ -57,27 +57,44 @@ def _read_config(kind: str, path: str, identity: str | None):
     return AutoConfig.from_pretrained(path)
 
 
+GGUF_HEAD_BYTES = 1 << 20  # a GGUF's fixed header and its first metadata (the architecture's hyperparameters)
+
+
 def _gguf_config(path: Path, identity: str | None):
     """A GGUF file's configuration, kept as a config.json in acetui's cache under the file's path, size and
     time: every start of the app estimates the bundled model's cost, and parsing the file's metadata
-    again would cost those seconds each time."""
+    again would cost those seconds each time. An entry is used only when it vouches for itself: a digest
+    of the file's head (a file rewritten with the same size and time) and of the config.json it holds (an
+    entry edited or damaged) are kept beside it; any mismatch and the file is parsed again."""
     import transformers
     from transformers import AutoConfig
 
     key = hashlib.sha256(f"{path.resolve()}|{identity}|{transformers.__version__}".encode()).hexdigest()[:16]
     kept = cache_dir("gguf-configs") / key / "config.json"
-    if kept.is_file():
-        try:
+    with open(path, "rb") as file:
+        head = hashlib.sha256(file.read(GGUF_HEAD_BYTES)).hexdigest()
+    try:
+        text = kept.read_text(encoding="utf-8")
+        if json.loads(kept.with_name(ENTRY_SEAL).read_text(encoding="utf-8")) == _seal(head, text):
             return AutoConfig.from_pretrained(kept.parent)
-        except Exception:  # a damaged cache entry: the file itself is read again below
-            pass
+    except Exception:  # no entry, or a damaged one: the file itself is read again below
+        pass
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(kept, config.to_json_string())
+        text = config.to_json_string()
+        write_text_atomic(kept, text)
+        write_text_atomic(kept.with_name(ENTRY_SEAL), json.dumps(_seal(head, text)))
     except OSError:  # a cache that cannot be written costs time, not the run
         pass
     return config
+
+
+ENTRY_SEAL = "acetui-entry.json"  # beside a cached config.json: what it was made from, and its own digest
+
+
+def _seal(head: str, text: str) -> dict:
+    return {"gguf_head_sha256": head, "config_sha256": hashlib.sha256(text.encode()).hexdigest()}
 
 
 @functools.lru_cache(maxsize=8)

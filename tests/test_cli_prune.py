@@ -144,12 +144,14 @@ def test_corrupt_gguf(cli, smollm_gguf, tmp_path):
 def test_a_gguf_configuration_is_parsed_once_per_version_of_the_file(smollm_gguf, tmp_path, monkeypatch):
     """The app estimates the bundled model's cost at every start: its configuration comes from acetui's
     cache after the first parse, equal to the parsed one, and a changed file is parsed again."""
+    import contextlib
     import os
     import shutil
 
     from transformers import AutoConfig
 
     from acetui_core import preflight
+    from acetui_core.errors import UserError
 
     model = tmp_path / smollm_gguf.name
     shutil.copy(smollm_gguf, model)
@@ -176,6 +178,22 @@ def test_a_gguf_configuration_is_parsed_once_per_version_of_the_file(smollm_gguf
     os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the file changed in place
     read()
     assert parsed == [model.name] * 2
+    # An entry that is valid JSON but wrong (edited by hand, or by a bug) is not trusted.
+    entries = (tmp_path / "acetui-home" / "cache" / "gguf-configs").glob("*/config.json")
+    entry = max(entries, key=lambda path: path.stat().st_mtime_ns)  # the current version's
+    entry.write_text(entry.read_text().replace('"num_hidden_layers": 30', '"num_hidden_layers": 3'))
+    assert read()["num_hidden_layers"] == 30 and parsed == [model.name] * 3
+    # A file rewritten with the same size and time is parsed again (a flipped byte may make it unreadable).
+    stat = model.stat()
+    with open(model, "r+b") as file:
+        file.seek(100)
+        byte = file.read(1)
+        file.seek(100)
+        file.write(bytes([byte[0] ^ 1]))
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with contextlib.suppress(UserError):
+        read()
+    assert parsed == [model.name] * 4
 
 
 def test_unsupported_family(cli, tmp_path, tokenizer_dir):
