@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field
 
 from acetui_core.config import RunConfig
@@ -267,6 +268,17 @@ class WindowLosses:
     nll: list[float]
     tokens: list[int]
 
+    def damage(self) -> str | None:
+        """What makes this record unusable for a test (a damaged or edited store), or None when it is whole."""
+        if len(self.nll) != len(self.tokens) or not self.nll:
+            return f"{len(self.nll)} losses for {len(self.tokens)} windows"
+        if any(not isinstance(n, (int, float)) or not math.isfinite(n) for n in self.nll):
+            return "a loss that is not a number"
+        empty = [t for t in self.tokens if not isinstance(t, (int, float)) or not t > 0]
+        if empty:
+            return f"a window of {empty[0]} tokens"
+        return None
+
 
 @dataclass
 class TaskOutcomes:
@@ -278,6 +290,14 @@ class TaskOutcomes:
     doc_ids: list[int]
     acc: list[int]
     acc_norm: list[int] | None  # None for tasks the harness scores by acc only
+
+    def damage(self) -> str | None:
+        """What makes this record unusable for a test (a damaged or edited store), or None when it is whole."""
+        if len(self.acc) != len(self.doc_ids) or not self.acc:
+            return f"{len(self.acc)} outcomes for {len(self.doc_ids)} documents"
+        if any(a not in (0, 1) for a in self.acc):
+            return "an outcome that is neither 0 nor 1"
+        return None
 
 
 @dataclass

@@ -91,6 +91,7 @@ class RunEvidence:
 
     window_losses: WindowLosses | None = None
     task_outcomes: dict[str, TaskOutcomes] = field(default_factory=dict)
+    damaged: dict[str, str] = field(default_factory=dict)  # evaluation ("wikitext2", a task) -> what is wrong
 
 
 SELECT_RUNS = "SELECT runs.*, (SELECT COUNT(*) FROM layers WHERE layers.run_id = runs.id) AS layers_done FROM runs"
@@ -263,16 +264,22 @@ def evidence_rows(result: RunResult) -> list[tuple[str, str]]:
 
 
 def evidence_from_rows(run_ids: list[str], rows: list) -> dict[str, RunEvidence]:
-    """Each run's ``RunEvidence`` from its ``(run_id, evaluation, record)`` rows; a damaged record is left out."""
+    """Each run's ``RunEvidence`` from its ``(run_id, evaluation, record)`` rows. A damaged record (one
+    that cannot be read, or whose lists disagree) is left out and named in ``damaged`` with what is wrong:
+    the run's numbers stand, they just cannot be tested."""
     out = {run_id: RunEvidence() for run_id in run_ids}
     for run_id, evaluation, text in rows:
+        kind = WindowLosses if evaluation == "wikitext2" else TaskOutcomes
+        name = evaluation.removeprefix("zeroshot:")
         try:
-            if evaluation == "wikitext2":
-                out[run_id].window_losses = from_dict(WindowLosses, json.loads(text))
-            else:
-                out[run_id].task_outcomes[evaluation.removeprefix("zeroshot:")] = from_dict(
-                    TaskOutcomes, json.loads(text)
-                )
-        except Exception:  # a damaged record: the run's numbers stand, they just cannot be tested
-            continue
+            record = from_dict(kind, json.loads(text))
+            problem = record.damage()
+        except Exception:  # whatever a damaged row holds, it is one run's record, not the store's
+            record, problem = None, "it cannot be read"
+        if problem is not None:
+            out[run_id].damaged[name] = problem
+        elif isinstance(record, WindowLosses):
+            out[run_id].window_losses = record
+        elif isinstance(record, TaskOutcomes):
+            out[run_id].task_outcomes[name] = record
     return out

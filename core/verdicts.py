@@ -34,9 +34,20 @@ class _Units:
     identity: tuple
 
 
-def _run_units(run: RunRecord, kept: RunEvidence, measure: str, header: str) -> tuple[list[np.ndarray], tuple] | None:
+def damaged(what: str, problem: str) -> str:
+    """The note of a run whose kept record is damaged (``RunEvidence.damaged``)."""
+    return f"cannot be tested: its {what} record is damaged ({problem})"
+
+
+def _run_units(
+    run: RunRecord, kept: RunEvidence, measure: str, header: str
+) -> tuple[list[np.ndarray], tuple] | str | None:
+    """The run's per-unit values in strata and their identity; None when it kept none, or why its
+    record cannot be used (damaged)."""
     if measure == "ppl":
         losses = kept.window_losses
+        if "wikitext2" in kept.damaged:
+            return damaged("per-window", kept.damaged["wikitext2"])
         if losses is None:
             return None
         per_token = np.asarray(losses.nll) / np.asarray(losses.tokens)
@@ -44,6 +55,9 @@ def _run_units(run: RunRecord, kept: RunEvidence, measure: str, header: str) -> 
     tasks = list(run.results.zeroshot or {}) if run.results else []
     if measure == "zeroshot" and header != AVERAGE:
         tasks = [header]
+    broken = [task for task in tasks if task in kept.damaged]
+    if broken:
+        return damaged(f"{broken[0]} per-document", kept.damaged[broken[0]])
     if not tasks or any(task not in kept.task_outcomes for task in tasks):
         return None
     outcomes = [kept.task_outcomes[task] for task in tasks]
@@ -53,6 +67,9 @@ def _run_units(run: RunRecord, kept: RunEvidence, measure: str, header: str) -> 
 def _cell_units(cell: Cell, kept: dict[str, RunEvidence], measure: str, header: str) -> _Units | None | str:
     """The cell's units, None when a run kept none, or OTHER_UNITS when its runs disagree on them."""
     per_run = [_run_units(run, kept.get(run.id, RunEvidence()), measure, header) for run in cell.runs]
+    problem = next((units for units in per_run if isinstance(units, str)), None)
+    if problem is not None:
+        return problem
     if any(units is None for units in per_run):
         return None
     identities = {identity for _, identity in per_run}  # type: ignore[misc]
@@ -228,6 +245,9 @@ def run_difference(
     over the same documents of the same tasks ("zeroshot", each task weighing equally); or why it cannot
     be computed. One run each: the seed noise is not included."""
     units = [_run_units(run, kept.get(run.id, RunEvidence()), measure, AVERAGE) for run in (first, second)]
+    problem = next((found for found in units if isinstance(found, str)), None)
+    if problem is not None:
+        return problem.replace("its", "a run's", 1)
     if units[0] is None or units[1] is None:
         return NOT_KEPT[measure].replace("its", "a run's")
     if units[0][1] != units[1][1]:

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import re
+import sqlite3
 
 import numpy as np
 import pytest
@@ -481,3 +482,31 @@ def test_the_layers_figure_draws_each_runs_layers(store, tmp_path, monkeypatch, 
     assert text.count("\\addplot") == 2 and "xmode=normal" in text
     assert "\\addlegendentry{Wanda-16 0.5 a000 sparsity}" in text
     assert "(0, 0.5)" in text and "(1, 0.5)" in text  # two layers at the sparsity the runs recorded
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda w: {**w, "nll": w["nll"][:-1]}, "31 losses for 32 windows"),
+        (lambda w: {**w, "tokens": [0] * len(w["tokens"])}, "a window of 0 tokens"),
+        (lambda w: {**w, "nll": [float("nan")] * len(w["nll"])}, "a loss that is not a number"),
+        (lambda w: {"nll": "broken"}, "cannot be read"),
+    ],
+    ids=["fewer-losses", "zero-tokens", "nan", "unreadable"],
+)
+def test_a_damaged_window_record_makes_its_run_untested_with_the_reason(store, monkeypatch, capsys, damage, reason):
+    clock = store.clock_
+    for seed in range(2):
+        add(store, clock, f"a00000{seed:02d}", seed=seed)
+        add(store, clock, f"b00000{seed + 10:02d}", seed=seed, method="ria", shift=0.15)
+    with sqlite3.connect(store.path) as db:
+        [(text,)] = db.execute("SELECT record FROM evidence WHERE run_id = 'b0000010'").fetchall()
+        db.execute("UPDATE evidence SET record = ? WHERE run_id = 'b0000010'", (json.dumps(damage(json.loads(text))),))
+    db.close()
+    found = verdicts(store)
+    assert found["RIA-16"].verdict == "untested"
+    assert "damaged" in found["RIA-16"].note and reason in found["RIA-16"].note
+    code, out, err = cli(monkeypatch, capsys, "verdict", "--store", store.path)
+    assert code == 0 and "untested" in out and reason in out and "Traceback" not in err
+    code, out, _ = cli(monkeypatch, capsys, "runs", "show", "b0000010", "--store", store.path)
+    assert code == 0 and reason in out

@@ -183,11 +183,12 @@ def kept_for_tests(store: Store, run: RunRecord) -> str:
     parts = []
     if run.ppl is not None:
         losses = kept.window_losses
-        parts.append(
-            f"{len(losses.nll)} perplexity windows of {losses.seqlen} tokens"
-            if losses
-            else "no per-window losses (recorded before acetui kept them): its perplexity cannot be tested"
-        )
+        if "wikitext2" in kept.damaged:
+            parts.append(f"a damaged per-window record ({kept.damaged['wikitext2']}): its perplexity cannot be tested")
+        elif losses:
+            parts.append(f"{len(losses.nll)} perplexity windows of {losses.seqlen} tokens")
+        else:
+            parts.append("no per-window losses (recorded before acetui kept them): its perplexity cannot be tested")
     if run.results and run.results.zeroshot:
         tasks = [task for task in run.results.zeroshot if task in kept.task_outcomes]
         parts.append(
@@ -195,6 +196,11 @@ def kept_for_tests(store: Store, run: RunRecord) -> str:
             if tasks
             else "no per-document outcomes: its zero-shot accuracy cannot be tested"
         )
+        parts += [
+            f"a damaged record of {task} ({problem}): it cannot be tested"
+            for task, problem in kept.damaged.items()
+            if task != "wikitext2"
+        ]
     return "kept for tests: " + ("; ".join(parts) if parts else "nothing (no evaluation)")
 
 
