@@ -265,6 +265,16 @@ def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, co
     return labels
 
 
+def measured(record: RunRecord, measure: str | None = None) -> bool:
+    """Whether a run finished with results, and with the table's ``measure`` when one is named: the runs
+    a table (or ``--last N`` of one) counts."""
+    if record.status != RunStatus.FINISHED or record.results is None:
+        return False
+    if measure == "ppl":
+        return record.ppl is not None
+    return measure is None or bool(record.results.zeroshot)
+
+
 def check_table(cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl") -> None:
     """The table's settings, checked before any run is started or read (``acetui compare --cells``)."""
     check_choice(cells, CELLS, "--cells")
@@ -282,13 +292,8 @@ def comparison(
     may differ, and the cell is then their mean ± sd with n. Runs that differ in anything else get rows
     of their own whose labels name the difference."""
     check_table(cells, columns, measure)
-    finished = [r for r in records if r.status == RunStatus.FINISHED and r.results is not None]
-    if measure == "ppl":
-        usable = [r for r in finished if r.ppl is not None]
-        what = "a WikiText-2 perplexity"
-    else:
-        usable = [r for r in finished if _result(r).zeroshot]
-        what = "zero-shot results (prune --eval zeroshot)"
+    usable = [r for r in records if measured(r, measure)]
+    what = "a WikiText-2 perplexity" if measure == "ppl" else "zero-shot results (prune --eval zeroshot)"
     if not usable:
         raise UserError(
             f"None of the {len(records)} selected run(s) has finished with {what}, "

@@ -181,6 +181,30 @@ def test_bad_export_requests_get_one_sentence(store, monkeypatch, capsys, args, 
     assert re.search(message, err)
 
 
+@pytest.mark.parametrize("fmt", ["csv", "markdown"])
+def test_last_counts_only_runs_with_results_and_says_what_it_passed_over(store, monkeypatch, capsys, fmt):
+    """The newest four runs hold a failed one (a0000010): --last 4 still exports four results."""
+    code, out, err = cli(monkeypatch, capsys, "export", "--store", str(store.path), "--format", fmt, "--last", "4")
+    assert code == 0
+    assert "--last 4 passed over 1 run(s) without" in err and "a0000010 (failed)" in err
+    if fmt == "csv":
+        assert [row["id"] for row in csv.DictReader(io.StringIO(out))] == [
+            "a0000009",
+            "b0000001",
+            "b0000002",
+            "b0000003",
+        ]
+    else:  # a0000009, the fourth newest result, is the Llama column's one run
+        assert "Llama-2-7b-hf 50%" in out and "CosP+VarP-16" in out
+    code, out, err = cli(monkeypatch, capsys, "verdict", "--store", str(store.path), "--last", "4", "--json")
+    assert code == 0 and '"Llama-2-7b-hf"' not in out and "50% (Llama-2-7b-hf)" in out
+
+
+def test_method_filters_before_last_counts(store, monkeypatch, capsys):
+    code, out, _ = cli(monkeypatch, capsys, "export", "--store", str(store.path), "--method", "wanda", "--last", "2")
+    assert code == 0 and [row["id"] for row in csv.DictReader(io.StringIO(out))] == ["a0000008", "b0000001"]
+
+
 def test_output_file(store, monkeypatch, capsys, tmp_path):
     target = tmp_path / "table.md"
     code, out, _ = cli(

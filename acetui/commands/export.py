@@ -12,7 +12,7 @@ import typer
 
 from acetui import options
 from acetui_core import parse, verdicts
-from acetui_core.comparison import CI_STYLES, COLUMNS, MEASURES, comparison
+from acetui_core.comparison import CI_STYLES, COLUMNS, MEASURES, comparison, measured
 from acetui_core.errors import UserError
 from acetui_core.export import FORMATS, check_format, export
 from acetui_core.paths import write_text_atomic
@@ -38,31 +38,49 @@ def check_level(level: float) -> None:
 
 
 def select_runs(
-    store: Store, runs: str | None, model: str | None, last: int | None, method: str | None = None
+    store: Store,
+    runs: str | None,
+    model: str | None,
+    last: int | None,
+    method: str | None = None,
+    measure: str | None = None,
 ) -> list[RunRecord]:
-    """The runs an export names (all of them by default); an empty selection is the user's error."""
+    """The runs an export names (all of them by default); an empty selection is the user's error.
+    ``--last N`` counts only runs with results (with the table's ``measure`` when one is named) and says on
+    stderr which newer runs without them it passed over."""
     ids = parse.some(runs, "--runs") if runs is not None else None
-    records = store.list_runs(ids=ids, model=model, last=last, layers=True)  # layers: per-layer CSV columns
+    records = store.list_runs(ids=ids, model=model)
     if method is not None:
         methods = set(parse.some(method, "--method"))
         records = [r for r in records if r.config.method in methods]
+    if last is not None:
+        chosen = [r for r in records if measured(r, measure)][-last:]
+        passed = [r for r in records if chosen and r.created >= chosen[0].created and not measured(r, measure)]
+        if passed:
+            what = "results" if measure is None else f"a {measure} result"
+            listed = ", ".join(f"{r.id} ({r.status})" for r in passed[:5]) + (", ..." if len(passed) > 5 else "")
+            print(f"--last {last} passed over {len(passed)} run(s) without {what}: {listed}.", file=sys.stderr)
+        records = chosen
     if not records:
-        chosen = " ".join(
+        chosen_text = " ".join(
             f"{flag} {value}"
             for flag, value in (("--runs", runs), ("--model", model), ("--method", method), ("--last", last))
             if value is not None
         )
-        raise UserError(f"No run in {store.path} matches {chosen or 'the selection'}; acetui runs lists them.")
-    return records
+        raise UserError(f"No run in {store.path} matches {chosen_text or 'the selection'}; acetui runs lists them.")
+    return store.list_runs(ids=[r.id for r in records], layers=True)  # layers: per-layer CSV columns
 
 
-def runs_and_evidence(store, runs, model, last, method, table: str, level: float) -> tuple[list[RunRecord], dict]:
-    """The selected runs and what they kept for tests (``Store.evidence``), once the table and level are valid."""
+def runs_and_evidence(
+    store, runs, model, last, method, table: str, level: float, measure_last: bool = True
+) -> tuple[list[RunRecord], dict]:
+    """The selected runs and what they kept for tests (``Store.evidence``), once the table and level are
+    valid; ``measure_last``: ``--last N`` counts runs with the table's measure (a CSV counts any result)."""
     if table not in MEASURES:
         raise UserError(f"Unknown --table '{table}'; choose one of: {', '.join(MEASURES)}.")
     check_level(level)
     opened = Store(store)
-    records = select_runs(opened, runs, model, last, method)
+    records = select_runs(opened, runs, model, last, method, table if measure_last else None)
     return records, opened.evidence([r.id for r in records])
 
 
@@ -98,7 +116,7 @@ def export_runs(
     check_format(format)
     if ci not in CI_STYLES:
         raise UserError(f"Unknown --ci '{ci}'; choose one of: {', '.join(CI_STYLES)}.")
-    records, kept = runs_and_evidence(store, runs, model, last, method, table, level)
+    records, kept = runs_and_evidence(store, runs, model, last, method, table, level, format != "csv")
     text = export(records, format, cells=cells, columns=columns, measure=table, evidence=kept, level=level, ci=ci)
     write_output(text, output)
 

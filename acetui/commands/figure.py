@@ -35,7 +35,7 @@ def figure(
     check_choice(table, Y_LABELS, "--table")
     if not output.parent.is_dir():
         raise UserError(f"Cannot write {output}: the folder {output.parent} does not exist.")
-    records, kept = runs_and_evidence(store, runs, model, last, method, table, level)
+    records, kept = runs_and_evidence(store, runs, model, last, method, table, level, kind != "layers")
     if kind == "layers":
         write_figure(
             layer_series(records), "decoder layer", "sparsity, or 1 - cosine of the layer output", output, False
