@@ -67,15 +67,16 @@ class Store:
     """The run store at ``path`` (see the module docstring for where it lives by default).
 
     Opening validates the file and creates or migrates the schema; a bad path or foreign file raises
-    ``UserError``. Instances hold no open connection, so one may be shared by threads, and any number
-    of processes may open the same file. ``clock`` gives "now" (tests pass a fixed one).
+    ``UserError``, and so does a store that does not exist when ``create`` is False (commands that read).
+    Instances hold no open connection, so one may be shared by threads, and any number of processes may
+    open the same file. ``clock`` gives "now" (tests pass a fixed one).
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, *, clock=time.time):
+    def __init__(self, path: str | os.PathLike | None = None, *, clock=time.time, create: bool = True):
         self.path = user_path(path) if path is not None else default_store_path()
         self.path = self.path.absolute()
         self.clock = clock
-        open_database(self.path)
+        open_database(self.path, create)
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r})"

@@ -29,11 +29,19 @@ def default_store_path() -> Path:
     return Path(platformdirs.user_data_dir("acetui", appauthor=False)) / STORE_FILENAME
 
 
-def open_database(path: Path) -> None:
+def open_database(path: Path, create: bool = True) -> None:
     """Check that ``path`` can hold a run store, create or migrate its schema, and switch it to WAL mode;
-    a bad path or a foreign file raises ``UserError`` and is left untouched."""
+    a bad path or a foreign file raises ``UserError`` and is left untouched. ``create=False`` (commands
+    that only read): a store that does not exist yet, or an empty file, is refused, and nothing is made."""
     if path.is_dir():
         raise UserError(f"The run store {path} is a folder; give a file path such as {path / STORE_FILENAME}.")
+    if not create and not path.is_file():
+        raise UserError(
+            f"There is no run store at {path}; runs are recorded by acetui prune, compare or sweep "
+            "(name another store with --store)."
+        )
+    if not create and path.stat().st_size == 0:
+        raise UserError(f"{path} is an empty file, not an acetui run store; it was left untouched.")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -48,7 +56,7 @@ def open_database(path: Path) -> None:
         current = _schema_state(db) == (APPLICATION_ID, SCHEMA_VERSION)
     if not current:
         with transaction(path, write=True) as db:  # check again inside the lock: another process may have done it
-            _prepare_schema(path, db)
+            _prepare_schema(path, db, create)
     with transaction(path, snapshot=False) as db:  # the journal mode cannot change inside a transaction
         mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     if mode.lower() != "wal":
@@ -61,8 +69,8 @@ def _schema_state(db: sqlite3.Connection) -> tuple[int, int]:
     return db.execute("PRAGMA application_id").fetchone()[0], db.execute("PRAGMA user_version").fetchone()[0]
 
 
-def _prepare_schema(path: Path, db: sqlite3.Connection) -> None:
-    """Create the schema in an empty file, or migrate an older acetui store; refuse anything else."""
+def _prepare_schema(path: Path, db: sqlite3.Connection, create: bool = True) -> None:
+    """Create the schema in an empty file (``create``), or migrate an older acetui store; refuse anything else."""
     app_id, version = _schema_state(db)
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if app_id == APPLICATION_ID:
@@ -71,7 +79,7 @@ def _prepare_schema(path: Path, db: sqlite3.Connection) -> None:
                 f"The run store {path} was written by a newer acetui (schema {version}, "
                 f"this one knows {SCHEMA_VERSION}); upgrade acetui to open it."
             )
-    elif not tables:
+    elif not tables and create:
         store_schema.create(db)
         version = 1
     elif app_id == 0 and store_schema.is_version0(db, tables):

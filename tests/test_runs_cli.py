@@ -79,7 +79,7 @@ def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, 
     [
         (["runs", "--store", "{tmp}"], "is a folder"),
         (["runs", "--store", "{tmp}/notes.txt"], "not an acetui run store"),
-        (["runs", "--store", "{tmp}/notes.txt/runs.db"], "Cannot create the folder"),
+        (["runs", "--store", "{tmp}/notes.txt/runs.db"], "There is no run store"),
         (["compare", "m", "--methods", "wanda,nope"], "Unknown method 'nope'"),
         (["compare", "m", "--sparsity", "0.5,half"], "Sparsity 'half'"),
         (["sweep", "m", "--seeds", "0,one"], "--seeds must be a whole number, not 'one'"),

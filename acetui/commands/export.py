@@ -79,7 +79,7 @@ def runs_and_evidence(
     if table not in MEASURES:
         raise UserError(f"Unknown --table '{table}'; choose one of: {', '.join(MEASURES)}.")
     check_level(level)
-    opened = Store(store)
+    opened = Store(store, create=False)
     records = select_runs(opened, runs, model, last, method, table if measure_last else None)
     return records, opened.evidence([r.id for r in records])
 

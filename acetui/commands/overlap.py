@@ -26,7 +26,7 @@ def overlap(
 ) -> None:
     """Compare the masks of two runs kept with --keep-masks: per layer and kind of linear, the fraction of
     RUN_A's pruned positions RUN_B prunes too, and the Jaccard index of the two sets of pruned positions."""
-    opened = Store(store)
+    opened = Store(store, create=False)
     a, b = opened.get_run(run_a, layers=False), opened.get_run(run_b, layers=False)
     rows = run_overlap(a, b)
     if as_json:

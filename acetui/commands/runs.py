@@ -86,7 +86,7 @@ def runs(
         return
     if status is not None and status not in STATUSES:
         raise UserError(f"Unknown status '{status}'; choose one of: {', '.join(STATUSES)}.")
-    opened = Store(store)
+    opened = Store(store, create=False)
     jobfolder.sync(opened)
     records = opened.list_runs(status=status, model=model, last=last)[::-1]  # newest first, as the app lists them
     if as_json:
@@ -126,7 +126,7 @@ def runs(
 @runs_app.command("show")
 def show(run_id: options.RunId, store: options.StoreOption = None, as_json: options.JsonOption = False) -> None:
     """Everything recorded about one run: configuration, environment, status, layers, results."""
-    opened = Store(store)
+    opened = Store(store, create=False)
     run = opened.get_run(run_id)
     if as_json:
         print(json.dumps(run.to_dict(), indent=2))
@@ -301,7 +301,7 @@ def watch(
 ) -> None:
     """Follow a run live, layer by layer; ring (or notify) when it ends. Ctrl-C leaves the watch; the run goes on."""
     mode = notifications.remembered_mode(notify)
-    opened = Store(store)
+    opened = Store(store, create=False)
     run = opened.get_run(run_id, layers=False)
     print(f"run {run.id}: {run.label} at {run.config.sparsity} on {run.config.model} ({_status_text(run)})", flush=True)
     follower = Follower(opened, [run.id])
@@ -318,7 +318,7 @@ def watch(
 @runs_app.command("cancel")
 def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
     """Stop runs: a queued run is cancelled at once, a running one after its current layer."""
-    opened = Store(store)
+    opened = Store(store, create=False)
     for full in [opened.resolve(run_id) for run_id in run_ids]:  # every id resolved before any is touched
         if opened.get_run(full, layers=False).executor == ExecutorKind.SLURM:
             from acetui_core.slurm import cancel as cancel_job
@@ -336,7 +336,7 @@ def sync(store: options.StoreOption = None) -> None:
     the unfinished saves and scratch folders of runs whose process is gone."""
     from acetui_core.checkpoint import sweep_temporaries
 
-    opened = Store(store)
+    opened = Store(store, create=False)
     imported = jobfolder.sync(opened)
     runs = opened.list_runs()
     active = [run for run in runs if run.executor == ExecutorKind.SLURM and run.active]
@@ -349,5 +349,5 @@ def sync(store: options.StoreOption = None) -> None:
 @runs_app.command("rm")
 def remove(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
     """Delete finished, failed, cancelled or interrupted runs from the store."""
-    for full in Store(store).delete_runs(run_ids):
+    for full in Store(store, create=False).delete_runs(run_ids):
         print(f"Removed run {full}.")
