@@ -20,7 +20,13 @@ from acetui_core.events import Stage
 from acetui_core.layerfeed import LayerFeed
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import Loaded
-from acetui_core.placement import activation_device, advance, capture_layer0_inputs, place_for_eval
+from acetui_core.placement import (
+    activation_device,
+    advance,
+    all_but_layers_on,
+    capture_layer0_inputs,
+    place_for_eval,
+)
 from acetui_core.records import TaskAccuracy, TaskOutcomes, WindowLosses
 from acetui_core.streaming import load_offloaded
 from acetui_core.validate import resolve_seqlen
@@ -138,9 +144,10 @@ def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_ev
     layers._modules = {"0": _Replay([hidden for hidden, _ in inputs], as_tuple, loaded.device)}
     nll: list[float] = []
     try:
-        for start in range(0, windows, batch):
-            window = tokens[start : start + batch].to(loaded.device)
-            nll += windows_nll(loaded.model(input_ids=window, use_cache=False).logits, window)
+        with all_but_layers_on(loaded.model, loaded.device):  # the final norm and head, for these batches only
+            for start in range(0, windows, batch):
+                window = tokens[start : start + batch].to(loaded.device)
+                nll += windows_nll(loaded.model(input_ids=window, use_cache=False).logits, window)
     finally:
         layers._modules = stack
     if on_event:

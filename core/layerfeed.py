@@ -74,7 +74,8 @@ class LayerFeed:
         if self.side is None:
             return cpu, cpu, None
         with torch.cuda.stream(self.side):
-            pinned = {n: t if t.is_pinned() else t.pin_memory() for n, t in cpu.items()}
+            # a resident layer already on the GPU (a compare run after an evaluation put the model there) stays
+            pinned = {n: t if t.is_pinned() or t.device.type != "cpu" else t.pin_memory() for n, t in cpu.items()}
             moved = {n: t.to(self.device, non_blocking=True) for n, t in pinned.items()}
             done = torch.cuda.Event()
             done.record(self.side)

@@ -60,6 +60,16 @@ from acetui_core.validate import resolve_seqlen
 # that a batch's temporaries (MLP intermediates, attention, the statistics' squares) stay small next to
 # the activations kept between layers (on SmolLM2, 4096 -> 1024 tokens: ~100 MB less peak RSS).
 CALIB_TOKENS_PER_BATCH = 512
+# On a GPU a 512-token batch leaves the card idle between kernel launches (LLaMA-7B's FL calibration would
+# take 128 batches of one 2048-token window per layer and pass); larger batches cost only their float64
+# statistics' squares (24 bytes a value: 1.1 GB for 4096 tokens of a 11008-wide input).
+GPU_CALIB_TOKENS_PER_BATCH = 4096
+
+
+def calibration_batch(seqlen: int, device: torch.device) -> int:
+    """Calibration windows per forward pass of a layer on ``device``."""
+    tokens = CALIB_TOKENS_PER_BATCH if device.type == "cpu" else GPU_CALIB_TOKENS_PER_BATCH
+    return max(1, tokens // seqlen)
 
 
 def _choose_mask(
@@ -99,47 +109,56 @@ def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device,
     (and its pruned positions to ``masks`` when kept)."""
     linears = prunable_linears(layer)
     stats = layer_stats(index, layer, linears, inputs, loaded, config, method, device, dense_outputs, experts)
-    records = []
     update = method.update(config)
-    for name, matrix in linears.items():
-        start = time.perf_counter()
-        W = dense_weight(index, name, matrix)
-        histogram, fidelity, choice = None, None, None
-        dense = W.clone() if config.fidelity and name in stats else None
-        mask = None  # a method without scores chooses its mask in its mask-and-update hook (SparseGPT)
-        if method.score is not None:
-            scores = method_scores(method, W, stats.get(name), config, f"layer {index} {name}")
-            mask, threshold, choice = _choose_mask(W, scores, stats.get(name), config, sparsity)
-            histogram = histograms.histogram(scores, threshold, pruned=mask)
-        if update is not None:
-            W = update(W, stats[name].hessian, f"layer {index} {name}", sparsity=sparsity, mask=mask)
-        else:
-            assert mask is not None, "a method either scores or has a mask-and-update hook (Method.update)"
-            W.masked_fill_(mask, 0)
-        stored = matrix.weight
-        if W.data_ptr() != stored.data_ptr():
-            set_weight_matrix(matrix, W.to(stored.dtype))
-        achieved = 1 - torch.count_nonzero(stored).item() / stored.numel()  # counted from the weight itself
-        if dense is not None:
-            fidelity = linear_fidelity(dense, W, stats[name].xtx)
-        if masks is not None:
-            masks.add(index, name, weight_matrix(matrix) == 0)
-        records.append(
-            LinearRecord(
-                name=name,
-                d_out=W.shape[0],
-                d_in=W.shape[1],
-                sparsity=achieved,
-                seconds=time.perf_counter() - start,
-                act_stats=stats[name].summary() if name in stats else None,
-                histogram=histogram,
-                fidelity=fidelity,
-                choice=choice,
-                kind=matrix.kind,
-                tokens=stats[name].tokens if name in stats else None,
-            )
-        )
+    records = [
+        _prune_linear(index, name, matrix, stats.get(name), config, method, sparsity, update, masks)
+        for name, matrix in linears.items()
+    ]
     return records, stats
+
+
+def _prune_linear(index, name, matrix, stats, config, method, sparsity, update, masks) -> LinearRecord:
+    """Score, mask and write back one linear. Its float32 copy, scores and mask are this function's
+    locals, freed when it returns: in a loop over the linears the previous one's would still be held
+    while the next one's are made (on the GPU, twice the scoring scratch of the widest linear)."""
+    start = time.perf_counter()
+    W = dense_weight(index, name, matrix)
+    histogram, fidelity, choice = None, None, None
+    dense = W.clone() if config.fidelity and stats is not None else None
+    mask = None  # a method without scores chooses its mask in its mask-and-update hook (SparseGPT)
+    if method.score is not None:
+        scores = method_scores(method, W, stats, config, f"layer {index} {name}")
+        mask, threshold, choice = _choose_mask(W, scores, stats, config, sparsity)
+        histogram = histograms.histogram(scores, threshold, pruned=mask)
+        del scores
+    if update is not None:
+        assert stats is not None, "an update reads the linear's Hessian (Method.calibrated)"
+        W = update(W, stats.hessian, f"layer {index} {name}", sparsity=sparsity, mask=mask)
+    else:
+        assert mask is not None, "a method either scores or has a mask-and-update hook (Method.update)"
+        W.masked_fill_(mask, 0)
+    stored = matrix.weight
+    if W.data_ptr() != stored.data_ptr():
+        set_weight_matrix(matrix, W.to(stored.dtype))
+    achieved = 1 - torch.count_nonzero(stored).item() / stored.numel()  # counted from the weight itself
+    if dense is not None:
+        assert stats is not None, "output fidelity gathers X^T X"
+        fidelity = linear_fidelity(dense, W, stats.xtx)
+    if masks is not None:
+        masks.add(index, name, weight_matrix(matrix) == 0)
+    return LinearRecord(
+        name=name,
+        d_out=W.shape[0],
+        d_in=W.shape[1],
+        sparsity=achieved,
+        seconds=time.perf_counter() - start,
+        act_stats=stats.summary() if stats is not None else None,
+        histogram=histogram,
+        fidelity=fidelity,
+        choice=choice,
+        kind=matrix.kind,
+        tokens=stats.tokens if stats is not None else None,
+    )
 
 
 @dataclass
@@ -204,7 +223,7 @@ def prune(
     if windows is not None:
         hidden_size = loaded.model.config.hidden_size
         keep_on = activation_device(loaded, windows, hidden_size)
-        batch = max(1, CALIB_TOKENS_PER_BATCH // windows.shape[1])
+        batch = calibration_batch(windows.shape[1], loaded.device)
         inputs = capture_layer0_inputs(loaded, windows, batch, keep_on)
 
     allocation = None

@@ -12,6 +12,12 @@ from acetui_core.choices import SparsityGroup
 from acetui_core.errors import UserError
 from acetui_core.sparsity import Sparsity
 
+# Rows of a per-row or N:M selection are chosen this many scores at a time: the selection's scratch (the
+# tie count in int64, the sort's indices: 8 bytes a score) is then that of a slice, not of the whole
+# matrix (1.9 GB for a 28672 x 8192 linear, more than its bf16 weight). Each row's choice is its own,
+# so the masks are the same; SmolLM2's largest linear (885k scores) is one slice.
+SCORES_PER_SLICE = 1 << 23
+
 
 def check_nm_fits(sparsity: Sparsity, d_in: int, name: str) -> None:
     if sparsity.is_nm and d_in % sparsity.m:
@@ -31,14 +37,24 @@ def _lowest_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
     return below | tied, cutoff
 
 
+def row_slices(scores: torch.Tensor) -> list[slice]:
+    """The rows of ``scores`` in slices of about ``SCORES_PER_SLICE`` scores."""
+    rows = max(1, SCORES_PER_SLICE // scores.shape[1])
+    return [slice(start, start + rows) for start in range(0, scores.shape[0], rows)]
+
+
 def row_mask(scores: torch.Tensor, ratio: float) -> tuple[torch.Tensor, float | None]:
     """Each row loses exactly ``floor(d_in * ratio)`` of its lowest scores; the cut-off reported is the
     median of the rows' cut-offs."""
     k = int(scores.shape[1] * ratio)
     if k == 0:
         return torch.zeros_like(scores, dtype=torch.bool), None
-    mask, cutoff = _lowest_k(scores, k)
-    return mask, cutoff.median().item()
+    mask = torch.empty_like(scores, dtype=torch.bool)
+    cutoffs = []
+    for rows in row_slices(scores):
+        mask[rows], cutoff = _lowest_k(scores[rows], k)
+        cutoffs.append(cutoff)
+    return mask, torch.cat(cutoffs).median().item()
 
 
 def layer_mask(scores: torch.Tensor, ratio: float) -> tuple[torch.Tensor, float | None]:
@@ -53,9 +69,12 @@ def layer_mask(scores: torch.Tensor, ratio: float) -> tuple[torch.Tensor, float 
 def nm_mask(scores: torch.Tensor, n: int, m: int) -> tuple[torch.Tensor, None]:
     """In each row, each run of ``m`` consecutive inputs keeps its ``n`` highest scores (no single cut-off)."""
     d_out, d_in = scores.shape
-    groups = scores.reshape(d_out, d_in // m, m)
-    order = torch.sort(groups, dim=-1, stable=True).indices[..., : m - n]
-    return torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, order, True).reshape(d_out, d_in), None
+    mask = torch.zeros_like(scores, dtype=torch.bool)
+    for rows in row_slices(scores):
+        groups = scores[rows].reshape(-1, d_in // m, m)
+        order = torch.sort(groups, dim=-1, stable=True).indices[..., : m - n]
+        mask[rows] = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, order, True).reshape(-1, d_in)
+    return mask, None
 
 
 def permuted_nm_mask(scores: torch.Tensor, n: int, m: int, order: torch.Tensor) -> torch.Tensor:

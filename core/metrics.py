@@ -19,7 +19,7 @@ def magnitude(W, stats, opts):
 
 
 def wanda(W, stats, opts):
-    return W.abs() * stats.norm[None, :]
+    return W.abs().mul_(stats.norm[None, :])  # in place: no second matrix-sized temporary
 
 
 def ria(W, stats, opts):

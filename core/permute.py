@@ -24,6 +24,7 @@ import torch
 
 from acetui_core.choices import Permute
 from acetui_core.errors import UserError
+from acetui_core.masks import row_slices
 from acetui_core.sparsity import Sparsity
 
 PERMUTATIONS_FILE = "permutations.json"  # beside a --save checkpoint (docs/methods.md)
@@ -31,8 +32,11 @@ PERMUTATIONS_FILE = "permutations.json"  # beside a --save checkpoint (docs/meth
 
 def retained_fraction(scores: torch.Tensor, pruned: torch.Tensor) -> float:
     """Kept score over total score (the quantity the permutation maximizes); 1 when every score is 0."""
-    total = scores.double().sum().item()
-    kept = scores.double().masked_fill(pruned, 0).sum().item()
+    total = kept = 0.0
+    for rows in row_slices(scores):  # float64 copies of a slice, not of the whole matrix
+        part = scores[rows].double()
+        total += part.sum().item()
+        kept += part.masked_fill_(pruned[rows], 0).sum().item()
     return kept / total if total else 1.0
 
 

@@ -33,16 +33,36 @@ def module_device(module) -> torch.device:
     return next(module.parameters()).device
 
 
-def _move_all_but_layers(model, layers, device) -> None:
-    """Put embeddings, rotary tables, norms and the head on ``device``; decoder layers stay where they are."""
+def _on(tensor: torch.Tensor, device: torch.device) -> bool:
+    return tensor.device.type == device.type and (device.index is None or tensor.device.index == device.index)
+
+
+@contextlib.contextmanager
+def all_but_layers_on(model, device: torch.device):
+    """Embeddings, rotary tables, norms and head on ``device`` inside the block, back where they were
+    after it. The layer loop needs none of them on the GPU: only the capture of layer 0's inputs and the
+    head of an evaluation do (on the LLaMA-2-70B shape they are 1.5 GiB, as much as a decoder layer)."""
+    layers = decoder_layers(model)
     inside = {id(m) for layer in layers for m in layer.modules()}
+    params, buffers = [], []  # what moved, with its tensor before the move
     for module in model.modules():
         if id(module) in inside:
             continue
         for param in module.parameters(recurse=False):
-            param.data = param.data.to(device)
+            if not _on(param, device):  # a tied head is the embeddings' parameter: moved once
+                params.append((param, param.data))
+                param.data = param.data.to(device)
         for name, buffer in module.named_buffers(recurse=False):
-            module._buffers[name] = buffer.to(device)
+            if not _on(buffer, device):
+                buffers.append((module, name, buffer))
+                module._buffers[name] = buffer.to(device)
+    try:
+        yield
+    finally:
+        for param, data in params:
+            param.data = data
+        for module, name, buffer in buffers:
+            module._buffers[name] = buffer
 
 
 def activation_device(loaded: Loaded, windows: torch.Tensor, hidden_size: int) -> torch.device:
@@ -68,8 +88,6 @@ def capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, kee
     """Run the model up to decoder layer 0 and keep, per batch, its hidden states and keyword arguments
     (attention mask, position ids, rotary embeddings)."""
     model, layers = loaded.model, decoder_layers(loaded.model)
-    if not hasattr(model, "hf_device_map"):
-        _move_all_but_layers(model, layers, loaded.device)
     captured = []
 
     def grab(module, args, kwargs):
@@ -79,10 +97,14 @@ def capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, kee
         raise StopForward
 
     hook = layers[0].register_forward_pre_hook(grab, with_kwargs=True)
+    placed = (
+        all_but_layers_on(model, loaded.device) if not hasattr(model, "hf_device_map") else contextlib.nullcontext()
+    )
     try:
-        for start in range(0, len(windows), batch):
-            with contextlib.suppress(StopForward):
-                model(input_ids=windows[start : start + batch].to(loaded.device), use_cache=False)
+        with placed:
+            for start in range(0, len(windows), batch):
+                with contextlib.suppress(StopForward):
+                    model(input_ids=windows[start : start + batch].to(loaded.device), use_cache=False)
     finally:
         hook.remove()
     return captured

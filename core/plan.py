@@ -158,7 +158,10 @@ def plan_run(run: RunConfig) -> Plan:
         # an in-memory model goes to the GPU whole for evaluation when it fits (``placement.place_for_eval``)
         placed = resident * size + 2 * layer if streaming else min(parameters * size, int(0.8 * gpu_free))
         evaluating = placed + evaluation + (evaluation_hidden if hidden_on_gpu else 0)
-        gpu = max(resident * size + 2 * layer + pruning, evaluating)
+        # the embeddings and head are on the GPU only while layer 0's inputs are captured
+        # (``placement.all_but_layers_on``), not while layers are pruned
+        capturing = resident * size + (activations if activations_on_gpu else 0)
+        gpu = max(2 * layer + pruning, capturing, evaluating)
     else:
         cpu = baseline + held + max(activations + scoring + statistics, evaluation + evaluation_hidden)
     return Plan(

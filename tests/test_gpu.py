@@ -8,6 +8,7 @@ import torch
 
 from acetui_core import pipeline
 from acetui_core.config import RunConfig
+from acetui_core.events import LayerStarted
 from acetui_core.layouts import decoder_layers, prunable_linears
 from acetui_core.models import load_model
 from acetui_core.streaming import load_for_run
@@ -40,12 +41,9 @@ def test_cuda_masks_equal_cpu_masks_within_bf16(make_tiny_model, method):
     # bf16 weights and activations move scores near each row's cut-off: a few weights change sides
     assert _agreement(cpu, gpu) > (0.97 if method != "sparsegpt" else 0.9)
     assert all(m.float().mean().item() == pytest.approx(0.5, abs=0.01) for m in gpu)
-    # one decoder layer at a time on the GPU: every layer is back in CPU memory; the embeddings, final norm
-    # and head stay on the GPU (what the plan counts as resident)
-    layers = decoder_layers(gpu_loaded.model)
-    in_layers = {id(p) for layer in layers for p in layer.parameters()}
-    assert all(p.device.type == "cpu" for layer in layers for p in layer.parameters())
-    assert all(p.device.type == "cuda" for p in gpu_loaded.model.parameters() if id(p) not in in_layers)
+    # one decoder layer at a time on the GPU, and the embeddings, final norm and head only while layer 0's
+    # inputs are captured: after the run the whole model is back in CPU memory
+    assert all(p.device.type == "cpu" for p in gpu_loaded.model.parameters())
 
 
 def test_streamed_cuda_run_equals_resident_cuda_run(make_tiny_model, tmp_path):
@@ -80,3 +78,18 @@ def test_streamed_model_keeps_only_embeddings_and_head_resident(make_tiny_model)
     loaded = load_for_run(str(make_tiny_model("llama")), device="cuda", dtype="auto", offload="disk")
     assert loaded.dtype == torch.bfloat16
     assert all(p.device.type == "meta" for layer in decoder_layers(loaded.model) for p in layer.parameters())
+
+
+def test_streamed_cuda_prune_keeps_embeddings_and_head_off_the_gpu_while_layers_are_pruned(make_tiny_model):
+    # the LLaMA-2-70B shape's embeddings and head are 1.5 GiB, as much as the layer being pruned
+    model = str(make_tiny_model("llama"))
+    loaded = load_for_run(model, device="cuda", dtype="auto", offload="disk")
+    resident = sum(p.numel() * p.element_size() for p in loaded.model.parameters() if p.device.type != "meta")
+    config = RunConfig(model=model, method="wanda", sparsity="0.5", nsamples=16, seqlen=32, evals=[], device="cuda")
+
+    def from_each_layer(event):
+        if isinstance(event, LayerStarted):
+            torch.cuda.reset_peak_memory_stats()
+
+    pipeline.prune(loaded, config, from_each_layer)
+    assert torch.cuda.max_memory_allocated() < resident / 2
