@@ -22,6 +22,7 @@ from acetui.app import paper, summary
 from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, new_file, tmux_drops_clipboard
 from acetui.app.screens.common import SortedRunListScreen, filter_keys, refill
 from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot, ParetoPlot
+from acetui.app.widgets.textfield import TextField
 from acetui_core.choices import RunStatus
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
@@ -155,7 +156,7 @@ class ResultsScreen(SortedRunListScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="results-bar"):
-            yield Input(placeholder="filter by model (/)", id="filter", compact=True)
+            yield TextField(placeholder="filter by model (/)", id="filter", compact=True)
             yield Static("", id="results-info")
         yield Static("", id="results-empty")
         with ContentSwitcher(initial="results", id="results-views"):

@@ -21,6 +21,7 @@ from acetui.app.confirm import ConfirmScreen
 from acetui.app.screens.common import SortedRunListScreen, filter_keys, refill, status_text
 from acetui.app.screens.new_run import rerun
 from acetui.app.summary import STATUS_COLOR
+from acetui.app.widgets.textfield import TextField
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.sparsity import parse_sparsity
@@ -113,7 +114,7 @@ class RunsScreen(SortedRunListScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="runs-bar"):
-            yield Input(placeholder="filter: status, model or method words (/)", id="runs-filter", compact=True)
+            yield TextField(placeholder="filter: status, model or method words (/)", id="runs-filter", compact=True)
             yield Static("", id="runs-info")
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static("", id="run-detail")

@@ -10,6 +10,7 @@ from textual.markup import escape
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from acetui.app.widgets.marks import Tick
+from acetui.app.widgets.textfield import TextField
 from acetui_core.choices import SparsityGroup
 from acetui_core.config import SETTINGS
 from acetui_core.setting import Setting
@@ -44,7 +45,7 @@ def setting_widget(name: str) -> Input | Select | Checkbox:
         options = [(CHOICE_NAMES.get(choice, choice), choice) for choice in spec.choices]
         widget = Select(options, value=spec.default, allow_blank=False, compact=True, id=name)
     else:
-        widget = Input(spec.text, placeholder=PLACEHOLDERS.get(name, ""), id=name, compact=True)
+        widget = TextField(spec.text, placeholder=PLACEHOLDERS.get(name, ""), id=name, compact=True)
     widget.tooltip = spec.help
     return widget
 
