@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acetui_core.errors import UserError, first_line
+from acetui_core.imports import HEAVY_IMPORTS
 from acetui_core.layouts import check_layout, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.models import context_length, meta_skeleton, model_source, refuse_mismatch
 from acetui_core.paths import cache_dir, file_identity, write_text_atomic
@@ -32,7 +33,8 @@ def preflight(source: str) -> Preflight:
     metadata). A hub model not in the local cache is checked when it loads."""
     kind, path = model_source(source)
     identity = file_identity(path) if kind != "hub" else None
-    return _preflight(kind, str(path), identity)
+    with HEAVY_IMPORTS:  # the check imports transformers' modules for the model's family
+        return _preflight(kind, str(path), identity)
 
 
 def model_config(source: str):
@@ -40,9 +42,18 @@ def model_config(source: str):
     kind, path = model_source(source)
     folder = path if kind == "gguf" else local_checkpoint(source) or path
     try:
-        return _read_config(kind, str(folder), file_identity(folder) if kind != "hub" else None)
+        with HEAVY_IMPORTS:
+            return _read_config(kind, str(folder), file_identity(folder) if kind != "hub" else None)
+    except ImportError as error:
+        raise _not_checked(source, error) from error
     except Exception as error:  # offline hub id, damaged config: many kinds
-        raise UserError(f"Could not read the configuration of {source} ({type(error).__name__}).") from None
+        raise UserError(f"Could not read the configuration of {source} ({type(error).__name__}).") from error
+
+
+def _not_checked(path: str, error: ImportError) -> UserError:
+    """A library that failed to import says nothing about the model's files: the sentence names the
+    library's own error, never the file as damaged."""
+    return UserError(f"{path} could not be checked: a library failed to import ({first_line(error)}).")
 
 
 @functools.lru_cache(maxsize=8)
@@ -102,10 +113,12 @@ def _preflight(kind: str, path: str, identity: str | None) -> Preflight:
     if kind == "gguf":
         try:  # the plan reads this same config next: one parse of the file serves both
             return Preflight(context_length(_read_config(kind, path, identity)))
+        except ImportError as error:  # not about the file (issue 31: a thread raced the app's imports)
+            raise _not_checked(path, error) from error
         except Exception as error:  # the gguf reader raises many kinds on a damaged file
             raise UserError(
                 f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."
-            ) from None
+            ) from error
     if kind == "hub":
         from huggingface_hub import try_to_load_from_cache
 
@@ -125,8 +138,12 @@ def _preflight(kind: str, path: str, identity: str | None) -> Preflight:
         _check_names(Path(path), skeleton, present)
     except UserError:
         raise
+    except ImportError as error:
+        raise _not_checked(path, error) from error
     except Exception as error:  # a damaged configuration fails in many ways
-        raise UserError(f"The checkpoint folder {path} could not be loaded as a model ({first_line(error)}).") from None
+        raise UserError(
+            f"The checkpoint folder {path} could not be loaded as a model ({first_line(error)})."
+        ) from error
     widths = {
         (f"layer {index} {name}", weight_matrix(module).shape[1])
         for index, layer in enumerate(decoder_layers(skeleton))

@@ -2,10 +2,12 @@
 
 import json
 import sys
+import threading
 
 import pytest
 
 from acetui.cli import main
+from acetui_core.errors import UserError
 
 
 @pytest.fixture
@@ -139,6 +141,62 @@ def test_corrupt_gguf(cli, smollm_gguf, tmp_path):
     code, _, err = cli("prune", broken, "--eval", "none")
     assert code == 2
     assert "not a readable GGUF model file" in err and "Traceback" not in err
+
+
+def test_a_library_that_fails_to_import_is_not_called_a_corrupt_file(smollm_gguf, monkeypatch):
+    """Issue 31: in the app, the cost estimate's thread met an ImportError racing the app's own imports, and
+    the sound bundled model was called corrupt. An error that is not about the file says what it is."""
+    from transformers import AutoConfig
+
+    from acetui_core import preflight
+
+    def failing(cls, *args, **kwargs):
+        raise ImportError("cannot import name 'GGUFReader' from partially initialized module 'gguf'")
+
+    monkeypatch.setattr(AutoConfig, "from_pretrained", classmethod(failing))
+    preflight._read_config.cache_clear()
+    preflight._preflight.cache_clear()
+    for check in (preflight.preflight, preflight.model_config):
+        with pytest.raises(UserError) as raised:
+            check(str(smollm_gguf))
+        assert "corrupt" not in str(raised.value) and "not a readable" not in str(raised.value)
+        assert str(raised.value).endswith(
+            "could not be checked: a library failed to import "
+            "(cannot import name 'GGUFReader' from partially initialized module 'gguf')."
+        )
+
+
+def test_a_model_is_read_by_one_importing_thread_at_a_time(smollm_gguf, monkeypatch):
+    """The app reads the model's configuration in its cost estimates' threads (a superseded one runs on beside
+    the next) while its completions' thread imports huggingface_hub: each holds the engine's import lock, so
+    none meets a half-imported transformers (at app start, two estimates did on 3 starts of 3)."""
+    from transformers import AutoConfig
+
+    from acetui.app import candidates
+    from acetui_core import preflight
+    from acetui_core.imports import HEAVY_IMPORTS
+
+    held = []
+    real = AutoConfig.from_pretrained.__func__
+
+    def noting(cls, *args, **kwargs):
+        held.append(HEAVY_IMPORTS._is_owned())
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AutoConfig, "from_pretrained", classmethod(noting))
+    preflight._read_config.cache_clear()
+    preflight._preflight.cache_clear()
+    preflight.preflight(str(smollm_gguf))
+    preflight._read_config.cache_clear()
+    preflight.model_config(str(smollm_gguf))
+    assert held and all(held)
+    with HEAVY_IMPORTS:  # held elsewhere: the completions wait for it
+        waiting = threading.Thread(target=candidates.cached_hub_models, daemon=True)
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive()
+    waiting.join(10)
+    assert not waiting.is_alive()
 
 
 def test_a_gguf_configuration_is_parsed_once_per_version_of_the_file(smollm_gguf, tmp_path, monkeypatch):

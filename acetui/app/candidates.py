@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from acetui_core.errors import UserError
+from acetui_core.imports import HEAVY_IMPORTS
 from acetui_core.models import model_source
 from acetui_core.paths import bundled_model, default_model
 
@@ -16,7 +17,8 @@ SKIP = {".git", ".venv", "node_modules", "__pycache__", ".cache"}
 
 
 def _hub_cache() -> Path:
-    from huggingface_hub.constants import HF_HUB_CACHE
+    with HEAVY_IMPORTS:  # read from a thread, beside the cost estimate's transformers
+        from huggingface_hub.constants import HF_HUB_CACHE
 
     return Path(HF_HUB_CACHE)
 

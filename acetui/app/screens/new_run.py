@@ -48,6 +48,7 @@ from acetui.app.workbench import Workbench
 from acetui_core.choices import EvalKind
 from acetui_core.config import SETTINGS, RunConfig
 from acetui_core.errors import UserError
+from acetui_core.imports import HEAVY_IMPORTS
 from acetui_core.metrics import METHODS
 from acetui_core.plugins import available_methods
 from acetui_core.store import RunRecord
@@ -311,12 +312,13 @@ class NewRunScreen(Screen):
         time.sleep(COST_DELAY)
         if worker.is_cancelled:
             return
-        from acetui_core.plan import plan_run
-
         # Runs that differ only in sparsity cost the same.
         distinct = {(c.method, c.seqlen, c.nsamples): c for c in configs}.values()
         try:
-            text = escape(summary.cost_text([plan_run(c) for c in distinct]))
+            with HEAVY_IMPORTS:  # the plan imports transformers' modules, which the completions' thread may too
+                from acetui_core.plan import plan_run
+
+                text = escape(summary.cost_text([plan_run(c) for c in distinct]))
         except UserError as error:
             text = f"[dim]Cost unknown: {escape(str(error))}[/]"
         except Exception as error:  # an estimate is advice: a config transformers cannot build must not end the app
