@@ -20,7 +20,7 @@ import torch
 from acetui_core.choices import StageName
 from acetui_core.errors import UserError
 from acetui_core.events import Stage
-from acetui_core.layerstats import dense_weight, layer_stats, method_scores
+from acetui_core.layerstats import LayerWork, dense_weight, layer_stats, method_scores
 from acetui_core.layouts import prunable_linears, weight_matrix
 from acetui_core.placement import advance, layer_feed, module_device
 from acetui_core.records import LayerAllocation
@@ -65,7 +65,7 @@ def owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> li
             if feed is not None:
                 feed.enter(index)
             linears = prunable_linears(layer)
-            stats = layer_stats(index, layer, linears, inputs, loaded, config, method, device)
+            stats = layer_stats(LayerWork(index, layer, inputs, loaded, config, method, device), linears)
             scores = [
                 method_scores(method, dense_weight(index, name, m), stats.get(name), config, f"layer {index} {name}")
                 for name, m in linears.items()

@@ -27,7 +27,7 @@ from acetui_core.errors import UserError, check_choice
 from acetui_core.metrics import paper_name
 from acetui_core.records import RunResult, any_partial, mean_accuracy
 from acetui_core.sparsity import parse_sparsity
-from acetui_core.store import RunRecord
+from acetui_core.store_rows import RunRecord
 
 # ppl: WikiText-2 perplexity (lower is better); zeroshot: accuracy per task with Avg. last (the paper's
 # appendix); zeroshot-mean: mean accuracy of the seven tasks (the paper's summary table).

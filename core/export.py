@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 from acetui_core.comparison import Comparison, comparison
 from acetui_core.errors import UserError
-from acetui_core.store import RunEvidence, RunRecord
+from acetui_core.store_rows import RunEvidence, RunRecord
 from acetui_core.verdicts import judge
 
 FORMATS = ("csv", "latex", "markdown")

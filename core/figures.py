@@ -13,7 +13,7 @@ from pathlib import Path
 
 from acetui_core.comparison import Comparison, comparison
 from acetui_core.errors import UserError, check_choice
-from acetui_core.store import RunEvidence, RunRecord
+from acetui_core.store_rows import RunEvidence, RunRecord
 from acetui_core.verdicts import judge
 
 FIGURES = ("pareto", "seqlen", "layers")

@@ -15,7 +15,8 @@ import psutil
 from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.errors import UserError
 from acetui_core.liveness import HOST
-from acetui_core.store import RunRecord, Store
+from acetui_core.store import Store
+from acetui_core.store_rows import RunRecord
 
 KILLED = "Force-killed on request (its process did not stop when asked to cancel); the layers done are kept."
 

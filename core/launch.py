@@ -31,8 +31,9 @@ from acetui_core import parse
 from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
+from acetui_core.heartbeat import stop_signals
 from acetui_core.metrics import get_method
-from acetui_core.runner import collect_env, run_queue, stop_signals
+from acetui_core.runner import collect_env, run_queue
 from acetui_core.store import Store
 from acetui_core.validate import check_config
 

@@ -23,7 +23,7 @@ from acetui_core.dsnot import DSnoTSettings, refine
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import LayerPruned, LayerStarted, RunStarted, Stage
 from acetui_core.fidelity import OutputAgreement, linear_fidelity
-from acetui_core.layerstats import dense_weight, layer_stats, method_scores
+from acetui_core.layerstats import LayerWork, dense_weight, layer_stats, method_scores
 from acetui_core.layouts import (
     architecture,
     check_layout,
@@ -104,23 +104,23 @@ def _choose_mask(
     return mask, threshold, choice
 
 
-def _prune_layer(index, layer, inputs, loaded, config, method, sparsity, device, masks, dense_outputs, experts):
-    """Gather statistics over every calibration token, then score, mask and write back each linear
-    (and its pruned positions to ``masks`` when kept)."""
-    linears = prunable_linears(layer)
-    stats = layer_stats(index, layer, linears, inputs, loaded, config, method, device, dense_outputs, experts)
-    update = method.update(config)
+def _prune_layer(work: LayerWork, sparsity: Sparsity, masks) -> tuple[list[LinearRecord], dict[str, ColumnStats]]:
+    """Gather statistics over every calibration token, then score, mask and write back each linear to
+    ``sparsity`` (and its pruned positions to ``masks`` when kept)."""
+    linears = prunable_linears(work.layer)
+    stats = layer_stats(work, linears)
+    update = work.method.update(work.config)
     records = [
-        _prune_linear(index, name, matrix, stats.get(name), config, method, sparsity, update, masks)
-        for name, matrix in linears.items()
+        _prune_linear(work, name, matrix, stats.get(name), sparsity, update, masks) for name, matrix in linears.items()
     ]
     return records, stats
 
 
-def _prune_linear(index, name, matrix, stats, config, method, sparsity, update, masks) -> LinearRecord:
+def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks) -> LinearRecord:
     """Score, mask and write back one linear. Its float32 copy, scores and mask are this function's
     locals, freed when it returns: in a loop over the linears the previous one's would still be held
     while the next one's are made (on the GPU, twice the scoring scratch of the widest linear)."""
+    index, config, method = work.index, work.config, work.method
     start = time.perf_counter()
     W = dense_weight(index, name, matrix)
     histogram, fidelity, choice = None, None, None
@@ -245,9 +245,8 @@ def prune(
                     feed.enter(index)
                 dense_outputs: list[torch.Tensor] | None = [] if config.fidelity and inputs else None
                 target = sparsity if allocation is None else Sparsity(ratio=allocation[index].sparsity)
-                linears, stats = _prune_layer(
-                    index, layer, inputs, loaded, config, method, target, device, masks, dense_outputs, experts
-                )
+                work = LayerWork(index, layer, inputs, loaded, config, method, device, dense_outputs, experts)
+                linears, stats = _prune_layer(work, target, masks)
                 check_pruned(index, layer, architecture(loaded.model), target.fraction)  # before it is reported
                 agreement = OutputAgreement() if dense_outputs is not None else None
                 if calibration is not None:

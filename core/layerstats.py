@@ -5,6 +5,8 @@ finite, and its scores from the chosen metric or plug-in. Shared by the layer lo
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -16,6 +18,11 @@ from acetui_core.plugins import check_scores
 from acetui_core.records import Experts
 from acetui_core.routing import expert_load, fallbacks, is_expert_linear, record_expert_inputs, starved
 from acetui_core.stats import ColumnStats
+
+if TYPE_CHECKING:
+    from acetui_core.config import RunConfig
+    from acetui_core.method import Method
+    from acetui_core.models import Loaded
 
 
 @torch.no_grad()  # with autograd on, the accumulators would keep every batch's activations alive
@@ -75,26 +82,33 @@ def gather_stats(
     return stats
 
 
-def layer_stats(
-    index,
-    layer,
-    linears,
-    inputs,
-    loaded,
-    config,
-    method,
-    device,
-    dense_outputs: list | None = None,
-    experts: Experts | None = None,
-) -> dict[str, ColumnStats]:
+@dataclass
+class LayerWork:
+    """One decoder layer's work in a run: the layer, the calibration inputs it sees and where it computes,
+    and the run's model, settings and method. ``dense_outputs``: with ``--fidelity``, the list the
+    statistics pass fills with the dense layer's outputs (``gather_stats``); ``experts``: a mixture of
+    experts' token load and fallbacks, which the statistics pass adds to."""
+
+    index: int
+    layer: torch.nn.Module
+    inputs: list
+    loaded: Loaded
+    config: RunConfig
+    method: Method
+    device: torch.device
+    dense_outputs: list[torch.Tensor] | None = None
+    experts: Experts | None = None
+
+
+def layer_stats(work: LayerWork, linears: dict) -> dict[str, ColumnStats]:
     """Every linear's calibration statistics, checked finite. ``--varp-form inverse`` needs the scale of
     a linear's whole input before its ``E[1/(1 - (x/s)^2)]`` can be summed: with ``--varp-scale rms|max``
-    a first pass measures it. ``dense_outputs``: see ``gather_stats``. An expert that the router starved
-    (``acetui_core.routing``) is gathered again over every token; ``experts`` receives the token load and
-    which experts fell back."""
-    if not method.calibrated(config):
+    a first pass measures it. An expert that the router starved (``acetui_core.routing``) is gathered
+    again over every token."""
+    config, index = work.config, work.index
+    if not work.method.calibrated(config):
         return {}
-    hessian = method.update(config) is not None or config.fidelity
+    hessian = work.method.update(config) is not None or config.fidelity
 
     def gather(matrices, calibration, outputs=None):
         scales = None
@@ -102,23 +116,30 @@ def layer_stats(
             if config.varp_scale == VarpScale.NONE:
                 scales = dict.fromkeys(matrices, 1.0)
             else:
-                measured = gather_stats(layer, matrices, inputs, device, moe_calibration=calibration)
+                measured = gather_stats(work.layer, matrices, work.inputs, work.device, moe_calibration=calibration)
                 scales = {name: s.scale(config.varp_scale) for name, s in measured.items()}
         return gather_stats(
-            layer, matrices, inputs, device, hessian, scales, dense_outputs=outputs, moe_calibration=calibration
+            work.layer,
+            matrices,
+            work.inputs,
+            work.device,
+            hessian,
+            scales,
+            dense_outputs=outputs,
+            moe_calibration=calibration,
         )
 
-    stats = gather(linears, config.moe_calibration, dense_outputs)
+    stats = gather(linears, config.moe_calibration, work.dense_outputs)
     routed = {name: s.tokens for name, s in stats.items()}
     hungry = starved(linears, routed) if config.moe_calibration == MoeCalibration.ROUTED else {}
     if hungry:
         stats.update(gather({name: linears[name] for name in hungry}, MoeCalibration.ALL))
-    if experts is not None:
-        experts.load += expert_load(index, linears, routed)
-        experts.fallbacks += fallbacks(index, hungry)
+    if work.experts is not None:
+        work.experts.load += expert_load(index, linears, routed)
+        work.experts.fallbacks += fallbacks(index, hungry)
     for name, s in stats.items():
         if not s.is_finite():
-            hint = "" if loaded.dtype == torch.float32 else " (try --dtype float32)"
+            hint = "" if work.loaded.dtype == torch.float32 else " (try --dtype float32)"
             raise UserError(
                 f"Calibration activations entering layer {index} {name} contain NaN or inf; "
                 f"nothing was pruned there{hint}."

@@ -14,7 +14,7 @@ import numpy as np
 
 from acetui_core import evidence
 from acetui_core.comparison import Cell, Comparison, Verdict
-from acetui_core.store import RunEvidence, RunRecord
+from acetui_core.store_rows import RunEvidence, RunRecord
 
 AVERAGE = "Avg."  # the per-task table's mean column (acetui_core.comparison)
 NOT_KEPT = {

@@ -12,9 +12,9 @@ from runhelpers import wait_until
 
 from acetui_core import resources
 from acetui_core.config import RunConfig
+from acetui_core.heartbeat import heartbeat
 from acetui_core.records import from_dict
 from acetui_core.resources import ResourceSample, ResourceSampler
-from acetui_core.runner import _heartbeat
 from acetui_core.store import Store
 
 
@@ -67,7 +67,7 @@ def test_the_heartbeat_records_a_sample(tmp_path):
     run_id = store.create_run(RunConfig(model="m", method="wanda", sparsity="0.5"))
     store.claim(run_id)
     assert store.get_run(run_id, layers=False).resources is None
-    with _heartbeat(store, run_id, threading.Event(), threading.Event()):
+    with heartbeat(store, run_id, threading.Event(), threading.Event()):
         wait_until(lambda: store.get_run(run_id, layers=False).resources, "a resource sample", timeout=10)
     sample = from_dict(ResourceSample, store.get_run(run_id, layers=False).resources)
     assert sample.rss_mb > 10 and abs(sample.taken - time.time()) < 10

@@ -16,7 +16,8 @@ import pytest
 import torch
 from runhelpers import GATE, cli, gated, held_at_the_gate, wait_for_runs, wait_until
 
-from acetui_core.store import TERMINAL, Store
+from acetui_core.store import Store
+from acetui_core.store_schema import TERMINAL
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = 4  # the gated model: a layer before the gate, the gated one, and layers a cancel must skip
@@ -254,7 +255,7 @@ def test_a_model_is_copied_for_reset_only_while_a_later_run_reuses_it(make_tiny_
 
     from acetui_core.config import RunConfig
     from acetui_core.layouts import decoder_layers, prunable_linears
-    from acetui_core.runner import ModelCache
+    from acetui_core.modelcache import ModelCache
 
     single = RunConfig(model=str(make_tiny_model("llama")), method="wanda", sparsity="0.5", device="cpu")
     assert not ModelCache([single]).get(single).can_reset

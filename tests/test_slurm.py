@@ -14,7 +14,8 @@ from acetui_core.errors import UserError
 from acetui_core.jobfolder import sync
 from acetui_core.launch import Grid, launch
 from acetui_core.slurm import Slurm, minutes
-from acetui_core.store import TERMINAL, Store
+from acetui_core.store import Store
+from acetui_core.store_schema import TERMINAL
 
 pytest.importorskip("submitit")
 

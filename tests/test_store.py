@@ -21,7 +21,8 @@ from acetui_core.errors import UserError
 from acetui_core.events import LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.liveness import STALE_AFTER
 from acetui_core.records import Histogram, TaskOutcomes, WindowLosses
-from acetui_core.store import RunEvidence, Store
+from acetui_core.store import Store
+from acetui_core.store_rows import RunEvidence
 from acetui_core.store_schema import APPLICATION_ID, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from acetui_core.records import LayerRecord
-from acetui_core.store import RunRecord
+from acetui_core.store_rows import RunRecord
 
 
 class RunProgress(Message):

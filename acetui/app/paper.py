@@ -15,7 +15,7 @@ from rich.text import Text
 from acetui.app.summary import run_name
 from acetui_core.comparison import Comparison, comparison
 from acetui_core.errors import UserError
-from acetui_core.store import RunEvidence, RunRecord
+from acetui_core.store_rows import RunEvidence, RunRecord
 from acetui_core.verdicts import judge, run_difference
 
 # A verdict's mark beside its cell: a glyph that reads without colour (NO_COLOR), and a colour that helps.

@@ -10,7 +10,7 @@ from textual.markup import escape
 from acetui.app import summary
 from acetui_core.choices import RunStatus
 from acetui_core.records import LayerRecord
-from acetui_core.store import RunRecord
+from acetui_core.store_rows import RunRecord
 
 STATUS_MARK = {
     RunStatus.FINISHED: "✓",

@@ -19,7 +19,7 @@ from acetui_core.metrics import METHODS
 from acetui_core.records import Experts, LayerRecord, Spread, from_dict
 from acetui_core.resources import ResourceSample
 from acetui_core.sparsity import parse_sparsity
-from acetui_core.store import RunRecord
+from acetui_core.store_rows import RunRecord
 
 if TYPE_CHECKING:  # the plan module imports torch; the app's screens need only its figures
     from acetui_core.plan import Plan

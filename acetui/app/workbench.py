@@ -24,7 +24,8 @@ from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.kill import check_killable, force_kill, process_runs
 from acetui_core.launch import LocalProcesses, gpus_for, launch
-from acetui_core.store import RunRecord, Store
+from acetui_core.store import Store
+from acetui_core.store_rows import RunRecord
 
 
 class Workbench(App):

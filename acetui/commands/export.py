@@ -16,7 +16,8 @@ from acetui_core.comparison import CI_STYLES, COLUMNS, MEASURES, comparison, mea
 from acetui_core.errors import UserError
 from acetui_core.export import FORMATS, check_format, export
 from acetui_core.paths import write_text_atomic
-from acetui_core.store import RunRecord, Store
+from acetui_core.store import Store
+from acetui_core.store_rows import RunRecord
 
 Runs = Annotated[str | None, typer.Option(help="Run ids (or unique prefixes), comma-separated.")]
 ModelFilter = Annotated[str | None, typer.Option(help="Only runs of this model (path, hub id or its last part).")]

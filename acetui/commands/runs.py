@@ -17,7 +17,9 @@ from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.records import LayerRecord
-from acetui_core.store import STATUSES, TERMINAL, RunRecord, Store
+from acetui_core.store import Store
+from acetui_core.store_rows import RunRecord
+from acetui_core.store_schema import STATUSES, TERMINAL
 
 runs_app = typer.Typer(
     help="Runs recorded in the store: list, show, watch, cancel, remove, sync.",

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Input
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.workbench import Workbench
 from acetui_core.choices import RunStatus
-from acetui_core.store import RunRecord
+from acetui_core.store_rows import RunRecord
 
 
 class RunListScreen(Screen):

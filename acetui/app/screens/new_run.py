@@ -51,7 +51,7 @@ from acetui_core.errors import UserError
 from acetui_core.imports import HEAVY_IMPORTS
 from acetui_core.metrics import METHODS
 from acetui_core.plugins import available_methods
-from acetui_core.store import RunRecord
+from acetui_core.store_rows import RunRecord
 
 CANDIDATES_SHOWN = 3  # rows of model completions under the model field
 CANDIDATE_WIDTH = 64  # characters of a completion shown (its end: the file name matters most)

@@ -32,7 +32,7 @@ from acetui_core.maskfile import run_overlap, total
 from acetui_core.metrics import METHODS
 from acetui_core.records import linear_kind
 from acetui_core.sparsity import parse_sparsity
-from acetui_core.store import RunEvidence, RunRecord
+from acetui_core.store_rows import RunEvidence, RunRecord
 
 
 def zeroshot_mean(run: RunRecord) -> float | None:

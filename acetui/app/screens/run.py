@@ -43,7 +43,7 @@ from acetui_core.choices import RunStatus
 from acetui_core.config import model_name
 from acetui_core.liveness import HOST
 from acetui_core.records import LayerRecord
-from acetui_core.store import RunRecord
+from acetui_core.store_rows import RunRecord
 
 NO_RUN = "No run to show yet: start one on New run (F1) or open one from Runs (F4)."
 

@@ -25,7 +25,8 @@ from acetui.app.widgets.textfield import TextField
 from acetui_core.config import model_name
 from acetui_core.errors import UserError
 from acetui_core.sparsity import parse_sparsity
-from acetui_core.store import STATUSES, RunRecord
+from acetui_core.store_rows import RunRecord
+from acetui_core.store_schema import STATUSES
 
 BAR_WIDTH = 6
 
