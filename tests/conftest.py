@@ -74,18 +74,8 @@ def tokenizer_dir(tmp_path_factory, request) -> Path:
 def _tiny_config(family: str, vocab_size: int, layers: int):
     from transformers import GPT2Config, LlamaConfig, OPTConfig, Qwen2Config
 
-    if family == "llama":
-        return LlamaConfig(
-            vocab_size=vocab_size,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-        )
-    if family == "qwen2":
-        return Qwen2Config(
+    if family in ("llama", "qwen2"):  # the same sizes; the families differ in their layers (Qwen2: q/k/v biases)
+        return {"llama": LlamaConfig, "qwen2": Qwen2Config}[family](
             vocab_size=vocab_size,
             hidden_size=64,
             intermediate_size=128,
