@@ -104,6 +104,28 @@ class Refine(StrEnum):
     DSNOT = "dsnot"
 
 
+class DSnoTSkip(StrEnum):
+    """``--dsnot-skip``: the linears DSnoT leaves as the mask chose them (the reference's ``--skip_layer``)."""
+
+    MLP = "mlp"  # every linear outside attention: the reference code's default
+    ATTENTION = "attention"
+    NONE = "none"
+
+
+class DSnoTAccept(StrEnum):
+    """``--dsnot-accept``: which of DSnoT's swaps are made."""
+
+    THRESHOLD = "threshold"  # the reference's: while |e_r| exceeds the update threshold (N:M: and keeps its sign)
+    DECREASE = "decrease"  # only a swap that lowers |e_r|
+
+
+class DSnoTPruneScore(StrEnum):
+    """``--dsnot-prune-score``: what ranks the kept weights DSnoT may prune in an unstructured mask."""
+
+    WANDA = "wanda"  # the reference's, whatever metric chose the mask
+    METRIC = "metric"  # the run's own metric
+
+
 class MoeCalibration(StrEnum):
     """``--moe-calibration``: which tokens calibrate an expert."""
 

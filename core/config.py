@@ -20,6 +20,9 @@ from typing import Any
 from acetui_core import parse
 from acetui_core.choices import (
     Allocation,
+    DSnoTAccept,
+    DSnoTPruneScore,
+    DSnoTSkip,
     Dtype,
     EvalKind,
     MoeCalibration,
@@ -315,6 +318,33 @@ class RunConfig:
         parse=_number("--dsnot-var-power", minimum=0),
         describe=lambda v: f"DSnoT variance power {v:g}",
     )
+    dsnot_skip: str = setting(
+        DSnoTSkip.MLP,
+        help="DSnoT: the linears it leaves unrefined: mlp (every one outside attention, the reference's "
+        "default), attention, or none (refine every linear).",
+        label="DSnoT skip",
+        group="advanced",
+        choices=tuple(DSnoTSkip),
+        describe=lambda v: "DSnoT on every linear" if v == DSnoTSkip.NONE else f"DSnoT skips {v}",
+    )
+    dsnot_accept: str = setting(
+        DSnoTAccept.THRESHOLD,
+        help="DSnoT: the swaps it makes: threshold (the reference's: while the row's error exceeds the "
+        "threshold and, for N:M, keeps its sign) or decrease (only swaps that lower the error).",
+        label="DSnoT accept",
+        group="advanced",
+        choices=tuple(DSnoTAccept),
+        describe=lambda v: f"DSnoT accepts by {v}",
+    )
+    dsnot_prune_score: str = setting(
+        DSnoTPruneScore.WANDA,
+        help="DSnoT, unstructured masks: the score ranking the kept weights to prune: wanda (the reference's) "
+        "or metric (the run's own; N:M masks always use the run's metric, as the reference does).",
+        label="DSnoT prune by",
+        group="advanced",
+        choices=tuple(DSnoTPruneScore),
+        describe=lambda v: f"DSnoT prunes by {v}",
+    )
     moe_calibration: str = setting(
         MoeCalibration.ROUTED,
         help="Mixture-of-experts models: each expert's statistics from the tokens its router sends it (routed), "
@@ -362,7 +392,17 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict) -> RunConfig:
         known = {f.name for f in fields(cls)}
+        if data.get("refine") == Refine.DSNOT and "dsnot_skip" not in data:
+            data = {**_dsnot_before_reference(str(data.get("sparsity", ""))), **data}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _dsnot_before_reference(sparsity: str) -> dict:
+    """How DSnoT ran before its default became the reference code's protocol (acetui 0.1.0 before
+    2026-11-26 21:00 UTC): a run recorded then (no dsnot_skip in its configuration) is read back as the
+    variant it was. An N:M mask's kept weights were ranked by the run's metric, as the reference does."""
+    before = {"dsnot_skip": DSnoTSkip.NONE, "dsnot_accept": DSnoTAccept.DECREASE}
+    return before if ":" in sparsity else {**before, "dsnot_prune_score": DSnoTPruneScore.METRIC}
 
 
 # The table, in the order the CLI's help and the form show it.

@@ -1,26 +1,30 @@
-"""DSnoT refinement of a chosen mask (Zhang et al., ICLR 2024, "Dynamic Sparse No Training").
+"""DSnoT refinement of a chosen mask (Zhang et al., ICLR 2024, "Dynamic Sparse No Training"), with the
+reference code's protocol (zyxxmu/DSnoT, ``lib/prune.py: prune_DSnoT``) by default.
 
 Per output row ``r``, pruning changes the layer's expected output by ``e_r = sum_{j pruned} W_rj mu_j``
 (``mu_j`` the mean of input ``j``, scaled as the reference code scales it: the sum over the calibration
-tokens over the number of windows). DSnoT swaps weights to bring ``|e_r|`` down without training and at
-fixed sparsity. Each cycle, in every row still refining:
+tokens over the number of windows). DSnoT swaps weights to bring ``e_r`` towards zero without training and
+at fixed sparsity. Each cycle, in every row still refining:
 
 - grow: among the weights pruned by the mask, the one whose return lowers ``e_r`` the most relative to
-  its input's variance: the largest ``W_rj mu_j / Var(x_j)^p`` when ``e_r > 0``, the smallest when
-  ``e_r < 0``;
-- prune: for N:M, the kept weight of the grown weight's group with the lowest score (so every group keeps
-  N); otherwise the kept weight with the lowest score among those whose ``W_rj mu_j`` does not have the
-  sign of ``e_r`` (removing it does not push ``e_r`` further away);
-- the swap is made only while ``|e_r|`` exceeds the update threshold and when it lowers ``|e_r|``;
-  a row whose swap is refused stops, and every row stops after the given number of cycles.
+  its input's variance: the largest ``W_rj mu_j / Var(x_j)^p`` when ``e_r > 0``, the smallest otherwise;
+- prune: for N:M, the kept weight of the grown weight's group ranked lowest (so every group keeps N);
+  otherwise the kept weight ranked lowest among those whose ``W_rj mu_j`` has the sign opposite to
+  ``e_r``'s (removing it moves ``e_r`` towards zero). The ranking is the caller's ``ranks`` (the reference:
+  the mask's own metric for N:M, Wanda's score for unstructured masks);
+- accept (``DSnoTAccept``): the reference's rule makes the swap while ``|e_r|`` exceeds the update
+  threshold and, for N:M, while ``e_r`` keeps its initial sign (so a swap may raise ``|e_r|``); the
+  ``decrease`` variant also requires ``|e_r|`` to fall;
+- stop: a row whose swap is refused stops for good, as does a row whose ``|e_r|`` is at most the
+  threshold, and every row after the given number of cycles.
 
-The reference code (zyxxmu/DSnoT) accepts a swap while ``|e_r|`` exceeds the threshold (unstructured) or
-while ``e_r`` keeps its sign (N:M); requiring ``|e_r|`` to fall is this implementation's choice: it makes
-the refinement never worsen the error it minimizes. A weight is grown or pruned at most once: only
-weights pruned by the original mask grow, only weights it kept are pruned.
+A weight is grown or pruned at most once: only weights pruned by the original mask grow, only weights it
+kept are pruned. Where the reference's pointers would run past a candidate list (a group with no kept
+weight left to prune, no kept weight of the opposite sign left) its bookkeeping breaks the N:M group or
+the row's count; here the swap is refused and the row stops.
 
 As in the reference code, each row's candidates are sorted once (the pruned weights by growth key, from
-either end; for unstructured masks the kept weights by score, one list per sign of their effect) and each
+either end; for unstructured masks the kept weights by rank, one list per sign of their effect) and each
 cycle takes the next candidate still unused, so a cycle costs a few operations per refining row rather
 than a scan of the whole matrix (bench/dsnot_speed.py measures it).
 """
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from acetui_core.choices import DSnoTAccept
 from acetui_core.records import Refinement
 
 _TINY_VARIANCE = 1e-12  # a constant input (zero variance) would divide by zero
@@ -38,36 +43,40 @@ _TINY_VARIANCE = 1e-12  # a constant input (zero variance) would divide by zero
 
 @dataclass(frozen=True)
 class DSnoTSettings:
-    """The reference code's defaults: 50 cycles, update threshold 0.1, variance power 1."""
+    """The reference code's defaults: 50 cycles, update threshold 0.1, variance power 1, its acceptance rule."""
 
     cycles: int = 50
     threshold: float = 0.1
     var_power: float = 1.0
+    accept: str = DSnoTAccept.THRESHOLD
 
 
 def refine(
     W: torch.Tensor,
     pruned: torch.Tensor,
-    scores: torch.Tensor,
+    ranks: torch.Tensor,
     mean: torch.Tensor,
     var: torch.Tensor,
     settings: DSnoTSettings,
     m: int = 0,
 ) -> tuple[torch.Tensor, Refinement]:
-    """The refined mask (True = pruned) and what the refinement did. ``W``, ``pruned`` and ``scores``
-    are ``(d_out, d_in)``; ``mean`` and ``var`` per input. ``m``: the group size of an N:M mask whose
+    """The refined mask (True = pruned) and what the refinement did. ``W``, ``pruned`` and ``ranks`` (the
+    order in which kept weights are pruned, lowest first) are ``(d_out, d_in)``; ``mean`` and ``var`` per input. ``m``: the group size of an N:M mask whose
     groups are runs of ``m`` consecutive columns (0 for unstructured). Rows keep their count of pruned
     weights, and N:M groups theirs."""
     effect = W.double() * mean.double()  # what each weight adds to its row's expected output
     grow_key = effect / var.double().clamp_min(_TINY_VARIANCE) ** settings.var_power
     pruned = pruned.clone()
     growable, prunable = pruned.clone(), ~pruned
-    # Sorted once: a row grows from one end of its pruned weights' keys or the other, by the sign of e_r.
-    grow_lowest, grow_highest = _Queue(grow_key, pruned), _Queue(-grow_key, pruned)
-    if not m:  # the lowest-scored kept weight whose effect does not share e_r's sign
-        drop_if_positive = _Queue(scores, prunable & (effect <= 0))
-        drop_if_negative = _Queue(scores, prunable & (effect >= 0))
+    # Sorted once: a row grows from one end of its pruned weights' keys or the other, by the sign of e_r
+    # (the reference sorts ascending and reads from both ends: among equal keys, the last column first
+    # from the top).
+    grow_lowest, grow_highest = _Queue(grow_key, pruned), _Queue(grow_key, pruned, from_top=True)
+    if not m:  # the lowest-ranked kept weight whose effect has the sign opposite to e_r's
+        drop_if_positive = _Queue(ranks, prunable & (effect < 0))
+        drop_if_negative = _Queue(ranks, prunable & (effect > 0))
     error = (effect * pruned).sum(dim=1)
+    initial_sign = error.sign()
     before = _relative(error, effect)
     active = torch.arange(W.shape[0], device=W.device)  # the rows still refining
     swaps = 0
@@ -78,13 +87,17 @@ def refine(
         positive = error[active] > 0
         grown = torch.where(positive, grow_highest.first(active, growable), grow_lowest.first(active, growable))
         if m:
-            dropped = _lowest_in_group(scores, prunable, active, grown.clamp_min(0), m)
+            dropped = _lowest_in_group(ranks, prunable, active, grown.clamp_min(0), m)
         else:
             dropped = torch.where(
                 positive, drop_if_positive.first(active, prunable), drop_if_negative.first(active, prunable)
             )
         after = error[active] - effect[active, grown] + effect[active, dropped]
-        accept = (grown >= 0) & (dropped >= 0) & prunable[active, dropped] & (after.abs() < error[active].abs())
+        accept = (grown >= 0) & (dropped >= 0) & prunable[active, dropped]
+        if settings.accept == DSnoTAccept.DECREASE:
+            accept &= after.abs() < error[active].abs()
+        elif m:
+            accept &= after.sign() == initial_sign[active]
         active, grown, dropped = active[accept], grown[accept], dropped[accept]
         pruned[active, grown], pruned[active, dropped] = False, True
         growable[active, grown], prunable[active, dropped] = False, False
@@ -95,10 +108,15 @@ def refine(
 
 class _Queue:
     """Per row, the entries a mask allows, sorted once by a key (ties by column): ``first`` is each row's
-    lowest-keyed entry still available, found by moving a head past the entries used since."""
+    lowest-keyed entry still available (``from_top``: highest-keyed, ties by column from the last), found by
+    moving a head past the entries used since."""
 
-    def __init__(self, key: torch.Tensor, allowed: torch.Tensor):
-        self.order = torch.sort(torch.where(allowed, key, torch.inf), dim=1, stable=True).indices
+    def __init__(self, key: torch.Tensor, allowed: torch.Tensor, from_top: bool = False):
+        if from_top:
+            ascending = torch.sort(torch.where(allowed, key, -torch.inf), dim=1, stable=True).indices
+            self.order = ascending.flip(1)
+        else:
+            self.order = torch.sort(torch.where(allowed, key, torch.inf), dim=1, stable=True).indices
         self.length = allowed.sum(dim=1)
         self.head = torch.zeros_like(self.length)
 
@@ -114,12 +132,12 @@ class _Queue:
             self.head[rows[used]] += 1
 
 
-def _lowest_in_group(scores, prunable, rows, grown, m: int) -> torch.Tensor:
-    """For N:M, each row's kept weight with the lowest score in its grown weight's group (so every group
-    keeps N); a group with none left yields a weight that is not prunable, and the swap is refused."""
+def _lowest_in_group(ranks, prunable, rows, grown, m: int) -> torch.Tensor:
+    """For N:M, each row's kept weight ranked lowest in its grown weight's group (so every group keeps N);
+    a group with none left yields a weight that is not prunable, and the swap is refused."""
     group = (grown // m * m)[:, None] + torch.arange(m, device=grown.device)
     in_rows = rows[:, None]
-    candidates = torch.where(prunable[in_rows, group], scores[in_rows, group], torch.inf)
+    candidates = torch.where(prunable[in_rows, group], ranks[in_rows, group], torch.inf)
     return group.gather(1, candidates.argmin(dim=1, keepdim=True)).squeeze(1)
 
 

@@ -15,7 +15,7 @@ import torch
 
 from acetui_core import histograms
 from acetui_core.allocation import owl_allocation
-from acetui_core.choices import Allocation, Permute, Refine, StageName
+from acetui_core.choices import Allocation, DSnoTPruneScore, DSnoTSkip, Permute, Refine, StageName
 from acetui_core.config import RunConfig
 from acetui_core.conversion import by_saved_name
 from acetui_core.data import calibration_windows, tokenized_calibration
@@ -73,11 +73,12 @@ def calibration_batch(seqlen: int, device: torch.device) -> int:
 
 
 def _choose_mask(
-    W, scores, stats: ColumnStats | None, config, sparsity
+    W, scores, stats: ColumnStats | None, config, sparsity, kind: str
 ) -> tuple[torch.Tensor, float | None, MaskChoice]:
     """The metric's mask and how it was chosen: an N:M pattern's groups taken in a permuted input order
-    (``--permute``), then DSnoT's swaps (``--refine dsnot``, in that same order so N:M groups stay whole).
-    ``--update obs`` comes after, on the refined mask."""
+    (``--permute``), then DSnoT's swaps (``--refine dsnot``, in that same order so N:M groups stay whole)
+    unless ``--dsnot-skip`` leaves this kind of linear alone. ``--update obs`` comes after, on the refined
+    mask."""
     order = None
     if config.permute != Permute.NONE:
         order = channel_permutation(scores, sparsity.n, sparsity.m, config.permute)
@@ -86,15 +87,21 @@ def _choose_mask(
     if order is not None:
         choice.retained_unpermuted = retained_fraction(scores, nm_mask(scores, sparsity.n, sparsity.m)[0])
         choice.permutation = order.tolist()
-    if config.refine == Refine.DSNOT:
+    if config.refine == Refine.DSNOT and _dsnot_refines(kind, config.dsnot_skip):
         assert stats is not None, "--refine dsnot reads calibration statistics (Method.calibrated)"
         columns = order if order is not None else torch.arange(W.shape[1], device=W.device)
-        settings = DSnoTSettings(config.dsnot_cycles, config.dsnot_threshold, config.dsnot_var_power)
+        settings = DSnoTSettings(
+            config.dsnot_cycles, config.dsnot_threshold, config.dsnot_var_power, config.dsnot_accept
+        )
         mean = stats.s / config.nsamples  # the reference code's scale: summed over tokens, averaged over windows
+        # The reference ranks the kept weights it may prune by the mask's metric for N:M, by Wanda's score
+        # (|W| times the input's norm) for unstructured masks.
+        wanda = not sparsity.is_nm and config.dsnot_prune_score == DSnoTPruneScore.WANDA
+        ranks = W.abs() * stats.norm.to(W.device) if wanda else scores
         refined, choice.refinement = refine(
             W[:, columns],
             mask[:, columns],
-            scores[:, columns],
+            ranks[:, columns],
             mean[columns],
             stats.variance[columns],
             settings,
@@ -102,6 +109,14 @@ def _choose_mask(
         )
         mask[:, columns] = refined
     return mask, threshold, choice
+
+
+def _dsnot_refines(kind: str, skip: str) -> bool:
+    """Whether ``--dsnot-skip`` lets DSnoT refine a linear of this kind (``layouts.KINDS``): the reference
+    skips the MLP by default, meaning every linear outside attention (experts and shared experts too)."""
+    if skip == DSnoTSkip.MLP:
+        return kind == "attention"
+    return skip == DSnoTSkip.NONE or kind != "attention"
 
 
 def _prune_layer(work: LayerWork, sparsity: Sparsity, masks) -> tuple[list[LinearRecord], dict[str, ColumnStats]]:
@@ -128,7 +143,7 @@ def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks)
     mask = None  # a method without scores chooses its mask in its mask-and-update hook (SparseGPT)
     if method.score is not None:
         scores = method_scores(method, W, stats, config, f"layer {index} {name}")
-        mask, threshold, choice = _choose_mask(W, scores, stats, config, sparsity)
+        mask, threshold, choice = _choose_mask(W, scores, stats, config, sparsity, matrix.kind)
         histogram = histograms.histogram(scores, threshold, pruned=mask)
         del scores
     if update is not None:

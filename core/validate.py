@@ -25,7 +25,7 @@ from acetui_core.paths import data_dir, file_identity, user_path
 from acetui_core.preflight import preflight
 from acetui_core.streaming import streaming_folder
 
-DSNOT = ("dsnot_cycles", "dsnot_threshold", "dsnot_var_power")
+DSNOT = ("dsnot_cycles", "dsnot_threshold", "dsnot_var_power", "dsnot_skip", "dsnot_accept", "dsnot_prune_score")
 OWL = ("owl_lambda", "owl_m")
 
 
@@ -119,7 +119,11 @@ def _check_mask_choice(config: RunConfig, method) -> RunConfig:
             f"--permute {config.permute} reorders input channels for N:M patterns; it needs a sparsity such as "
             f"2:4, not {config.sparsity}."
         )
-    return _defaults(config, DSNOT) if config.refine == Refine.NONE else parsed(config, *DSNOT)
+    if config.refine == Refine.NONE:
+        return _defaults(config, DSNOT)
+    config = parsed(config, *DSNOT)
+    # An N:M mask's kept weights are ranked by the run's metric whatever --dsnot-prune-score says.
+    return _defaults(config, ("dsnot_prune_score",)) if config.sparsity_spec.is_nm else config
 
 
 def check_against_model(config: RunConfig, context_length: int) -> None:

@@ -149,6 +149,10 @@ CASES = {
     "RIA alpha not a number": (["prune", "{model}", "-m", "ria", "--ria-alpha", "abc"], "--ria-alpha must be a number"),
     "RIA alpha negative": (["prune", "{model}", "-m", "ria", "--ria-alpha", "-1"], "--ria-alpha must be at least 0"),
     "DSnoT unknown parameter": (["prune", "{model}", "--refine", "dsnot", "--dsnot-steps", "5"], "--dsnot-steps"),
+    "DSnoT unknown acceptance rule": (
+        ["compare", "{model}", "--refine", "dsnot", "--dsnot-accept", "lower"],
+        "Unknown --dsnot-accept 'lower'; choose one of: threshold, decrease.",
+    ),
     "unknown VarP scale": (
         ["compare", "{model}", "--varp-scale", "std"],
         "Unknown --varp-scale 'std'; choose one of: none, rms, max.",
