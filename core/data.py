@@ -149,14 +149,29 @@ def calibration_windows(ids: Sequence[list[int]], nsamples: int, seqlen: int, se
                 break
             too_short.add(index)
             if len(too_short) == len(ids):  # every document drawn and none long enough: the loop would never end
-                raise UserError(
-                    f"The calibration data does not hold {nsamples} windows of {seqlen} tokens "
-                    f"(its longest document has {max(len(ids[i]) for i in too_short)} tokens); "
-                    "use a smaller --seqlen or more text."
-                )
+                raise no_window(nsamples, seqlen, max(len(ids[i]) for i in too_short))
         start = random.randint(0, len(doc) - seqlen - 1)
         windows.append(doc[start : start + seqlen])
     return torch.tensor(windows, dtype=torch.long)
+
+
+def no_window(nsamples: int, seqlen: int, longest: int) -> UserError:
+    """The sentence for calibration text without a document longer than a window."""
+    return UserError(
+        f"The calibration data does not hold {nsamples} windows of {seqlen} tokens "
+        f"(its longest document has {longest} tokens); use a smaller --seqlen or more text."
+    )
+
+
+def longest_document(tokenizer, documents: Sequence[str], seqlen: int) -> int:
+    """The token count of the first document, longest first by characters, that holds a window of
+    ``seqlen`` tokens (so usually one document is tokenized), or of the longest when none does."""
+    longest = 0
+    for text in sorted(documents, key=len, reverse=True):
+        longest = max(longest, len(tokenizer(text, add_special_tokens=True)["input_ids"]))
+        if longest > seqlen:
+            break
+    return longest
 
 
 def wikitext2_test_ids(tokenizer) -> torch.Tensor:

@@ -33,6 +33,7 @@ from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.heartbeat import stop_signals
 from acetui_core.metrics import get_method
+from acetui_core.plan import check_fits_memory
 from acetui_core.runner import collect_env, run_queue
 from acetui_core.store import Store
 from acetui_core.validate import check_config
@@ -79,7 +80,11 @@ class Executor(Protocol):
 def check(configs: list[RunConfig], *, local_device: bool = True, store: Store | None = None) -> list[RunConfig]:
     """Every configuration checked and in normal form; the first problem raises its UserError."""
     protected = store.places() if store is not None else ()
-    return [check_config(config, local_device=local_device, protected=protected) for config in configs]
+    checked = [check_config(config, local_device=local_device, protected=protected) for config in configs]
+    if local_device:  # a Slurm node's memory is not this machine's
+        for config in checked:
+            check_fits_memory(config)
+    return checked
 
 
 def queue(configs: list[RunConfig], store: Store, executor: Executor) -> list[str]:

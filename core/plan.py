@@ -21,6 +21,7 @@ import torch
 
 from acetui_core.choices import Allocation, Dtype, EvalKind
 from acetui_core.config import RunConfig
+from acetui_core.errors import UserError
 from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH
 from acetui_core.layouts import census, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.metrics import get_method
@@ -188,3 +189,19 @@ def plan_run(run: RunConfig) -> Plan:
         gpu_assumed=on_gpu and not torch.cuda.is_available(),
         census=census(model),
     )
+
+
+def check_fits_memory(config: RunConfig) -> None:
+    """The sizes a user chose (calibration windows and their length, the evaluation window, output
+    fidelity, OWL) must fit this machine's memory (and swap) as the plan estimates the run's peak: a run
+    that cannot is refused before it is recorded (``launch.queue``), not left to grow until the system
+    kills it."""
+    plan = plan_run(config)
+    memory = psutil.virtual_memory().total + psutil.swap_memory().total
+    if plan.peak_cpu_bytes > memory:
+        raise UserError(
+            f"This run would need about {plan.peak_cpu_bytes / 2**30:,.1f} GiB of memory (acetui plan; the "
+            f"calibration activations of --nsamples {config.nsamples} windows of {plan.calibration_seqlen or '-'} "
+            f"tokens take {plan.calibration_bytes / 2**30:,.1f} GiB), more than this machine's "
+            f"{memory / 2**30:,.1f} GiB; use fewer or shorter windows (--nsamples, --seqlen)."
+        )

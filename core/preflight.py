@@ -14,23 +14,23 @@ from pathlib import Path
 from acetui_core.errors import UserError, first_line
 from acetui_core.imports import HEAVY_IMPORTS
 from acetui_core.layouts import check_layout, decoder_layers, prunable_linears, weight_matrix
-from acetui_core.models import context_length, meta_skeleton, model_source, refuse_mismatch
+from acetui_core.models import context_length, meta_skeleton, model_source, quiet_transformers, refuse_mismatch
 from acetui_core.paths import cache_dir, file_identity, write_text_atomic
-from acetui_core.shards import local_checkpoint
 
 
 @dataclass(frozen=True)
 class Preflight:
     """What a model's files say before any weight is loaded."""
 
-    context: int | None  # the context length; None for a hub model not in the local cache
+    context: int  # the context length
     input_widths: tuple[tuple[str, int], ...] = ()  # (linear, its inputs) of the decoder layers, from the config
 
 
 def preflight(source: str) -> Preflight:
     """Read what a model's files say without loading its weights, so a damaged model is refused before any
     run is recorded: its configuration, its family, its weights' headers, names and shapes (a GGUF file's
-    metadata). A hub model not in the local cache is checked when it loads."""
+    metadata). Of a hub model not in the local cache, its config.json is fetched (``hub_config``); its
+    weights are checked when it loads."""
     kind, path = model_source(source)
     identity = file_identity(path) if kind != "hub" else None
     with HEAVY_IMPORTS:  # the check imports transformers' modules for the model's family
@@ -38,15 +38,17 @@ def preflight(source: str) -> Preflight:
 
 
 def model_config(source: str):
-    """The model's configuration as transformers reads it (a local checkpoint of a hub id when there is one)."""
+    """The model's configuration as transformers reads it (of a hub id, its config.json in the local cache,
+    fetched there first when it is not: ``hub_config``)."""
     kind, path = model_source(source)
-    folder = path if kind == "gguf" else local_checkpoint(source) or path
+    with HEAVY_IMPORTS:  # huggingface_hub, for a hub id
+        folder = Path(hub_config(str(path))).parent if kind == "hub" else path
     try:
         with HEAVY_IMPORTS:
             return _read_config(kind, str(folder), file_identity(folder) if kind != "hub" else None)
     except ImportError as error:
         raise _not_checked(source, error) from error
-    except Exception as error:  # offline hub id, damaged config: many kinds
+    except Exception as error:  # a damaged config: many kinds
         raise UserError(f"Could not read the configuration of {source} ({type(error).__name__}).") from error
 
 
@@ -54,6 +56,21 @@ def _not_checked(path: str, error: ImportError) -> UserError:
     """A library that failed to import says nothing about the model's files: the sentence names the
     library's own error, never the file as damaged."""
     return UserError(f"{path} could not be checked: a library failed to import ({first_line(error)}).")
+
+
+def model_tokenizer(source: str):
+    """The model's tokenizer from its local files (a GGUF's metadata, a folder, a hub model's cached
+    snapshot), or None when it is not on this machine: nothing is downloaded for a check."""
+    kind, path = model_source(source)
+    try:
+        with HEAVY_IMPORTS, quiet_transformers():
+            from transformers import AutoTokenizer
+
+            if kind == "gguf":
+                return AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name)
+            return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception:  # not cached, or a tokenizer transformers cannot build: the run's own load says why
+        return None
 
 
 @functools.lru_cache(maxsize=8)
@@ -112,20 +129,16 @@ def _seal(head: str, text: str) -> dict:
 def _preflight(kind: str, path: str, identity: str | None) -> Preflight:
     if kind == "gguf":
         try:  # the plan reads this same config next: one parse of the file serves both
-            return Preflight(context_length(_read_config(kind, path, identity)))
+            config = _read_config(kind, path, identity)
         except ImportError as error:  # not about the file (issue 31: a thread raced the app's imports)
             raise _not_checked(path, error) from error
         except Exception as error:  # the gguf reader raises many kinds on a damaged file
             raise UserError(
                 f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."
             ) from error
+        return Preflight(context_length(config), _input_widths(meta_skeleton(config, tie_weights=False)))
     if kind == "hub":
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(path, "config.json")
-        if not isinstance(cached, str):
-            return Preflight(None)
-        path = str(Path(cached).parent)
+        path = str(Path(hub_config(path)).parent)
     try:
         from transformers import AutoConfig
 
@@ -144,12 +157,53 @@ def _preflight(kind: str, path: str, identity: str | None) -> Preflight:
         raise UserError(
             f"The checkpoint folder {path} could not be loaded as a model ({first_line(error)})."
         ) from error
+    return Preflight(context_length(config), _input_widths(skeleton))
+
+
+def _input_widths(skeleton) -> tuple[tuple[str, int], ...]:
+    """Each decoder linear's input width, by where it is (``layer 3 mlp.down_proj``)."""
     widths = {
         (f"layer {index} {name}", weight_matrix(module).shape[1])
         for index, layer in enumerate(decoder_layers(skeleton))
         for name, module in prunable_linears(layer).items()
     }
-    return Preflight(context_length(config), tuple(sorted(widths)))
+    return tuple(sorted(widths))
+
+
+HUB_TIMEOUT_SECONDS = 10  # one try: huggingface_hub's own retries made an unreachable hub cost 48 s
+LOCAL_HINT = "pass a local checkpoint folder or a .gguf file instead (acetui prune ./my-model or ./model.gguf)"
+
+
+def hub_config(repo_id: str) -> str:
+    """The path of a hub model's config.json: from the local Hugging Face cache, else fetched from the hub
+    in one try, so an id that cannot be fetched is one sentence within seconds, before any run is
+    recorded: the hub switched off, not reachable, or without that model."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_download, hf_hub_url, try_to_load_from_cache
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, RepositoryNotFoundError
+
+    cached = try_to_load_from_cache(repo_id, "config.json")
+    if isinstance(cached, str):
+        return cached
+    if constants.HF_HUB_OFFLINE:
+        raise UserError(
+            f"Model '{repo_id}' is not a local path and not in the Hugging Face cache, and the hub is switched "
+            f"off (HF_HUB_OFFLINE); {LOCAL_HINT}."
+        )
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=HUB_TIMEOUT_SECONDS)
+        return hf_hub_download(repo_id, "config.json", etag_timeout=HUB_TIMEOUT_SECONDS)
+    except (RepositoryNotFoundError, GatedRepoError) as error:
+        raise UserError(
+            f"Model '{repo_id}' is not a local path, and the Hugging Face hub has no model by that id that this "
+            f"machine may read ({type(error).__name__}); check the id or {LOCAL_HINT}."
+        ) from None
+    except EntryNotFoundError:
+        raise UserError(f"The hub model '{repo_id}' has no config.json, so it is not a transformers model.") from None
+    except Exception as error:  # no network, DNS, proxy, timeout: many kinds
+        raise UserError(
+            f"The Hugging Face hub cannot be reached from this machine ({first_line(error)}), so model "
+            f"'{repo_id}', which is not a local path, cannot be fetched; {LOCAL_HINT}."
+        ) from None
 
 
 def _check_names(folder: Path, skeleton, present: set[str]) -> None:

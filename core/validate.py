@@ -16,13 +16,13 @@ from acetui_core import parse
 from acetui_core.checkpoint import check_save_dir
 from acetui_core.choices import Allocation, EvalKind, Offload, Permute, Refine, Update
 from acetui_core.config import FULL_CONTEXT_CAP, SETTINGS, RunConfig
-from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents
+from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents, longest_document, no_window
 from acetui_core.errors import UserError
 from acetui_core.masks import check_nm_fits
 from acetui_core.metrics import get_method
 from acetui_core.models import check_device_name, model_source, resolve_device
 from acetui_core.paths import data_dir, file_identity, user_path
-from acetui_core.preflight import preflight
+from acetui_core.preflight import model_tokenizer, preflight
 from acetui_core.streaming import streaming_folder
 
 DSNOT = ("dsnot_cycles", "dsnot_threshold", "dsnot_var_power", "dsnot_skip", "dsnot_accept", "dsnot_prune_score")
@@ -61,8 +61,8 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     facts = preflight(config.model.strip())  # last: it reads the model's files
     for name, inputs in facts.input_widths:  # the shapes from the config, long before any weight is loaded
         check_nm_fits(config.sparsity_spec, inputs, name)
-    if facts.context is not None:
-        check_against_model(config, facts.context)
+    check_against_model(config, facts.context)
+    check_calibration_fits(config, facts.context)
     return replace(config, model=config.model.strip())
 
 
@@ -169,6 +169,37 @@ def check_calibration_source(source: str) -> None:
     else:
         path = user_path(source)
         _holds_text(source, file_identity(path) if path.is_file() else None)
+
+
+# No tokenizer's tokens average more characters than this over a document: a document this many times
+# longer, in characters, than a window is in tokens surely holds a window, and needs no tokenizer.
+CHARS_PER_TOKEN_AT_MOST = 64
+
+
+def check_calibration_fits(config: RunConfig, context: int) -> None:
+    """A calibration file must hold a document longer than one window, in the model's tokens: otherwise
+    the run would be recorded and then fail drawing its first window. The built-in sources are long."""
+    if not get_method(config.method).calibrated(config) or config.calib in ("c4", "wikitext2"):
+        return
+    model = config.model.strip()
+    seqlen = resolve_seqlen(config.seqlen, context)
+    calib = user_path(config.calib)
+    _calibration_fits(
+        model, file_identity(user_path(model)), config.calib, file_identity(calib), seqlen, config.nsamples
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _calibration_fits(model: str, _model_identity, source: str, _identity, seqlen: int, nsamples: int) -> None:
+    documents, _ = calibration_documents(source)
+    if max(len(text) for text in documents) > CHARS_PER_TOKEN_AT_MOST * (seqlen + 1):
+        return
+    tokenizer = model_tokenizer(model)
+    if tokenizer is None:  # a hub model not downloaded yet: the run's first window says it
+        return
+    longest = longest_document(tokenizer, documents, seqlen)
+    if longest <= seqlen:
+        raise no_window(nsamples, seqlen, longest)
 
 
 @functools.lru_cache(maxsize=16)

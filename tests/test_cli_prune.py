@@ -8,6 +8,7 @@ import pytest
 
 from acetui.cli import main
 from acetui_core.errors import UserError
+from acetui_core.store import Store
 
 
 @pytest.fixture
@@ -252,6 +253,14 @@ def test_a_gguf_configuration_is_parsed_once_per_version_of_the_file(smollm_gguf
     with contextlib.suppress(UserError):
         read()
     assert parsed == [model.name] * 4
+
+
+def test_an_nm_width_no_gguf_layer_divides_is_refused_before_any_record(cli, smollm_gguf, tmp_path):
+    """A GGUF's linears' widths come from its configuration, as a folder's do."""
+    store = tmp_path / "runs.db"
+    code, _, err = cli("prune", smollm_gguf, "--sparsity", "3:7", "--eval", "none", "--store", store)
+    assert code == 2 and "multiple of 7" in err and "mlp.down_proj has 1536 inputs" in err, err
+    assert not store.exists() or Store(store).list_runs() == []
 
 
 def test_unsupported_family(cli, tmp_path, tokenizer_dir):

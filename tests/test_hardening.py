@@ -560,3 +560,21 @@ def test_options_before_a_subcommand_are_honoured_or_refused(tmp_path, monkeypat
     code, out, err = cli(monkeypatch, capsys, "--theme", "light", "prune", "org/m")
     _one_sentence(code, err, "acetui prune has no --theme option, so it cannot take one given before it either.")
     assert not (tmp_path / "acetui-home").exists()  # the default store was never opened
+
+
+@pytest.mark.slow  # a process of its own: huggingface_hub reads its endpoint and offline switch at import
+def test_an_unreachable_hub_is_one_sentence_at_once_and_records_nothing(tmp_path):
+    """The README's placeholder typed literally: huggingface_hub would retry for 48 s before failing."""
+    store = tmp_path / "runs.db"
+    env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
+    result = subprocess.run(
+        [sys.executable, "-m", "acetui", "prune", "MODEL", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 2 and "Retry" not in result.stderr, result.stderr
+    assert result.stderr.startswith("acetui: The Hugging Face hub cannot be reached") and result.stderr.count("\n") == 1
+    assert "pass a local checkpoint folder or a .gguf file" in result.stderr
+    assert not store.exists() or Store(store).list_runs() == []

@@ -59,6 +59,12 @@ CASES = {
     "empty calibration file": (["prune", "{model}", "--calib", "{empty}"], "holds no text to calibrate on"),
     "text that is a number": (["prune", "{model}", "--calib", "{number}"], "whose 'text' is not a string (record 2)"),
     "text that is null": (["prune", "{model}", "--calib", "{null}"], "whose 'text' is not a string (record 1)"),
+    "calibration text shorter than a window": (["prune", "{model}", "--calib", "{short}"], "does not hold 128 windows"),
+    "a hub id with the hub switched off": (["prune", "MODEL"], "the hub is switched off (HF_HUB_OFFLINE)"),
+    "more calibration windows than memory holds": (
+        ["prune", "{model}", "--nsamples", "1000000000000"],
+        "of memory (acetui plan; the calibration activations of --nsamples 1000000000000 windows",
+    ),
     "unicode digit": (["prune", "{model}", "--seqlen", "²"], "--seqlen must be a number of tokens or 'full', not '²'"),
     "letters for a number": (["prune", "{model}", "--nsamples", "abc"], "--nsamples must be a whole number, not 'abc'"),
     "unicode digit in a list": (["compare", "{model}", "--seeds", "0,³"], "--seeds must be a whole number, not '³'"),
@@ -203,6 +209,7 @@ def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
         "number": lambda: _calib(tmp_path, "number.jsonl", '{"text": "words"}\n{"text": 42}\n'),
         "null": lambda: _calib(tmp_path, "null.jsonl", '{"text": null}\n'),
         "text": lambda: _calib(tmp_path, "text.txt", "Calibration text of a few words. " * 50),
+        "short": lambda: _calib(tmp_path, "short.txt", "short text"),
         **{how: functools.partial(_broken_checkpoint, tmp_path, model, how) for how in BROKEN},
     }
     args, fragment, *env = CASES[case]
