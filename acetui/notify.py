@@ -84,17 +84,17 @@ def notify_terminal(mode: str, title: str, body: str) -> None:
 
 def remembered_mode(given: str | None) -> str:
     """The CLI's mode: ``--notify`` if given (and remembered for next time), else the remembered one.
-    Trouble with the settings file is a warning on stderr: it never stops a watch."""
-    from acetui import settings
+    Trouble with the preferences file (settings.json) is a warning on stderr: it never stops a watch."""
+    from acetui import preferences
 
-    user = settings.load()
+    user = preferences.load()
     if given is None:
         if user.problem:
             print(f"acetui: {user.problem}", file=sys.stderr)
-        return user.notify if user.notify in MODES else settings.Settings().notify
+        return user.notify if user.notify in MODES else preferences.Preferences().notify
     mode = check_mode(given)
     try:
-        settings.update(notify=mode)
+        preferences.update(notify=mode)
     except UserError as error:
         print(f"acetui: {error}", file=sys.stderr)
     return mode

@@ -130,7 +130,7 @@ async def test_an_export_lands_in_the_export_folder_and_the_notice_names_it(stor
     monkeypatch.delenv(exports.EXPORT_DIR_ENV, raising=False)
     folder = tmp_path / "my exports"
     app = make_app(store)
-    app.settings.export_dir = str(folder)
+    app.preferences.export_dir = str(folder)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f3")
         await pilot_wait_until(pilot, lambda: app.screen.query_one("#results").row_count == 2, "the results")

@@ -18,7 +18,7 @@ from textual.filter import Monochrome, NoColor
 from textual.widgets import DataTable, Input, RichLog, SelectionList, Static
 
 import acetui_themes as themes
-from acetui import notify, settings
+from acetui import notify, preferences
 from acetui.app import make_app, summary
 from acetui.app.app import AceApp
 from acetui.app.candidates import model_candidates, starting_model
@@ -223,7 +223,7 @@ async def test_the_end_of_a_run_rings_and_notifies(store, monkeypatch, mode, exp
         body = f"{CONFIG.label} at 2:4 (run {run_id}) finished: ppl 12.50"
         await pilot_wait_until(pilot, lambda: any(body in str(n.message) for n in app._notifications), "the toast")
         assert "".join(written) == expected.format(body=body)
-    assert settings.load().notify == mode  # remembered
+    assert preferences.load().notify == mode  # remembered
 
 
 def test_osc_sequences_follow_the_terminal_and_tmux():
@@ -242,7 +242,7 @@ def test_runs_watch_rings_on_exit_and_remembers(store, monkeypatch, capsys):
     code, out, _ = cli(monkeypatch, capsys, "runs", "watch", run_id, "--store", store.path, "--notify", "bell")
     assert code == 0 and "finished: ppl 71.470" in out
     assert terminal.getvalue() == "\a"
-    assert settings.load().notify == "bell"
+    assert preferences.load().notify == "bell"
     terminal.seek(0)
     terminal.truncate()
     cli(monkeypatch, capsys, "runs", "watch", run_id, "--store", store.path)  # remembered
@@ -453,7 +453,7 @@ async def test_cancel_on_the_run_screen_asks_first(store):
 
 
 @pytest.mark.asyncio
-async def test_settings_survive_a_restart(store, monkeypatch):
+async def test_preferences_survive_a_restart(store, monkeypatch):
     monkeypatch.setattr(AceApp, "start_runs", lambda self, configs: [])
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
@@ -474,7 +474,7 @@ async def test_settings_survive_a_restart(store, monkeypatch):
     again = make_app(store)
     async with again.run_test(size=SIZE) as pilot:
         screen = again.screen
-        assert again.theme == chosen_theme and again.settings.notify == "bell"
+        assert again.theme == chosen_theme and again.preferences.notify == "bell"
         assert screen.query_one("#model", Input).value == "org/some-model"
         assert screen.query_one("#sparsity", Input).value == "2:4, 4:8"
         assert screen.query_one("#seed", Input).value == "7"
@@ -482,17 +482,17 @@ async def test_settings_survive_a_restart(store, monkeypatch):
 
 
 @pytest.mark.asyncio
-async def test_an_unreadable_settings_file_is_one_warning(store):
-    settings.settings_path().parent.mkdir(parents=True, exist_ok=True)
-    settings.settings_path().write_text("{not json")
+async def test_an_unreadable_preferences_file_is_one_warning(store):
+    preferences.preferences_path().parent.mkdir(parents=True, exist_ok=True)
+    preferences.preferences_path().write_text("{not json")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert [str(n.message) for n in app._notifications] == [
-            f"The settings file {settings.settings_path()} could not be read (it is not valid JSON); using the defaults."
+            f"The settings file {preferences.preferences_path()} could not be read (it is not valid JSON); using the defaults."
         ]
         await pilot.press("ctrl+t")
-    assert settings.load().theme == app.theme  # rewritten whole
+    assert preferences.load().theme == app.theme  # rewritten whole
 
 
 @pytest.mark.asyncio

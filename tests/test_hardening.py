@@ -374,15 +374,15 @@ def test_a_saved_checkpoint_gets_the_umask_permissions(offload, make_tiny_model,
 
 
 @pytest.mark.asyncio
-async def test_settings_of_the_wrong_type_start_the_app_with_defaults_and_one_notice(tmp_path, monkeypatch):
+async def test_preferences_of_the_wrong_type_start_the_app_with_defaults_and_one_notice(tmp_path, monkeypatch):
     from textual.widgets import Input
 
-    from acetui import settings
+    from acetui import preferences
     from acetui.app import make_app
     from acetui.app.screens.new_run import NewRunScreen
     from acetui_core.paths import bundled_model
 
-    path = settings.settings_path()
+    path = preferences.preferences_path()
     path.parent.mkdir(parents=True)
     hand_edited = {"theme": 3, "notify": "loud", "new_run": {"model": ["a", "b"], "metrics": "ace"}, "plugins": "x"}
     path.write_text(json.dumps(hand_edited))

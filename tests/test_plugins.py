@@ -94,11 +94,11 @@ def test_a_plugin_that_exits_on_import_is_one_sentence_and_records_nothing(
 
 
 def test_methods_names_a_remembered_plugin_that_exits_on_import(tmp_path, monkeypatch, capsys):
-    from acetui import settings
+    from acetui import preferences
 
     monkeypatch.setenv("ACETUI_CONFIG_DIR", str(tmp_path / "config"))
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(0)\n")  # it imported when it was remembered
-    settings.update(plugins=[f"{tmp_path}/exits.py:score"])
+    preferences.update(plugins=[f"{tmp_path}/exits.py:score"])
     code, out, err = cli(monkeypatch, capsys, "methods")
     assert code == 2 and "CosP+VarP" in out, err
     assert err.startswith("acetui: Plug-in file") and "exits.py could not be imported (SystemExit" in err, err

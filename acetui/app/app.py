@@ -16,7 +16,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 
 import acetui_themes as themes
-from acetui import notify, settings
+from acetui import notify, preferences
 from acetui.app import summary
 from acetui.app.commands import RunCommands
 from acetui.app.help import HelpScreen
@@ -59,14 +59,16 @@ class AceApp(Workbench):
         store: Store,
         theme: str,
         attach: str | None = None,
-        user: settings.Settings | None = None,
+        user: preferences.Preferences | None = None,
         remember: dict | None = None,
     ) -> None:
         # Under NO_COLOR, Textual picks its colour filter here, from the theme of the moment: asking for
         # ANSI colours makes it the one that strips colours, not the one that turns ANSI colours to grey
         # (which drew the ansi theme black on black).
         super().__init__(
-            store, user or settings.Settings(), ansi_color=True if os.environ.get("NO_COLOR") is not None else None
+            store,
+            user or preferences.Preferences(),
+            ansi_color=True if os.environ.get("NO_COLOR") is not None else None,
         )
         self._start_theme = theme
         self._attach_run = attach  # not _attach: Textual's MessagePump has a method of that name
@@ -77,8 +79,8 @@ class AceApp(Workbench):
         self.register_themes()
         self.theme = self._start_theme
         self.watch(self, "theme", self._remember_theme, init=False)
-        if self.settings.problem:
-            self.notify(self.settings.problem, severity="warning", timeout=10)
+        if self.preferences.problem:
+            self.notify(self.preferences.problem, severity="warning", timeout=10)
         if self._remember_at_start:
             self.remember(**self._remember_at_start)
         self._watch_runs()
@@ -101,7 +103,7 @@ class AceApp(Workbench):
         for theme in themes.THEMES.values():
             self.register_theme(theme)
 
-    # ---- settings ----
+    # ---- preferences ----
 
     def _remember_theme(self, theme: str) -> None:
         self.remember(theme=theme)
@@ -189,12 +191,12 @@ def make_app(
     Raises UserError for an unknown theme, notification or run id, before anything is drawn.
     """
     store = store or Store()
-    user = settings.load()
+    user = preferences.load()
     start = themes.resolve(theme)
     if theme is None and os.environ.get("NO_COLOR") is None and user.theme in themes.available():
         start = user.theme
     given = {"theme": theme, "notify": notify_mode and notify.check_mode(notify_mode)}
     if user.notify not in notify.MODES:
-        user.notify = settings.Settings().notify
+        user.notify = preferences.Preferences().notify
     run_id = store.resolve(attach) if attach else None
     return AceApp(store, start, run_id, user, remember={k: v for k, v in given.items() if v is not None})

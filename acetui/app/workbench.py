@@ -1,5 +1,5 @@
 """The workbench every screen works on: the run store, its runs (listed by one thread for every screen),
-the run the Run screen follows and its batch, the user's settings, and starting, cancelling and killing runs.
+the run the Run screen follows and its batch, the user's preferences, and starting, cancelling and killing runs.
 
 ``AceApp`` (``acetui.app.app``) adds the screens, keys, themes and command palette; the screens read this
 class's state through ``app = getters.app(Workbench)``, which gives them its types.
@@ -14,7 +14,7 @@ from textual.reactive import reactive
 from textual.signal import Signal
 from textual.worker import get_current_worker
 
-from acetui import notify, settings
+from acetui import notify, preferences
 from acetui.app import summary
 from acetui.app.confirm import ConfirmScreen
 from acetui.app.messages import RunsListed, StoreFailed
@@ -37,22 +37,22 @@ class Workbench(App):
     batch: reactive[tuple[str, ...]] = reactive(())
     """The runs started together with ``followed`` (a comparison), in queue order."""
 
-    def __init__(self, store: Store, user: settings.Settings, ansi_color: bool | None) -> None:
+    def __init__(self, store: Store, user: preferences.Preferences, ansi_color: bool | None) -> None:
         super().__init__(ansi_color=ansi_color)
         self.store = store
-        self.settings = user
+        self.preferences = user
         self.runs: list[RunRecord] = []
         self.runs_listed = False
         self.runs_signal: Signal[list[RunRecord]] = Signal(self, "runs")
 
-    # ---- settings ----
+    # ---- preferences ----
 
     def remember(self, **values) -> None:
-        """Save user choices in the settings file; a refusal is a warning, never a failure."""
+        """Save the user's preferences (the settings.json file); a refusal is a warning, never a failure."""
         for name, value in values.items():
-            setattr(self.settings, name, value)
+            setattr(self.preferences, name, value)
         try:
-            settings.save(self.settings)
+            preferences.save(self.preferences)
         except UserError as error:
             self.notify(str(error), severity="warning", timeout=8)
 
@@ -104,7 +104,7 @@ class Workbench(App):
         severities: dict[str, SeverityLevel] = {RunStatus.FINISHED: "information", RunStatus.CANCELLED: "warning"}
         severity = severities.get(run.status, "error")
         self.notify(body, title="Run ended", severity=severity, timeout=10)
-        notify.send(self.settings.notify, "acetui", body, self.write_to_terminal)
+        notify.send(self.preferences.notify, "acetui", body, self.write_to_terminal)
 
     def write_to_terminal(self, text: str) -> None:
         """Raw bytes to the user's terminal (as Textual's own bell and clipboard do)."""

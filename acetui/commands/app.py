@@ -53,12 +53,12 @@ PluginMethods = Annotated[
 
 def remember_plugins(references: list[str]) -> None:
     """Check each plug-in (one sentence when it cannot be used) and add it to the remembered list."""
-    from acetui import settings
+    from acetui import preferences
     from acetui_core.metrics import get_method
 
     names = [get_method(reference).name for reference in references]
-    saved = settings.load().plugins
-    settings.update(plugins=list(dict.fromkeys([*saved, *names])))
+    saved = preferences.load().plugins
+    preferences.update(plugins=list(dict.fromkeys([*saved, *names])))
 
 
 def workbench(

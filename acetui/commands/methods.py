@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from acetui import settings
+from acetui import preferences
 from acetui_core.errors import UserError
 from acetui_core.metrics import METHODS
 from acetui_core.plugins import available_methods
@@ -22,7 +22,7 @@ def methods() -> None:
     table.add_column("score (higher = keep)")
     table.add_column("from", overflow="fold")
     unusable: list[str] = []
-    for method in available_methods(METHODS, settings.load().plugins, unusable).values():
+    for method in available_methods(METHODS, preferences.load().plugins, unusable).values():
         table.add_row(method.name, method.paper_name, escape(method.description), escape(method.source))
     Console().print(table)
     if unusable:

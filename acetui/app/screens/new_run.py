@@ -4,7 +4,7 @@ Every run setting of the settings table (``acetui_core.config.SETTINGS``) has a 
 laid out on the first screen, the advanced ones in a collapsed section made from the table (a text
 field, a choice or a tick, each with its help). Each text field is checked as it changes with the
 engine's own validation (``acetui.app.form``); a bad value turns the field red and shows, right under
-it, the sentence the CLI would print. The values of the last start are remembered (``acetui.settings``)
+it, the sentence the CLI would print. The values of the last start are remembered (``acetui.preferences``)
 and come back at the next launch.
 """
 
@@ -95,7 +95,7 @@ class NewRunScreen(Screen):
     def methods(self) -> dict:
         """The built-in metrics, installed entry points, and the plug-ins the settings name (``acetui --method``)."""
         if not hasattr(self, "_methods"):
-            self._methods = available_methods(METHODS, self.app.settings.plugins)
+            self._methods = available_methods(METHODS, self.app.preferences.plugins)
         return self._methods
 
     def compose(self) -> ComposeResult:
@@ -156,7 +156,7 @@ class NewRunScreen(Screen):
         self._candidates: list[str] = []
         self._model_touched = False
         self.query_one("#model-candidates").display = False
-        self.restore(self.app.settings.new_run)
+        self.restore(self.app.preferences.new_run)
         self.find_candidates()
         self.check_all()
 

@@ -391,7 +391,7 @@ class ResultsScreen(SortedRunListScreen):
             return
         suffix = ".tex" if fmt in ("latex", "pareto") else f".{fmt}"
         try:
-            folder = export_dir(self.app.settings.export_dir)
+            folder = export_dir(self.app.preferences.export_dir)
             folder.mkdir(parents=True, exist_ok=True)
         except (UserError, OSError) as error:
             self.notify(f"Could not save the export: {error}", severity="error", timeout=10)

@@ -1,7 +1,8 @@
-"""The user's remembered choices: the theme, the notification, the last New run values.
+"""The user's preferences: the remembered theme, notification, plug-ins, export folder and last New run
+values (not run settings: those are ``acetui_core.config``).
 
 One small JSON file, ``settings.json`` in the user config folder (platformdirs), or in
-``$ACETUI_CONFIG_DIR`` when set. A missing file means defaults; an unreadable one also means defaults,
+``$ACETUI_CONFIG_DIR`` when set (the file keeps the name it had, so no one's choices are lost). A missing file means defaults; an unreadable one also means defaults,
 with ``problem`` saying why (shown once, and the file is rewritten on the next save).
 """
 
@@ -20,7 +21,7 @@ CONFIG_DIR_ENV = "ACETUI_CONFIG_DIR"
 FILENAME = "settings.json"
 
 
-def settings_path() -> Path:
+def preferences_path() -> Path:
     folder = os.environ.get(CONFIG_DIR_ENV)
     if folder:
         return user_path(folder) / FILENAME
@@ -30,7 +31,7 @@ def settings_path() -> Path:
 
 
 @dataclass
-class Settings:
+class Preferences:
     theme: str | None = None  # None: dark (ansi under NO_COLOR)
     notify: Literal["bell", "osc", "none"] = "osc"  # how a run's end is announced: bell, osc (bell + OSC 9/777), none
     new_run: dict = field(default_factory=dict)  # the New run form's values when a run was last started there
@@ -53,39 +54,39 @@ def _valid(value, kind) -> bool:
     return True
 
 
-def load() -> Settings:
-    """The settings in the file; each value of the wrong type (a hand edit, an older version) falls back to
+def load() -> Preferences:
+    """The preferences in the file; each value of the wrong type (a hand edit, an older version) falls back to
     its default, and ``problem`` names them in one notice."""
-    path = settings_path()
+    path = preferences_path()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return Settings()
+        return Preferences()
     except (OSError, ValueError) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else "it is not valid JSON"
-        return Settings(problem=f"The settings file {path} could not be read ({reason}); using the defaults.")
+        return Preferences(problem=f"The settings file {path} could not be read ({reason}); using the defaults.")
     if not isinstance(data, dict):
-        return Settings(problem=f"The settings file {path} does not hold a JSON object; using the defaults.")
-    types = get_type_hints(Settings)
-    known = {f.name: data[f.name] for f in fields(Settings) if f.name in data and f.name != "problem"}
+        return Preferences(problem=f"The settings file {path} does not hold a JSON object; using the defaults.")
+    types = get_type_hints(Preferences)
+    known = {f.name: data[f.name] for f in fields(Preferences) if f.name in data and f.name != "problem"}
     bad = [name for name, value in known.items() if not _valid(value, types[name])]
     new_run = known.get("new_run")
     if isinstance(new_run, dict):
         wrong = [key for key, kind in NEW_RUN_TYPES.items() if key in new_run and not _valid(new_run[key], kind)]
         bad += [f"new_run.{key}" for key in wrong]
         known["new_run"] = {key: value for key, value in new_run.items() if key not in wrong}
-    settings = Settings(**{name: value for name, value in known.items() if name not in bad})
+    preferences = Preferences(**{name: value for name, value in known.items() if name not in bad})
     if bad:
-        settings.problem = (
+        preferences.problem = (
             f"The settings file {path} has a value of the wrong type for {', '.join(bad)}; using the default for each."
         )
-    return settings
+    return preferences
 
 
-def save(settings: Settings) -> None:
-    """Write the settings (atomically: a crash never leaves half a file); ``UserError`` if the folder refuses."""
-    path = settings_path()
-    data = {k: v for k, v in asdict(settings).items() if k != "problem"}
+def save(preferences: Preferences) -> None:
+    """Write the preferences (atomically: a crash never leaves half a file); ``UserError`` if the folder refuses."""
+    path = preferences_path()
+    data = {k: v for k, v in asdict(preferences).items() if k != "problem"}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(data, indent=2) + "\n")
@@ -93,10 +94,10 @@ def save(settings: Settings) -> None:
         raise UserError(f"Cannot save the settings to {path}: {error.strerror or error}.") from None
 
 
-def update(**values) -> Settings:
-    """Load, change ``values``, save; returns the saved settings."""
-    settings = load()
+def update(**values) -> Preferences:
+    """Load, change ``values``, save; returns the saved preferences."""
+    preferences = load()
     for name, value in values.items():
-        setattr(settings, name, value)
-    save(settings)
-    return settings
+        setattr(preferences, name, value)
+    save(preferences)
+    return preferences
