@@ -305,6 +305,9 @@ def main() -> None:
     parser.add_argument("--fl-samples", type=int, default=128, help="calibration windows of the FL methods")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor runs (x floor shows -)")
+    parser.add_argument(
+        "--gpu-calib-tokens", type=int, help="calibration tokens per batch on a GPU (default: acetui's)"
+    )
     parser.add_argument("--dir", default=None, help="where to write the checkpoint (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoint afterwards")
     parser.add_argument("--tokenizer", help="a saved SmolLM2 tokenizer folder (default: the bundled GGUF's)")
@@ -323,6 +326,10 @@ def main() -> None:
     # ``timeout`` ends this process with SIGTERM: as an exception it lets subprocess.run kill the worker
     # (which would otherwise hold the GPU into the next measurement) and the checkpoint be removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.gpu_calib_tokens:
+        from acetui_core import layerloop
+
+        layerloop.GPU_CALIB_TOKENS_PER_BATCH = args.gpu_calib_tokens
     if args.worker == "grid":
         print(json.dumps(grid_worker(args.checkpoint, args)))
         return
@@ -370,7 +377,8 @@ def main() -> None:
             kind = "floor-FL" if full else "floor-16"
             if kind not in floors:
                 floors[kind] = None if args.no_floor else run_worker(checkpoint, kind, nsamples, args.device)
-            measured = run_worker(checkpoint, label, nsamples, args.device)
+            tokens = ["--gpu-calib-tokens", str(args.gpu_calib_tokens)] if args.gpu_calib_tokens else []
+            measured = run_worker(checkpoint, label, nsamples, args.device, *tokens)
             rows.append((label, nsamples, measured, floors[kind]))
             print(f"{label}: {measured}", file=sys.stderr)
     finally:

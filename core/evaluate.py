@@ -4,12 +4,13 @@ pass or, for a streamed model, layer by layer from its pruned checkpoint) and a 
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import math
 import sys
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from acetui_core.choices import EvalKind, StageName
@@ -21,6 +22,7 @@ from acetui_core.layerfeed import LayerFeed
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import Loaded
 from acetui_core.placement import (
+    StopForward,
     activation_device,
     advance,
     all_but_layers_on,
@@ -32,6 +34,10 @@ from acetui_core.streaming import load_offloaded
 from acetui_core.validate import resolve_seqlen
 
 EVAL_TOKENS_PER_BATCH = 4096  # windows per forward pass = this // window length (at least 1)
+# The head makes logits for this many (position x vocabulary) entries at a time: 128 MB in float32, 128
+# positions of Gemma 3's 262k vocabulary. A batch's whole logits (4096 tokens x 262k, 4.3 GB in float32)
+# set the peak of a run that evaluated them at once.
+LOGIT_ENTRIES_PER_CHUNK = 1 << 25
 MAX_EXP = math.log(sys.float_info.max)
 
 
@@ -54,7 +60,7 @@ def perplexity(
             raise Cancelled()
         stop = min(start + batch, windows)
         inputs = ids[start * seqlen : stop * seqlen].reshape(stop - start, seqlen).to(device)
-        nll += windows_nll(model(input_ids=inputs, use_cache=False).logits, inputs)
+        nll += batch_nll(model, inputs)
         if on_event:
             on_event(Stage(StageName.WIKITEXT2, stop, windows))
     return window_losses(nll, seqlen, limit), total
@@ -64,21 +70,79 @@ def window_losses(nll: list[float], seqlen: int, limit: int | None) -> WindowLos
     return WindowLosses("wikitext2", "test", seqlen, limit, nll, [seqlen] * len(nll))
 
 
-def windows_nll(logits: torch.Tensor, inputs: torch.Tensor) -> list[float]:
+def batch_nll(model, inputs: torch.Tensor, hidden: torch.Tensor | None = None, as_tuple: bool = False) -> list[float]:
     """The NLL of each window of a batch: its mean next-token loss times its length.
 
-    One window at a time, into one reused buffer: the batch's logits (tokens x vocabulary, 800 MB for
-    4096 tokens of a 49k vocabulary) are the largest tensor of an evaluation; a loss over the whole batch
-    would add its float32 copy and log-softmax, and a fresh log-softmax per window, freed by one torch
-    thread and allocated by another, grows glibc's per-thread heaps by about as much. log_softmax then
-    nll_loss is what cross_entropy computes, to the bit."""
-    seqlen = inputs.shape[1]
+    The decoder stack runs once (or its outputs ``hidden`` come from a layer-by-layer pass, ``as_tuple``
+    saying whether a layer returns a tuple); then the model's own forward (its final norm and head, and
+    whatever its family adds there, such as Gemma's logit soft-capping) makes the logits of a few
+    positions at a time (``logits_to_keep``, ``LOGIT_ENTRIES_PER_CHUNK``), never the whole batch's. A model
+    whose forward cannot keep some logits is evaluated on its whole logits (``windows_nll``)."""
+    chunked = "logits_to_keep" in inspect.signature(model.forward).parameters
+    if hidden is None and not chunked:
+        return windows_nll(model(input_ids=inputs, use_cache=False).logits, inputs)
+    if hidden is None:
+        hidden, as_tuple = _stack_output(model, inputs)
+    layers = decoder_layers(model)
+    stack = layers._modules
+    layers._modules = {"0": _Replay([hidden], as_tuple, hidden.device, repeat=True)}
+    try:
+        if not chunked:
+            return windows_nll(model(input_ids=inputs, use_cache=False).logits, inputs)
+        windows, seqlen = inputs.shape
+        vocabulary = model.get_output_embeddings().weight.shape[0]
+        positions = min(seqlen - 1, max(1, LOGIT_ENTRIES_PER_CHUNK // (vocabulary * windows)))
+        losses = torch.empty(windows, seqlen - 1, device=inputs.device)
+        log_probs = torch.empty(windows * positions * vocabulary, device=inputs.device)  # reused: see windows_nll
+        for start in range(0, seqlen - 1, positions):
+            stop = min(start + positions, seqlen - 1)
+            keep = torch.arange(start, stop, device=inputs.device)
+            logits = model(input_ids=inputs, use_cache=False, logits_to_keep=keep).logits
+            buffer = log_probs[: logits.numel()].view(logits.shape)
+            losses[:, start:stop] = _token_losses(logits, inputs[:, start + 1 : stop + 1], buffer)
+            del logits
+    finally:
+        layers._modules = stack
+    return (losses.mean(dim=1).double() * seqlen).tolist()
+
+
+def _stack_output(model, inputs: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The last decoder layer's output for ``inputs``; the forward stops there (no norm, no head)."""
+    captured: dict = {}
+
+    def grab(module, args, output):
+        captured["as_tuple"] = isinstance(output, tuple)
+        captured["hidden"] = output[0] if captured["as_tuple"] else output
+        raise StopForward
+
+    hook = decoder_layers(model)[-1].register_forward_hook(grab)
+    try:
+        with contextlib.suppress(StopForward):
+            model(input_ids=inputs, use_cache=False)
+    finally:
+        hook.remove()
+    return captured["hidden"], captured["as_tuple"]
+
+
+def _token_losses(logits: torch.Tensor, targets: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Each position's next-token loss (``-log p(target)``); ``out`` holds the float32 log-probabilities."""
+    torch.log_softmax(logits.float(), dim=-1, out=out)
+    return -out.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def windows_nll(logits: torch.Tensor, inputs: torch.Tensor) -> list[float]:
+    """``batch_nll`` from a batch's whole logits (a model whose forward cannot keep a few), to the same
+    numbers: the same per-position losses, averaged the same way.
+
+    One window at a time, into one reused buffer: a loss over the whole batch would add its float32 copy
+    and log-softmax, and a fresh log-softmax per window, freed by one torch thread and allocated by
+    another, grows glibc's per-thread heaps by about as much."""
+    windows, seqlen = inputs.shape
     log_probs = torch.empty(seqlen - 1, logits.shape[-1], device=logits.device)
-    losses = []
-    for window, ids in zip(logits, inputs, strict=True):
-        torch.log_softmax(window[:-1].float(), dim=-1, out=log_probs)
-        losses.append(F.nll_loss(log_probs, ids[1:]))
-    return (torch.stack(losses).double() * seqlen).tolist()
+    losses = torch.empty(windows, seqlen - 1, device=logits.device)
+    for row, (window, ids) in enumerate(zip(logits, inputs, strict=True)):
+        losses[row] = _token_losses(window[:-1], ids[1:], log_probs)
+    return (losses.mean(dim=1).double() * seqlen).tolist()
 
 
 def ppl(losses: WindowLosses) -> float:
@@ -107,12 +171,14 @@ class _Replay(nn.Module):
     one batch per call, so the model's own forward applies its final norm and head (and whatever its
     family adds there, such as Gemma's logit soft-capping)."""
 
-    def __init__(self, outputs: list[torch.Tensor], as_tuple: bool, device: torch.device):
+    def __init__(self, outputs: list[torch.Tensor], as_tuple: bool, device: torch.device, repeat: bool = False):
         super().__init__()
         self.outputs, self.as_tuple, self.device = iter(outputs), as_tuple, device
+        self.hidden = outputs[0] if repeat else None  # ``repeat``: the one batch, at every call
 
     def forward(self, *args, **kwargs):
-        hidden = next(self.outputs).to(self.device)  # one batch at a time on the GPU, not every window's
+        hidden = self.hidden if self.hidden is not None else next(self.outputs)
+        hidden = hidden.to(self.device)  # one batch at a time on the GPU, not every window's
         return (hidden,) if self.as_tuple else hidden
 
 
@@ -140,16 +206,11 @@ def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_ev
             feed.leave(index)
     finally:
         feed.close()
-    stack = layers._modules
-    layers._modules = {"0": _Replay([hidden for hidden, _ in inputs], as_tuple, loaded.device)}
     nll: list[float] = []
-    try:
-        with all_but_layers_on(loaded.model, loaded.device):  # the final norm and head, for these batches only
-            for start in range(0, windows, batch):
-                window = tokens[start : start + batch].to(loaded.device)
-                nll += windows_nll(loaded.model(input_ids=window, use_cache=False).logits, window)
-    finally:
-        layers._modules = stack
+    with all_but_layers_on(loaded.model, loaded.device):  # the final norm and head, for these batches only
+        for (hidden, _), start in zip(inputs, range(0, windows, batch), strict=True):
+            window = tokens[start : start + batch].to(loaded.device)
+            nll += batch_nll(loaded.model, window, hidden.to(loaded.device), as_tuple)
     if on_event:
         on_event(Stage(StageName.WIKITEXT2, len(layers), len(layers)))
     return window_losses(nll, seqlen, limit), total

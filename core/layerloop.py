@@ -23,7 +23,7 @@ from acetui_core.dsnot import DSnoTSettings, refine
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import LayerPruned, LayerStarted, RunStarted, Stage
 from acetui_core.fidelity import OutputAgreement, linear_fidelity
-from acetui_core.layerstats import LayerWork, dense_weight, layer_stats, method_scores
+from acetui_core.layerstats import LayerWork, check_finite, dense_weight, layer_stats, method_scores
 from acetui_core.layouts import (
     architecture,
     check_layout,
@@ -35,7 +35,7 @@ from acetui_core.layouts import (
     weight_matrix,
 )
 from acetui_core.maskfile import mask_writer
-from acetui_core.masks import check_nm_fits, nm_mask, prune_mask
+from acetui_core.masks import check_nm_fits, nm_mask, prune_mask, row_slices
 from acetui_core.metrics import get_method
 from acetui_core.models import Loaded, device_name
 from acetui_core.paths import content_identity
@@ -137,34 +137,44 @@ def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks)
     while the next one's are made (on the GPU, twice the scoring scratch of the widest linear)."""
     index, config, method = work.index, work.config, work.method
     start = time.perf_counter()
-    W = dense_weight(index, name, matrix)
-    histogram, fidelity, choice = None, None, None
-    dense = W.clone() if config.fidelity and stats is not None else None
+    histogram, fidelity, choice, dense = None, None, None, None
+    # A row-local score needs no whole float32 copy of W: it is scored a slice of rows at a time and the
+    # stored weight masked in its own dtype. Anything that reads W whole afterwards takes the copy.
+    sliced = method.row_local and update is None and not config.fidelity and config.refine == Refine.NONE
+    W = None if sliced else dense_weight(index, name, matrix)
+    if W is not None and config.fidelity and stats is not None:
+        dense = W.clone()
     mask = None  # a method without scores chooses its mask in its mask-and-update hook (SparseGPT)
     if method.score is not None:
-        scores = method_scores(method, W, stats, config, f"layer {index} {name}")
+        where = f"layer {index} {name}"
+        scores = _sliced_scores(index, name, matrix, stats, config, method) if W is None else None
+        scores = method_scores(method, W, stats, config, where) if scores is None else scores
         mask, threshold, choice = _choose_mask(W, scores, stats, config, sparsity, matrix.kind)
         histogram = histograms.histogram(scores, threshold, pruned=mask)
         del scores
-    if update is not None:
+    if W is None:
+        assert mask is not None, "a row-local method scores"
+        weight_matrix(matrix).masked_fill_(mask, 0)  # exact in any dtype
+    elif update is not None:
         assert stats is not None, "an update reads the linear's Hessian (Method.calibrated)"
         W = update(W, stats.hessian, f"layer {index} {name}", sparsity=sparsity, mask=mask)
     else:
         assert mask is not None, "a method either scores or has a mask-and-update hook (Method.update)"
         W.masked_fill_(mask, 0)
     stored = matrix.weight
-    if W.data_ptr() != stored.data_ptr():
-        set_weight_matrix(matrix, W.to(stored.dtype))
+    if W is not None and W.data_ptr() != stored.data_ptr():
+        set_weight_matrix(matrix, W)  # copied into the weight in its dtype, with no cast copy first
+    d_out, d_in = weight_matrix(matrix).shape
     achieved = 1 - torch.count_nonzero(stored).item() / stored.numel()  # counted from the weight itself
     if dense is not None:
-        assert stats is not None, "output fidelity gathers X^T X"
+        assert stats is not None and W is not None, "output fidelity gathers X^T X and keeps W whole"
         fidelity = linear_fidelity(dense, W, stats.xtx)
     if masks is not None:
         masks.add(index, name, weight_matrix(matrix) == 0)
     return LinearRecord(
         name=name,
-        d_out=W.shape[0],
-        d_in=W.shape[1],
+        d_out=d_out,
+        d_in=d_in,
         sparsity=achieved,
         seconds=time.perf_counter() - start,
         act_stats=stats.summary() if stats is not None else None,
@@ -174,6 +184,17 @@ def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks)
         kind=matrix.kind,
         tokens=stats.tokens if stats is not None else None,
     )
+
+
+def _sliced_scores(index, name, matrix, stats, config, method) -> torch.Tensor:
+    """A row-local method's scores, a slice of rows of the stored weight at a time (``row_slices``): only a
+    slice is ever copied to float32."""
+    stored = weight_matrix(matrix)
+    scores = torch.empty(stored.shape, dtype=torch.float32, device=stored.device)
+    for rows in row_slices(scores):
+        W = check_finite(index, name, stored[rows].float())
+        scores[rows] = method.score(W, stats, config)
+    return scores
 
 
 @dataclass

@@ -148,7 +148,11 @@ def layer_stats(work: LayerWork, linears: dict) -> dict[str, ColumnStats]:
 
 
 def dense_weight(index, name, matrix) -> torch.Tensor:
-    W = weight_matrix(matrix).float()  # the weight itself when it is float32, else a float32 copy
+    return check_finite(index, name, weight_matrix(matrix).float())  # the weight itself when it is float32
+
+
+def check_finite(index, name, W: torch.Tensor) -> torch.Tensor:
+    """``W`` (a linear's weight, or a slice of its rows) when every value is finite."""
     if not torch.isfinite(W).all():
         raise UserError(
             f"The weights of layer {index} {name} contain NaN or inf; the checkpoint is damaged "

@@ -18,6 +18,7 @@ class Method:
     score: Callable | None  # None: a method that chooses its own mask in ``mask_and_update`` (SparseGPT)
     needs_activations: bool = True
     uses_varp: bool = False  # reads V_j, so --varp-scale and --varp-form change it
+    row_local: bool = False  # a row's scores read only that row of W (and the statistics): scored in row slices
     source: str = "built-in"  # or where a plug-in came from: a file, a module, an entry point's package
     fingerprint: str | None = None  # a plug-in's file: its SHA-256, recorded with the run
     # SparseGPT's hook: ``(W, H, where, *, sparsity, mask) -> W`` prunes with the Hessian ``H`` and updates

@@ -88,9 +88,16 @@ METHODS: dict[str, Method] = {
     m.name: m
     for m in [
         Method(
-            "magnitude", "Magnitude", "|W|: weight magnitude, no calibration data", magnitude, needs_activations=False
+            "magnitude",
+            "Magnitude",
+            "|W|: weight magnitude, no calibration data",
+            magnitude,
+            needs_activations=False,
+            row_local=True,
         ),
-        Method("wanda", "Wanda", "|W| * ||X_j||: weight times input-activation norm (Sun et al.)", wanda),
+        Method(
+            "wanda", "Wanda", "|W| * ||X_j||: weight times input-activation norm (Sun et al.)", wanda, row_local=True
+        ),
         Method(
             "ria",
             "RIA",
@@ -105,9 +112,23 @@ METHODS: dict[str, Method] = {
             mask_and_update=mask_and_update,
         ),
         Method("cosp", "CosP", "|W| * ||X_j|| * C: activation cosine-similarity loss (ACE)", cosp),
-        Method("varp", "VarP", "|W| * V_j, V_j = 1 + E[x^2] + E[x^4]: activation variance (ACE)", varp, uses_varp=True),
+        Method(
+            "varp",
+            "VarP",
+            "|W| * V_j, V_j = 1 + E[x^2] + E[x^4]: activation variance (ACE)",
+            varp,
+            uses_varp=True,
+            row_local=True,
+        ),
         Method("ace", "CosP+VarP", "|W| * V_j * C: CosP+VarP, the paper's combination (ACE)", ace, uses_varp=True),
-        Method("wanda+varp", "Wanda+VarP", "|W| * ||X_j|| * V_j: Wanda times VarP's V_j", wanda_varp, uses_varp=True),
+        Method(
+            "wanda+varp",
+            "Wanda+VarP",
+            "|W| * ||X_j|| * V_j: Wanda times VarP's V_j",
+            wanda_varp,
+            uses_varp=True,
+            row_local=True,
+        ),
         Method("ria+varp", "RIA+VarP", "RIA's score times VarP's V_j", ria_varp, uses_varp=True),
     ]
 }

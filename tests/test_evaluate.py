@@ -1,0 +1,55 @@
+"""WikiText-2 perplexity never holds a batch's whole logits: the head makes them a few positions at a time,
+to the same per-window losses as the whole logits give (issue 35, item 4)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from acetui_core import evaluate
+from acetui_core.data import wikitext2_test_ids
+from acetui_core.models import load_model
+from acetui_core.streaming import load_for_run
+
+
+@pytest.fixture
+def tiny(make_tiny_model):
+    return load_model(str(make_tiny_model("llama")), device="cpu", dtype="float32")
+
+
+def _largest_head_output(model, monkeypatch, run) -> int:
+    largest = [0]
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: largest.__setitem__(0, max(largest[0], out.numel()))
+    )
+    try:
+        run()
+    finally:
+        hook.remove()
+    return largest[0]
+
+
+def test_the_head_makes_a_few_positions_of_logits_at_a_time(tiny, monkeypatch):
+    monkeypatch.setattr(evaluate, "LOGIT_ENTRIES_PER_CHUNK", 2**20)
+    ids = wikitext2_test_ids(tiny.tokenizer)
+    vocabulary = tiny.model.get_output_embeddings().weight.shape[0]
+    largest = _largest_head_output(tiny.model, monkeypatch, lambda: evaluate.perplexity(tiny.model, ids, 64, limit=8))
+    assert largest <= 2**20 < 8 * 64 * vocabulary  # the batch's whole logits would be 8 x 64 x vocabulary
+
+
+def test_losses_in_chunks_of_positions_equal_those_of_the_whole_logits(tiny, monkeypatch):
+    ids = wikitext2_test_ids(tiny.tokenizer)[: 4 * 64].reshape(4, 64)
+    vocabulary = tiny.model.get_output_embeddings().weight.shape[0]
+    with torch.no_grad():
+        whole = evaluate.windows_nll(tiny.model(input_ids=ids, use_cache=False).logits, ids)
+        for positions in (1, 5, 63):  # one position, a chunk that does not divide 63, all at once
+            monkeypatch.setattr(evaluate, "LOGIT_ENTRIES_PER_CHUNK", positions * 4 * vocabulary)
+            assert evaluate.batch_nll(tiny.model, ids) == whole
+
+
+def test_a_streamed_evaluation_makes_its_logits_in_chunks_too(make_tiny_model, monkeypatch):
+    monkeypatch.setattr(evaluate, "LOGIT_ENTRIES_PER_CHUNK", 2**20)
+    loaded = load_for_run(str(make_tiny_model("llama")), device="cpu", dtype="float32", offload="disk")
+    ids = wikitext2_test_ids(loaded.tokenizer)
+    run = lambda: evaluate.streamed_perplexity(loaded, loaded.streamed, ids, 64, limit=8)  # noqa: E731
+    assert _largest_head_output(loaded.model, monkeypatch, run) <= 2**20
