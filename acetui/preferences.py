@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Literal, get_type_hints
 
 from acetui_core.errors import UserError
-from acetui_core.paths import user_path, write_text_atomic
+from acetui_core.outputs import write_text_atomic
+from acetui_core.paths import user_path
 
 CONFIG_DIR_ENV = "ACETUI_CONFIG_DIR"
 FILENAME = "settings.json"

@@ -27,6 +27,7 @@ import torch
 
 from acetui_core.errors import UserError
 from acetui_core.models import quiet_transformers
+from acetui_core.outputs import refuse_protected
 from acetui_core.paths import user_path
 from acetui_core.scratch import owned_tempdir, sweep
 
@@ -40,26 +41,6 @@ _CHECKPOINT_FILE = re.compile(
 TEMP_PREFIX = ".acetui-save-"
 SCRATCH_PREFIX = "acetui-pruned-"  # in the system temp folder: a streamed run's pruned layers, kept for evaluation
 INDEX_FILE = "model.safetensors.index.json"
-
-
-def _overlap(path: Path, place: Path) -> str | None:
-    """How the save folder ``path`` meets ``place`` (symbolic links resolved): it "is", "holds" or "lies
-    inside" it; None when they are apart."""
-    target, other = path.resolve(), place.resolve()
-    if target == other:
-        return "is"
-    if target in other.parents:
-        return "holds"
-    if other in target.parents:
-        return "lies inside"
-    return None
-
-
-def _refuse_protected(path: Path, save: str, protected: Iterable[tuple[Path, str]]) -> None:
-    for place, name in protected:
-        relation = _overlap(path, place)
-        if relation is not None:
-            raise UserError(f"--save {save} {relation} {name} ({place}); save the pruned model in a folder of its own.")
 
 
 def _replaceable(path: Path, save: str) -> None:
@@ -91,7 +72,7 @@ def check_save_dir(
     if save is None:
         return
     path = user_path(save)
-    _refuse_protected(path, save, protected)
+    refuse_protected(path, f"--save {save}", protected, "save the pruned model in a folder of its own.")
     if path.exists() and not path.is_dir() and not late:
         raise UserError(f"--save {save} is a file, not a folder.")
     if path.is_dir() and any(path.iterdir()) and (overwrite or not late):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from acetui_core.comparison import Comparison, comparison
 from acetui_core.errors import UserError, check_choice
+from acetui_core.outputs import atomic_file, write_text_atomic
 from acetui_core.store_rows import RunEvidence, RunRecord
 from acetui_core.verdicts import judge
 
@@ -108,15 +109,22 @@ def to_pgfplots(lines: list[Series], xlabel: str, ylabel: str, log_x: bool = Tru
     return "\n".join(out) + "\n"
 
 
-def write_figure(lines: list[Series], xlabel: str, ylabel: str, output: Path, log_x: bool = True) -> None:
-    """``output`` by its suffix: ``.tex`` (pgfplots) or an image through matplotlib."""
+def check_figure_file(output: Path) -> None:
+    if output.suffix != ".tex" and output.suffix not in IMAGE_FORMATS:
+        raise UserError(f"Cannot write a figure as '{output.suffix or output.name}'; use .tex, .png, .pdf or .svg.")
+
+
+def write_figure(
+    lines: list[Series], xlabel: str, ylabel: str, output: Path, log_x: bool = True, replace: bool = False
+) -> None:
+    """``output`` by its suffix: ``.tex`` (pgfplots) or an image through matplotlib, written beside it and
+    renamed (``acetui_core.outputs``; ``replace``: over an existing file, which ``--overwrite`` allowed)."""
     if not lines:
         raise UserError("The selected runs have nothing to draw (no finished run with that measure).")
+    check_figure_file(output)
     if output.suffix == ".tex":
-        output.write_text(to_pgfplots(lines, xlabel, ylabel, log_x))
+        write_text_atomic(output, to_pgfplots(lines, xlabel, ylabel, log_x), replace=replace)
         return
-    if output.suffix not in IMAGE_FORMATS:
-        raise UserError(f"Cannot write a figure as '{output.suffix or output.name}'; use .tex, .png, .pdf or .svg.")
     try:
         import matplotlib
 
@@ -138,5 +146,8 @@ def write_figure(lines: list[Series], xlabel: str, ylabel: str, output: Path, lo
     axes.set_ylabel(ylabel)
     axes.legend()
     figure.tight_layout()
-    figure.savefig(output)
-    plt.close(figure)
+    try:
+        with atomic_file(output, binary=True, replace=replace) as file:
+            figure.savefig(file, format=output.suffix[1:])
+    finally:
+        plt.close(figure)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import secrets
 from pathlib import Path
 
 from acetui_core.errors import UserError
@@ -49,26 +48,6 @@ def user_path(text: str | os.PathLike) -> Path:
         user = str(text)[1:].split(os.sep, 1)[0]
         raise UserError(f"Cannot expand ~{user} in {text}: there is no user '{user}' on this machine.")
     return expanded
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a new file beside ``path``, then rename it over ``path``: a full disk or a kill
-    leaves the old file whole, never half a new one. The file gets the permissions an ordinary write
-    would give it (an existing file's, else the umask's)."""
-    try:
-        mode = path.stat().st_mode & 0o7777
-    except OSError:
-        mode = 0o666  # the umask applies
-    partial = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(3)}.partial")
-    try:
-        with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(partial, path)
-    except BaseException as error:
-        partial.unlink(missing_ok=True)
-        if isinstance(error, OSError):  # named as the user named it, not as the hidden partial file
-            raise OSError(error.errno, error.strerror, str(path)) from None
-        raise
 
 
 def home() -> Path | None:

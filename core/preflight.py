@@ -15,7 +15,8 @@ from acetui_core.errors import UserError, first_line
 from acetui_core.imports import HEAVY_IMPORTS
 from acetui_core.layouts import check_layout, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.models import context_length, meta_skeleton, model_source, quiet_transformers, refuse_mismatch
-from acetui_core.paths import cache_dir, file_identity, write_text_atomic
+from acetui_core.outputs import write_text_atomic
+from acetui_core.paths import cache_dir, file_identity
 
 
 @dataclass(frozen=True)

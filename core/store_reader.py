@@ -9,6 +9,7 @@ Readers also mark the runs of dead local processes ``interrupted`` (``reap``, th
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from acetui_core import liveness, store_files
 from acetui_core.errors import UserError
-from acetui_core.paths import user_path
+from acetui_core.paths import data_dir, user_path
 from acetui_core.records import LayerRecord
 from acetui_core.store_db import default_store_path, open_database, transaction
 from acetui_core.store_rows import (
@@ -30,6 +31,19 @@ from acetui_core.store_rows import (
     record_from_row,
 )
 from acetui_core.store_schema import ACTIVE, sql_list
+
+
+def _local_path(text: str | None, key: str) -> Path | None:
+    """The existing local file or folder that the JSON object ``text`` names under ``key`` (a model, a
+    calibration file, a saved checkpoint), or None: a hub id, ``c4``, a damaged row."""
+    try:
+        value = json.loads(text).get(key) if text else None
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(value, str) or not value.strip() or value.strip() in ("c4", "wikitext2"):
+        return None
+    path = Path(value.strip()).expanduser()
+    return path if path.exists() else None
 
 
 class StoreReader:
@@ -67,6 +81,30 @@ class StoreReader:
         """The store and the folders it keeps runs' files in, as ``(path, what it is)``: no checkpoint
         may be saved over or into them."""
         return store_files.places(self.path)
+
+    def protected_places(self) -> list[tuple[Path, str]]:
+        """What no file acetui writes may replace or enter, even with ``--overwrite`` (``acetui_core.outputs``):
+        the store with its SQLite companions and folders, the data folder, and the local models and
+        calibration files its runs read and the checkpoints they saved (a relative path as seen from here)."""
+        places = [
+            *self.places(),
+            *((Path(f"{self.path}{end}"), "the run store") for end in ("-wal", "-shm", "-journal")),
+        ]
+        root = data_dir()
+        if root is not None:
+            places.append((root, "the data folder (ACETUI_DATA_DIR)"))
+        with self._db() as db:
+            rows = db.execute("SELECT id, config, results FROM runs").fetchall()
+        for row in rows:
+            for column, key, what in (
+                ("config", "model", "the model of run"),
+                ("config", "calib", "the calibration file of run"),
+                ("results", "saved_to", "the checkpoint saved by run"),
+            ):
+                path = _local_path(row[column], key)
+                if path is not None:
+                    places.append((path, f"{what} {row['id']}"))
+        return places
 
     def check_log_folder(self) -> None:
         """Make sure runs can write their logs beside the store, before any run is recorded."""

@@ -66,17 +66,18 @@ def _run_units(
 
 def _cell_units(cell: Cell, kept: dict[str, RunEvidence], measure: str, header: str) -> _Units | None | str:
     """The cell's units, None when a run kept none, or OTHER_UNITS when its runs disagree on them."""
-    per_run = [_run_units(run, kept.get(run.id, RunEvidence()), measure, header) for run in cell.runs]
-    problem = next((units for units in per_run if isinstance(units, str)), None)
+    found = [_run_units(run, kept.get(run.id, RunEvidence()), measure, header) for run in cell.runs]
+    problem = next((units for units in found if isinstance(units, str)), None)
     if problem is not None:
         return problem
-    if any(units is None for units in per_run):
+    per_run = [units for units in found if isinstance(units, tuple)]
+    if len(per_run) < len(found):
         return None
-    identities = {identity for _, identity in per_run}  # type: ignore[misc]
+    identities = {identity for _, identity in per_run}
     if len(identities) > 1:
         return OTHER_UNITS
     seed_free = all(run.results is not None and run.results.calibration is None for run in cell.runs)
-    return _Units(evidence.Group([strata for strata, _ in per_run], seed_free), identities.pop())  # type: ignore[misc]
+    return _Units(evidence.Group([strata for strata, _ in per_run], seed_free), identities.pop())
 
 
 def _to_scale(measure: str, value: float) -> float:
@@ -244,16 +245,17 @@ def run_difference(
     units: in perplexity over the same windows (``measure`` "ppl"), or in points of mean zero-shot accuracy
     over the same documents of the same tasks ("zeroshot", each task weighing equally); or why it cannot
     be computed. One run each: the seed noise is not included."""
-    units = [_run_units(run, kept.get(run.id, RunEvidence()), measure, AVERAGE) for run in (first, second)]
-    problem = next((found for found in units if isinstance(found, str)), None)
-    if problem is not None:
-        return problem.replace("its", "a run's", 1)
-    if units[0] is None or units[1] is None:
+    a, b = (_run_units(run, kept.get(run.id, RunEvidence()), measure, AVERAGE) for run in (first, second))
+    if isinstance(a, str):
+        return a.replace("its", "a run's", 1)
+    if isinstance(b, str):
+        return b.replace("its", "a run's", 1)
+    if a is None or b is None:
         return NOT_KEPT[measure].replace("its", "a run's")
-    if units[0][1] != units[1][1]:
+    if a[1] != b[1]:
         where = "windows" if measure == "ppl" else "documents"
         return f"cannot be tested: the two runs were not evaluated on the same {where}"
-    base = evidence.Group([units[0][0]])
-    paired = evidence.paired_difference(evidence.Group([units[1][0]]), base, level)
+    base = evidence.Group([a[0]])
+    paired = evidence.paired_difference(evidence.Group([b[0]]), base, level)
     value, low, high = _difference(measure, paired, base.mean)
     return value, low, high, paired.p

@@ -22,7 +22,8 @@ from pathlib import Path
 from acetui_core.config import ZEROSHOT_TASKS
 from acetui_core.errors import Cancelled, UserError, check_choice
 from acetui_core.events import Stage
-from acetui_core.paths import cache_dir, data_dir, write_text_atomic
+from acetui_core.outputs import write_text_atomic
+from acetui_core.paths import cache_dir, data_dir
 from acetui_core.records import TaskAccuracy, TaskOutcomes
 
 # Where each task's YAML lives inside ``lm_eval/tasks`` (looking it up avoids the harness's

@@ -323,16 +323,16 @@ def test_an_export_that_fails_midway_leaves_the_previous_file_whole(tmp_path, mo
         "import resource, signal\n"
         "from acetui.commands import export\n"
         "write = export.write_output\n"
-        "def on_a_full_disk(text, output):\n"
+        "def on_a_full_disk(*args):\n"
         "    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "    resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))\n"
-        "    write(text, output)\n"
+        "    write(*args)\n"
         "export.write_output = on_a_full_disk\n"
         "from acetui.cli import main\n"
         "main()\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script, "export", "-o", str(table), "--store", str(store)],
+        [sys.executable, "-c", script, "export", "-o", str(table), "--overwrite", "--store", str(store)],
         capture_output=True,
         text=True,
     )
@@ -340,7 +340,7 @@ def test_an_export_that_fails_midway_leaves_the_previous_file_whole(tmp_path, mo
     assert result.stderr.startswith("acetui: Cannot use ") and "File too large" in result.stderr
     assert table.read_text() == "the good table of last week\n"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
-    code, out, err = cli(monkeypatch, capsys, "export", "-o", str(table), "--store", str(store))
+    code, out, err = cli(monkeypatch, capsys, "export", "-o", str(table), "--overwrite", "--store", str(store))
     assert code == 0 and table.read_text().startswith("id,status,") and stat.S_IMODE(table.stat().st_mode) == 0o640
 
 

@@ -28,15 +28,6 @@ def export_dir(setting: str | None = None) -> Path:
     return user_path(chosen).absolute()
 
 
-def new_file(folder: Path, stem: str, suffix: str) -> Path:
-    """``folder/stem.suffix``, or ``stem-2``, ``stem-3``... when taken: an export never overwrites another."""
-    path, n = folder / f"{stem}{suffix}", 1
-    while path.exists():
-        n += 1
-        path = folder / f"{stem}-{n}{suffix}"
-    return path
-
-
 def tmux_drops_clipboard(environ=os.environ) -> bool:
     """Inside tmux, whether an application's OSC 52 copy is dropped: tmux forwards it only when its
     ``set-clipboard`` option is ``on`` (the default, ``external``, keeps it from applications)."""

@@ -15,7 +15,8 @@ from acetui_core import parse, verdicts
 from acetui_core.comparison import CI_STYLES, COLUMNS, MEASURES, comparison, measured
 from acetui_core.errors import UserError
 from acetui_core.export import FORMATS, check_format, export
-from acetui_core.paths import write_text_atomic
+from acetui_core.outputs import check_output_file, write_text_atomic
+from acetui_core.paths import user_path
 from acetui_core.store import Store
 from acetui_core.store_rows import RunRecord
 
@@ -85,15 +86,32 @@ def runs_and_evidence(
     return records, opened.evidence([r.id for r in records])
 
 
-def write_output(text: str, output: Path | None) -> None:
+def guarded_file(output: Path, overwrite: bool, store) -> Path:
+    """The file ``-o`` writes, checked before any work by the guard of every file acetui writes
+    (``acetui_core.outputs``) against the store's protected places."""
+    protected = Store(store, create=False).protected_places()
+    return check_output_file(user_path(output), "-o", overwrite=overwrite, protected=protected)
+
+
+def output_file(output: Path | None, overwrite: bool, store) -> Path | None:
+    """Where an export goes: None for stdout (no ``-o``, or ``-o -``), else ``guarded_file``."""
+    return None if output is None or str(output) == "-" else guarded_file(output, overwrite, store)
+
+
+def write_output(text: str, output: Path | None, overwrite: bool = False) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    if output.is_dir():
-        raise UserError(f"-o {output} is a folder; give a file name.")
-    if not output.parent.is_dir():
-        raise UserError(f"Cannot write {output}: the folder {output.parent} does not exist.")
-    write_text_atomic(output, text)  # an OS refusal becomes one sentence in acetui.cli
+    write_text_atomic(output, text, replace=overwrite)  # an OS refusal becomes one sentence in acetui.cli
+
+
+Overwrite = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Let -o replace an existing file (never the run store, its files, the data folder or a run's model).",
+    ),
+]
 
 
 def export_runs(
@@ -102,7 +120,10 @@ def export_runs(
     model: ModelFilter = None,
     method: MethodFilter = None,
     last: options.Last = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here instead of stdout (- is stdout).")
+    ] = None,
+    overwrite: Overwrite = False,
     cells: options.Cells = "ppl",
     columns: Columns = "sparsity",
     table: Table = "ppl",
@@ -117,9 +138,10 @@ def export_runs(
     check_format(format)
     if ci not in CI_STYLES:
         raise UserError(f"Unknown --ci '{ci}'; choose one of: {', '.join(CI_STYLES)}.")
+    target = output_file(output, overwrite, store)
     records, kept = runs_and_evidence(store, runs, model, last, method, table, level, format != "csv")
     text = export(records, format, cells=cells, columns=columns, measure=table, evidence=kept, level=level, ci=ci)
-    write_output(text, output)
+    write_output(text, target, overwrite)
 
 
 def verdict(

@@ -8,9 +8,17 @@ from typing import Annotated
 import typer
 
 from acetui import options
-from acetui.commands.export import Level, MethodFilter, ModelFilter, Runs, runs_and_evidence
-from acetui_core.errors import UserError, check_choice
-from acetui_core.figures import FIGURES, X_AXES, Y_LABELS, figure_series, layer_series, write_figure
+from acetui.commands.export import Level, MethodFilter, ModelFilter, Overwrite, Runs, guarded_file, runs_and_evidence
+from acetui_core.errors import check_choice
+from acetui_core.figures import (
+    FIGURES,
+    X_AXES,
+    Y_LABELS,
+    check_figure_file,
+    figure_series,
+    layer_series,
+    write_figure,
+)
 
 
 def figure(
@@ -25,6 +33,7 @@ def figure(
     method: MethodFilter = None,
     last: options.Last = None,
     level: Level = 0.95,
+    overwrite: Overwrite = False,
     store: options.StoreOption = None,
 ) -> None:
     """Draw the selected runs, one series per method: quality against prune time or calibration tokens
@@ -33,14 +42,12 @@ def figure(
     check_choice(kind, FIGURES, "figure")
     check_choice(x, X_AXES, "--x")
     check_choice(table, Y_LABELS, "--table")
-    if not output.parent.is_dir():
-        raise UserError(f"Cannot write {output}: the folder {output.parent} does not exist.")
+    check_figure_file(output)
+    target = guarded_file(output, overwrite, store)
     records, kept = runs_and_evidence(store, runs, model, last, method, table, level, kind != "layers")
     if kind == "layers":
-        write_figure(
-            layer_series(records), "decoder layer", "sparsity, or 1 - cosine of the layer output", output, False
-        )
-        print(output)
-        return
-    write_figure(*figure_series(records, kept, kind, x, table, level), output)
+        lines = layer_series(records)
+        write_figure(lines, "decoder layer", "sparsity, or 1 - cosine of the layer output", target, False, overwrite)
+    else:
+        write_figure(*figure_series(records, kept, kind, x, table, level), target, replace=overwrite)
     print(output)

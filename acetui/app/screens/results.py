@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Input, Static
 
 from acetui.app import paper, summary
-from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, new_file, tmux_drops_clipboard
+from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, tmux_drops_clipboard
 from acetui.app.screens.common import SortedRunListScreen, filter_keys, refill
 from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot, ParetoPlot
 from acetui.app.widgets.textfield import TextField
@@ -30,6 +30,7 @@ from acetui_core.export import export
 from acetui_core.figures import X_AXES, Y_LABELS, Series, figure_series, to_pgfplots
 from acetui_core.maskfile import run_overlap, total
 from acetui_core.metrics import METHODS
+from acetui_core.outputs import reserve_new_file
 from acetui_core.records import linear_kind
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.store_rows import RunEvidence, RunRecord
@@ -390,14 +391,15 @@ class ResultsScreen(SortedRunListScreen):
         if text is None:
             return
         suffix = ".tex" if fmt in ("latex", "pareto") else f".{fmt}"
+        kind = "-pareto" if fmt == "pareto" else ""
         try:
             folder = export_dir(self.app.preferences.export_dir)
             folder.mkdir(parents=True, exist_ok=True)
+            stem = f"acetui{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+            path = reserve_new_file(folder, stem, suffix, self.app.store.protected_places())
         except (UserError, OSError) as error:
             self.notify(f"Could not save the export: {error}", severity="error", timeout=10)
             return
-        kind = "-pareto" if fmt == "pareto" else ""
-        path = new_file(folder, f"acetui{kind}-{time.strftime('%Y%m%d-%H%M%S')}", suffix)
         self.app.deliver_text(io.StringIO(text), save_directory=folder, save_filename=path.name, name="export")
 
     def action_copy_latex(self) -> None:
