@@ -14,7 +14,7 @@ from rich.progress import (
 )
 
 from acetui_core.choices import StageName
-from acetui_core.events import LayerPruned, LayerStarted, RunStarted, Stage
+from acetui_core.events import Event, LayerPruned, LayerStarted, RunStarted, Stage
 
 STAGE_NAMES: dict[str, str] = {
     StageName.LOAD: "loading model",
@@ -51,7 +51,7 @@ class EventProgress:
             self.tasks[key] = self.progress.add_task(description, total=total)
         return self.tasks[key]
 
-    def __call__(self, event) -> None:
+    def __call__(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             self._task("layers", f"pruning ({event.method} {event.sparsity})", event.num_layers)
         elif isinstance(event, Stage):

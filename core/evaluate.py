@@ -17,7 +17,7 @@ from acetui_core.choices import EvalKind, StageName
 from acetui_core.config import RunConfig
 from acetui_core.data import wikitext2_test_ids
 from acetui_core.errors import Cancelled
-from acetui_core.events import Stage
+from acetui_core.events import OnEvent, Stage
 from acetui_core.layerfeed import LayerFeed
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import Loaded
@@ -43,7 +43,13 @@ MAX_EXP = math.log(sys.float_info.max)
 
 @torch.no_grad()
 def perplexity(
-    model, ids: torch.Tensor, seqlen: int, limit: int | None = None, device=None, on_event=None, cancel=None
+    model,
+    ids: torch.Tensor,
+    seqlen: int,
+    limit: int | None = None,
+    device=None,
+    on_event: OnEvent | None = None,
+    cancel=None,
 ) -> tuple[WindowLosses, int]:
     """Cut WikiText-2's test token ids into ``numel // seqlen`` windows (the first ``limit`` if given) and
     return each window's NLL, its mean next-token loss times ``seqlen`` (Wanda's convention), and the
@@ -183,7 +189,9 @@ class _Replay(nn.Module):
 
 
 @torch.no_grad()
-def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_event=None, cancel=None):
+def streamed_perplexity(
+    loaded: Loaded, streamed, ids, seqlen, limit=None, on_event: OnEvent | None = None, cancel=None
+):
     """WikiText-2 perplexity of a model whose layers are read from ``streamed`` one at a time: every window
     goes through layer 0, then all of them through layer 1, and so on, in the same batches as
     ``evaluate.perplexity``'s full forward pass (and to the same numbers). Returns what it returns."""
@@ -216,7 +224,9 @@ def streamed_perplexity(loaded: Loaded, streamed, ids, seqlen, limit=None, on_ev
     return window_losses(nll, seqlen, limit), total
 
 
-def evaluate(loaded: Loaded, config: RunConfig, on_event=None, cancel=None, pruned_folder=None) -> Evaluation:
+def evaluate(
+    loaded: Loaded, config: RunConfig, on_event: OnEvent | None = None, cancel=None, pruned_folder=None
+) -> Evaluation:
     """Perplexity and zero-shot of the pruned model: ``loaded`` itself or, for a streamed run, the pruned
     checkpoint in ``pruned_folder`` (perplexity layer by layer; zero-shot through accelerate's offloading)."""
     results = Evaluation()

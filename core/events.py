@@ -6,7 +6,9 @@ folder can persist it and a UI can render it without the model.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from acetui_core import records
 from acetui_core.records import LayerRecord, RunResult
@@ -47,14 +49,20 @@ class RunFinished:
     result: RunResult
 
 
-EVENTS = {cls.__name__: cls for cls in (RunStarted, Stage, LayerStarted, LayerPruned, RunFinished)}
+Event: TypeAlias = RunStarted | Stage | LayerStarted | LayerPruned | RunFinished
+OnEvent: TypeAlias = Callable[[Event], None]  # hears one run's events
+OnRunEvent: TypeAlias = Callable[[str, Event], None]  # hears the events of several runs: (run id, event)
+
+EVENTS: dict[str, type[Event]] = {
+    cls.__name__: cls for cls in (RunStarted, Stage, LayerStarted, LayerPruned, RunFinished)
+}
 
 
-def event_to_dict(event) -> dict:
+def event_to_dict(event: Event) -> dict:
     """An event as one JSON object, tagged with its type (a job folder's events file holds one per line)."""
     return {"event": type(event).__name__, **records.to_dict(event)}
 
 
-def event_from_dict(data: dict):
+def event_from_dict(data: dict) -> Event:
     data = dict(data)
     return records.from_dict(EVENTS[data.pop("event")], data)

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from acetui_core.choices import RunStatus
 from acetui_core.errors import UserError
+from acetui_core.events import Event
 from acetui_core.records import to_dict
 from acetui_core.resources import ResourceSampler
 
@@ -33,7 +34,7 @@ class Recorder(Protocol):
 
     def cancel_requested(self, run_id: str) -> bool: ...
 
-    def record_event(self, run_id: str, event) -> None: ...
+    def record_event(self, run_id: str, event: Event) -> None: ...
 
     def set_status(self, run_id: str, status: RunStatus, error: str | None = None) -> bool: ...
 

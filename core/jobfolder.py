@@ -19,7 +19,7 @@ from pathlib import Path
 from acetui_core import liveness
 from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.errors import UserError
-from acetui_core.events import event_from_dict, event_to_dict
+from acetui_core.events import Event, event_from_dict, event_to_dict
 from acetui_core.store import Store
 
 ENDED_WITHOUT_FINISHING = "The Slurm job {job} ended without finishing ({state})."
@@ -61,7 +61,7 @@ class JobFolder:
     def cancel_requested(self, run_id: str) -> bool:
         return self.cancel_path(run_id).exists()
 
-    def record_event(self, run_id: str, event) -> None:
+    def record_event(self, run_id: str, event: Event) -> None:
         self._append(run_id, {"what": "event", "event": event_to_dict(event)})
 
     def set_status(self, run_id: str, status: RunStatus, error: str | None = None) -> bool:

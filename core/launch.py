@@ -31,6 +31,7 @@ from acetui_core import parse
 from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
+from acetui_core.events import OnRunEvent
 from acetui_core.heartbeat import stop_signals
 from acetui_core.metrics import get_method
 from acetui_core.plan import check_fits_memory
@@ -71,8 +72,11 @@ class Grid:
 
 
 class Executor(Protocol):
-    kind: ExecutorKind  # what the store records
-    local_device: bool  # runs execute on this machine, so --device is checked here
+    @property
+    def kind(self) -> ExecutorKind: ...  # what the store records
+
+    @property
+    def local_device(self) -> bool: ...  # runs execute on this machine, so --device is checked here
 
     def start(self, store: Store, run_ids: list[str]) -> None: ...
 
@@ -129,7 +133,7 @@ def run_and_wait(
     store: Store,
     executor: LocalProcesses,
     *,
-    on_event: Callable | None = None,
+    on_event: OnRunEvent | None = None,
     watch: Callable[[list[str], list], Callable[[], bool]] | None = None,
 ) -> tuple[list[str], bool]:
     """Queue ``configs`` and execute them from this process until every run has ended: on several GPUs one
@@ -176,12 +180,12 @@ def _wait_for_workers(workers: list, poll: Callable[[], bool]) -> None:
         raise Cancelled()
 
 
-@dataclass
+@dataclass(frozen=True)
 class InProcess:
     """Runs in this process, one after another; ``on_event(run_id, event)`` sees every event. A stop
     signal (or ``stop``) cancels the current run and the ones still queued (``Cancelled`` is raised)."""
 
-    on_event: object = None
+    on_event: OnRunEvent | None = None
     stop: threading.Event | None = None
     kind: ExecutorKind = ExecutorKind.LOCAL
     local_device: bool = True

@@ -21,7 +21,7 @@ from acetui_core.conversion import by_saved_name
 from acetui_core.data import calibration_windows, tokenized_calibration
 from acetui_core.dsnot import DSnoTSettings, refine
 from acetui_core.errors import Cancelled, UserError
-from acetui_core.events import LayerPruned, LayerStarted, RunStarted, Stage
+from acetui_core.events import LayerPruned, LayerStarted, OnEvent, RunStarted, Stage
 from acetui_core.fidelity import OutputAgreement, linear_fidelity
 from acetui_core.layerstats import LayerWork, check_finite, dense_weight, layer_stats, method_scores
 from acetui_core.layouts import (
@@ -214,7 +214,7 @@ class Pruned:
 def prune(
     loaded: Loaded,
     config: RunConfig,
-    on_event=None,
+    on_event: OnEvent | None = None,
     cancel: threading.Event | None = None,
     masks_path: Path | None = None,
     release=None,

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from acetui_core.config import RunConfig
+from acetui_core.events import OnEvent
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -26,7 +27,7 @@ class ModelCache:
         self.loaded: Loaded | None = None
         self.pending = Counter(_model_key(config) for config in configs)
 
-    def get(self, config: RunConfig, on_event=None):
+    def get(self, config: RunConfig, on_event: OnEvent | None = None):
         from acetui_core.streaming import load_for_run
 
         key = _model_key(config)

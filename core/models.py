@@ -18,6 +18,7 @@ import torch
 from acetui_core.choices import Dtype, StageName
 from acetui_core.config import FULL_CONTEXT_CAP
 from acetui_core.errors import UserError, check_choice, first_line
+from acetui_core.events import OnEvent, Stage
 from acetui_core.layouts import decoder_layers, prunable_linears
 from acetui_core.paths import file_identity, user_path
 
@@ -258,10 +259,8 @@ def model_source(source: str) -> tuple[str, Path | str]:
     return "hub", source
 
 
-def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_event=None) -> Loaded:
+def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_event: OnEvent | None = None) -> Loaded:
     """Load a causal LM on CPU (decoder layers move to ``device`` one at a time while pruning)."""
-    from acetui_core.events import Stage
-
     compute_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, compute_device)
     kind, path = model_source(source)

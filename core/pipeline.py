@@ -15,7 +15,7 @@ from acetui_core.checkpoint import save_checkpoint
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.evaluate import evaluate
-from acetui_core.events import RunFinished
+from acetui_core.events import OnEvent, RunFinished
 from acetui_core.layerloop import prune
 from acetui_core.metrics import get_method
 from acetui_core.models import Loaded
@@ -28,7 +28,7 @@ from acetui_core.validate import check_against_model, check_config
 
 def run(
     config: RunConfig,
-    on_event=None,
+    on_event: OnEvent | None = None,
     cancel: threading.Event | None = None,
     loaded: Loaded | None = None,
     masks_path: Path | None = None,

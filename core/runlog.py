@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from acetui_core.errors import Cancelled
-from acetui_core.events import LayerPruned, RunFinished, Stage
+from acetui_core.events import Event, LayerPruned, RunFinished, Stage
 
 
 @contextmanager
@@ -63,7 +63,7 @@ def run_log(path: Path | None, redirect_output: bool = False):
                 os.close(saved[1])
 
 
-def log_line(log, event) -> None:
+def log_line(log, event: Event) -> None:
     """One line per event worth reading in a run's log."""
     if log is None:
         return

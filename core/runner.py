@@ -25,7 +25,7 @@ from acetui_core import pipeline
 from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
-from acetui_core.events import Stage
+from acetui_core.events import OnEvent, OnRunEvent, Stage
 from acetui_core.heartbeat import Recorder, heartbeat, stop_signals
 from acetui_core.modelcache import ModelCache
 from acetui_core.runlog import log_line, run_log
@@ -62,7 +62,7 @@ def execute(
     run_id: str,
     config: RunConfig,
     *,
-    on_event=None,
+    on_event: OnEvent | None = None,
     stop: threading.Event | None = None,
     models: ModelCache | None = None,
     log: Path | None = None,
@@ -120,7 +120,12 @@ def execute(
 
 
 def run_queue(
-    store, run_ids: list[str], *, on_event=None, stop: threading.Event | None = None, redirect_output: bool = False
+    store,
+    run_ids: list[str],
+    *,
+    on_event: OnRunEvent | None = None,
+    stop: threading.Event | None = None,
+    redirect_output: bool = False,
 ) -> None:
     """Run the queued runs ``run_ids`` of ``store`` one after another in this process, loading each
     model once.

@@ -38,7 +38,7 @@ from acetui_core import liveness, store_files
 from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
-from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
+from acetui_core.events import Event, LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.records import to_dict
 from acetui_core.store_reader import StoreReader
 from acetui_core.store_rows import dumps, evidence_rows, write_layer
@@ -174,7 +174,7 @@ class Store(StoreReader):
                     "UPDATE runs SET env = ? WHERE id = ?", (json.dumps({**json.loads(row[0]), **values}), run_id)
                 )
 
-    def record_event(self, run_id: str, event) -> None:
+    def record_event(self, run_id: str, event: Event) -> None:
         """Persist one pipeline event (``acetui_core.events``). Each call is one transaction: a layer is
         written with all its linears or not at all; ``RunFinished`` stores the result and marks the run
         finished together."""

@@ -24,6 +24,7 @@ from acetui_core.checkpoint import SCRATCH_PREFIX, TEMP_PREFIX, LayerwiseCheckpo
 from acetui_core.choices import Offload, StageName
 from acetui_core.conversion import ConvertedLayers, converts, to_checkpoint
 from acetui_core.errors import UserError, check_choice, first_line
+from acetui_core.events import OnEvent, Stage
 from acetui_core.layerfeed import set_tensor
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import meta_skeleton, model_source
@@ -131,10 +132,9 @@ def return_freed_layers_to_the_os() -> None:
         pass
 
 
-def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event=None):
+def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event: OnEvent | None = None):
     """Load ``source`` whole (``models.load_model``) or, when ``offload`` says so, streamed: a ``Loaded``
     whose decoder layers stay on disk until the layer loop needs them."""
-    from acetui_core.events import Stage
     from acetui_core.models import Loaded, context_length, load_model, resolve_device, resolve_dtype
     from acetui_core.paths import file_identity
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from acetui_core.config import ZEROSHOT_TASKS
 from acetui_core.errors import Cancelled, UserError, check_choice
-from acetui_core.events import Stage
+from acetui_core.events import OnEvent, Stage
 from acetui_core.outputs import write_text_atomic
 from acetui_core.paths import cache_dir, data_dir
 from acetui_core.records import TaskAccuracy, TaskOutcomes
@@ -253,7 +253,14 @@ def _metric(results: dict, name: str) -> float | None:
 
 
 def evaluate_zeroshot(
-    model, tokenizer, tasks, *, limit: int | None = None, batch_size: int = 8, on_event=None, cancel=None
+    model,
+    tokenizer,
+    tasks,
+    *,
+    limit: int | None = None,
+    batch_size: int = 8,
+    on_event: OnEvent | None = None,
+    cancel=None,
 ) -> tuple[dict[str, TaskAccuracy], dict[str, TaskOutcomes]]:
     """Evaluate ``model`` (a loaded ``transformers`` causal LM, evaluated where it is) on each task.
 

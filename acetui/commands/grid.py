@@ -17,6 +17,7 @@ from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.comparison import check_table, comparison
 from acetui_core.config import model_name
 from acetui_core.errors import Cancelled
+from acetui_core.events import Event
 from acetui_core.export import to_markdown
 from acetui_core.launch import Grid, LocalProcesses, gpus_for, launch, run_and_wait
 from acetui_core.paths import default_model
@@ -35,7 +36,7 @@ class QueueProgress:
         self.progress: EventProgress | None = None
         self.count = 0
 
-    def __call__(self, run_id: str, event) -> None:
+    def __call__(self, run_id: str, event: Event) -> None:
         from acetui.progress import EventProgress
 
         if run_id != self.current:

@@ -93,10 +93,9 @@ def prune(
     if cluster is not None or detach:
         print(launch([config], cluster or LocalProcesses(detach=True, gpus=0), opened)[0])
         return
-    in_process = InProcess()
-    [run_id] = queue([config], opened, in_process)  # every check before a progress bar appears
+    [run_id] = queue([config], opened, InProcess())  # every check before a progress bar appears
     with EventProgress() as progress:
-        in_process.on_event = lambda run_id, event: progress(event)
+        in_process = InProcess(on_event=lambda run_id, event: progress(event))
         in_process.start(opened, [run_id])  # Ctrl-C: Cancelled, recorded; acetui.cli says so
     run = opened.get_run(run_id, layers=False)
     result = run.results
