@@ -126,6 +126,13 @@ class DSnoTPruneScore(StrEnum):
     METRIC = "metric"  # the run's own metric
 
 
+class ExpertScore(StrEnum):
+    """``--expert-score``: how ``--expert-sparsity`` ranks a layer's routed experts (docs/moe.md)."""
+
+    REAP = "reap"
+    FREQUENCY = "frequency"
+
+
 class MoeCalibration(StrEnum):
     """``--moe-calibration``: which tokens calibrate an expert."""
 

@@ -25,6 +25,7 @@ from acetui_core.choices import (
     DSnoTSkip,
     Dtype,
     EvalKind,
+    ExpertScore,
     MoeCalibration,
     Offload,
     Permute,
@@ -34,7 +35,7 @@ from acetui_core.choices import (
     VarpForm,
     VarpScale,
 )
-from acetui_core.errors import one_of
+from acetui_core.errors import UserError, one_of
 from acetui_core.metrics import METHODS
 from acetui_core.setting import Setting, setting, spec_of
 from acetui_core.sparsity import Sparsity, parse_sparsity
@@ -68,7 +69,14 @@ def _optional_path(value: Any) -> str | None:
 
 
 def _sparsity(value: Any) -> str:
-    return str(parse_sparsity(str(value)))
+    return str(parse_sparsity(str(value), allow_zero=True))  # 0 with --expert-sparsity only (validate)
+
+
+def _expert_sparsity(text: Any) -> float:
+    value = parse.number(text, "--expert-sparsity", minimum=0)
+    if not value < 1:
+        raise UserError(f"--expert-sparsity {value:g} would remove every routed expert; use a fraction below 1.")
+    return value
 
 
 @dataclass
@@ -354,6 +362,24 @@ class RunConfig:
         choices=tuple(MoeCalibration),
         describe=lambda v: f"experts calibrated on {v} tokens",
     )
+    expert_sparsity: float = setting(
+        0.0,
+        help="Mixture-of-experts models: remove this fraction of each MoE layer's routed experts (whole, before "
+        "the mask prunes the rest; docs/moe.md). 0 removes none.",
+        label="Experts removed",
+        group="advanced",
+        parse=_expert_sparsity,
+        describe=lambda v: f"{v:g} of experts removed",
+    )
+    expert_score: str = setting(
+        ExpertScore.REAP,
+        help="Which experts --expert-sparsity removes: reap (lowest mean gate x output norm over routed tokens) "
+        "or frequency (fewest routed tokens).",
+        label="Expert score",
+        group="advanced",
+        choices=tuple(ExpertScore),
+        describe=lambda v: f"experts ranked by {v}",
+    )
     save: str | None = setting(
         None,
         help="Save the pruned model as a Hugging Face checkpoint here.",
@@ -375,7 +401,7 @@ class RunConfig:
 
     @property
     def sparsity_spec(self) -> Sparsity:
-        return parse_sparsity(self.sparsity)
+        return parse_sparsity(self.sparsity, allow_zero=True)
 
     @property
     def label(self) -> str:

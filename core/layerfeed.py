@@ -116,7 +116,10 @@ class LayerFeed:
             to_meta(layer)
         else:
             for name, param in layer.named_parameters():
-                self.home[name].copy_(param.data)
+                if self.home[name].shape == param.shape:
+                    self.home[name].copy_(param.data)
+                else:  # --expert-sparsity cut it: the smaller tensor replaces the dense one
+                    self.home[name] = param.data.to("cpu")
                 set_tensor(layer, name, self.home[name])
             self.home = {}
         if self.device.type == "cuda":

@@ -5,6 +5,7 @@ events; ``cancel`` is checked between layers. What a whole run does around it is
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -22,6 +23,15 @@ from acetui_core.data import calibration_windows, tokenized_calibration
 from acetui_core.dsnot import DSnoTSettings, refine
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import LayerPruned, LayerStarted, OnEvent, RunStarted, Stage
+from acetui_core.expertremoval import (
+    ExpertScores,
+    check_removable,
+    cut_layer,
+    expert_choice,
+    moe_blocks,
+    score_pass,
+    set_expert_count,
+)
 from acetui_core.fidelity import OutputAgreement, linear_fidelity
 from acetui_core.layerstats import LayerWork, check_finite, dense_weight, layer_stats, method_scores
 from acetui_core.layouts import (
@@ -44,6 +54,7 @@ from acetui_core.placement import activation_device, advance, capture_layer0_inp
 from acetui_core.records import (
     Calibration,
     Experts,
+    ExpertsRemoved,
     LayerAllocation,
     LayerRecord,
     LinearRecord,
@@ -51,6 +62,7 @@ from acetui_core.records import (
     MaskChoice,
     kind_sparsity,
 )
+from acetui_core.routing import expert_of
 from acetui_core.sparsity import Sparsity
 from acetui_core.stats import ColumnStats
 from acetui_core.validate import resolve_seqlen
@@ -119,16 +131,34 @@ def _dsnot_refines(kind: str, skip: str) -> bool:
     return skip == DSnoTSkip.NONE or kind != "attention"
 
 
-def _prune_layer(work: LayerWork, sparsity: Sparsity, masks) -> tuple[list[LinearRecord], dict[str, ColumnStats]]:
+def _prune_layer(
+    work: LayerWork, sparsity: Sparsity, masks
+) -> tuple[list[LinearRecord], dict[str, ColumnStats], dict[str, str]]:
     """Gather statistics over every calibration token, then score, mask and write back each linear to
-    ``sparsity`` (and its pruned positions to ``masks`` when kept)."""
+    ``sparsity`` (and its pruned positions to ``masks`` when kept). With ``--expert-sparsity`` the experts
+    are scored in the same pass, the chosen ones skipped and cut out at the end: the kept experts' new
+    names (``mlp.experts.5`` -> ``mlp.experts.4``) come back with the records."""
+    config = work.config
     linears = prunable_linears(work.layer)
-    stats = layer_stats(work, linears)
-    update = work.method.update(work.config)
+    scorer = None
+    if config.expert_sparsity:
+        renormalise = bool(getattr(work.loaded.model.config, "norm_topk_prob", False))
+        scorer = ExpertScores(moe_blocks(work.layer), len(work.inputs), renormalise)
+    with scorer.hooked() if scorer else contextlib.nullcontext():
+        stats = layer_stats(work, linears) if sparsity.fraction > 0 else {}
+        if scorer is not None and not scorer.complete:  # no statistics were gathered: a pass for the scores
+            score_pass(work.layer, work.inputs, work.device, work.dense_outputs)
+    removal: list = []
+    if scorer is not None:  # chosen on the dense layer; cut once the kept experts are masked
+        removal, gone = expert_choice(work.index, scorer, config.expert_score, config.expert_sparsity)
+        linears = {name: m for name, m in linears.items() if expert_of(name) not in gone}
+        if work.experts is not None:
+            work.experts.removal += removal
+    update = work.method.update(config)
     records = [
         _prune_linear(work, name, matrix, stats.get(name), sparsity, update, masks) for name, matrix in linears.items()
     ]
-    return records, stats
+    return records, stats, cut_layer(scorer, removal) if scorer is not None else {}
 
 
 def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks) -> LinearRecord:
@@ -145,14 +175,18 @@ def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks)
     if W is not None and config.fidelity and stats is not None:
         dense = W.clone()
     mask = None  # a method without scores chooses its mask in its mask-and-update hook (SparseGPT)
-    if method.score is not None:
+    if sparsity.fraction == 0:  # --sparsity 0 with --expert-sparsity: the kept experts stay as they are
+        pass
+    elif method.score is not None:
         where = f"layer {index} {name}"
         scores = _sliced_scores(index, name, matrix, stats, config, method) if W is None else None
         scores = method_scores(method, W, stats, config, where) if scores is None else scores
         mask, threshold, choice = _choose_mask(W, scores, stats, config, sparsity, matrix.kind)
         histogram = histograms.histogram(scores, threshold, pruned=mask)
         del scores
-    if W is None:
+    if sparsity.fraction == 0:
+        pass
+    elif W is None:
         assert mask is not None, "a row-local method scores"
         weight_matrix(matrix).masked_fill_(mask, 0)  # exact in any dtype
     elif update is not None:
@@ -209,6 +243,7 @@ class Pruned:
     permutations: dict[str, list[int]] | None = None  # --permute: each linear's input order, by saved name
     kinds: dict[str, float] | None = None
     experts: Experts | None = None
+    experts_removed: ExpertsRemoved | None = None
 
 
 def prune(
@@ -231,8 +266,12 @@ def prune(
     for index, layer in enumerate(layers):  # an N:M pattern that does not fit fails here, before calibration
         for name, module in prunable_linears(layer).items():
             check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
+    if config.expert_sparsity:
+        check_removable(loaded.model, config.expert_sparsity)
+    calibrated = method.calibrated(config) or bool(config.expert_sparsity)  # experts are scored on calibration
     layout = expert_layout(loaded.model)
-    experts = Experts(layout, config.moe_calibration) if layout is not None and method.calibrated(config) else None
+    experts = Experts(layout, config.moe_calibration) if layout is not None and calibrated else None
+    parameters_before = sum(p.numel() for p in loaded.model.parameters())
     emit(
         RunStarted(
             config.model, config.method, config.sparsity, len(layers), str(loaded.device), device_name(loaded.device)
@@ -240,7 +279,7 @@ def prune(
     )
 
     windows, calibration = None, None
-    if method.calibrated(config):
+    if calibrated:
         seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
         emit(Stage(StageName.CALIBRATION, 0, config.nsamples))
         ids, source = tokenized_calibration(loaded.tokenizer, config.calib)
@@ -282,10 +321,10 @@ def prune(
                 dense_outputs: list[torch.Tensor] | None = [] if config.fidelity and inputs else None
                 target = sparsity if allocation is None else Sparsity(ratio=allocation[index].sparsity)
                 work = LayerWork(index, layer, inputs, loaded, config, method, device, dense_outputs, experts)
-                linears, stats = _prune_layer(work, target, masks)
+                linears, stats, renamed = _prune_layer(work, target, masks)
                 check_pruned(index, layer, architecture(loaded.model), target.fraction)  # before it is reported
                 agreement = OutputAgreement() if dense_outputs is not None else None
-                if calibration is not None:
+                if calibration is not None and stats:
                     calibration.tokens_per_linear = max(s.tokens for s in stats.values())
                 # The last layer's outputs feed no layer: computed only to compare them with the dense ones.
                 if index < len(layers) - 1 or agreement is not None:
@@ -303,8 +342,9 @@ def prune(
                 summaries += [LinearSparsity(index, r.name, r.sparsity, r.seconds, r.kind, r.size) for r in linears]
                 matrices = prunable_linears(layer)
                 for r in linears:
-                    if r.choice is not None and r.choice.permutation is not None:
-                        matrix = matrices[r.name]
+                    if r.choice is not None and r.choice.permutation is not None:  # by the name once experts are cut
+                        expert, _, leaf = r.name.rpartition(".")
+                        matrix = matrices[f"{renamed[expert]}.{leaf}" if expert in renamed else r.name]
                         parameter = f"{prefixes[id(layer)]}.{matrix.parameter}"
                         permutations.setdefault(parameter, {})[matrix.expert] = r.choice.permutation
     finally:
@@ -314,6 +354,7 @@ def prune(
         torch.cuda.synchronize(loaded.device)
     prune_seconds = time.perf_counter() - started
 
+    removed = _experts_removed(loaded, config, experts, parameters_before)
     for fallback in experts.fallbacks if experts else []:
         logging.getLogger("acetui").warning(fallback.sentence())
     # Over every prunable weight of the decoder layers, experts included, as counted from each weight.
@@ -328,7 +369,22 @@ def prune(
         by_saved_name(loaded.model, permutations) if permutations else None,
         kind_sparsity(summaries),
         experts,
+        removed,
     )
+
+
+def _experts_removed(loaded: Loaded, config: RunConfig, experts: Experts | None, before: int) -> ExpertsRemoved | None:
+    """Once every layer is cut: the config's expert count follows, the model can no longer be reset to
+    its dense weights (its shapes changed), and what the removal saved, counted in memory."""
+    if not config.expert_sparsity or experts is None or not experts.removal:
+        return None
+    first = experts.removal[0]
+    dense, kept = len(first.scores), len(first.scores) - len(first.removed)
+    set_expert_count(loaded.model, dense, kept)
+    loaded.experts_cut = True
+    after = sum(p.numel() for p in loaded.model.parameters())
+    counts = [len(r.scores) - len(r.removed) for r in experts.removal]
+    return ExpertsRemoved(config.expert_sparsity, config.expert_score, counts, before, after)
 
 
 def linear_sizes(layers) -> list[int]:

@@ -92,6 +92,7 @@ class Loaded:
     streamed: Any = None  # a ``shards.StreamedModel`` when decoder layers are read from disk (typed loosely:
     # shards imports this module)
     _dense: dict = field(default_factory=dict, repr=False)
+    experts_cut: bool = False  # --expert-sparsity changed the model's shapes: it cannot be reset, only reloaded
 
     def snapshot(self) -> None:
         """Keep a CPU copy of every decoder linear's weight, so ``reset`` can undo a pruning run (a streamed
@@ -107,11 +108,13 @@ class Loaded:
     @property
     def can_reset(self) -> bool:
         """Whether ``reset`` can restore the dense weights: a streamed model always can."""
-        return self.streamed is not None or bool(self._dense)
+        return not self.experts_cut and (self.streamed is not None or bool(self._dense))
 
     def reset(self, keep_copy: bool = True) -> None:
         """Restore the dense weights captured by ``snapshot`` (compare/sweep prune one model repeatedly);
         ``keep_copy=False`` lets the copy go, for the last run of the model."""
+        if self.experts_cut:
+            raise RuntimeError("a model whose experts were removed cannot be reset; load it again")
         if self.streamed is not None:
             return
         if not self._dense:

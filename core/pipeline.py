@@ -16,6 +16,7 @@ from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.evaluate import evaluate
 from acetui_core.events import OnEvent, RunFinished
+from acetui_core.expertremoval import counted_from_files
 from acetui_core.layerloop import prune
 from acetui_core.metrics import get_method
 from acetui_core.models import Loaded
@@ -60,6 +61,8 @@ def run(
             saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite)
         else:
             saved_to = str(pruned_folder) if config.save else None
+        if pruned.experts_removed is not None:
+            pruned.experts_removed = counted_from_files(pruned.experts_removed, config.model, saved_to)
         if saved_to and pruned.permutations:
             write_permutations(saved_to, config.sparsity_spec, pruned.permutations)
         try:

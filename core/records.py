@@ -190,6 +190,37 @@ class ExpertFallback:
 
 
 @dataclass
+class ExpertRemoval:
+    """``--expert-sparsity`` in one MoE layer: every routed expert's score and which were removed, numbered
+    as in the dense model."""
+
+    layer: int
+    experts: str  # the experts module in the layer, e.g. "mlp.experts"
+    score: str  # --expert-score: reap or frequency
+    scores: list[float]  # per expert, in index order
+    removed: list[int]
+
+
+@dataclass
+class ExpertsRemoved:
+    """What ``--expert-sparsity`` saved, counted from the checkpoints' files (or, unsaved, from the model in
+    memory before and after)."""
+
+    fraction: float
+    score: str
+    kept: list[int]  # routed experts kept per MoE layer, in layer order
+    parameters_before: int
+    parameters_after: int
+    bytes_before: int | None = None  # the source's safetensors files; None for a GGUF or hub source
+    bytes_after: int | None = None  # the --save folder's safetensors files; None unsaved
+    counted_from: str = "memory"  # "saved checkpoint" when the parameters come from the saved files
+
+    @property
+    def parameters_removed(self) -> int:
+        return self.parameters_before - self.parameters_after
+
+
+@dataclass
 class Experts:
     """How a mixture-of-experts model was calibrated and where its tokens went."""
 
@@ -197,14 +228,17 @@ class Experts:
     calibration: str  # --moe-calibration: routed or all
     load: list[ExpertLoad] = field(default_factory=list)
     fallbacks: list[ExpertFallback] = field(default_factory=list)
+    removal: list[ExpertRemoval] = field(default_factory=list)  # --expert-sparsity: scores and removed experts
 
     def of_layer(self, index: int) -> Experts | None:
         """What decoder layer ``index`` contributed (recorded with the layer, so it shows while the run
         goes on); None for a layer without experts."""
         load = [entry for entry in self.load if entry.layer == index]
-        if not load:
+        removal = [entry for entry in self.removal if entry.layer == index]
+        if not load and not removal:
             return None
-        return Experts(self.layout, self.calibration, load, [f for f in self.fallbacks if f.layer == index])
+        fallbacks = [f for f in self.fallbacks if f.layer == index]
+        return Experts(self.layout, self.calibration, load, fallbacks, removal)
 
     @staticmethod
     def joined(parts: list[Experts]) -> Experts | None:
@@ -216,6 +250,7 @@ class Experts:
             parts[0].calibration,
             [entry for part in parts for entry in part.load],
             [fallback for part in parts for fallback in part.fallbacks],
+            [removal for part in parts for removal in part.removal],
         )
 
 
@@ -334,6 +369,7 @@ class RunResult:
     allocation: list[LayerAllocation] | None = None  # per-layer targets under --allocation owl
     kinds: dict[str, float] | None = None  # sparsity per kind of projection (``kind_sparsity``)
     experts: Experts | None = None  # a mixture-of-experts model's calibration and token load
+    experts_removed: ExpertsRemoved | None = None  # --expert-sparsity: what the removal saved
     config: RunConfig | None = None
     run_id: str | None = None
 

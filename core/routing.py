@@ -52,6 +52,12 @@ def expert_intermediate(experts: Any, expert: int, x: torch.Tensor) -> torch.Ten
     return experts._apply_gate(out) if experts.has_gate else experts.act_fn(out)
 
 
+def expert_output(experts: Any, expert: int, x: torch.Tensor) -> torch.Tensor:
+    """Expert ``expert``'s output for inputs ``x``, before the router's gate scales it (REAP's ``f_e(x)``)."""
+    out = _linear(expert_intermediate(experts, expert, x), experts.down_proj[expert], experts.is_transposed)
+    return out + experts.down_proj_bias[expert] if experts.has_bias else out
+
+
 def _routed_rows(top_k_index: torch.Tensor, expert: int) -> torch.Tensor:
     return (top_k_index == expert).any(dim=-1).nonzero().squeeze(-1)
 

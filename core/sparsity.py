@@ -29,8 +29,9 @@ class Sparsity:
         return f"{self.n}:{self.m}" if self.is_nm else repr(self.ratio)  # exact: :g would round 0.9999999 to 1
 
 
-def parse_sparsity(text: str) -> Sparsity:
-    """Parse ``0.5`` or ``2:4``; anything else is a UserError with one sentence."""
+def parse_sparsity(text: str, allow_zero: bool = False) -> Sparsity:
+    """Parse ``0.5`` or ``2:4``; anything else is a UserError with one sentence. ``allow_zero``: a ratio of 0
+    (no weight inside the experts pruned: ``--expert-sparsity`` alone; ``validate`` checks that pairing)."""
     text = str(text).strip()
     if ":" in text:
         left, _, right = text.partition(":")
@@ -49,6 +50,9 @@ def parse_sparsity(text: str) -> Sparsity:
         ratio = float(text)
     except ValueError:
         raise UserError(f"Sparsity '{text}' is neither a ratio such as 0.5 nor an N:M pattern such as 2:4.") from None
-    if not 0 < ratio < 1:
-        raise UserError(f"Sparsity {text} is out of range; a ratio must lie strictly between 0 and 1.")
+    if not (ratio >= 0 if allow_zero else ratio > 0) or not ratio < 1:
+        raise UserError(
+            f"Sparsity {text} is out of range; a ratio must lie strictly between 0 and 1 (0 only with "
+            f"--expert-sparsity, to remove whole experts and prune nothing else)."
+        )
     return Sparsity(ratio=ratio)

@@ -101,9 +101,12 @@ def load_streamed(folder: Path, dtype: torch.dtype):
         model.tie_weights()
     model.eval()
     streamed = StreamedModel(shards, prefixes, base, config.model_type)
-    layer0 = decoder_layers(model)[0]
-    if converts(model) and any(
-        shards.key(f"{prefixes[0]}.{name}", base) is None for name, _ in layer0.named_parameters()
+    layers = decoder_layers(model)
+    layer0 = layers[0]
+    if converts(model) and any(  # every layer: DeepSeek's first layers are dense MLPs that need no conversion
+        shards.key(f"{prefix}.{name}", base) is None
+        for prefix, layer in zip(prefixes, layers, strict=True)
+        for name, _ in layer.named_parameters()
     ):
         streamed.converted = ConvertedLayers(model, shards.names, prefixes)  # e.g. per-expert tensors, fused in memory
     streamed.check_layer(layer0, 0)  # a layout streaming cannot read is refused before any work

@@ -23,6 +23,7 @@ from acetui_core.metrics import get_method
 from acetui_core.models import check_device_name, model_source, resolve_device
 from acetui_core.paths import data_dir, file_identity, user_path
 from acetui_core.preflight import model_tokenizer, preflight
+from acetui_core.sparsity import parse_sparsity
 from acetui_core.streaming import streaming_folder
 
 DSNOT = ("dsnot_cycles", "dsnot_threshold", "dsnot_var_power", "dsnot_skip", "dsnot_accept", "dsnot_prune_score")
@@ -37,11 +38,14 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     the data folder that ``--save`` must keep away from (the run store's)."""
     model_source(_model(config.model))  # a missing path first: the most common mistake, and cheap to see
     method = get_method(config.method)
-    config = parsed(replace(config, method=method.name), "sparsity", "group")
+    config = parsed(replace(config, method=method.name), "sparsity", "group", "expert_sparsity", "expert_score")
+    if config.expert_sparsity == 0:
+        parse_sparsity(config.sparsity)  # a ratio of 0 prunes nothing unless whole experts are removed
+        config = _defaults(config, ("expert_score",))  # unused: it never splits a comparison's cells
     config = _check_variants(config, method)
     config = _check_mask_choice(config, method)
     config = parsed(config, "nsamples", "seqlen", "seed", "batch_size", "evals", "ria_alpha")
-    if get_method(config.method).calibrated(config):
+    if get_method(config.method).calibrated(config) or config.expert_sparsity:
         check_calibration_source(config.calib)
     if EvalKind.WIKITEXT2 in config.evals:
         config = parsed(config, "eval_seqlen", "eval_limit")
@@ -128,7 +132,7 @@ def _check_mask_choice(config: RunConfig, method) -> RunConfig:
 
 def check_against_model(config: RunConfig, context_length: int) -> None:
     """What the loaded model decides: calibration and evaluation windows must fit its context."""
-    if get_method(config.method).calibrated(config):
+    if get_method(config.method).calibrated(config) or config.expert_sparsity:
         resolve_seqlen(config.seqlen, context_length, "--seqlen")
     if EvalKind.WIKITEXT2 in config.evals:
         resolve_seqlen(config.eval_seqlen, context_length, "--eval-seqlen")

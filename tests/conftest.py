@@ -155,3 +155,36 @@ def gate(tmp_path, monkeypatch) -> Path:
     folder.mkdir()
     monkeypatch.setenv("ACETUI_TEST_GATE", str(folder))
     return folder
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """``acetui ARGS`` in this process: (exit code, stdout, stderr)."""
+    from runhelpers import cli as run_cli
+
+    return lambda *args: run_cli(monkeypatch, capsys, *args)
+
+
+@pytest.fixture(scope="module")
+def make_moe(tmp_path_factory, tokenizer_dir):
+    """Build (once per family and variant) a tiny random model with SmolLM2's tokenizer, saved as a folder."""
+    from moe_models import moe_config
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    made = {}
+
+    def make(family: str, edit=None, **overrides):
+        key = (family, edit, tuple(sorted(overrides.items())))
+        if key not in made:
+            torch.manual_seed(0)
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+            model = AutoModelForCausalLM.from_config(moe_config(family, len(tokenizer), **overrides))
+            if edit is not None:
+                edit(model)
+            out = tmp_path_factory.mktemp(family)
+            model.save_pretrained(out)
+            tokenizer.save_pretrained(out)
+            made[key] = out
+        return made[key]
+
+    return make

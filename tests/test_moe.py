@@ -9,8 +9,7 @@ import logging
 
 import pytest
 import torch
-from moe_models import FAMILIES, moe_config, split_experts
-from runhelpers import cli as run_cli
+from moe_models import FAMILIES, split_experts
 
 from acetui_core import layerstats, pipeline, placement
 from acetui_core.config import RunConfig
@@ -21,35 +20,6 @@ from acetui_core.routing import MIN_EXPERT_TOKENS
 
 QUICK = ["--nsamples", "8", "--seqlen", "16", "--eval", "none"]
 ROUTING = (".gate.weight", ".router.", ".shared_expert_gate.")
-
-
-@pytest.fixture
-def cli(monkeypatch, capsys):
-    return lambda *args: run_cli(monkeypatch, capsys, *args)
-
-
-@pytest.fixture(scope="module")
-def make_moe(tmp_path_factory, tokenizer_dir):
-    """Build (once per family and variant) a tiny random model with SmolLM2's tokenizer, saved as a folder."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    made = {}
-
-    def make(family: str, edit=None, **overrides):
-        key = (family, edit, tuple(sorted(overrides.items())))
-        if key not in made:
-            torch.manual_seed(0)
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-            model = AutoModelForCausalLM.from_config(moe_config(family, len(tokenizer), **overrides))
-            if edit is not None:
-                edit(model)
-            out = tmp_path_factory.mktemp(family)
-            model.save_pretrained(out)
-            tokenizer.save_pretrained(out)
-            made[key] = out
-        return made[key]
-
-    return make
 
 
 def _saved(folder) -> dict[str, torch.Tensor]:

@@ -98,4 +98,14 @@ def token_load(run: RunRecord, layers: list[LayerRecord]) -> Text:
         text.append("\n")
     for fallback in experts.fallbacks:
         text.append(f"\n* {fallback.sentence()}")
+    removal = summary.expert_removal(experts)
+    if removal:
+        text.append("\n\nexpert scores (--expert-sparsity); x removed\n", style="bold")
+        label = max(len(where) for where, _ in removal)
+        width = max(len(score) for _, scores in removal for score in scores) + 1
+        for where, scores in removal:
+            text.append(where.ljust(label))
+            for score in scores:
+                text.append(f"{score:>{width}}", style="bold red" if score.endswith("x") else "")
+            text.append("\n")
     return text

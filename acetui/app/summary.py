@@ -261,6 +261,18 @@ def run_experts(run: RunRecord, layers: list[LayerRecord]) -> Experts | None:
     return Experts.joined([layer.experts for layer in layers if layer.experts])
 
 
+def expert_removal(experts: Experts) -> list[tuple[str, list[str]]]:
+    """Per MoE layer whose experts ``--expert-sparsity`` removed, every expert's score in expert order (dense
+    model's numbering); a removed expert is marked ``x``, which reads without colour too."""
+    return [
+        (
+            f"layer {r.layer} {r.experts} {r.score}",
+            [f"{score:.4g}{'x' if e in r.removed else ''}" for e, score in enumerate(r.scores)],
+        )
+        for r in experts.removal
+    ]
+
+
 def expert_load(experts: Experts) -> list[tuple[str, list[str]]]:
     """Per experts module of each MoE layer, the calibration tokens routed to each expert, in expert order;
     a starved expert (its statistics came from all tokens instead) is marked ``*``, which reads without

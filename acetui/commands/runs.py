@@ -11,7 +11,7 @@ import typer
 
 from acetui import notify as notifications
 from acetui import options
-from acetui.app.summary import expert_load, run_experts
+from acetui.app.summary import expert_load, expert_removal, run_experts
 from acetui_core import jobfolder, parse
 from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import model_name
@@ -241,6 +241,9 @@ def expert_load_text(experts) -> str:
     lines = [f"experts: {experts.layout}; statistics from {experts.calibration} tokens"]
     lines += [f"  {where} tokens: {' '.join(counts)}" for where, counts in expert_load(experts)]
     lines += [f"  * {f.sentence()}" for f in experts.fallbacks]
+    lines += [f"  {where} scores: {' '.join(scores)}" for where, scores in expert_removal(experts)]
+    if experts.removal:
+        lines.append("  x: removed by --expert-sparsity (experts numbered as in the dense model)")
     return "\n".join(lines)
 
 
