@@ -23,6 +23,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -125,11 +126,21 @@ def check_removable(model: nn.Module, fraction: float) -> None:
         )
     for block in blocks:
         for name, tensor in _routing_tensors(block):
-            if tensor.shape[0] != block.count and block.count in tensor.shape:
+            if _expert_dim(tensor, block.count) is None and block.count in tensor.shape:
                 raise UserError(
                     f"{name} (shape {list(tensor.shape)}) of the '{arch}' architecture has one entry per expert "
                     f"in a dimension acetui does not know how to cut; acetui does not remove its experts."
                 )
+
+
+def _expert_dim(tensor: torch.Tensor, count: int) -> int | None:
+    """The dimension of a routing tensor that holds one entry per expert: the first (a router's rows, a
+    bias), or the only one that is not 1 (Ernie's ``e_score_correction_bias`` of shape ``[1, experts]``)."""
+    if tensor.shape[0] == count:
+        return 0
+    if tensor.shape[-1] == count and all(size == 1 for size in tensor.shape[:-1]):
+        return tensor.dim() - 1
+    return None
 
 
 def _routing_tensors(block: MoeBlock):
@@ -171,9 +182,8 @@ class ExpertScores:
         if self.calls[id(block)] >= self.batches:
             return
         self.calls[id(block)] += 1
-        router = block.router
-        bias = getattr(router, "bias", None)
-        logits = F.linear(hidden.float(), router.weight.float(), None if bias is None else bias.float())
+        weight, bias = cast(torch.Tensor, block.router.weight), getattr(block.router, "bias", None)
+        logits = F.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
         gates = torch.softmax(logits, dim=-1)
         if self.renormalise:
             gates = gates / gates.gather(1, top_k_index.long()).sum(dim=-1, keepdim=True)
@@ -226,8 +236,9 @@ def cut(block: MoeBlock, removed: list[int]) -> None:
     for name, param in list(block.experts.named_parameters(recurse=False)):
         set_tensor(block.experts, name, param.data[keep.to(param.device)].clone())
     for name, tensor in list(_routing_tensors(block)):
-        if tensor.shape[0] == block.count:
-            sliced = tensor.data[keep.to(tensor.device)].clone()
+        dim = _expert_dim(tensor, block.count)
+        if dim is not None:
+            sliced = tensor.data.index_select(dim, keep.to(tensor.device)).clone()
             if isinstance(tensor, nn.Parameter):  # keep what it was: a buffer stays a buffer
                 sliced = nn.Parameter(sliced, requires_grad=False)
             owner, _, leaf = name.rpartition(".")
@@ -272,6 +283,24 @@ def cut_layer(scorer: ExpertScores, removal: list[ExpertRemoval]) -> dict[str, s
         renamed.update({f"{block.name}.{old}": f"{block.name}.{new}" for new, old in enumerate(kept)})
         cut(block, record.removed)
     return renamed
+
+
+def parameters_removed(model: nn.Module, fraction: float) -> int:
+    """How many parameters ``--expert-sparsity fraction`` removes from ``model`` (a meta skeleton will do):
+    the removed experts' slices and their router rows; a model that cannot lose experts is a UserError."""
+    check_removable(model, fraction)
+    removed = 0
+    for layer in decoder_layers(model):
+        for block in moe_blocks(layer):
+            gone = removed_per_group(block.count, block.groups, fraction) * block.groups
+            params = [*block.experts.parameters(recurse=False)]
+            params += [
+                t
+                for _, t in _routing_tensors(block)
+                if isinstance(t, nn.Parameter) and _expert_dim(t, block.count) is not None
+            ]
+            removed += sum(p.numel() // block.count * gone for p in params)
+    return removed
 
 
 def set_expert_count(model: nn.Module, before: int, after: int) -> None:

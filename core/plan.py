@@ -23,6 +23,7 @@ from acetui_core.choices import Allocation, Dtype, EvalKind
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH
+from acetui_core.expertremoval import parameters_removed
 from acetui_core.layouts import census, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.metrics import get_method
 from acetui_core.models import (
@@ -69,6 +70,8 @@ class Plan:
     peak_gpu_bytes: int | None
     gpu_assumed: bool = False  # planned for a GPU this machine does not have (an 80 GB card)
     census: dict[str, int] | None = None  # decoder weights by kind: pruned kinds, routing, norms and biases
+    saved_parameters: int | None = None  # --expert-sparsity: what the saved checkpoint keeps
+    saved_bytes: int | None = None  # and its size, in the dtype the run saves it in
 
 
 def _bytes(dtype) -> int:
@@ -110,7 +113,7 @@ def plan_run(run: RunConfig) -> Plan:
 
     method = get_method(run.method)
     calibration, seqlen = 0, None
-    if method.needs_activations:
+    if method.needs_activations or run.expert_sparsity:  # experts are scored on calibration tokens
         seqlen = resolve_seqlen(run.seqlen, context_length(config))
         calibration = run.nsamples * seqlen * int(config.hidden_size) * size
     scoring = SCORE_BYTES_PER_WEIGHT * largest
@@ -165,7 +168,13 @@ def plan_run(run: RunConfig) -> Plan:
         gpu = max(2 * layer + pruning, capturing, evaluating)
     else:
         cpu = baseline + held + max(activations + scoring + statistics, evaluation + evaluation_hidden)
+    saved_parameters = saved_bytes = None
+    if run.expert_sparsity:
+        saved_parameters = parameters - parameters_removed(model, run.expert_sparsity)
+        saved_bytes = saved_parameters * (stored if streaming else size)  # a streamed run writes the source's dtype
     return Plan(
+        saved_parameters=saved_parameters,
+        saved_bytes=saved_bytes,
         model=run.model,
         family=config.model_type,
         parameters=parameters,

@@ -52,6 +52,14 @@ def moe_config(family: str, vocab_size: int, **overrides):
         "gpt_oss": lambda: transformers.GptOssConfig(
             **common, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16
         ),
+        "ernie4_5_moe": lambda: transformers.Ernie4_5_MoeConfig(  # a correction bias of shape [1, experts]
+            **common,
+            intermediate_size=128,
+            moe_intermediate_size=32,
+            moe_num_experts=8,
+            moe_k=2,
+            moe_layer_start_index=0,
+        ),
         "gpt_neox": lambda: transformers.GPTNeoXConfig(
             vocab_size=vocab_size,
             hidden_size=64,

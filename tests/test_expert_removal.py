@@ -19,7 +19,7 @@ from acetui_core.expertremoval import COUNT_FIELDS
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import load_model
 
-COUNTS = {"mixtral": 4, "qwen2_moe": 8, "qwen3_moe": 8, "deepseek_v3": 8, "gpt_oss": 4}
+COUNTS = {"mixtral": 4, "qwen2_moe": 8, "qwen3_moe": 8, "deepseek_v3": 8, "gpt_oss": 4, "ernie4_5_moe": 8}
 
 
 def _run(source, calib_file, save=None, **settings):
@@ -50,7 +50,7 @@ def _expert_tensors(saved: dict[str, torch.Tensor], layer: int) -> dict[str, int
     return counts
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "ernie4_5_moe"])
 def test_the_saved_checkpoint_has_fewer_experts_and_loads_with_the_same_logits(make_moe, calib_file, tmp_path, family):
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -65,7 +65,7 @@ def test_the_saved_checkpoint_has_fewer_experts_and_loads_with_the_same_logits(m
     for layer in moe_layers:
         assert set(_expert_tensors(saved, layer).values()) == {dense // 2}
         routers = [t for n, t in saved.items() if f"layers.{layer}." in n and (".gate." in n or ".router." in n)]
-        assert routers and all(t.shape[0] == dense // 2 for t in routers)  # rows, biases, correction bias
+        assert routers and all(dense // 2 in t.shape and dense not in t.shape for t in routers)  # rows, biases
     removed = result.experts_removed
     assert removed.kept == [dense // 2] * len(moe_layers) and removed.counted_from == "saved checkpoint"
     assert removed.parameters_before - removed.parameters_after == removed.parameters_removed > 0
@@ -204,3 +204,15 @@ def test_runs_show_prints_each_experts_score_with_the_removed_marked(make_moe, c
     line = next(line for line in out.splitlines() if "layer 0 mlp.experts reap scores:" in line)
     assert line.split()[-2] == "0x"  # expert 2: output zero, score 0, removed; marked without colour
     assert "x: removed by --expert-sparsity" in out
+
+
+@pytest.mark.parametrize("family", ["mixtral", "gpt_oss"])
+def test_the_plan_counts_the_checkpoint_the_run_saves(make_moe, calib_file, tmp_path, family):
+    from acetui_core.plan import plan_run
+
+    source = make_moe(family)
+    result, _ = _run(source, calib_file, tmp_path / "out")
+    plan = plan_run(RunConfig(model=str(source), method="wanda", expert_sparsity=0.5, device="cpu", offload="none"))
+    removed = result.experts_removed
+    assert plan.saved_parameters == removed.parameters_after < plan.parameters == removed.parameters_before
+    assert plan.saved_bytes == pytest.approx(removed.bytes_after, rel=0.01)  # float32, less the files' headers

@@ -56,6 +56,17 @@ def plan_table(plan, nsamples: int) -> Table:
         ("pruned", _census(plan)[0]),
         ("kept dense", _census(plan)[1]),
         ("checkpoint", checkpoint),
+        *(
+            [
+                (
+                    "saved checkpoint",
+                    f"{fmt_count(plan.saved_parameters)} parameters, {_gib(plan.saved_bytes)} (experts removed: "
+                    f"{fmt_count(plan.parameters - plan.saved_parameters)} parameters fewer)",
+                )
+            ]
+            if plan.saved_parameters is not None and plan.saved_bytes is not None
+            else []
+        ),
         ("device", f"{plan.device} ({plan.dtype})"),
         (
             "streaming",
