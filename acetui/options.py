@@ -4,6 +4,7 @@ value is one sentence naming the option, exit 2)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
 from types import UnionType
@@ -15,9 +16,8 @@ from rich.markup import escape
 from acetui_core import parse
 from acetui_core.choices import ExecutorKind
 from acetui_core.comparison import CELLS
-from acetui_core.config import SETTINGS, RunConfig
+from acetui_core.config import AXES, SETTINGS, RunConfig
 from acetui_core.errors import check_choice
-from acetui_core.metrics import METHODS
 from acetui_core.setting import Setting
 
 _TYPES = get_type_hints(RunConfig)
@@ -61,19 +61,6 @@ Partition = Annotated[str | None, typer.Option(help="Slurm partition (--executor
 GpusPerJob = Annotated[int, typer.Option(parser=_whole("--gpus-per-job"), metavar="N", help="GPUs per Slurm job.")]
 TimeLimit = Annotated[str, typer.Option("--time", help="Slurm time limit per job: 120, 2:00:00, 1-00:00:00.")]
 
-# The lists of a grid, comma-separated (parsed by the commands through acetui_core.parse).
-Methods = Annotated[
-    str,
-    typer.Option(
-        help=f"Methods, comma-separated: {', '.join(METHODS)}, or plug-ins (module:function, file.py:function)."
-    ),
-]
-Sparsities = Annotated[str, typer.Option("--sparsity", help="Sparsities, comma-separated: ratios and N:M patterns.")]
-Seqlens = Annotated[str, typer.Option("--seqlen", help="Calibration lengths, comma-separated; 'full' for the context.")]
-Seeds = Annotated[
-    str, typer.Option("--seeds", "--seed", help="Sampler seeds, comma-separated (the seed study: 0,1,2).")
-]
-
 Notify = Annotated[
     str | None,
     typer.Option(
@@ -102,35 +89,85 @@ def _cli_type(spec: Setting) -> type | UnionType:
 
 
 def _parameter(spec: Setting) -> inspect.Parameter:
-    option = typer.Option(*spec.flags, help=escape(spec.help), parser=spec.parse, metavar=spec.metavar)
+    option = typer.Option(
+        *spec.flags, help=escape(spec.help), parser=lambda text: spec.value(text), metavar=spec.metavar
+    )
     default = spec.text if isinstance(spec.default, list) else spec.default
     annotation: object = Annotated[_cli_type(spec), option]  # made at run time for Typer to read: a value here
     return inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-def with_settings(*names: str, grid: bool = False):
+def _axis_parameter(spec: Setting, default: str | None) -> inspect.Parameter:
+    """An axis of a grid: several values, comma-separated, each read by the setting's parser."""
+    help_text = f"{spec.help} Several, comma-separated."
+    option = typer.Option(
+        *(spec.grid_flags or spec.flags or (spec.flag,)), help=escape(help_text), parser=lambda text: spec.values(text)
+    )
+    annotation: object = Annotated[str | None if default is None else str, option]  # a value Typer reads
+    return inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def with_settings(*names: str, grid: dict[str, str | None] | None = None):
     """A command that takes run settings as options, made from the settings table
     (``acetui_core.config.SETTINGS``): those in ``names``, or by default every one the command does not
-    declare itself (with ``grid``, not the grid's axes nor what only one run can use). The command
-    receives them in its ``**settings``, parsed; they come in the help after its own arguments and
-    before its other options (its keyword-only parameters)."""
+    declare itself. With ``grid`` (a default per axis, where the command's differs from the table's):
+    the table's axes as lists of values (but the model, the command's argument MODELS), and not what only
+    one run can use. The command receives them in its ``**settings``, parsed (an axis as a list); they
+    come in the help after its own arguments and before its other options (its keyword-only parameters)."""
 
     def chosen(spec: Setting, declared) -> bool:
         if names:
             return spec.name in names
-        return spec.name not in declared and not (grid and (spec.axis or spec.single_run))
+        return spec.name not in declared and not (grid is not None and (spec.axis or spec.single_run))
+
+    def axes() -> list[inspect.Parameter]:
+        if grid is None:
+            return []
+        return [
+            _axis_parameter(SETTINGS[name], grid.get(name, SETTINGS[name].text)) for name in AXES if name != "model"
+        ]
 
     def decorate(command):
         signature = inspect.signature(command, eval_str=True)
         own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
         first = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
         rest = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
-        added = [_parameter(spec) for spec in SETTINGS.values() if chosen(spec, signature.parameters)]
+        added = [*axes(), *(_parameter(spec) for spec in SETTINGS.values() if chosen(spec, signature.parameters))]
         first = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in first]
         command.__signature__ = signature.replace(parameters=[*first, *added, *rest])
         return command
 
     return decorate
+
+
+def _keyword(name: str, annotation: object, default: object) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+_EXECUTOR_OPTIONS = [
+    _keyword("detach", Detach, False),
+    _keyword("executor", Executor, ExecutorKind.LOCAL),
+    _keyword("partition", Partition, None),
+    _keyword("gpus_per_job", GpusPerJob, 1),
+    _keyword("time_limit", TimeLimit, "2:00:00"),
+]
+
+
+def with_executor(command):
+    """A command that runs where the user says: ``--detach``, ``--executor local|slurm`` and Slurm's
+    options, declared once. The command receives ``detach`` and ``cluster`` (the Slurm executor, or None
+    for this machine); the options come at the end of its own."""
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name not in ("cluster", "detach")]
+    rest = [p for p in own if p.kind is inspect.Parameter.VAR_KEYWORD]
+    own = [p for p in own if p.kind is not inspect.Parameter.VAR_KEYWORD]
+
+    @functools.wraps(command)
+    def run(*args, executor: str, partition: str | None, gpus_per_job: int, time_limit: str, **kwargs):
+        return command(*args, cluster=slurm_executor(executor, partition, gpus_per_job, time_limit), **kwargs)
+
+    run.__signature__ = signature.replace(parameters=[*own, *_EXECUTOR_OPTIONS, *rest])
+    return run
 
 
 def slurm_executor(executor: str, partition: str | None, gpus_per_job: int, time: str):
@@ -141,14 +178,6 @@ def slurm_executor(executor: str, partition: str | None, gpus_per_job: int, time
     from acetui_core.slurm import Slurm
 
     return Slurm(partition=partition, gpus_per_job=gpus_per_job, time=time)
-
-
-def seqlens(text: str) -> list[int | str]:
-    return [parse.seqlen(value) for value in parse.some(text, "--seqlen")]
-
-
-def seeds(text: str) -> list[int]:
-    return [parse.whole(value, "--seeds") for value in parse.some(text, "--seeds")]
 
 
 def settings_markdown() -> str:

@@ -12,7 +12,6 @@ only. Everything else is made from this table (``SETTINGS``): the options of ``a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -35,48 +34,66 @@ from acetui_core.choices import (
     VarpForm,
     VarpScale,
 )
-from acetui_core.errors import UserError, one_of
+from acetui_core.errors import UserError, check_choice
 from acetui_core.metrics import METHODS
-from acetui_core.setting import Setting, setting, spec_of
+from acetui_core.setting import Parser, Setting, setting, spec_of
 from acetui_core.sparsity import Sparsity, parse_sparsity
 
 ZEROSHOT_TASKS = ("boolq", "rte", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa")
 FULL_CONTEXT_CAP = 4096
 
 
-def _whole(flag: str, minimum: int = 0) -> Callable[[Any], int]:
-    return lambda text: parse.whole(text, flag, minimum)
+def _whole(minimum: int = 0) -> Parser:
+    return lambda text, flag: parse.whole(text, flag, minimum)
 
 
-def _optional_whole(flag: str, minimum: int = 0) -> Callable[[Any], int | None]:
-    return lambda text: parse.optional_whole(text, flag, minimum)
+def _optional_whole(minimum: int = 0) -> Parser:
+    return lambda text, flag: parse.optional_whole(text, flag, minimum)
 
 
-def _number(flag: str, minimum: float | None = None) -> Callable[[Any], float]:
-    return lambda text: parse.number(text, flag, minimum)
+def _number(minimum: float | None = None) -> Parser:
+    return lambda text, flag: parse.number(text, flag, minimum)
 
 
-def _evals(value: Any) -> list[str]:
+def _evals(value: Any, _flag: str) -> list[str]:
     return parse.evals(value if isinstance(value, str) else ",".join(value))
 
 
-def _tasks(value: Any) -> list[str]:
-    return parse.some(value if isinstance(value, str) else ",".join(value), "--tasks")
+def _tasks(value: Any, flag: str) -> list[str]:
+    return parse.some(value if isinstance(value, str) else ",".join(value), flag)
 
 
-def _optional_path(value: Any) -> str | None:
+def _optional_path(value: Any, _flag: str) -> str | None:
     return None if value is None or str(value).strip() == "" else str(Path(str(value).strip()))
 
 
-def _sparsity(value: Any) -> str:
+def _sparsity(value: Any, _flag: str) -> str:
     return str(parse_sparsity(str(value), allow_zero=True))  # 0 with --expert-sparsity only (validate)
 
 
-def _expert_sparsity(text: Any) -> float:
-    value = parse.number(text, "--expert-sparsity", minimum=0)
+def _expert_sparsity(text: Any, flag: str) -> float:
+    value = parse.number(text, flag, minimum=0)
     if not value < 1:
-        raise UserError(f"--expert-sparsity {value:g} would remove every routed expert; use a fraction below 1.")
+        raise UserError(f"{flag} {value:g} would remove every routed expert; use a fraction below 1.")
     return value
+
+
+def _stripped(value: Any, _flag: str) -> str:
+    return str(value).strip()
+
+
+def _needing(setting_name: str, value: str) -> dict:
+    """A setting that matters only when ``setting_name`` is ``value`` (a method's group of parameters)."""
+    return {"needs": (setting_name, value), "group": "advanced"}
+
+
+def _stripped(value: Any, _flag: str) -> str:
+    return str(value).strip()
+
+
+def _needing(setting_name: str, value: str) -> dict:
+    """A setting that matters only when ``setting_name`` is ``value`` (a method's group of parameters)."""
+    return {"needs": (setting_name, value), "group": "advanced"}
 
 
 @dataclass
@@ -84,6 +101,8 @@ class RunConfig:
     model: str = setting(
         help="Hub id, local checkpoint folder, or .gguf file (default: the bundled SmolLM2-135M).",
         label="Model",
+        placed=True,
+        placeholder="hub id, checkpoint folder or .gguf (→ completes)",
         axis=True,
         describe=str,
     )
@@ -91,8 +110,10 @@ class RunConfig:
         "ace",
         help=f"One of: {', '.join(METHODS)}; or a plug-in: module:function, path/file.py:function.",
         label="Metrics",
+        placed=True,
         flags=("--method", "-m"),
         axis=True,
+        grid_flags=("--methods", "--method", "-m"),
     )
     sparsity: str = setting(  # "0.5" or "2:4"; parsed by ``sparsity_spec``
         "0.5",
@@ -100,6 +121,7 @@ class RunConfig:
         label="Sparsity",
         flags=("--sparsity", "-s"),
         parse=_sparsity,
+        placeholder="0.5, 2:4, 4:8 …",
         axis=True,
     )
     group: str = setting(
@@ -113,14 +135,17 @@ class RunConfig:
         "c4",
         help="c4, wikitext2, or a .txt/.jsonl/.json(.gz) file with a 'text' field.",
         label="Calibration",
-        parse=lambda text: str(text).strip(),
+        parse=_stripped,
+        placeholder="c4, wikitext2 or a file",
+        calibration=True,
     )
     nsamples: int = setting(
         128,
         help="Calibration windows.",
         label="Samples",
-        parse=_whole("--nsamples", 1),
+        parse=_whole(1),
         metavar="N",
+        calibration=True,
         describe=lambda v: f"{v} samples",
     )
     seqlen: int | str = setting(  # an int, or "full" (the model's context capped at FULL_CONTEXT_CAP)
@@ -128,16 +153,27 @@ class RunConfig:
         help="Calibration window length in tokens, or 'full' (context, capped at 4096).",
         label="Length",
         parse=parse.seqlen,
+        presets=("16", "full"),
+        placeholder="16, full …",
         axis=True,
+        calibration=True,
         describe=lambda v: f"{v}-token calibration",
     )
     seed: int = setting(
-        0, help="Seed of the window sampler.", label="Seed", parse=_whole("--seed"), metavar="N", axis=True
+        0,
+        help="Seed of the window sampler.",
+        label="Seed",
+        parse=_whole(),
+        metavar="N",
+        axis=True,
+        grid_flags=("--seeds", "--seed"),
+        calibration=True,
     )
     evals: list[str] = setting(
         factory=lambda: [EvalKind.WIKITEXT2],
         help="wikitext2, zeroshot, both comma-separated, or none.",
         label="Evaluation",
+        placed=True,
         flags=("--eval",),
         choices=tuple(EvalKind),
         parse=_evals,
@@ -147,7 +183,9 @@ class RunConfig:
         None,
         help="Perplexity window length (default: the context, capped at 4096).",
         label="Length",
-        parse=_optional_whole("--eval-seqlen", 2),
+        parse=_optional_whole(2),
+        placed=True,
+        placeholder="context",
         metavar="N",
         describe=lambda v: f"eval {v} tokens",
     )
@@ -155,7 +193,9 @@ class RunConfig:
         None,
         help="Evaluate the first N perplexity windows only.",
         label="Windows",
-        parse=_optional_whole("--eval-limit", 1),
+        placed=True,
+        placeholder="all",
+        parse=_optional_whole(1),
         metavar="N",
         describe=lambda v: f"{v} windows",
     )
@@ -163,14 +203,17 @@ class RunConfig:
         factory=lambda: list(ZEROSHOT_TASKS),
         help="Zero-shot tasks, comma-separated.",
         label="Tasks",
+        placed=True,
         parse=_tasks,
     )
     zeroshot_limit: int | None = setting(
         None,
         help="Zero-shot examples per task (a partial result).",
         label="Examples",
+        placed=True,
+        placeholder="all",
         flags=("--limit",),
-        parse=_optional_whole("--limit", 1),
+        parse=_optional_whole(1),
         metavar="N",
     )
     batch_size: int = setting(  # calibration windows per forward pass, and lm-eval's batch size
@@ -178,7 +221,7 @@ class RunConfig:
         help="Zero-shot batch size.",
         label="Batch size",
         group="advanced",
-        parse=_whole("--batch-size", 1),
+        parse=_whole(1),
         metavar="N",
         result=False,
     )
@@ -186,14 +229,16 @@ class RunConfig:
         "auto",
         help="auto, cpu or cuda[:i]; with auto and several GPUs a grid runs one per GPU.",
         label="Device",
+        placed=True,
         result=False,
     )
     dtype: str = setting(
         Dtype.AUTO,
         help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.",
         label="dtype",
+        placed=True,
         choices=tuple(Dtype),
-        parse=one_of("dtype", tuple(Dtype)),
+        parse=lambda value, _flag: check_choice(value, tuple(Dtype), "dtype"),
         describe=str,
     )
     offload: str = setting(
@@ -203,7 +248,6 @@ class RunConfig:
         label="Offload",
         group="advanced",
         choices=tuple(Offload),
-        parse=one_of("--offload", tuple(Offload)),
     )
     squared_weight: bool = setting(
         False,
@@ -217,7 +261,7 @@ class RunConfig:
         help="RIA: the power of the input norm in its score (the paper's a = 0.5).",
         label="RIA alpha",
         group="advanced",
-        parse=_number("--ria-alpha", minimum=0),  # a negative power would rank quiet inputs above loud ones
+        parse=_number(minimum=0),  # a negative power would rank quiet inputs above loud ones
         describe=lambda v: f"alpha {v}",
     )
     fidelity: bool = setting(
@@ -264,16 +308,16 @@ class RunConfig:
         0.08,
         help="OWL: layer sparsities within +-lambda.",
         label="OWL lambda",
-        group="advanced",
-        parse=_number("--owl-lambda"),
+        **_needing("allocation", Allocation.OWL),
+        parse=_number(),
         describe=lambda v: f"OWL lambda {v:g}",
     )
     owl_m: float = setting(
         5.0,
         help="OWL: outlier = score above M x layer mean.",
         label="OWL M",
-        group="advanced",
-        parse=_number("--owl-m"),
+        **_needing("allocation", Allocation.OWL),
+        parse=_number(),
         describe=lambda v: f"OWL M {v:g}",
     )
     update: str = setting(
@@ -305,8 +349,8 @@ class RunConfig:
         50,
         help="DSnoT: at most N swaps per row.",
         label="DSnoT cycles",
-        group="advanced",
-        parse=_whole("--dsnot-cycles", 1),
+        **_needing("refine", Refine.DSNOT),
+        parse=_whole(1),
         metavar="N",
         describe=lambda v: f"DSnoT {v} cycles",
     )
@@ -314,16 +358,16 @@ class RunConfig:
         0.1,
         help="DSnoT: a row stops once its expected-output error is at most this.",
         label="DSnoT thresh",
-        group="advanced",
-        parse=_number("--dsnot-threshold", minimum=0),
+        **_needing("refine", Refine.DSNOT),
+        parse=_number(minimum=0),
         describe=lambda v: f"DSnoT threshold {v:g}",
     )
     dsnot_var_power: float = setting(
         1.0,
         help="DSnoT: the power of the input variance dividing a weight's growth key.",
         label="DSnoT power",
-        group="advanced",
-        parse=_number("--dsnot-var-power", minimum=0),
+        **_needing("refine", Refine.DSNOT),
+        parse=_number(minimum=0),
         describe=lambda v: f"DSnoT variance power {v:g}",
     )
     dsnot_skip: str = setting(
@@ -331,7 +375,7 @@ class RunConfig:
         help="DSnoT: the linears it leaves unrefined: mlp (every one outside attention, the reference's "
         "default), attention, or none (refine every linear).",
         label="DSnoT skip",
-        group="advanced",
+        **_needing("refine", Refine.DSNOT),
         choices=tuple(DSnoTSkip),
         describe=lambda v: "DSnoT on every linear" if v == DSnoTSkip.NONE else f"DSnoT skips {v}",
     )
@@ -340,7 +384,7 @@ class RunConfig:
         help="DSnoT: the swaps it makes: threshold (the reference's: while the row's error exceeds the "
         "threshold and, for N:M, keeps its sign) or decrease (only swaps that lower the error).",
         label="DSnoT accept",
-        group="advanced",
+        **_needing("refine", Refine.DSNOT),
         choices=tuple(DSnoTAccept),
         describe=lambda v: f"DSnoT accepts by {v}",
     )
@@ -349,7 +393,7 @@ class RunConfig:
         help="DSnoT, unstructured masks: the score ranking the kept weights to prune: wanda (the reference's) "
         "or metric (the run's own; N:M masks always use the run's metric, as the reference does).",
         label="DSnoT prune by",
-        group="advanced",
+        **_needing("refine", Refine.DSNOT),
         choices=tuple(DSnoTPruneScore),
         describe=lambda v: f"DSnoT prunes by {v}",
     )
@@ -386,6 +430,7 @@ class RunConfig:
         label="Save to",
         group="advanced",
         parse=_optional_path,
+        placeholder="not saved",
         result=False,
         single_run=True,
         metavar="PATH",
@@ -433,6 +478,13 @@ def _dsnot_before_reference(sparsity: str) -> dict:
 
 # The table, in the order the CLI's help and the form show it.
 SETTINGS: dict[str, Setting] = {f.name: spec_of(f) for f in fields(RunConfig)}
+# The settings a grid takes several values of, in the table's order.
+AXES: tuple[str, ...] = tuple(name for name, spec in SETTINGS.items() if spec.axis)
+
+
+def needing(setting_name: str, value: str) -> tuple[str, ...]:
+    """The settings that matter only when ``setting_name`` is ``value`` (DSnoT's when --refine dsnot)."""
+    return tuple(name for name, spec in SETTINGS.items() if spec.needs == (setting_name, value))
 
 
 def model_name(model: str) -> str:

@@ -1,6 +1,6 @@
 """The one door for starting runs. The CLI (prune, compare, sweep), the app and scripts all come here.
 
-A grid (models x methods x sparsities x calibration lengths x seeds) becomes run configurations; every
+A grid (every combination of the settings' values, ``Grid``) becomes run configurations; every
 one is checked (``acetui_core.validate``) before anything is recorded or queued; the runs are recorded
 in the store; an *executor* executes them:
 
@@ -14,11 +14,13 @@ once they have ended (``acetui compare`` and ``sweep`` without ``--detach``, scr
 
 Usage::
 
-    ids = launch(Grid(["model"], ["wanda", "ace"], ["0.5", "2:4"]).configs(), LocalProcesses(), store)
+    grid = Grid({"model": ["model"], "method": ["wanda", "ace"], "sparsity": ["0.5", "2:4"]})
+    ids = launch(grid.configs(), LocalProcesses(), store)
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import threading
@@ -29,7 +31,7 @@ from typing import Protocol
 
 from acetui_core import parse
 from acetui_core.choices import ExecutorKind, RunStatus
-from acetui_core.config import RunConfig
+from acetui_core.config import AXES, SETTINGS, RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import OnRunEvent
 from acetui_core.heartbeat import stop_signals
@@ -42,32 +44,38 @@ from acetui_core.validate import check_config
 
 @dataclass
 class Grid:
-    """Every combination of the lists, each with the ``common`` settings (any other ``RunConfig`` field).
+    """Every combination of the ``axes`` (a setting's name and its values: any setting of the table; an axis
+    of the table not given takes its default), each with the ``common`` settings.
 
-    One rule for methods without calibration data (magnitude): they run once per model and sparsity,
-    whatever the calibration lengths and seeds, since neither can change their result."""
+    The runs come model by model and method by method (a model loaded once; a method's calibration
+    statistics shared), then by the calibration axes, with the others innermost (sparsity: one pass of
+    statistics, several masks). One rule for methods without calibration data (magnitude): they run once
+    per combination of the other axes, whatever the calibration axes (source, length, seed), since none
+    can change their result."""
 
-    models: list[str]
-    methods: list[str]
-    sparsities: list[str]
-    seqlens: list[int | str] = field(default_factory=lambda: [16])
-    seeds: list[int] = field(default_factory=lambda: [0])
+    axes: dict[str, list]
     common: dict = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, settings: dict) -> Grid:
+        """A grid from run settings as the CLI and the form hold them: the table's axes (a list, or one
+        value) become axes, the rest is common."""
+        axes = {name: value if isinstance(value, list) else [value] for name, value in settings.items() if name in AXES}
+        return cls(axes, {name: value for name, value in settings.items() if name not in AXES})
+
     def configs(self) -> list[RunConfig]:
+        values = {name: [SETTINGS[name].default] for name in AXES if name not in self.common} | self.axes
+        order = sorted(values, key=lambda name: (name not in ("model", "method"), not SETTINGS[name].calibration))
         grid: dict[tuple, RunConfig] = {}
-        for model in self.models:
-            for method in self.methods:
-                calibrated = get_method(method).calibrated(
-                    RunConfig(model=model, method=method, sparsity="0.5", **self.common)
-                )
-                for seqlen in self.seqlens if calibrated else self.seqlens[:1]:
-                    for seed in self.seeds if calibrated else self.seeds[:1]:
-                        for sparsity in self.sparsities:
-                            config = RunConfig(
-                                model=model, method=method, sparsity=sparsity, seqlen=seqlen, seed=seed, **self.common
-                            )
-                            grid.setdefault((model, method, str(seqlen), seed, sparsity), config)
+        for combination in itertools.product(*(values[name] for name in order)):
+            chosen = dict(zip(order, combination, strict=True))
+            config = RunConfig(**self.common, **chosen)
+            if not get_method(config.method).calibrated(config):
+                for name in order:
+                    if SETTINGS[name].calibration:
+                        chosen[name] = values[name][0]
+                config = RunConfig(**self.common, **chosen)
+            grid.setdefault(tuple(str(chosen[name]) for name in order), config)
         return list(grid.values())
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from acetui_core import parse
 from acetui_core.checkpoint import check_save_dir
 from acetui_core.choices import Allocation, EvalKind, Offload, Permute, Refine, Update
-from acetui_core.config import FULL_CONTEXT_CAP, SETTINGS, RunConfig
+from acetui_core.config import FULL_CONTEXT_CAP, SETTINGS, RunConfig, needing
 from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents, longest_document, no_window
 from acetui_core.errors import UserError
 from acetui_core.masks import check_nm_fits
@@ -26,8 +26,8 @@ from acetui_core.preflight import model_tokenizer, preflight
 from acetui_core.sparsity import parse_sparsity
 from acetui_core.streaming import streaming_folder
 
-DSNOT = ("dsnot_cycles", "dsnot_threshold", "dsnot_var_power", "dsnot_skip", "dsnot_accept", "dsnot_prune_score")
-OWL = ("owl_lambda", "owl_m")
+DSNOT = needing("refine", Refine.DSNOT)
+OWL = needing("allocation", Allocation.OWL)
 
 
 def check_config(config: RunConfig, *, local_device: bool = True, protected: tuple = ()) -> RunConfig:

@@ -183,7 +183,7 @@ async def test_zero_shot_fields_are_checked_only_when_zero_shot_is_on(store):
 async def test_model_field_completes_from_recent_models(store, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     recent = "org/recent-model"
-    store.create_run(configs(model=recent, methods=["wanda"], sparsities=["0.5"], seqlens=[16], seed=0, evals=[])[0])
+    store.create_run(configs(model=recent, method=["wanda"], sparsity=["0.5"], seqlen=[16], seed=0, evals=[])[0])
     store.set_status(store.list_runs()[0].id, "failed", error="test")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
@@ -210,7 +210,7 @@ def test_local_checkpoints_gguf_files_and_the_hub_cache_are_candidates(tmp_path)
 
 @pytest.mark.asyncio
 async def test_delete_a_run_after_confirming(store):
-    run_id = store.create_run(configs(model="m", methods=["wanda"], sparsities=["0.5"], seqlens=[16], evals=[])[0])
+    run_id = store.create_run(configs(model="m", method=["wanda"], sparsity=["0.5"], seqlen=[16], evals=[])[0])
     store.set_status(run_id, "failed", error="Broken on purpose.")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
@@ -535,7 +535,7 @@ def test_cli_opens_the_app_and_attaches(store, monkeypatch):
         AceApp, "run", lambda self: started.append((self._start_theme, self._attach_run, self.store.path))
     )
     assert run_cli(monkeypatch, "--store", str(store.path), "--theme", "ansi") == 0
-    run_id = store.create_run(configs(model="m", methods=["wanda"], sparsities=["0.5"], seqlens=[16], evals=[])[0])
+    run_id = store.create_run(configs(model="m", method=["wanda"], sparsity=["0.5"], seqlen=[16], evals=[])[0])
     assert run_cli(monkeypatch, "--theme", "light", "attach", run_id, "--store", str(store.path)) == 0
     assert started == [("ansi", None, store.path), ("light", run_id, store.path)]
 

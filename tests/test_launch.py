@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_methods_without_calibration_run_once_per_model_and_sparsity():
-    configs = Grid(["m"], ["magnitude", "wanda"], ["0.5", "2:4"], [16, "full"], [0, 1]).configs()
+    axes = {"model": ["m"], "method": ["magnitude", "wanda"], "sparsity": ["0.5", "2:4"], "seqlen": [16, "full"]}
+    configs = Grid(axes | {"seed": [0, 1]}).configs()
     assert [(c.sparsity, c.seqlen, c.seed) for c in configs if c.method == "magnitude"] == [
         ("0.5", 16, 0),
         ("2:4", 16, 0),
@@ -117,7 +118,8 @@ def test_a_bad_grid_is_refused_before_anything_is_queued(
 
 def test_the_runs_queued_together_share_one_batch(tmp_path, make_tiny_model):
     store = Store(tmp_path / "runs.db")
-    configs = Grid([str(make_tiny_model("llama"))], ["magnitude"], ["0.25", "0.5"], common={"evals": []}).configs()
+    axes = {"model": [str(make_tiny_model("llama"))], "method": ["magnitude"], "sparsity": ["0.25", "0.5"]}
+    configs = Grid(axes, common={"evals": []}).configs()
     grid, alone = queue(configs, store, InProcess()), queue(configs[:1], store, InProcess())
     batches = {run.id: run.batch for run in store.list_runs()}
     assert batches[grid[0]] == batches[grid[1]] != batches[alone[0]]

@@ -61,9 +61,7 @@ def test_a_bad_time_limit_is_one_sentence():
 def test_a_grid_through_submitit_reports_via_its_job_folders(tmp_path, make_tiny_model, calib_file):
     store = Store(tmp_path / "runs.db")
     grid = Grid(
-        [str(make_tiny_model("llama"))],
-        ["wanda", "ace"],
-        ["0.5"],
+        {"model": [str(make_tiny_model("llama"))], "method": ["wanda", "ace"], "sparsity": ["0.5"]},
         common={"calib": calib_file, "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2},
     )
     run_ids = launch(grid.configs(), Slurm(cluster="local", gpus_per_job=0), store)
@@ -107,9 +105,7 @@ def test_a_two_run_grid_on_a_real_slurm_cluster(
     store = Store(tmp_path / "runs.db")
     executor = Slurm(partition=slurm_cluster.partition, gpus_per_job=1, time="10", folder=slurm_cluster.work_dir)
     grid = Grid(
-        [str(make_tiny_model("llama"))],
-        ["wanda", "ria"],
-        ["0.5"],
+        {"model": [str(make_tiny_model("llama"))], "method": ["wanda", "ria"], "sparsity": ["0.5"]},
         common={"calib": calib_file, "nsamples": 4, "eval_seqlen": 64, "eval_limit": 2},
     )
     run_ids = launch(grid.configs(), executor, store)

@@ -7,17 +7,13 @@ runs the CLI would. No widgets here: the screen shows what these functions raise
 
 from __future__ import annotations
 
-from acetui_core import parse
-from acetui_core.config import SETTINGS, RunConfig
+from acetui_core.config import AXES, SETTINGS, RunConfig
 from acetui_core.errors import UserError
 from acetui_core.launch import Grid
 from acetui_core.metrics import get_method
 from acetui_core.models import model_source
-from acetui_core.sparsity import parse_sparsity
 from acetui_core.validate import check_calibration_source
 from acetui_core.zeroshot import validate_tasks
-
-SEQLEN_PRESETS = ("16", "full")
 
 
 def model(text: str) -> str:
@@ -33,35 +29,21 @@ def methods(names: list[str]) -> list[str]:
     return [get_method(name).name for name in names]
 
 
-def sparsities(text: str) -> list[str]:
-    items = parse.items(text)
-    if not items:
-        raise UserError(
-            "Give a sparsity: a ratio such as 0.5 or an N:M pattern such as 2:4 (several separated by commas)."
-        )
-    return list(dict.fromkeys(str(parse_sparsity(item)) for item in items))
-
-
-def seqlens(text: str) -> list[int | str]:
-    items = parse.items(text)
-    if not items:
-        raise UserError("Give a calibration length: a number of tokens or 'full' (several separated by commas).")
-    return list(dict.fromkeys(parse.seqlen(item) for item in items))  # the model's context is checked by the run
-
-
-# The settings the form takes several values of (a comparison), each its own sentence.
-SEVERAL = {"model": model, "sparsity": sparsities, "seqlen": seqlens}
+# The settings the form takes several values of, each a text field read by the one list parser
+# (``Setting.values``): the grid's axes but the model (one per form) and the metrics (ticks).
+SEVERAL = tuple(name for name in AXES if name not in ("model", "method"))
 
 
 def value(name: str, text):
     """One setting as the form holds it (text typed, a choice, a tick), checked: the value, or the sentence
     the CLI would print for it. A calibration file and zero-shot tasks are looked at too (the file's text,
     the tasks' local copies), as the run would."""
-    if name in SEVERAL:
-        return SEVERAL[name](text)
-    checked = SETTINGS[name].value(text)
+    if name == "model":
+        return model(text)
+    checked = SETTINGS[name].values(text) if name in SEVERAL else SETTINGS[name].value(text)
     if name == "calib":
-        check_calibration_source(checked)
+        for source in checked if isinstance(checked, list) else [checked]:
+            check_calibration_source(source)
     if name == "tasks":
         checked = validate_tasks(checked)
     return checked
@@ -74,8 +56,7 @@ def text(name: str, value) -> str:
     return "" if value is None else str(value)
 
 
-def configs(
-    *, model: str, methods: list[str], sparsities: list[str], seqlens: list, seed: int = 0, **common
-) -> list[RunConfig]:
-    """The comparison grid, built by the launcher as for ``acetui compare``."""
-    return Grid([model], methods, sparsities, seqlens, [seed], common=common).configs()
+def configs(**settings) -> list[RunConfig]:
+    """The comparison grid of the form's values (a list or one value per axis), built by the launcher as
+    for ``acetui compare``."""
+    return Grid.of(settings).configs()

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 from acetui import options
 from acetui.commands.runs import Follower, run_summary
-from acetui_core import parse, verdicts
-from acetui_core.choices import ExecutorKind, RunStatus
+from acetui_core import verdicts
+from acetui_core.choices import RunStatus
 from acetui_core.comparison import check_table, comparison
-from acetui_core.config import model_name
+from acetui_core.config import SETTINGS, model_name
 from acetui_core.errors import Cancelled
 from acetui_core.events import Event
 from acetui_core.export import to_markdown
@@ -110,33 +110,20 @@ def run_grid(
         raise typer.Exit(1)
 
 
-@options.with_settings(grid=True)
+@options.with_settings(grid={"method": "wanda,ria,ace", "sparsity": "0.5,4:8,2:4"})
+@options.with_executor
 def compare(
     models: options.Models = None,
-    methods: options.Methods = "wanda,ria,ace",
-    sparsity: options.Sparsities = "0.5,4:8,2:4",
-    seqlen: options.Seqlens = "16",
-    seeds: options.Seeds = "0",
     *,
-    detach: options.Detach = False,
-    executor: options.Executor = ExecutorKind.LOCAL,
-    partition: options.Partition = None,
-    gpus_per_job: options.GpusPerJob = 1,
-    time_limit: options.TimeLimit = "2:00:00",
+    detach: bool = False,
+    cluster=None,
     store: options.StoreOption = None,
     as_json: options.JsonOption = False,
     cells: options.Cells = "ppl",
     **settings,
 ) -> None:
     """Run every method x sparsity x calibration length on MODELS and print the paper-style table."""
-    grid = Grid(
-        models or [default_model()],
-        parse.some(methods, "--methods"),
-        parse.some(sparsity, "--sparsity"),
-        options.seqlens(seqlen),
-        options.seeds(seeds),
-        common=settings,
-    )
+    grid = Grid.of({"model": models or [default_model()], **settings})
     run_grid(
         grid,
         device=settings["device"],
@@ -145,55 +132,37 @@ def compare(
         store=store,
         as_json=as_json,
         cells=cells,
-        cluster=options.slurm_executor(executor, partition, gpus_per_job, time_limit),
+        cluster=cluster,
     )
 
 
 PAPER_SEQLENS = "16,32,128,512,1024,2048"
 
 
-@options.with_settings(grid=True)
+@options.with_settings(grid={"seqlen": None})
+@options.with_executor
 def sweep(
     models: options.Models = None,
-    methods: Annotated[str, typer.Option("--method", help="Method(s), comma-separated.")] = "ace",
-    seqlen: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Calibration lengths (default: the paper's {PAPER_SEQLENS}, or 16 when several --seeds are given)."
-        ),
-    ] = None,
-    seeds: options.Seeds = "0",
-    sparsity: options.Sparsities = "0.5",
     *,
-    detach: options.Detach = False,
-    executor: options.Executor = ExecutorKind.LOCAL,
-    partition: options.Partition = None,
-    gpus_per_job: options.GpusPerJob = 1,
-    time_limit: options.TimeLimit = "2:00:00",
+    detach: bool = False,
+    cluster=None,
     store: options.StoreOption = None,
     as_json: options.JsonOption = False,
     cells: options.Cells = "ppl",
     **settings,
 ) -> None:
-    """The paper's appendix studies: perplexity against calibration length (--seqlen) or sampler seed (--seeds)."""
-    seed_list = options.seeds(seeds)
-    lengths = options.seqlens(seqlen if seqlen is not None else ("16" if len(seed_list) > 1 else PAPER_SEQLENS))
-    columns = "seqlen" if len(lengths) > 1 else "seed" if len(seed_list) > 1 else "sparsity"
-    grid = Grid(
-        models or [default_model()],
-        parse.some(methods, "--method"),
-        parse.some(sparsity, "--sparsity"),
-        lengths,
-        seed_list,
-        common=settings,
-    )
+    """The paper's appendix studies: perplexity against calibration length (--seqlen; by default the
+    paper's 16,32,128,512,1024,2048, or 16 when several --seeds are given) or sampler seed (--seeds)."""
+    if settings["seqlen"] is None:
+        settings["seqlen"] = SETTINGS["seqlen"].values("16" if len(settings["seed"]) > 1 else PAPER_SEQLENS)
+    columns = "seqlen" if len(settings["seqlen"]) > 1 else "seed" if len(settings["seed"]) > 1 else "sparsity"
     run_grid(
-        grid,
+        Grid.of({"model": models or [default_model()], **settings}),
         device=settings["device"],
         columns=columns,
         detach=detach,
         store=store,
         as_json=as_json,
         cells=cells,
-        cluster=options.slurm_executor(executor, partition, gpus_per_job, time_limit),
+        cluster=cluster,
     )

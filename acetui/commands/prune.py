@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from acetui import options
-from acetui_core.choices import ExecutorKind, RunStatus
+from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
 from acetui_core.paths import default_model, user_path
@@ -69,15 +69,13 @@ def summary_table(result: RunResult) -> Table:
 
 
 @options.with_settings()
+@options.with_executor
 def prune(
     model: options.Model = None,
     *,
     as_json: options.JsonOption = False,
-    detach: options.Detach = False,
-    executor: options.Executor = ExecutorKind.LOCAL,
-    partition: options.Partition = None,
-    gpus_per_job: options.GpusPerJob = 1,
-    time_limit: options.TimeLimit = "2:00:00",
+    detach: bool = False,
+    cluster=None,
     store: options.StoreOption = None,
     **settings,
 ) -> None:
@@ -89,7 +87,6 @@ def prune(
     config = RunConfig(model=model or default_model(), **settings)
     save = config.save
     opened = Store(store)
-    cluster = options.slurm_executor(executor, partition, gpus_per_job, time_limit)
     if cluster is not None or detach:
         print(launch([config], cluster or LocalProcesses(detach=True, gpus=0), opened)[0])
         return

@@ -43,7 +43,14 @@ from acetui.app import form, summary
 from acetui.app.candidates import model_candidates, shorten, starting_model
 from acetui.app.messages import CandidatesFound, CostEstimated
 from acetui.app.widgets.marks import Tick, TickList
-from acetui.app.widgets.settingfields import error_lines, inline_field, kind, setting_field, setting_widget
+from acetui.app.widgets.settingfields import (
+    error_lines,
+    group_fields,
+    inline_field,
+    kind,
+    setting_field,
+    setting_widget,
+)
 from acetui.app.workbench import Workbench
 from acetui_core.choices import EvalKind
 from acetui_core.config import SETTINGS, RunConfig
@@ -67,7 +74,6 @@ OWN_WIDGETS = ("method", "evals", "device")
 
 
 TEXT = [name for name, spec in SETTINGS.items() if kind(spec) == "text" and name not in OWN_WIDGETS]
-ADVANCED = [name for name, spec in SETTINGS.items() if spec.group == "advanced"]
 
 
 def _devices() -> list[str]:
@@ -115,12 +121,7 @@ class NewRunScreen(Screen):
                     )
                     yield Static("", id="metrics-error", classes="error")
                 with Vertical(id="settings-column"):
-                    yield from setting_field("sparsity")
-                    yield from setting_field("group")
-                    yield from setting_field("calib")
-                    yield from setting_field("nsamples")
-                    yield from setting_field("seqlen", presets=form.SEQLEN_PRESETS)
-                    yield from setting_field("seed")
+                    yield from group_fields("basic")
                     with Horizontal(classes="row"):
                         yield Label("Device", classes="label")
                         yield Select(
@@ -146,8 +147,7 @@ class NewRunScreen(Screen):
             with Collapsible(
                 title="Advanced: offload, VarP, OWL, OBS, DSnoT, MoE, save…", collapsed=True, id="advanced"
             ):
-                for name in ADVANCED:
-                    yield from setting_field(name, explained=True)
+                yield from group_fields("advanced", explained=True)
         yield Footer(show_command_palette=False, compact=True)
 
     # ---- life cycle ----
@@ -340,12 +340,7 @@ class NewRunScreen(Screen):
             if widget.id not in off
         }
         return form.configs(
-            model=values.pop("model"),
-            methods=form.methods(self.query_one("#metrics", SelectionList).selected),
-            sparsities=values.pop("sparsity"),
-            seqlens=values.pop("seqlen"),
-            evals=self._evals(),
-            **values,
+            method=form.methods(self.query_one("#metrics", SelectionList).selected), evals=self._evals(), **values
         )
 
     # ---- events ----

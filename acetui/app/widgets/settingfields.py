@@ -1,6 +1,6 @@
 """The form widget of each run setting, made from the settings table (``acetui_core.config.SETTINGS``): a
-tick for a flag, a choice for a closed set of values, else a text field with a placeholder saying what
-empty means; each with its help as the tooltip, and the line under it where its error is shown."""
+tick for a flag, a choice for a closed set of values, else a text field with the setting's placeholder
+saying what empty means (and its presets); each with its help as the tooltip, and the line under it where its error is shown."""
 
 from __future__ import annotations
 
@@ -15,17 +15,6 @@ from acetui_core.choices import SparsityGroup
 from acetui_core.config import SETTINGS
 from acetui_core.setting import Setting
 
-# What an empty field means, shown in it.
-PLACEHOLDERS = {
-    "model": "hub id, checkpoint folder or .gguf (→ completes)",
-    "sparsity": "0.5, 2:4, 4:8 …",
-    "calib": "c4, wikitext2 or a file",
-    "seqlen": "16, full …",
-    "eval_limit": "all",
-    "eval_seqlen": "context",
-    "zeroshot_limit": "all",
-    "save": "not saved",
-}
 # How a choice reads, where its name is terse.
 CHOICE_NAMES: dict[str, str] = {SparsityGroup.ROW: "per output row", SparsityGroup.LAYER: "per layer"}
 
@@ -45,21 +34,28 @@ def setting_widget(name: str) -> Input | Select | Checkbox:
         options = [(CHOICE_NAMES.get(choice, choice), choice) for choice in spec.choices]
         widget = Select(options, value=spec.default, allow_blank=False, compact=True, id=name)
     else:
-        widget = TextField(spec.text, placeholder=PLACEHOLDERS.get(name, ""), id=name, compact=True)
+        widget = TextField(spec.text, placeholder=spec.placeholder, id=name, compact=True)
     widget.tooltip = spec.help
     return widget
 
 
-def setting_field(name: str, presets: tuple[str, ...] = (), explained: bool = False) -> ComposeResult:
-    """A setting's row (label and widget), its help under it if ``explained``, then its error line."""
+def setting_field(name: str, explained: bool = False) -> ComposeResult:
+    """A setting's row (label, widget and its presets), its help under it if ``explained``, then its error line."""
     with Horizontal(classes="row"):
         yield Label(SETTINGS[name].label, classes="label")
         yield setting_widget(name)
-        for preset in presets:
+        for preset in SETTINGS[name].presets:
             yield Button(preset, name=preset, classes="preset", compact=True)
     if explained:
         yield Static(escape(SETTINGS[name].help), classes="help")
     yield Static("", id=f"{name}-error", classes="error")
+
+
+def group_fields(group: str, explained: bool = False) -> ComposeResult:
+    """The rows of a group's settings that the screen does not place itself, in the table's order."""
+    for name, spec in SETTINGS.items():
+        if spec.group == group and not spec.placed:
+            yield from setting_field(name, explained)
 
 
 def inline_field(name: str) -> ComposeResult:
