@@ -9,7 +9,7 @@ import sys
 import typer
 
 from acetui.commands import app as workbench
-from acetui.commands import evaluate, export, figure, grid, methods, overlap, plan, prune, runs
+from acetui.commands import evaluate, export, figure, grid, methods, overlap, plan, prune, runs, study
 from acetui_core.errors import Cancelled, UserError
 
 app = typer.Typer(
@@ -31,6 +31,7 @@ app.command()(overlap.overlap)
 app.command()(plan.plan)
 app.command()(workbench.attach)
 app.add_typer(runs.runs_app, name="runs")
+app.add_typer(study.study_app, name="study")
 
 
 def fail(message: str) -> None:

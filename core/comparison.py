@@ -217,7 +217,10 @@ _SAMPLES = {"c4": "C4 sample", "wikitext2": "WikiText-2 sample"}
 
 def _sample_name(calib: str, source: str) -> str:
     """A calibration sample as a paper names it: ``C4 sample c4_calib_merged``, ``calibration
-    c4-train.00000…first1000`` (a long file name keeps its start and end)."""
+    c4-train.00000…first1000`` (a long file name keeps its start and end); a mixture as written
+    (``calibration c4+domain.jsonl``)."""
+    if "+" in calib and " + " in source:
+        return f"calibration {calib}"
     stem = source.rstrip("/").rsplit("/", 1)[-1]
     for suffix in (".gz", ".jsonl", ".json", ".txt"):
         stem = stem.removesuffix(suffix)

@@ -133,10 +133,12 @@ class RunConfig:
     )
     calib: str = setting(
         "c4",
-        help="c4, wikitext2, or a .txt/.jsonl/.json(.gz) file with a 'text' field.",
+        help="c4, wikitext2, or a .txt/.jsonl/.json(.gz) file with a 'text' field; a mixture joins sources "
+        "with + (equal shares of the windows; c4@3+file.jsonl@1 for 3:1).",
         label="Calibration",
         parse=_stripped,
         placeholder="c4, wikitext2 or a file",
+        axis=True,
         calibration=True,
     )
     nsamples: int = setting(

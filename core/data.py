@@ -11,8 +11,9 @@ from pathlib import Path
 
 import torch
 
+from acetui_core import parse
 from acetui_core.errors import UserError
-from acetui_core.paths import data_dir, user_path
+from acetui_core.paths import content_identity, data_dir, user_path
 
 C4_SHARD = "en/c4-train.00000-of-01024.json.gz"
 # Where each source lives inside ACETUI_DATA_DIR (the layout of shared/data).
@@ -65,6 +66,56 @@ def _hub_texts(what: str, loader) -> list[str]:
         raise UserError(
             f"Could not fetch {what} from the Hugging Face hub ({type(error).__name__}); {HUB_HINT}."
         ) from None
+
+
+def mixture(source: str) -> list[tuple[str, float]]:
+    """The sources of a calibration mixture and their shares of the windows: ``c4+domain.jsonl`` is half
+    each, ``c4@3+domain.jsonl@1`` three quarters C4 (shares are weights, scaled to sum to one). One
+    source (or an existing file whose name holds a ``+``) is the whole."""
+    if "+" not in source or user_path(source).is_file():
+        return [(source, 1.0)]
+    parts = []
+    for part in source.split("+"):
+        name, at, share = part.strip().rpartition("@")
+        name, share = (name.strip(), share) if at else (share.strip(), "1")
+        if not name:
+            raise UserError(f"Calibration mixture '{source}' has an empty part; write sources joined by '+'.")
+        parts.append((name, parse.number(share, f"the share of {name} in --calib", minimum=0)))
+    total = sum(share for _, share in parts)
+    if total <= 0:
+        raise UserError(f"Calibration mixture '{source}' has no positive share.")
+    return [(name, share / total) for name, share in parts]
+
+
+def mixture_counts(shares: list[float], nsamples: int) -> list[int]:
+    """Windows per source: ``nsamples`` split by the shares, the remainder to the largest fractions
+    (the first source on a tie), so the counts always sum to ``nsamples``."""
+    exact = [share * nsamples for share in shares]
+    counts = [int(value) for value in exact]
+    by_fraction = sorted(range(len(shares)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in by_fraction[: nsamples - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def calibration_sample(tokenizer, source: str, nsamples: int, seqlen: int, seed: int) -> tuple[torch.Tensor, str]:
+    """The run's calibration windows (``calibration_windows`` from each source of a mixture, its share of
+    them, the seed choosing which) and where they came from (the sources joined by `` + ``)."""
+    parts = mixture(source)
+    counts = mixture_counts([share for _, share in parts], nsamples)
+    windows, wheres = [], []
+    for (name, _), count in zip(parts, counts, strict=True):
+        ids, where = tokenized_calibration(tokenizer, name)
+        wheres.append(where)
+        if count:
+            windows.append(calibration_windows(ids, count, seqlen, seed))
+    return torch.cat(windows), " + ".join(wheres)
+
+
+def sample_identity(where: str) -> str | None:
+    """The content identity of the files a sample came from (``calibration_sample``'s description)."""
+    identities = [content_identity(part) for part in where.split(" + ")]
+    return None if all(i is None for i in identities) else "+".join(str(i) for i in identities)
 
 
 def calibration_documents(source: str) -> tuple[list[str], str]:

@@ -93,13 +93,22 @@ def _tex_text(text: str) -> str:
     return "".join("\\" + char if char in "&%$#_{}" else char for char in text)
 
 
-def to_pgfplots(lines: list[Series], xlabel: str, ylabel: str, log_x: bool = True) -> str:
-    """A ``tikzpicture`` with one ``\\addplot`` (asymmetric error bars) and legend entry per series."""
+def to_pgfplots(
+    lines: list[Series], xlabel: str, ylabel: str, log_x: bool = True, ticks: list[str] | None = None
+) -> str:
+    """A ``tikzpicture`` with one ``\\addplot`` (asymmetric error bars) and legend entry per series;
+    ``ticks`` names the x positions 1, 2, ... (categories such as calibration sources)."""
+    named = (
+        f", xtick={{{','.join(str(i) for i in range(1, len(ticks) + 1))}}}, "
+        f"xticklabels={{{','.join('{' + _tex_text(t) + '}' for t in ticks)}}}"
+        if ticks
+        else ""
+    )
     out = [
         "% acetui figure: needs \\usepackage{pgfplots} in the preamble.",
         "\\begin{tikzpicture}",
         f"\\begin{{axis}}[xlabel={{{_tex_text(xlabel)}}}, ylabel={{{_tex_text(ylabel)}}}, "
-        f"xmode={'log' if log_x else 'normal'}, legend pos=outer north east]",
+        f"xmode={'log' if log_x else 'normal'}{named}, legend pos=outer north east]",
     ]
     for line in lines:
         out.append("\\addplot+[error bars/.cd, y dir=both, y explicit] coordinates {")
@@ -115,7 +124,13 @@ def check_figure_file(output: Path) -> None:
 
 
 def write_figure(
-    lines: list[Series], xlabel: str, ylabel: str, output: Path, log_x: bool = True, replace: bool = False
+    lines: list[Series],
+    xlabel: str,
+    ylabel: str,
+    output: Path,
+    log_x: bool = True,
+    replace: bool = False,
+    ticks: list[str] | None = None,
 ) -> None:
     """``output`` by its suffix: ``.tex`` (pgfplots) or an image through matplotlib, written beside it and
     renamed (``acetui_core.outputs``; ``replace``: over an existing file, which ``--overwrite`` allowed)."""
@@ -123,7 +138,7 @@ def write_figure(
         raise UserError("The selected runs have nothing to draw (no finished run with that measure).")
     check_figure_file(output)
     if output.suffix == ".tex":
-        write_text_atomic(output, to_pgfplots(lines, xlabel, ylabel, log_x), replace=replace)
+        write_text_atomic(output, to_pgfplots(lines, xlabel, ylabel, log_x, ticks), replace=replace)
         return
     try:
         import matplotlib
@@ -142,6 +157,8 @@ def write_figure(
         above = [high - y for y, high in zip(ys, highs, strict=True)]
         axes.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, label=line.name)
     axes.set_xscale("log" if log_x else "linear")
+    if ticks:
+        axes.set_xticks(range(1, len(ticks) + 1), ticks)
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.legend()

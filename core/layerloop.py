@@ -19,7 +19,7 @@ from acetui_core.allocation import owl_allocation
 from acetui_core.choices import Allocation, DSnoTPruneScore, DSnoTSkip, Permute, Refine, StageName
 from acetui_core.config import RunConfig
 from acetui_core.conversion import by_saved_name
-from acetui_core.data import calibration_windows, tokenized_calibration
+from acetui_core.data import calibration_sample, sample_identity
 from acetui_core.dsnot import DSnoTSettings, refine
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import LayerPruned, LayerStarted, OnEvent, RunStarted, Stage
@@ -48,7 +48,6 @@ from acetui_core.maskfile import mask_writer
 from acetui_core.masks import check_nm_fits, nm_mask, prune_mask, row_slices
 from acetui_core.metrics import get_method
 from acetui_core.models import Loaded, device_name
-from acetui_core.paths import content_identity
 from acetui_core.permute import channel_permutation, retained_fraction
 from acetui_core.placement import activation_device, advance, capture_layer0_inputs, layer_feed, module_device
 from acetui_core.records import (
@@ -282,14 +281,13 @@ def prune(
     if calibrated:
         seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
         emit(Stage(StageName.CALIBRATION, 0, config.nsamples))
-        ids, source = tokenized_calibration(loaded.tokenizer, config.calib)
-        windows = calibration_windows(ids, config.nsamples, seqlen, config.seed)
+        windows, source = calibration_sample(loaded.tokenizer, config.calib, config.nsamples, seqlen, config.seed)
         calibration = Calibration(
             source=source,
             nsamples=config.nsamples,
             seqlen=seqlen,
             seed=config.seed,
-            fingerprint=content_identity(source),
+            fingerprint=sample_identity(source),
         )
         emit(Stage(StageName.CALIBRATION, config.nsamples, config.nsamples))
 

@@ -16,7 +16,7 @@ from acetui_core import parse
 from acetui_core.checkpoint import check_save_dir
 from acetui_core.choices import Allocation, EvalKind, Offload, Permute, Refine, Update
 from acetui_core.config import FULL_CONTEXT_CAP, SETTINGS, RunConfig, needing
-from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents, longest_document, no_window
+from acetui_core.data import LOCAL_C4, LOCAL_WIKITEXT2, calibration_documents, longest_document, mixture, no_window
 from acetui_core.errors import UserError
 from acetui_core.masks import check_nm_fits
 from acetui_core.metrics import get_method
@@ -162,7 +162,13 @@ def _local_file(what: str, relative: str) -> None:
 
 
 def check_calibration_source(source: str) -> None:
-    """A built-in source must be present in the local data folder when one is set; a file must hold text."""
+    """A built-in source must be present in the local data folder when one is set; a file must hold text;
+    each source of a mixture (``c4+domain.jsonl``) is checked so."""
+    parts = mixture(source)
+    if len(parts) > 1:
+        for part, _ in parts:
+            check_calibration_source(part)
+        return
     if source == "c4":
         _local_file("C4 sample", LOCAL_C4)
     elif source == "wikitext2":

@@ -52,9 +52,10 @@ def commands(page: Path) -> list[tuple[list[str], list[str], bool]]:
     return found
 
 
-def python_files(page: Path) -> dict[str, str]:
-    """The files a page shows in full: a ```python block whose first line is ``# NAME.py``."""
-    blocks = re.findall(r"^```python\n# (\S+\.py)\n(.*?)^```", page.read_text(), flags=re.M | re.S)
+def shown_files(page: Path) -> dict[str, str]:
+    """The files a page shows in full: a ```python or ```toml block whose first line is ``# NAME.py`` or
+    ``# NAME.toml`` (a plug-in, a study)."""
+    blocks = re.findall(r"^```(?:python|toml)\n# (\S+\.(?:py|toml))\n(.*?)^```", page.read_text(), flags=re.M | re.S)
     return dict(blocks)
 
 
@@ -126,7 +127,7 @@ def test_every_command_of_a_page_runs_word_for_word(page, make_tiny_model, tmp_p
     (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))  # `--seqlen full`
     monkeypatch.setattr("acetui_core.paths.bundled_model", lambda: model)
     monkeypatch.chdir(tmp_path)
-    for name, body in python_files(page).items():  # the plug-ins its commands name
+    for name, body in shown_files(page).items():  # the plug-ins and studies its commands name
         (tmp_path / name).write_text(body)
     store = Store()
     for words, shown, setup in commands(page):

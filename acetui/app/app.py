@@ -61,6 +61,7 @@ class AceApp(Workbench):
         attach: str | None = None,
         user: preferences.Preferences | None = None,
         remember: dict | None = None,
+        chosen: list[str] | None = None,
     ) -> None:
         # Under NO_COLOR, Textual picks its colour filter here, from the theme of the moment: asking for
         # ANSI colours makes it the one that strips colours, not the one that turns ANSI colours to grey
@@ -73,6 +74,7 @@ class AceApp(Workbench):
         self._start_theme = theme
         self._attach_run = attach  # not _attach: Textual's MessagePump has a method of that name
         self._remember_at_start = remember or {}
+        self.chosen_runs = set(chosen or ())
 
     def on_mount(self) -> None:
         self.set_class(os.environ.get("NO_COLOR") is not None, "-no-color")
@@ -86,6 +88,8 @@ class AceApp(Workbench):
         self._watch_runs()
         if self._attach_run:
             self.follow(self._attach_run)
+        elif self.chosen_runs:
+            self.switch_mode("results")
         else:
             self.switch_mode("new")
 
@@ -182,10 +186,14 @@ class AceApp(Workbench):
 
 
 def make_app(
-    store: Store | None = None, theme: str | None = None, attach: str | None = None, notify_mode: str | None = None
+    store: Store | None = None,
+    theme: str | None = None,
+    attach: str | None = None,
+    notify_mode: str | None = None,
+    chosen: list[str] | None = None,
 ) -> AceApp:
     """The app over ``store`` (default: the user's store) on the Run screen of ``attach`` (a run id or
-    unique prefix) if given. The theme is ``theme``, else ``ansi`` under ``NO_COLOR``, else the one the
+    unique prefix) if given, else on Results with the runs ``chosen`` selected (a study's) if any. The theme is ``theme``, else ``ansi`` under ``NO_COLOR``, else the one the
     user last chose, else ``dark``; ``theme`` and ``notify_mode`` given here are remembered.
 
     Raises UserError for an unknown theme, notification or run id, before anything is drawn.
@@ -199,4 +207,5 @@ def make_app(
     if user.notify not in notify.MODES:
         user.notify = preferences.Preferences().notify
     run_id = store.resolve(attach) if attach else None
-    return AceApp(store, start, run_id, user, remember={k: v for k, v in given.items() if v is not None})
+    remembered = {k: v for k, v in given.items() if v is not None}
+    return AceApp(store, start, run_id, user, remember=remembered, chosen=chosen)

@@ -43,6 +43,7 @@ class Workbench(App):
         self.preferences = user
         self.runs: list[RunRecord] = []
         self.runs_listed = False
+        self.chosen_runs: set[str] = set()  # runs the Results screen starts with selected (a study's)
         self.runs_signal: Signal[list[RunRecord]] = Signal(self, "runs")
 
     # ---- preferences ----

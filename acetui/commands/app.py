@@ -31,11 +31,23 @@ def require_terminal() -> None:
         )
 
 
-def open_app(theme: str | None, store: Path | None, attach: str | None = None, notify: str | None = None) -> None:
+def open_app(
+    theme: str | None,
+    store: Path | None,
+    attach: str | None = None,
+    notify: str | None = None,
+    study: Path | None = None,
+) -> None:
     from acetui.app import make_app
     from acetui_core.store import Store
 
-    app = make_app(Store(store), theme=theme, attach=attach, notify_mode=notify)  # bad input is named first
+    opened = Store(store)
+    chosen = None
+    if study is not None:  # the study's finished runs, selected on Results
+        from acetui_core.study import finished_runs, load_study
+
+        chosen = [run.id for run in finished_runs(load_study(study).cells(opened), opened)]
+    app = make_app(opened, theme=theme, attach=attach, notify_mode=notify, chosen=chosen)  # bad input named first
     require_terminal()
     app.run()
     if app.return_code:  # a crash: Textual printed its traceback; the shell must not be told all went well
@@ -67,15 +79,20 @@ def workbench(
     store: StorePath = None,
     notify: Notify = None,
     method: PluginMethods = None,
+    study: Annotated[
+        Path | None, typer.Option(help="Open on Results with this study's finished runs selected (a study file).")
+    ] = None,
 ) -> None:
     """Without a subcommand: open the workbench (pick a model and metrics, watch runs, compare results)."""
     if method:
         remember_plugins(method)
     if ctx.invoked_subcommand is None:
-        open_app(theme, store, notify=notify)
+        open_app(theme, store, notify=notify, study=study)
         return
     given = {
-        name: value for name, value in (("store", store), ("theme", theme), ("notify", notify)) if value is not None
+        name: value
+        for name, value in (("store", store), ("theme", theme), ("notify", notify), ("study", study))
+        if value is not None
     }
     if given:
         hand_down(ctx, given)

@@ -176,7 +176,7 @@ class ResultsScreen(SortedRunListScreen):
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
-        self.selected: set[str] = set()
+        self.selected: set[str] = set(self.app.chosen_runs)
         # Each run's evidence, by run id: a finished run's never changes, so it is read once.
         self.kept: dict[str, RunEvidence] = {}
         self.pareto_axis = "seconds"  # the Pareto view's and its file's cost axis (x: tokens)

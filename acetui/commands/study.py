@@ -1,0 +1,183 @@
+"""``acetui study run|status|report STUDY.toml``: a comparison declared in one file (``acetui_core.study``),
+run until every cell has a finished run (resuming from the store after any interruption), listed by
+state, and reported as one folder of tables, figures and sentences (``acetui_core.studyreport``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from acetui import options
+from acetui.commands.runs import run_summary
+from acetui_core import jobfolder
+from acetui_core.choices import RunStatus
+from acetui_core.config import model_name
+from acetui_core.errors import Cancelled
+from acetui_core.events import RunStarted
+from acetui_core.launch import LocalProcesses, gpus_for, launch, run_and_wait
+from acetui_core.paths import user_path
+from acetui_core.store import Store
+from acetui_core.study import DONE, FAILED, MISSING, RUNNING, STATES, cell_states, load_study
+
+study_app = typer.Typer(
+    help="Studies: a comparison declared in one TOML file of run settings (a list is an axis), run, resumed "
+    "and reported as one folder.",
+    no_args_is_help=True,
+)
+
+StudyFile = Annotated[Path, typer.Argument(help="The study: a TOML file of run settings; a list is an axis.")]
+POLL_SECONDS = 2.0  # how often a study waits on runs of another process
+
+
+def _cell_text(config) -> str:
+    return f"{config.label} at {config.sparsity} on {model_name(config.model)}, {config.calib}, seed {config.seed}"
+
+
+class StudyProgress:
+    """One bar for the whole study (cells ended, elapsed, ETA), the current run named beside it."""
+
+    def __init__(self, total: int, ended: int, store: Store):
+        self.store = store
+        self.bar = Progress(
+            TextColumn("[bold]study[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("{task.description}"),
+            transient=False,
+        )
+        self.task = self.bar.add_task("", total=total, completed=ended)
+        self.current: str | None = None
+
+    def __enter__(self) -> StudyProgress:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def ended(self, count: int = 1) -> None:
+        self.bar.advance(self.task, count)
+
+    def __call__(self, run_id: str, event) -> None:
+        """An in-process run's event: a new run ends the previous one on the bar."""
+        if run_id != self.current:
+            if self.current is not None:
+                self.ended()
+            self.current = run_id
+        if isinstance(event, RunStarted):
+            config = self.store.get_run(run_id, layers=False).config
+            self.bar.update(self.task, description=_cell_text(config))
+
+
+def _wait_for(store: Store, run_ids: list[str], progress: StudyProgress) -> None:
+    """Wait until none of ``run_ids`` is active (runs of another process, or detached workers)."""
+    waiting = set(run_ids)
+    while waiting:
+        jobfolder.sync(store)  # cluster runs report through their job folders
+        ended = {run.id for run in store.list_runs(ids=list(waiting)) if not run.active}
+        progress.ended(len(ended))
+        waiting -= ended
+        if waiting:
+            time.sleep(POLL_SECONDS)
+
+
+@study_app.command("run")
+@options.with_executor
+def run(
+    study_file: StudyFile,
+    *,
+    detach: bool = False,
+    cluster=None,
+    store: options.StoreOption = None,
+) -> None:
+    """Run the study's cells that have no finished run in the store (and rerun those that failed or were
+    interrupted); wait for a cell another process is still running; return when every cell has ended
+    (with --detach: once the runs are queued)."""
+    study = load_study(study_file)
+    opened = Store(store)
+    cells = study.cells(opened, local_device=cluster is None)
+    states = cell_states(cells, opened)
+    counts = {state: sum(1 for _, s, _ in states if s == state) for state in STATES}
+    if counts[DONE] == len(cells):
+        print(f"All {len(cells)} cells of {study.name} have a finished run; nothing to run.", file=sys.stderr)
+        return
+    todo = [cell for cell, state, _ in states if state in (MISSING, FAILED)]
+    others = [runs[-1].id for _, state, runs in states if state == RUNNING]
+    print(
+        f"{study.name}: {len(cells)} cells, {counts[DONE]} done, {len(todo)} to run "
+        f"({counts[FAILED]} again after a failure), {len(others)} running elsewhere (waited for).",
+        file=sys.stderr,
+    )
+    executor = cluster or LocalProcesses(detach=True, gpus=gpus_for(cells[0].device))
+    if detach:
+        print("\n".join(launch(todo, executor, opened)))
+        print(f"Queued; follow with: acetui study status {study_file}", file=sys.stderr)
+        return
+    interrupted = False
+    with StudyProgress(len(cells), counts[DONE], opened) as progress:
+        if cluster is not None:  # a job array: followed through the store and its job folders
+            others += launch(todo, cluster, opened)
+        elif todo:
+            _, interrupted = run_and_wait(todo, opened, executor, on_event=progress)
+            progress.ended()
+        if not interrupted:
+            _wait_for(opened, others, progress)
+    if interrupted:
+        raise Cancelled()
+    final = cell_states(cells, opened)
+    for _, state, runs in final:
+        if state != DONE and runs:
+            print(run_summary(runs[-1]), file=sys.stderr)
+    ended = {state: sum(1 for _, s, _ in final if s == state) for state in STATES}
+    print(f"{study.name}: {ended[DONE]} of {len(cells)} cells done, {ended[FAILED]} failed.", file=sys.stderr)
+    if ended[DONE] != len(cells):
+        raise typer.Exit(1)
+
+
+@study_app.command("status")
+def status(study_file: StudyFile, store: options.StoreOption = None, as_json: options.JsonOption = False) -> None:
+    """List the study's cells: done, running, failed or missing, with their newest run."""
+    study = load_study(study_file)
+    opened = Store(store)
+    states = cell_states(study.cells(opened), opened)
+    if as_json:
+        rows = [
+            {"state": state, "run": runs[-1].id if runs else None, "config": cell.to_dict()}
+            for cell, state, runs in states
+        ]
+        print(json.dumps(rows, indent=2))
+        return
+    for cell, state, runs in states:
+        newest = runs[-1] if runs else None
+        error = (
+            f": {newest.error}" if newest is not None and newest.status != RunStatus.FINISHED and newest.error else ""
+        )
+        print(f"{state:<8} {newest.id if newest else '-':<8}  {_cell_text(cell)}{error}")
+    counts = {state: sum(1 for _, s, _ in states if s == state) for state in STATES}
+    print(", ".join(f"{counts[state]} {state}" for state in STATES) + f" of {len(states)} cells.", file=sys.stderr)
+
+
+@study_app.command("report")
+def report(
+    study_file: StudyFile,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The report's folder (made if missing).")],
+    store: options.StoreOption = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace the files of an earlier report in the folder.")] = False,
+) -> None:
+    """Write the study's report from the store alone: tables (LaTeX, Markdown, CSV) with verdicts, figures,
+    the environment and summary.md."""
+    from acetui_core.studyreport import write_report
+
+    study = load_study(study_file)
+    opened = Store(store)
+    written = write_report(study, study.cells(opened), opened, user_path(output), overwrite)
+    print("\n".join(str(path) for path in written))

@@ -1,0 +1,231 @@
+"""Studies (``acetui study``): a TOML file of run settings whose lists are axes, refused whole when a key or
+value is bad, run until every cell has a finished run (resuming after a SIGKILL without repeating or
+losing a cell), calibration mixtures drawn in their shares, and the report folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from runhelpers import Clock, cli, insert_run
+
+from acetui_core.config import RunConfig
+from acetui_core.data import calibration_sample
+from acetui_core.errors import UserError
+from acetui_core.launch import Grid
+from acetui_core.store import Store
+from acetui_core.study import cell_states, load_study, parse_study
+
+QUICK = 'nsamples = 4\neval_seqlen = 32\neval_limit = 2\ndevice = "cpu"\n'
+
+
+def _study(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "sentence"),
+    [
+        ('methd = "wanda"\n', "study.toml: 'methd' is not a run setting (did you mean 'method'?)"),
+        ("nsamples = [16, 'many']\n", "study.toml: nsamples must be a whole number, not 'many'."),
+        ('sparsity = ["0.5", "half"]\n', "study.toml: Sparsity 'half'"),
+        ("seqlen = []\n", "study.toml: seqlen is an empty list"),
+        ('squared_weight = "yes"\n', "study.toml: squared_weight must be true or false, not 'yes'."),
+        ('save = "out"\n', "study.toml: 'save' is for a single run"),
+        ("seed = [0, 1\n", "study.toml is not valid TOML"),
+        ('varp_form = "cubic"\n', "study.toml: Unknown varp_form 'cubic'"),
+    ],
+)
+def test_a_bad_key_or_value_is_one_sentence_naming_it(tmp_path, text, sentence):
+    with pytest.raises(UserError) as refused:
+        load_study(_study(tmp_path / "study.toml", text))
+    assert str(refused.value).startswith(sentence)
+
+
+def test_a_bad_study_runs_nothing(tmp_path, monkeypatch, capsys, make_tiny_model, calib_file):
+    """The checks of every cell come before any run: a bad calibration file in the last cell records nothing."""
+    model = make_tiny_model("llama")
+    study = _study(tmp_path / "s.toml", f'model = "{model}"\ncalib = ["{calib_file}", "{tmp_path}/none.jsonl"]\n')
+    code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(tmp_path / "runs.db"))
+    assert code == 2 and "s.toml: Calibration source" in err and "none.jsonl" in err
+    assert Store(tmp_path / "runs.db").list_runs() == []
+
+
+def test_every_list_is_an_axis_and_the_rest_is_each_cells(tmp_path):
+    study = parse_study(
+        'model = "m"\nmethod = ["magnitude", "wanda"]\nsparsity = ["0.5", "2:4"]\nseed = [0, 1]\n'
+        'calib = ["c4", "c4+x.jsonl"]\nnsamples = 8\nrefine = ["none", "dsnot"]\nevals = ["wikitext2"]\n',
+        tmp_path / "s.toml",
+    )
+    configs = study.configs()
+    assert all(c.nsamples == 8 and c.evals == ["wikitext2"] for c in configs)
+    # Magnitude reads no calibration data (unless DSnoT refines its mask): once per other combination.
+    magnitude = [c for c in configs if c.method == "magnitude" and c.refine == "none"]
+    assert {(c.sparsity, c.calib, c.seed) for c in magnitude} == {("0.5", "c4", 0), ("2:4", "c4", 0)}
+    wanda = {(c.sparsity, c.calib, c.seed, c.refine) for c in configs if c.method == "wanda"}
+    assert len(wanda) == 16 and len([c for c in configs if c.method == "wanda"]) == 16
+
+
+class Characters:
+    """A tokenizer whose ids are the characters' codes: a window's source is plain from its ids."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+@pytest.mark.parametrize(("calib", "shares"), [("{a}+{b}", (8, 8)), ("{a}@3+{b}@1", (12, 4)), ("{a}", (16, 0))])
+def test_a_mixture_draws_its_shares_of_windows_from_each_source(tmp_path, calib, shares):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path, letters in ((a, "abcdefghij"), (b, "klmnopqrst")):  # each source its own letters
+        path.write_text("\n".join('{"text": "%s"}' % (letters[i % 10 :] + letters * 5) for i in range(20)))
+    windows, where = calibration_sample(Characters(), calib.format(a=a, b=b), 16, 8, seed=0)
+    drawn = [set(map(chr, window.tolist())) for window in windows]
+    assert (sum(d <= set("abcdefghij") for d in drawn), sum(d <= set("klmnopqrst") for d in drawn)) == shares
+    assert where == (f"{a} + {b}" if shares[1] else str(a))
+    again, _ = calibration_sample(Characters(), calib.format(a=a, b=b), 16, 8, seed=0)
+    other, _ = calibration_sample(Characters(), calib.format(a=a, b=b), 16, 8, seed=1)
+    assert again.equal(windows)  # the seed chooses the windows
+    assert not other.equal(windows)
+
+
+def test_the_calibration_source_is_an_axis_of_compare_too():
+    configs = Grid({"model": ["m"], "method": ["wanda", "magnitude"], "calib": ["c4", "x.jsonl"]}).configs()
+    assert [(c.method, c.calib) for c in configs] == [("wanda", "c4"), ("wanda", "x.jsonl"), ("magnitude", "c4")]
+
+
+def test_wikitext2_calibration_is_refused_where_its_train_split_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path))
+    study = parse_study('model = "m"\ncalib = ["c4+wikitext2"]\n', tmp_path / "s.toml")
+    with pytest.raises(UserError, match="has no"):
+        study.cells()
+
+
+def _study_run(study: Path, store: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "acetui", "study", "run", str(study), "--store", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.slow
+def test_a_study_resumes_after_sigkill_without_repeating_or_losing_a_cell(tmp_path, make_tiny_model, calib_file):
+    model = make_tiny_model("llama")
+    study = _study(
+        tmp_path / "s.toml",
+        f'model = "{model}"\nmethod = ["wanda", "ria"]\nsparsity = ["0.5", "2:4"]\ncalib = "{calib_file}"\n{QUICK}',
+    )
+    store_path = tmp_path / "runs.db"
+    first = _study_run(study, store_path)
+    store = Store(store_path)
+    deadline = time.time() + 300
+    while not any(r.status == "finished" for r in store.list_runs()) and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)  # the study and the run it was executing, at once
+    first.wait()
+    finished_before = {r.id for r in store.list_runs() if r.status == "finished"}
+    assert finished_before
+    second = _study_run(study, store_path)
+    _, err = second.communicate(timeout=600)
+    assert second.returncode == 0, err
+    runs = store.list_runs()
+    finished = [r for r in runs if r.status == "finished"]
+    assert finished_before <= {r.id for r in finished}  # none lost
+    assert len(finished) == 4  # none repeated: one finished run per cell
+    assert {(r.config.method, r.config.sparsity) for r in finished} == {
+        (m, s) for m in ("wanda", "ria") for s in ("0.5", "2:4")
+    }
+    third = _study_run(study, store_path)
+    _, err = third.communicate(timeout=120)
+    assert third.returncode == 0 and "nothing to run" in err
+    assert len(store.list_runs()) == len(runs)
+
+
+def test_a_running_cell_is_waited_for_not_started_again(tmp_path, make_tiny_model, calib_file, monkeypatch):
+    """A cell whose run a live process holds is running: status says so and run waits for it."""
+    model = make_tiny_model("llama")
+    study = load_study(_study(tmp_path / "s.toml", f'model = "{model}"\ncalib = "{calib_file}"\n{QUICK}'))
+    store = Store(tmp_path / "runs.db")
+    [cell] = study.cells(store)
+    store.create_run(cell)  # owned by this live process, as if another study run had queued it
+    [(_, state, runs)] = cell_states([cell], store)
+    assert state == "running" and len(runs) == 1
+
+
+def test_the_report_of_a_study(tmp_path, monkeypatch, capsys, make_tiny_model, calib_file):
+    """A golden report on a tiny model: the files, the tables' rows, one sentence per comparison and the
+    note on token budgets; the environment names the versions and holds the study file."""
+    model = make_tiny_model("llama")
+    text = (
+        f'model = "{model}"\nmethod = ["wanda", "magnitude"]\nsparsity = "0.5"\nseed = [0, 1]\nseqlen = [8, 16]\n'
+        f'calib = ["{calib_file}"]\n{QUICK}'
+    )
+    study = _study(tmp_path / "s.toml", text)
+    store = str(tmp_path / "runs.db")
+    code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", store)
+    assert code == 0, err
+    code, out, _ = cli(monkeypatch, capsys, "study", "status", str(study), "--store", store)
+    assert code == 0 and out.count("done") == 5  # wanda: 2 lengths x 2 seeds; magnitude once
+    report = tmp_path / "report"
+    code, out, err = cli(monkeypatch, capsys, "study", "report", str(study), "-o", str(report), "--store", store)
+    assert code == 0, err
+    names = sorted(str(p.relative_to(report)) for p in report.rglob("*") if p.is_file())
+    assert {
+        "environment.md",
+        "study.toml",
+        "summary.md",
+        "table-ppl.csv",
+        "table-ppl.md",
+        "table-ppl.tex",
+        "verdicts-ppl.txt",
+        "figures/pareto_seconds.tex",
+        "figures/pareto_tokens.tex",
+        "figures/ppl_vs_seqlen.tex",
+        "figures/ppl_vs_source.tex",
+    } <= set(names)
+    assert all(str(report) in line for line in out.splitlines())  # nothing outside the folder
+    assert (report / "study.toml").read_text() == text
+    environment = (report / "environment.md").read_text()
+    assert "| torch |" in environment and "| transformers |" in environment and text.strip() in environment
+    table = [line for line in (report / "table-ppl.md").read_text().splitlines() if line.startswith("| ")]
+    rows = [line.split("|")[1].strip() for line in table[1:]]
+    assert {"Wanda-8", "Wanda-16", "Magnitude"} <= set(rows)
+    summary = (report / "summary.md").read_text()
+    sentences = [line for line in summary.splitlines() if line.startswith("- at ")]
+    assert len(sentences) == 2  # three rows in the one column: two compared with its best
+    for sentence in sentences:
+        assert " than " in sentence or " with " in sentence
+        assert "perplexity" in sentence and ("seeds." in sentence or "seed." in sentence)
+    assert "different token budgets (32, 64)" in summary
+
+
+@pytest.mark.asyncio
+async def test_the_app_opens_on_results_with_a_studys_runs_selected(tmp_path, make_tiny_model, calib_file):
+    from acetui.app import make_app
+    from acetui_core.study import finished_runs
+
+    model = make_tiny_model("llama")
+    study = load_study(
+        _study(tmp_path / "s.toml", f'model = "{model}"\nmethod = ["wanda", "ria"]\ncalib = "{calib_file}"\n{QUICK}')
+    )
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    cells = study.cells(store)
+    for number, cell in enumerate(cells):
+        insert_run(store, clock, f"c000000{number}", cell, created=1_700_000_000.0 + 60 * number, ppl=30.0 + number)
+    insert_run(store, clock, "other001", RunConfig(str(model), "magnitude", "0.5"), created=1_700_001_000.0, ppl=40.0)
+    chosen = [run.id for run in finished_runs(cells, store)]
+    assert sorted(chosen) == ["c0000000", "c0000001"]
+    app = make_app(store, chosen=chosen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.current_mode == "results"
+        assert app.screen.selected == set(chosen)
