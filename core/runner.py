@@ -40,14 +40,32 @@ def _version(package: str) -> str | None:
         return None
 
 
+# The installed packages whose version can move a number a run reports: the model's arithmetic (torch,
+# transformers, accelerate), how a GGUF is dequantized (gguf, numpy) and a checkpoint read (safetensors),
+# how text becomes tokens (tokenizers), the data and zero-shot tasks (datasets, lm-eval) and the
+# statistics of a comparison (scipy). tokenizers 0.23.2 -> 0.23.3 moved the README's set-up perplexity.
+NUMERIC_PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "accelerate",
+    "safetensors",
+    "gguf",
+    "numpy",
+    "datasets",
+    "lm-eval",
+    "scipy",
+)
+
+
 def collect_env() -> dict:
-    """Where and with what a run executes: host, platform, Python, torch, transformers and acetui versions."""
+    """Where and with what a run executes: host, platform, Python, acetui, and the version of every
+    package that can move a number (``NUMERIC_PACKAGES``)."""
     env = {
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "torch": _version("torch"),
-        "transformers": _version("transformers"),
+        **{package: _version(package) for package in NUMERIC_PACKAGES},
         "acetui": acetui_core.__version__,
     }
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:

