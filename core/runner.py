@@ -43,7 +43,7 @@ def _version(package: str) -> str | None:
 # The installed packages whose version can move a number a run reports: the model's arithmetic (torch,
 # transformers, accelerate), how a GGUF is dequantized (gguf, numpy) and a checkpoint read (safetensors),
 # how text becomes tokens (tokenizers), the data and zero-shot tasks (datasets, lm-eval) and the
-# statistics of a comparison (scipy). tokenizers 0.23.2 -> 0.23.3 moved the README's set-up perplexity.
+# statistics of a comparison (scipy). A fresh install's newer releases moved the README's set-up perplexity.
 NUMERIC_PACKAGES = (
     "torch",
     "transformers",

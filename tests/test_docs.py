@@ -107,7 +107,7 @@ def canonical(name: str) -> str:
 def test_the_set_up_installs_the_locked_versions_of_what_moves_a_number():
     """Every pip install of the README's set-up lines and of .ci/run takes constraints.txt, and the lock
     pins every package a run records because its version can move a number (a fresh install that took a
-    newer tokenizers printed 445.96 where the README showed 448.59)."""
+    fresh install printed 445.96 where the README showed 448.59)."""
     installs = [
         step for block in bash_blocks(README) for line in block for step in line.split(SETUP) if "pip install" in step
     ]

@@ -57,7 +57,7 @@ def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, 
     assert run.layers[0].linears[0].act_stats
     assert run.ppl == result["ppl_wikitext2"] and run.results.ppl_windows == 2
     assert run.env["device"] == "cpu" and run.env["acetui"]
-    # every package whose version can move a number (tokenizers moved the README's perplexity), as installed
+    # every package whose version can move a number (one moved the README's perplexity), as installed
     moving = ("torch", "transformers", "tokenizers", "gguf", "numpy", "safetensors", "accelerate", "scipy", "lm-eval")
     for package in (*moving, "datasets"):
         assert run.env[package] == importlib.metadata.version(package), package
