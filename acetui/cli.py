@@ -54,17 +54,20 @@ def _os_sentence(error: OSError) -> str:
     return f"Cannot use {error.filename}: {reason}." if error.filename else f"{reason}."
 
 
-def _interrupted(message: str) -> None:
+def _interrupted(message: str, signum: int = signal.SIGINT) -> None:
+    """Exit as a process ended by ``signum`` says it was: 130 for Ctrl-C, 143 for SIGTERM."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # one more Ctrl-C must not turn this into a traceback
     print(f"acetui: {message}", file=sys.stderr)
-    raise SystemExit(130)
+    raise SystemExit(128 + signum)
 
 
 def main() -> None:
     try:
         code = app(prog_name="acetui", standalone_mode=False)
-    except Cancelled:  # the first Ctrl-C or SIGTERM: the run stopped between layers
-        _interrupted("stopped; the run is recorded as cancelled (acetui runs lists it).")
+    except Cancelled as stopped:  # the first Ctrl-C or SIGTERM (or a cancel request): the run stopped at a check
+        _interrupted(
+            "stopped; the run is recorded as cancelled (acetui runs lists it).", stopped.signum or signal.SIGINT
+        )
     except typer.TyperException as error:
         fail(_usage_sentence(error))
     except typer.Abort:

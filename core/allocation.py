@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from acetui_core.choices import StageName
-from acetui_core.errors import UserError
+from acetui_core.errors import UserError, check_stop
 from acetui_core.events import Stage
 from acetui_core.layerstats import LayerWork, dense_weight, layer_stats, method_scores
 from acetui_core.layouts import prunable_linears, weight_matrix
@@ -51,7 +51,7 @@ def owl_sparsities(ratios: list[float], sizes: list[int], target: float, lam: fl
 
 
 @torch.no_grad()
-def owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> list[LayerAllocation]:
+def owl_allocation(loaded, layers, inputs, config, method, sparsity, emit, cancel=None) -> list[LayerAllocation]:
     """OWL's statistics pass (as OWL's code does it): every decoder layer, dense, on the outputs of the
     dense layers before it, scored with the chosen metric; then each layer's sparsity from its outlier
     ratio (``acetui_core.allocation``). Costs one more pass of statistics and forwards than pruning."""
@@ -60,6 +60,9 @@ def owl_allocation(loaded, layers, inputs, config, method, sparsity, emit) -> li
     feed = layer_feed(loaded)  # layers reach the compute device as in the pruning loop (streamed, or to a GPU)
     try:
         for index, layer in enumerate(layers):
+            check_stop(
+                cancel, f"during OWL's statistics pass (layer {index} of {len(layers)}), before any layer was pruned"
+            )
             emit(Stage(StageName.OUTLIER_RATIOS, index, len(layers)))
             device = module_device(layer) if feed is None else loaded.device
             if feed is not None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from acetui_core import parse
-from acetui_core.errors import UserError
+from acetui_core.errors import StopFlag, UserError, check_stop
 from acetui_core.paths import content_identity, data_dir, user_path
 
 C4_SHARD = "en/c4-train.00000-of-01024.json.gz"
@@ -98,7 +98,9 @@ def mixture_counts(shares: list[float], nsamples: int) -> list[int]:
     return counts
 
 
-def calibration_sample(tokenizer, source: str, nsamples: int, seqlen: int, seed: int) -> tuple[torch.Tensor, str]:
+def calibration_sample(
+    tokenizer, source: str, nsamples: int, seqlen: int, seed: int, cancel: StopFlag | None = None
+) -> tuple[torch.Tensor, str]:
     """The run's calibration windows (``calibration_windows`` from each source of a mixture, its share of
     them, the seed choosing which) and where they came from (the sources joined by `` + ``)."""
     parts = mixture(source)
@@ -108,7 +110,7 @@ def calibration_sample(tokenizer, source: str, nsamples: int, seqlen: int, seed:
         ids, where = tokenized_calibration(tokenizer, name)
         wheres.append(where)
         if count:
-            windows.append(calibration_windows(ids, count, seqlen, seed))
+            windows.append(calibration_windows(ids, count, seqlen, seed, cancel))
     return torch.cat(windows), " + ".join(wheres)
 
 
@@ -185,14 +187,17 @@ def _tokenized_calibration(tokenizer, source: str, _data_dir: str):
     return LazyTokens(tokenizer, documents), where
 
 
-def calibration_windows(ids: Sequence[list[int]], nsamples: int, seqlen: int, seed: int) -> torch.Tensor:
+def calibration_windows(ids: Sequence[list[int]], nsamples: int, seqlen: int, seed: int, cancel=None) -> torch.Tensor:
     """``nsamples`` windows of ``seqlen`` tokens, drawn as Wanda's C4 sampler does: with
     ``random.seed(seed)``, pick a random document longer than ``seqlen`` tokens, then a random
     window inside it. Only the documents drawn are read from ``ids`` (see ``LazyTokens``).
-    Returns ``(nsamples, seqlen)`` token ids."""
+    Returns ``(nsamples, seqlen)`` token ids; ``cancel`` is checked before each window."""
     random.seed(seed)
-    windows, too_short = [], set()
+    windows: list[list[int]] = []
+    too_short: set[int] = set()
     for _ in range(nsamples):
+        where = f"while drawing calibration windows ({len(windows)} of {nsamples} drawn), before any layer was pruned"
+        check_stop(cancel, where)
         while True:
             index = random.randint(0, len(ids) - 1)
             doc = ids[index]

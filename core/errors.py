@@ -1,7 +1,7 @@
 """Errors that reach the user as one sentence."""
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 
 class UserError(Exception):
@@ -20,7 +20,26 @@ def first_line(error: BaseException) -> str:
 
 
 class Cancelled(Exception):
-    """The run was asked to stop; raised between layers, never mid-layer."""
+    """The run was asked to stop; raised where a long loop checks the request (between layers, between
+    calibration windows, between evaluation batches), never mid-layer. Its message says where it stopped
+    (``before layer 3 of 30``); ``signum`` is the stop signal that asked, None for a request from the
+    store or the app."""
+
+    def __init__(self, where: str = "", signum: int | None = None):
+        super().__init__(where)
+        self.where, self.signum = where, signum
+
+
+class StopFlag(Protocol):
+    """What a long loop checks: a ``threading.Event``, or ``heartbeat.Either`` of two."""
+
+    def is_set(self) -> bool: ...
+
+
+def check_stop(cancel: StopFlag | None, where: str) -> None:
+    """Raise ``Cancelled`` when ``cancel`` (an Event, or None) is set; ``where`` says how far the run got."""
+    if cancel is not None and cancel.is_set():
+        raise Cancelled(where)
 
 
 def check_choice(value: Any, choices: Iterable[str], what: str) -> Any:

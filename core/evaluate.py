@@ -16,7 +16,7 @@ from torch import nn
 from acetui_core.choices import EvalKind, StageName
 from acetui_core.config import RunConfig
 from acetui_core.data import wikitext2_test_ids
-from acetui_core.errors import Cancelled
+from acetui_core.errors import check_stop
 from acetui_core.events import OnEvent, Stage
 from acetui_core.layerfeed import LayerFeed
 from acetui_core.layouts import decoder_layers
@@ -62,8 +62,7 @@ def perplexity(
     if on_event:  # before the first batch, so the stage shows for the whole evaluation
         on_event(Stage(StageName.WIKITEXT2, 0, windows))
     for start in range(0, windows, batch):
-        if cancel is not None and cancel.is_set():
-            raise Cancelled()
+        check_stop(cancel, f"during the WikiText-2 evaluation, after window {start} of {windows}")
         stop = min(start + batch, windows)
         inputs = ids[start * seqlen : stop * seqlen].reshape(stop - start, seqlen).to(device)
         nll += batch_nll(model, inputs)
@@ -200,14 +199,18 @@ def streamed_perplexity(
     tokens = ids[: windows * seqlen].reshape(windows, seqlen)
     batch = max(1, EVAL_TOKENS_PER_BATCH // seqlen)
     hidden_size = loaded.model.config.hidden_size
-    inputs = capture_layer0_inputs(loaded, tokens, batch, activation_device(loaded, tokens, hidden_size))
+    inputs = capture_layer0_inputs(
+        loaded, tokens, batch, activation_device(loaded, tokens, hidden_size), cancel, "WikiText-2"
+    )
     layers = decoder_layers(loaded.model)
     feed = LayerFeed(loaded.model, loaded.device, streamed)
     as_tuple = False
     try:
         for index in range(len(layers)):
-            if cancel is not None and cancel.is_set():
-                raise Cancelled()
+            check_stop(
+                cancel,
+                f"during the WikiText-2 evaluation, at layer {index} of {len(layers)} of its layer-by-layer pass",
+            )
             if on_event:
                 on_event(Stage(StageName.WIKITEXT2, index, len(layers)))
             as_tuple = advance(feed.enter(index), inputs, loaded.device)
@@ -217,6 +220,7 @@ def streamed_perplexity(
     nll: list[float] = []
     with all_but_layers_on(loaded.model, loaded.device):  # the final norm and head, for these batches only
         for (hidden, _), start in zip(inputs, range(0, windows, batch), strict=True):
+            check_stop(cancel, f"during the WikiText-2 evaluation, after window {start} of {windows}")
             window = tokens[start : start + batch].to(loaded.device)
             nll += batch_nll(loaded.model, window, hidden.to(loaded.device), as_tuple)
     if on_event:

@@ -1,8 +1,9 @@
 """A run's contact with the world around it while it executes: the recorder it reports to, a heartbeat
 thread that tells the recorder the run is alive (with a sample of its resources) and hears its cancel
-requests, and the stop signals. Both turn into the one cancel flag the pipeline checks between layers.
+requests, and the stop signals. Either one stops the pipeline at its next check (between layers,
+calibration windows, evaluation batches), and the store records who asked and how far the run got.
 
-SIGINT or SIGTERM stop a run between layers; a second SIGINT stops it at once. SIGKILL cannot be
+SIGINT or SIGTERM stop a run at its next check; a second SIGINT stops it at once. SIGKILL cannot be
 caught: readers then find the process gone and show the run ``interrupted`` (``acetui_core.liveness``).
 """
 
@@ -41,11 +42,40 @@ class Recorder(Protocol):
     def masks_path(self, run_id: str) -> Path: ...
 
 
+class Stop(threading.Event):
+    """A request to stop runs, and the signal that made it (``signum``; None when the app or a script set it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signum: int | None = None
+
+
+class Either:
+    """What the pipeline checks: set when either event is (a stop signal, or this run's cancel request),
+    so a signal is heard at the pipeline's next check, not at the heartbeat's next poll."""
+
+    def __init__(self, *events: threading.Event):
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(event.is_set() for event in self.events)
+
+
+SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C (SIGINT)"}
+
+
+def stopped_by(stop: threading.Event) -> str:
+    """Who asked a run to stop, for the sentence the store records."""
+    signum = getattr(stop, "signum", None) if stop.is_set() else None
+    return f"by {SIGNAL_NAMES.get(signum, f'signal {signum}')}" if signum else "on request"
+
+
 @contextmanager
-def stop_signals(stop: threading.Event):
-    """While inside, SIGINT and SIGTERM set ``stop`` (the run ends after its current layer); a second
-    SIGINT raises KeyboardInterrupt at once. Only the main thread can own signals; elsewhere (the
-    app's worker threads) this does nothing and the caller's ``stop`` event is the way to cancel."""
+def stop_signals(stop: Stop):
+    """While inside, SIGINT and SIGTERM set ``stop`` and say which (the run ends at its next check: before
+    its next layer, calibration window or evaluation batch); a second SIGINT raises KeyboardInterrupt
+    at once. Only the main thread can own signals; elsewhere (the app's worker threads) this does
+    nothing and the caller's ``stop`` event is the way to cancel."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -53,6 +83,7 @@ def stop_signals(stop: threading.Event):
     def handler(signum, frame):
         if stop.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt
+        stop.signum = stop.signum or signum
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -34,7 +34,7 @@ from acetui_core.choices import ExecutorKind, RunStatus
 from acetui_core.config import AXES, SETTINGS, RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import OnRunEvent
-from acetui_core.heartbeat import stop_signals
+from acetui_core.heartbeat import Stop, stop_signals
 from acetui_core.metrics import get_method
 from acetui_core.plan import check_fits_memory
 from acetui_core.runner import collect_env, run_queue
@@ -143,12 +143,12 @@ def run_and_wait(
     *,
     on_event: OnRunEvent | None = None,
     watch: Callable[[list[str], list], Callable[[], bool]] | None = None,
-) -> tuple[list[str], bool]:
+) -> tuple[list[str], Cancelled | None]:
     """Queue ``configs`` and execute them from this process until every run has ended: on several GPUs one
     worker process per GPU, followed here, else in this process one after another. ``on_event(run_id,
     event)`` sees each event of an in-process run; ``watch(run_ids, workers)`` returns the poll that follows
     workers (True once every run has ended; by default the store's statuses). Returns the run ids and
-    whether a stop signal cut the grid short (each run records how it ended)."""
+    the stop that cut the grid short, if one did (each run records how it ended)."""
     if len(executor.devices()) > 1 and len(configs) > 1:
         executor.detach = False
         run_ids = queue(configs, store, executor)
@@ -159,22 +159,22 @@ def run_and_wait(
             else:
                 poll = lambda: not any(run.active for run in store.list_runs(ids=run_ids))  # noqa: E731
             _wait_for_workers(executor.workers, poll)
-        except Cancelled:
-            return run_ids, True
-        return run_ids, False
+        except Cancelled as stopped:
+            return run_ids, stopped
+        return run_ids, None
     in_process = InProcess(on_event=on_event)
     run_ids = queue(configs, store, in_process)
     try:
         in_process.start(store, run_ids)
-    except Cancelled:
-        return run_ids, True
-    return run_ids, False
+    except Cancelled as stopped:
+        return run_ids, stopped
+    return run_ids, None
 
 
 def _wait_for_workers(workers: list, poll: Callable[[], bool]) -> None:
     """Poll until every run has ended or every worker has exited. The workers share this terminal's
     process group, so Ctrl-C reaches them; SIGTERM is passed on, and ``Cancelled`` raised after."""
-    stop = threading.Event()
+    stop = Stop()
     with stop_signals(stop):
         while not poll() and any(w.poll() is None for w in workers):
             if stop.is_set():
@@ -185,7 +185,7 @@ def _wait_for_workers(workers: list, poll: Callable[[], bool]) -> None:
             worker.wait()
         poll()
     if stop.is_set():
-        raise Cancelled()
+        raise Cancelled(signum=stop.signum)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """The sequential layer loop (ACE.md, "The pipeline"): capture the inputs of decoder layer 0, then for
 each layer gather activation statistics, score and mask its linears (permutation, DSnoT, the OBS update
 where asked), and feed the pruned layer's outputs to the next layer. Progress goes to a callback as typed
-events; ``cancel`` is checked between layers. What a whole run does around it is ``acetui_core.pipeline``."""
+events; ``cancel`` is checked between layers and in each long loop before them (calibration windows,
+layer 0's inputs, OWL's pass). What a whole run does around it is ``acetui_core.pipeline``."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,7 @@ from acetui_core.config import RunConfig
 from acetui_core.conversion import by_saved_name
 from acetui_core.data import calibration_sample, sample_identity
 from acetui_core.dsnot import DSnoTSettings, refine
-from acetui_core.errors import Cancelled, UserError
+from acetui_core.errors import StopFlag, UserError, check_stop
 from acetui_core.events import LayerPruned, LayerStarted, OnEvent, RunStarted, Stage
 from acetui_core.expertremoval import (
     ExpertScores,
@@ -249,7 +249,7 @@ def prune(
     loaded: Loaded,
     config: RunConfig,
     on_event: OnEvent | None = None,
-    cancel: threading.Event | None = None,
+    cancel: StopFlag | None = None,
     masks_path: Path | None = None,
     release=None,
 ) -> Pruned:
@@ -281,7 +281,9 @@ def prune(
     if calibrated:
         seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
         emit(Stage(StageName.CALIBRATION, 0, config.nsamples))
-        windows, source = calibration_sample(loaded.tokenizer, config.calib, config.nsamples, seqlen, config.seed)
+        windows, source = calibration_sample(
+            loaded.tokenizer, config.calib, config.nsamples, seqlen, config.seed, cancel
+        )
         calibration = Calibration(
             source=source,
             nsamples=config.nsamples,
@@ -297,11 +299,11 @@ def prune(
         hidden_size = loaded.model.config.hidden_size
         keep_on = activation_device(loaded, windows, hidden_size)
         batch = calibration_batch(windows.shape[1], loaded.device)
-        inputs = capture_layer0_inputs(loaded, windows, batch, keep_on)
+        inputs = capture_layer0_inputs(loaded, windows, batch, keep_on, cancel)
 
     allocation = None
     if config.allocation == Allocation.OWL:
-        allocation = owl_allocation(loaded, layers, inputs, config, method, sparsity, emit)
+        allocation = owl_allocation(loaded, layers, inputs, config, method, sparsity, emit, cancel)
     summaries: list[LinearSparsity] = []
     permutations: dict[str, dict[int | None, list[int]]] = {}  # per parameter, per expert slice
     prefixes = {id(module): name for name, module in loaded.model.named_modules()}
@@ -309,8 +311,8 @@ def prune(
     try:
         with mask_writer(masks_path if config.keep_masks else None) as masks:
             for index, layer in enumerate(layers):
-                if cancel is not None and cancel.is_set():
-                    raise Cancelled()
+                done = f"layers 0-{index - 1} are pruned and recorded" if index else "no layer was pruned"
+                check_stop(cancel, f"before layer {index} of {len(layers)}; {done}")
                 emit(LayerStarted(index, len(layers)))
                 layer_start = time.perf_counter()
                 device = module_device(layer) if feed is None else loaded.device

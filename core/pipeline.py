@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import fields
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import torch
 
 from acetui_core.checkpoint import save_checkpoint
 from acetui_core.config import RunConfig
-from acetui_core.errors import Cancelled, UserError
+from acetui_core.errors import Cancelled, StopFlag, UserError
 from acetui_core.evaluate import evaluate
 from acetui_core.events import OnEvent, RunFinished
 from acetui_core.expertremoval import counted_from_files
@@ -30,7 +29,7 @@ from acetui_core.validate import check_against_model, check_config
 def run(
     config: RunConfig,
     on_event: OnEvent | None = None,
-    cancel: threading.Event | None = None,
+    cancel: StopFlag | None = None,
     loaded: Loaded | None = None,
     masks_path: Path | None = None,
     run_id: str | None = None,
@@ -67,8 +66,9 @@ def run(
             write_permutations(saved_to, config.sparsity_spec, pruned.permutations)
         try:
             scores = evaluate(loaded, config, on_event, cancel, pruned_folder)
-        except Cancelled:
-            raise
+        except Cancelled as stopped:
+            kept = f"the pruned model is saved in {saved_to}" if saved_to else "the pruned weights were not kept"
+            raise Cancelled(f"{stopped.where}; every layer was pruned and recorded, {kept}") from None
         except Exception as error:  # the layers are recorded; say where the pruned weights are, or how to keep them
             what = (
                 str(error) if isinstance(error, UserError) else f"Evaluation failed ({type(error).__name__}: {error})."

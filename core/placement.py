@@ -9,6 +9,7 @@ import contextlib
 
 import torch
 
+from acetui_core.errors import check_stop
 from acetui_core.layerfeed import LayerFeed
 from acetui_core.layouts import decoder_layers
 from acetui_core.models import Loaded
@@ -84,9 +85,11 @@ def _keep(hidden: torch.Tensor, keep_on: torch.device) -> torch.Tensor:
 
 
 @torch.no_grad()
-def capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, keep_on) -> list[tuple]:
+def capture_layer0_inputs(
+    loaded: Loaded, windows: torch.Tensor, batch: int, keep_on, cancel=None, stage: str = "calibration"
+) -> list[tuple]:
     """Run the model up to decoder layer 0 and keep, per batch, its hidden states and keyword arguments
-    (attention mask, position ids, rotary embeddings)."""
+    (attention mask, position ids, rotary embeddings); ``cancel`` is checked before each batch."""
     model, layers = loaded.model, decoder_layers(loaded.model)
     captured = []
 
@@ -103,6 +106,7 @@ def capture_layer0_inputs(loaded: Loaded, windows: torch.Tensor, batch: int, kee
     try:
         with placed:
             for start in range(0, len(windows), batch):
+                check_stop(cancel, f"while capturing layer 0's {stage} inputs (window {start} of {len(windows)})")
                 with contextlib.suppress(StopForward):
                     model(input_ids=windows[start : start + batch].to(loaded.device), use_cache=False)
     finally:

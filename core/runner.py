@@ -26,7 +26,7 @@ from acetui_core.choices import RunStatus
 from acetui_core.config import RunConfig
 from acetui_core.errors import Cancelled, UserError
 from acetui_core.events import OnEvent, OnRunEvent, Stage
-from acetui_core.heartbeat import Recorder, heartbeat, stop_signals
+from acetui_core.heartbeat import Either, Recorder, Stop, heartbeat, stop_signals, stopped_by
 from acetui_core.modelcache import ModelCache
 from acetui_core.runlog import log_line, run_log
 
@@ -109,21 +109,22 @@ def execute(
                 on_event(event)
 
         if stop is None:
-            stop = threading.Event()
+            stop = Stop()
             stack.enter_context(stop_signals(stop))
         stack.enter_context(heartbeat(recorder, run_id, stop, cancel))
         try:
             pipeline.run(
                 config,
                 record,
-                cancel,
+                Either(stop, cancel),
                 loaded=models.get(config, record) if models else None,
                 masks_path=recorder.masks_path(run_id),
                 run_id=run_id,
                 checked=True,  # by launch.queue, before the run was recorded
             )
-        except Cancelled:
-            recorder.set_status(run_id, RunStatus.CANCELLED, error="Stopped on request between layers.")
+        except Cancelled as error:
+            where = f" {error.where}" if error.where else ""
+            recorder.set_status(run_id, RunStatus.CANCELLED, error=f"Stopped {stopped_by(stop)}{where}.")
             raise
         except KeyboardInterrupt:
             recorder.set_status(run_id, RunStatus.CANCELLED, error="Stopped at once by a second interrupt.")
@@ -157,7 +158,7 @@ def run_queue(
     models = ModelCache([store.get_run(run_id, layers=False).config for run_id in run_ids])
     with ExitStack() as stack:
         if stop is None:
-            stop = threading.Event()
+            stop = Stop()
             stack.enter_context(stop_signals(stop))
         try:
             for run_id in run_ids:
@@ -192,4 +193,4 @@ def run_queue(
                         run_id, RunStatus.CANCELLED, error="The queue was stopped before this run started."
                     )
     if stop.is_set() and any(store.get_run(run_id, layers=False).status == RunStatus.CANCELLED for run_id in run_ids):
-        raise Cancelled()
+        raise Cancelled(signum=getattr(stop, "signum", None))

@@ -187,16 +187,17 @@ CHARS_PER_TOKEN_AT_MOST = 64
 
 
 def check_calibration_fits(config: RunConfig, context: int) -> None:
-    """A calibration file must hold a document longer than one window, in the model's tokens: otherwise
-    the run would be recorded and then fail drawing its first window. The built-in sources are long."""
-    if not get_method(config.method).calibrated(config) or config.calib in ("c4", "wikitext2"):
+    """Each calibration file (of a mixture too) must hold a document longer than one window, in the model's
+    tokens: otherwise the run would be recorded and then fail drawing its first window. The built-in
+    sources are long."""
+    if not get_method(config.method).calibrated(config):
         return
     model = config.model.strip()
     seqlen = resolve_seqlen(config.seqlen, context)
-    calib = user_path(config.calib)
-    _calibration_fits(
-        model, file_identity(user_path(model)), config.calib, file_identity(calib), seqlen, config.nsamples
-    )
+    for source, _ in mixture(config.calib):
+        if source not in ("c4", "wikitext2"):
+            identity = file_identity(user_path(source))
+            _calibration_fits(model, file_identity(user_path(model)), source, identity, seqlen, config.nsamples)
 
 
 @functools.lru_cache(maxsize=16)

@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store = Store(args.store)
         run_queue(store, args.run_ids, redirect_output=True)
-    except Cancelled:
+    except Cancelled as stopped:
         print("stopped by a signal; the current and queued runs are recorded cancelled.", flush=True)
-        return 130
+        return 128 + (stopped.signum or signal.SIGINT)  # 143 for SIGTERM, 130 for SIGINT
     except UserError as error:
         print(f"acetui: {error}", flush=True)
         return 2

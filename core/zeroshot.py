@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acetui_core.config import ZEROSHOT_TASKS
-from acetui_core.errors import Cancelled, UserError, check_choice
+from acetui_core.errors import UserError, check_choice, check_stop
 from acetui_core.events import OnEvent, Stage
 from acetui_core.outputs import write_text_atomic
 from acetui_core.paths import cache_dir, data_dir
@@ -274,8 +274,7 @@ def evaluate_zeroshot(
     stage = ""  # rebound per task; ``report`` reads the current one
 
     def report(done: int, total: int | None) -> None:
-        if cancel is not None and cancel.is_set():
-            raise Cancelled()
+        check_stop(cancel, f"during the zero-shot evaluation ({stage}, {done} of {total} requests scored)")
         if on_event:
             on_event(Stage(stage, done, total))
 

@@ -156,6 +156,41 @@ def test_a_sigterm_after_the_last_layer_prints_what_the_store_records(make_tiny_
     assert code == 0 and "cancelled" not in err and "Magnitude at 0.5" in out  # ...and said so
 
 
+@pytest.mark.parametrize(
+    ("stage", "signum", "code", "recorded"),
+    [
+        ("wikitext2", signal.SIGTERM, 143, "Stopped by SIGTERM during the WikiText-2 evaluation, after window 0 of 2; every layer was pruned and recorded, the pruned weights were not kept."),
+        ("wikitext2", signal.SIGINT, 130, "Stopped by Ctrl-C (SIGINT) during the WikiText-2 evaluation, after window 0 of 2;"),
+        ("calibration", signal.SIGTERM, 143, "Stopped by SIGTERM while drawing calibration windows (0 of 4 drawn), before any layer was pruned."),
+    ],
+)  # fmt: skip
+def test_a_stop_signal_is_heard_at_every_stage_and_recorded_as_what_happened(
+    stage, signum, code, recorded, make_tiny_model, calib_file, tmp_path, monkeypatch, capsys
+):
+    """SIGTERM during evaluation was recorded as "Stopped on request between layers." and exited 130;
+    during calibration it was not heard until the first layer."""
+    from acetui.progress import EventProgress
+    from acetui_core.events import Stage
+
+    store = tmp_path / "runs.db"
+    show = EventProgress.__call__
+
+    def signal_at_the_stage(self, event):
+        show(self, event)
+        if isinstance(event, Stage) and event.name == stage and event.done == 0:
+            os.kill(os.getpid(), signum)  # handled by the run's stop handler, in this thread
+
+    monkeypatch.setattr(EventProgress, "__call__", signal_at_the_stage)
+    args = ["--method", "wanda", "--calib", calib_file, "--nsamples", "4", "--seqlen", "16", "--device", "cpu"]
+    exit_code, _, err = _prune(
+        monkeypatch, capsys, store, str(make_tiny_model("llama")), *args, "--eval-limit", "2", "--eval-seqlen", "64"
+    )
+    [run] = Store(store).list_runs()
+    assert (run.status, exit_code) == ("cancelled", code), err
+    assert run.error.startswith(recorded), run.error
+    assert run.layers_done == (2 if stage == "wikitext2" else 0)
+
+
 # ---- 4. the Slurm executor without Slurm ----------------------------------------------------------
 
 

@@ -16,7 +16,6 @@ from acetui_core import verdicts
 from acetui_core.choices import RunStatus
 from acetui_core.comparison import check_table, comparison
 from acetui_core.config import SETTINGS, model_name
-from acetui_core.errors import Cancelled
 from acetui_core.events import Event
 from acetui_core.export import to_markdown
 from acetui_core.launch import Grid, LocalProcesses, gpus_for, launch, run_and_wait
@@ -88,7 +87,7 @@ def run_grid(
         return
     progress = QueueProgress(opened)
     try:
-        run_ids, interrupted = run_and_wait(configs, opened, executor, on_event=progress, watch=_watch_workers(opened))
+        run_ids, stopped = run_and_wait(configs, opened, executor, on_event=progress, watch=_watch_workers(opened))
     finally:
         progress.close()
     records = opened.list_runs(ids=run_ids)
@@ -102,10 +101,10 @@ def run_grid(
             table = verdicts.judge(comparison(records, cells=cells, columns=columns), opened.evidence(run_ids))
             print(to_markdown(table))
             print(verdicts.text(verdicts.report(table)), end="")
-    if interrupted and any(
+    if stopped is not None and any(
         r.status == RunStatus.CANCELLED for r in records
     ):  # a stop after the last run cancelled none
-        raise Cancelled()
+        raise stopped
     if any(r.status != RunStatus.FINISHED for r in records):
         raise typer.Exit(1)
 
