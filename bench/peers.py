@@ -3,19 +3,24 @@ seconds and peak RSS of each, every run in its own subprocess, runs interleaved.
 
     ACETUI_DATA_DIR=../shared/data .venv/bin/python bench/peers.py [--rounds 2] [--peer-python /path/to/python]
 
-Tools: ``acetui`` (Wanda 50%, this checkout), ``wanda-ref`` (the algorithm of Wanda's reference code,
+Tools: ``acetui`` (Wanda 50%, this checkout, the whole model in memory as by default), ``acetui-streamed``
+(the same with ``--offload disk``: each decoder layer read from the checkpoint only while it is pruned),
+``wanda-ref`` (the algorithm of Wanda's reference code,
 locuslab/wanda lib/prune.py ``prune_wanda``, re-expressed here for today's transformers: one window per
 forward pass, running-mean ``scaler_row`` hooks, a full stable sort per row, a second pass for the next
 layer's inputs) and ``llm-compressor`` (``oneshot`` with ``WandaPruningModifier``, run by
 ``--peer-python``, an interpreter where ``llmcompressor`` is installed; skipped with a note when none is).
 All load the same dense float32 checkpoint (written once from the GGUF into ``--checkpoint``) on the CPU
 with one torch thread; loading is not timed. Peak RSS is the child's own high-water mark (``VmHWM``), so it
-includes loading: the column "RSS loaded" says how much of it that is.
+includes loading: the column "RSS loaded" says how much of it that is. Each tool's masks are hashed (every
+decoder linear's zeros, by layer and name; acetui's as each layer leaves, inside its timed run) and
+compared with acetui's default path.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -25,7 +30,7 @@ import time
 from pathlib import Path
 
 NSAMPLES, SEQLEN, SPARSITY, SEED = 128, 128, 0.5, 0
-TOOLS = ("acetui", "wanda-ref", "llm-compressor")
+TOOLS = ("acetui", "acetui-streamed", "wanda-ref", "llm-compressor")
 
 
 def rss_now_mb() -> float:
@@ -42,19 +47,39 @@ def load_dense(checkpoint: str):
     return model.eval()
 
 
-def prune_acetui(checkpoint: str, windows) -> float:
-    from acetui_core import pipeline
+def linear_digests(index: int, layer) -> dict[str, str]:
+    """The SHA-256 of each linear's zeros in decoder layer ``index``, by ``index.name``."""
+    from torch import nn
+
+    return {
+        f"{index:04d}.{name}": hashlib.sha256((module.weight.data == 0).numpy().tobytes()).hexdigest()
+        for name, module in layer.named_modules()
+        if isinstance(module, nn.Linear)
+    }
+
+
+def masks_digest(digests: dict[str, str]) -> str:
+    return hashlib.sha256("".join(f"{k}:{v}" for k, v in sorted(digests.items())).encode()).hexdigest()[:16]
+
+
+def prune_acetui(checkpoint: str, windows, offload: str = "none") -> float:
+    from acetui_core import layerloop
     from acetui_core.config import RunConfig
     from acetui_core.data import calibration_windows, tokenized_calibration
-    from acetui_core.models import load_model
+    from acetui_core.streaming import load_for_run
 
-    loaded = load_model(checkpoint, device="cpu", dtype="float32")
-    config = RunConfig(model=checkpoint, method="wanda", sparsity=str(SPARSITY), nsamples=NSAMPLES, seqlen=SEQLEN)
+    loaded = load_for_run(checkpoint, device="cpu", dtype="float32", offload=offload)
+    config = RunConfig(
+        model=checkpoint, method="wanda", sparsity=str(SPARSITY), nsamples=NSAMPLES, seqlen=SEQLEN, offload=offload
+    )
     ids, _ = tokenized_calibration(loaded.tokenizer, config.calib)
     if not (calibration_windows(ids, NSAMPLES, SEQLEN, SEED) == windows).all():
         raise SystemExit("acetui would draw other windows than the peers get")
     report("loaded", rss_now_mb())
-    return pipeline.prune(loaded, config).prune_seconds
+    digests: dict[str, str] = {}
+    seconds = layerloop.prune(loaded, config, release=lambda i, layer: digests.update(linear_digests(i, layer)))
+    report("masks", masks_digest(digests))
+    return seconds.prune_seconds
 
 
 def running_norm(scaler: dict, seen: dict, name: str):
@@ -124,7 +149,12 @@ def prune_wanda_reference(checkpoint: str, windows) -> float:
             for j in range(NSAMPLES):
                 outs[j] = layer(inps[j].unsqueeze(0), **kwargs)[0]
         inps, outs = outs, inps
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    digests: dict[str, str] = {}
+    for index, layer in enumerate(layers):
+        digests.update(linear_digests(index, layer))
+    report("masks", masks_digest(digests))
+    return seconds
 
 
 def prune_llm_compressor(checkpoint: str, windows) -> float:
@@ -157,7 +187,12 @@ def child(tool: str, checkpoint: str, windows_file: str) -> None:
 
     torch.set_num_threads(1)
     windows = torch.load(windows_file)
-    prune = {"acetui": prune_acetui, "wanda-ref": prune_wanda_reference, "llm-compressor": prune_llm_compressor}
+    prune = {
+        "acetui": prune_acetui,
+        "acetui-streamed": lambda checkpoint, windows: prune_acetui(checkpoint, windows, offload="disk"),
+        "wanda-ref": prune_wanda_reference,
+        "llm-compressor": prune_llm_compressor,
+    }
     report("seconds", prune[tool](checkpoint, windows))
     # VmHWM, not ru_maxrss: the latter keeps the forking parent's high-water mark across exec. Read here
     # rather than through acetui_core, which the peer's interpreter may not have.
@@ -207,26 +242,30 @@ def table(results: dict[str, list[dict]], notes: list[str]) -> str:
         tool: {k: statistics.median(r[k] for r in runs) for k in ("seconds", "peak_mb", "loaded")}
         for tool, runs in rows.items()
     }
-    peers = [t for t in median if t != "acetui"]
-    fastest = min((median[t]["seconds"] for t in peers), default=None)
-    leanest = min((median[t]["peak_mb"] for t in peers), default=None)
+    reference = median.get("wanda-ref")
+    ours = {r.get("masks") for r in rows.get("acetui", [])}
     lines = [
-        "| tool | prune s | peak RSS MB | RSS loaded MB | time / fastest peer | peak RSS / lowest peer |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| tool | prune s | peak RSS MB | RSS loaded MB | time / wanda-ref | peak RSS / wanda-ref | masks as acetui's |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for tool, m in median.items():
-        time_ratio = f"{m['seconds'] / fastest:.2f}" if fastest else "-"
-        rss_ratio = f"{m['peak_mb'] / leanest:.2f}" if leanest else "-"
+        time_ratio = f"{m['seconds'] / reference['seconds']:.2f}" if reference else "-"
+        rss_ratio = f"{m['peak_mb'] / reference['peak_mb']:.2f}" if reference else "-"
+        masks = {r.get("masks") for r in rows[tool]}
+        same = "-" if tool == "acetui" or not ours else ("same" if masks == ours and len(ours) == 1 else "differ")
         lines.append(
-            f"| {tool} | {m['seconds']:.1f} | {m['peak_mb']:.0f} | {m['loaded']:.0f} | {time_ratio} | {rss_ratio} |"
+            f"| {tool} | {m['seconds']:.1f} | {m['peak_mb']:.0f} | {m['loaded']:.0f} | {time_ratio} | {rss_ratio} "
+            f"| {same} |"
         )
-    if "acetui" in median and fastest:
-        ours = median["acetui"]
-        notes.append(
-            f"goal, peak RSS at or below every peer's: {'met' if ours['peak_mb'] <= leanest else 'not met'}; "
-            f"goal, prune time at most 0.8x the fastest peer's: {'met' if ours['seconds'] <= 0.8 * fastest else 'not met'} "
-            f"({ours['seconds'] / fastest:.2f}x)."
-        )
+    for tool in ("acetui", "acetui-streamed"):
+        if tool in median and reference:
+            m = median[tool]
+            time_met = "met" if m["seconds"] <= 0.7 * reference["seconds"] else "not met"
+            rss_met = "met" if m["peak_mb"] <= 0.8 * reference["peak_mb"] else "not met"
+            notes.append(
+                f"{tool}: goal, prune time at most 0.7x wanda-ref's: {time_met} ({m['seconds'] / reference['seconds']:.2f}x); "
+                f"peak RSS at most 0.8x: {rss_met} ({m['peak_mb'] / reference['peak_mb']:.2f}x)."
+            )
     for tool, runs in results.items():
         failed = [r["error"] for r in runs if "error" in r]
         if failed:

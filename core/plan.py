@@ -22,7 +22,7 @@ import torch
 from acetui_core.choices import Allocation, Dtype, EvalKind
 from acetui_core.config import RunConfig
 from acetui_core.errors import UserError
-from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH
+from acetui_core.evaluate import EVAL_TOKENS_PER_BATCH, LOGIT_ENTRIES_PER_CHUNK
 from acetui_core.expertremoval import parameters_removed
 from acetui_core.layouts import census, decoder_layers, prunable_linears, weight_matrix
 from acetui_core.metrics import get_method
@@ -43,6 +43,9 @@ from acetui_core.validate import resolve_seqlen
 # made before any tokenizer runs.
 WIKITEXT2_TEST_TOKENS = 342_000
 SCORE_BYTES_PER_WEIGHT = 24  # scoring one linear: float32 weight copy, |W|, scores, the kthvalue cut and its masks
+# What tokenizing the WikiText-2 test split leaves in the process while it is evaluated (measured with
+# SmolLM2's fast tokenizer: 91 MB resident for its 305k tokens, 164 MB at its height)
+TOKENIZED_BYTES_PER_TOKEN = 300
 ASSUMED_GPU_BYTES = 80 * 2**30  # planning for a GPU this machine does not have: an 80 GB card
 
 
@@ -61,7 +64,7 @@ class Plan:
     streaming: bool
     calibration_bytes: int  # one copy of the hidden states of every calibration token
     calibration_seqlen: int | None  # the window length in tokens, "full" resolved; None: no calibration
-    evaluation_bytes: int  # WikiText-2: a batch's logits and one window's float32 log-probabilities
+    evaluation_bytes: int  # WikiText-2: the logits of a few positions at a time, their log-probabilities, hidden states
     evaluation_tokens: int  # tokens in one evaluation batch (0: no perplexity)
     evaluation_hidden_bytes: int  # a streamed evaluation: the hidden states of every window it evaluates
     activations_on_gpu: bool | None  # None on the CPU
@@ -131,9 +134,16 @@ def plan_run(run: RunConfig) -> Plan:
         eval_seqlen = resolve_seqlen(run.eval_seqlen, context_length(config), "--eval-seqlen")
         evaluation_tokens = max(1, EVAL_TOKENS_PER_BATCH // eval_seqlen) * eval_seqlen
         vocabulary = int(config.vocab_size)
-        # a window's log-softmax in float32, and before it a float32 copy of its logits when they are not
-        log_probs = (1 if size == 4 else 2) * eval_seqlen * vocabulary * 4
-        evaluation = evaluation_tokens * vocabulary * size + log_probs
+        windows = evaluation_tokens // eval_seqlen
+        # the head's logits for a few positions of each window at a time (``evaluate.batch_nll``), their
+        # float32 log-softmax and, when they are not float32, a float32 copy; beside them the batch's hidden
+        # states (the decoder stack's output, and the normalized copy the head reads)
+        positions = min(eval_seqlen - 1, max(1, LOGIT_ENTRIES_PER_CHUNK // (vocabulary * windows)))
+        entries = positions * windows * vocabulary
+        evaluation = (
+            entries * (size + 4 + (4 if size != 4 else 0)) + 2 * evaluation_tokens * int(config.hidden_size) * size
+        )
+        evaluation += WIKITEXT2_TEST_TOKENS * TOKENIZED_BYTES_PER_TOKEN
         if streaming:
             evaluated = min(WIKITEXT2_TEST_TOKENS, (run.eval_limit or WIKITEXT2_TEST_TOKENS) * eval_seqlen)
             evaluation_hidden = evaluated * int(config.hidden_size) * size

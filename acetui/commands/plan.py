@@ -21,7 +21,7 @@ def _gib(count: int) -> str:
 def _evaluation(plan) -> str:
     if not plan.evaluation_tokens:
         return "no perplexity"
-    text = f"{_gib(plan.evaluation_bytes)} of WikiText-2 logits (batches of {plan.evaluation_tokens} tokens)"
+    text = f"{_gib(plan.evaluation_bytes)} for WikiText-2 (batches of {plan.evaluation_tokens} tokens, logits a few positions at a time)"
     if plan.evaluation_hidden_bytes:
         text += f", plus {_gib(plan.evaluation_hidden_bytes)} of hidden states of the windows it evaluates"
     return text
