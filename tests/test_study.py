@@ -229,3 +229,10 @@ async def test_the_app_opens_on_results_with_a_studys_runs_selected(tmp_path, ma
         await pilot.pause()
         assert app.current_mode == "results"
         assert app.screen.selected == set(chosen)
+
+
+def test_a_mixture_of_files_passes_the_checks_of_each_file(tmp_path, make_tiny_model, calib_file):
+    model = make_tiny_model("llama")
+    study = parse_study(f'model = "{model}"\ncalib = "c4+{calib_file}"\n{QUICK}', tmp_path / "s.toml")
+    [cell] = study.cells()
+    assert cell.calib == f"c4+{calib_file}"
