@@ -4,7 +4,8 @@ sparsity pattern (grouped by model when there are several), cells = WikiText-2 p
 accuracy.
 
 Runs share a cell only when every setting that can change its number is equal (``settings``): only
-seeds may differ, and the cell then shows their mean ``± sd`` and ``(n=...)``. Runs that differ in
+seeds may differ, and the cell then shows their mean ``± sd`` and ``(n=...)``, n counting distinct seeds
+(a seed run again is the same sample: its latest run counts, and the notes name the repeats). Runs that differ in
 anything else get rows of their own, labelled with the difference (``Wanda-16 (32 samples)``). Settings
 that cannot change a number (``--keep-masks``, ``--fidelity``, where the model is saved) never split
 rows. A perplexity measured on part of the test set (``--eval-limit``) carries a dagger and a note.
@@ -42,12 +43,35 @@ def _mean(values) -> float | None:
     return statistics.fmean(known) if known else None
 
 
+def sample(record: RunRecord) -> int | None:
+    """What makes a run another sample of its cell: its seed, or None for a method without calibration
+    data (every run of it is the same sample)."""
+    return record.config.seed if record.results is not None and record.results.calibration is not None else None
+
+
 @dataclass
 class Cell:
-    values: list[float]  # perplexities, or accuracies in percent: one per seed
+    values: list[float]  # perplexities, or accuracies in percent: one per distinct seed
     seconds: list[float]
     partial: bool
     runs: list[RunRecord] = field(default_factory=list)  # the runs behind ``values``, in the same order
+    repeats: list[RunRecord] = field(default_factory=list)  # earlier runs of a seed the cell holds: not counted
+
+    def add(self, record: RunRecord, value: float, partial: bool) -> None:
+        """Count ``record``'s ``value`` as a sample, unless the cell holds a run of its seed: a repeat of
+        a seed is the same sample again, so the latest run of each seed stands and the others are kept
+        aside in ``repeats`` (named in every table's notes)."""
+        same = [i for i, run in enumerate(self.runs) if sample(run) == sample(record)]
+        if same and (self.runs[same[0]].created, self.runs[same[0]].id) > (record.created, record.id):
+            self.repeats.append(record)
+            return
+        if same:
+            self.repeats.append(self.runs[same[0]])
+            del self.runs[same[0]], self.values[same[0]], self.seconds[same[0]]
+        self.runs.append(record)
+        self.values.append(value)
+        self.seconds.append(record.prune_seconds or 0.0)
+        self.partial = self.partial or partial
 
     @property
     def value(self) -> float:
@@ -113,6 +137,17 @@ class Comparison:
     @property
     def partial(self) -> bool:
         return any(cell.partial for cell in self.cells.values())
+
+    def repeats_note(self) -> str | None:
+        """Which rows hold repeated runs of a seed, counted once (the latest), or None."""
+        rows = list(dict.fromkeys(row for (row, _), cell in self.cells.items() if cell.repeats))
+        if not rows:
+            return None
+        count = len({run.id for cell in self.cells.values() for run in cell.repeats})
+        return (
+            f"{count} repeated run(s) of a seed already counted are left out (each seed counts once, its latest "
+            f"run): {', '.join(rows)}."
+        )
 
     @property
     def seeds(self) -> bool:
@@ -332,11 +367,7 @@ def comparison(
         for row, header, value, partial in _values(record, measure, row_labels[record.id], keys(record)[1]):
             rows.append(row)
             headers[model].append(header)
-            cell = grid.setdefault((row, (model, header)), Cell([], [], False))
-            cell.runs.append(record)
-            cell.values.append(value)
-            cell.seconds.append(record.prune_seconds or 0.0)
-            cell.partial = cell.partial or partial
+            grid.setdefault((row, (model, header)), Cell([], [], False)).add(record, value, partial)
     table = Comparison(
         models,
         [(m, h) for m in models for h in dict.fromkeys(headers[m])],

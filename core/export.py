@@ -102,7 +102,8 @@ def verdict_columns(table: Comparison | None) -> dict[str, dict]:
     columns: dict[str, dict] = {}
     for (row, column), cell in table.cells.items() if table else []:
         verdict = table.verdicts.get((row, column)) if table else None
-        for run in cell.runs:
+        for run in [*cell.runs, *cell.repeats]:
+            said = verdict.verdict if verdict else None
             columns.setdefault(
                 run.id,
                 {
@@ -110,7 +111,7 @@ def verdict_columns(table: Comparison | None) -> dict[str, dict]:
                     "ci_low": verdict.ci[0] if verdict and verdict.ci else None,
                     "ci_high": verdict.ci[1] if verdict and verdict.ci else None,
                     "n": len(cell.values),
-                    "verdict": verdict.verdict if verdict else None,
+                    "verdict": f"repeat of seed {run.config.seed}, not counted" if run in cell.repeats else said,
                 },
             )
     return columns
@@ -171,8 +172,9 @@ def _caption(table: Comparison, latex: bool) -> str:
 def verdict_note(table: Comparison, dash: str = "–") -> str | None:
     """The footnote of a table with verdicts: the test, its level, the seeds per cell and the interval."""
     unknown = any(v.verdict == "unknown" for v in table.verdicts.values())
+    repeats = table.repeats_note()
     if not table.tested and not unknown:
-        return None
+        return repeats
     level = f"{table.level * 100:g}%"
     units = "windows" if table.measure == "ppl" else "documents"
     seeds = sorted({len(cell.values) for cell in table.cells.values()})
@@ -187,6 +189,8 @@ def verdict_note(table: Comparison, dash: str = "–") -> str | None:
         parts.append(f"[low, high] is the {level} interval.")
     if unknown:
         parts.append("A calibrated method with one seed is not tested: its seed noise is unknown.")
+    if repeats:
+        parts.append(repeats)
     return " ".join(parts)
 
 

@@ -50,8 +50,9 @@ def series(table: Comparison, figure: str, x_axis: str = "seconds") -> list[Seri
                 x = sum(r.prune_seconds or 0.0 for r in results) / len(results)
             low, high = verdict.ci if verdict and verdict.ci else (cell.value, cell.value)
             line.points.append((x, cell.value, low, high))
-        if line.points:
-            out.append(Series(row, sorted(line.points)))
+        repeated = any(cell.repeats for (name, _), cell in table.cells.items() if name == row)
+        if line.points:  # a seed run again counts once in each point; the legend says so
+            out.append(Series(f"{row} (repeats of a seed counted once)" if repeated else row, sorted(line.points)))
     return out
 
 

@@ -175,12 +175,19 @@ def report(table: Comparison) -> dict:
                     "verdict": verdict.verdict,
                     "note": verdict.note,
                     "difference": list(verdict.difference) if verdict.difference else None,
+                    "repeats": [run.id for run in cell.repeats],
                     **cell.cost,
                 }
             )
         model, header = column
         columns.append({"column": f"{header} ({model})" if header else model, "rows": rows})
-    return {"level": table.level, "measure": table.measure, "test": TEST, "columns": columns}
+    return {
+        "level": table.level,
+        "measure": table.measure,
+        "test": TEST,
+        "repeats": table.repeats_note(),
+        "columns": columns,
+    }
 
 
 TEST = (
@@ -234,6 +241,8 @@ def text(data: dict) -> str:
         ]
         out += notes
         out.append("")
+    if data["repeats"]:
+        out.append(data["repeats"])
     out.append(f"Test: {data['test']}; level {level}; n = seeds per row.")
     return "\n".join(out) + "\n"
 

@@ -510,3 +510,33 @@ def test_a_damaged_window_record_makes_its_run_untested_with_the_reason(store, m
     assert code == 0 and "untested" in out and reason in out and "Traceback" not in err
     code, out, _ = cli(monkeypatch, capsys, "runs", "show", "b0000010", "--store", store.path)
     assert code == 0 and reason in out
+
+
+def test_a_repeated_seed_is_one_sample_and_every_table_says_so(store, monkeypatch, capsys, tmp_path):
+    """The issue's case: the same one-seed grid run twice into one store is one seed, not two."""
+    clock = store.clock_
+    for repeat in range(2):  # each run of a seed differs a little (another run id: another noise draw)
+        add(store, clock, f"a00000{repeat:02d}", seed=0)
+        add(store, clock, f"b00000{repeat + 10:02d}", seed=0, method="ria", shift=0.15)
+        add(store, clock, f"c00000{repeat + 20:02d}", method="magnitude", calibration=None, shift=1.5)
+    found = verdicts(store)
+    assert found["RIA-16"].verdict == "unknown" and found["RIA-16"].p is None  # not "worse" on n=2
+    table = comparison(store.list_runs())
+    ria = table.cells[("RIA-16", table.columns[0])]
+    assert (
+        len(ria.values) == 1
+        and [r.id for r in ria.runs] == ["b0000011"]
+        and [r.id for r in ria.repeats] == ["b0000010"]
+    )
+    assert len(table.cells[("Magnitude", table.columns[0])].values) == 1  # no calibration: every run is one sample
+    code, out, _ = cli(monkeypatch, capsys, "verdict", "--store", store.path, "--json")
+    data = json.loads(out)
+    assert all(row["n"] == 1 for row in data["columns"][0]["rows"])
+    assert "3 repeated run(s) of a seed already counted are left out" in data["repeats"]
+    code, out, _ = cli(monkeypatch, capsys, "export", "--store", store.path, "--format", "markdown", "--ci", "pm")
+    assert "(n=2)" not in out and "repeated run(s) of a seed" in out
+    code, out, _ = cli(monkeypatch, capsys, "export", "--store", store.path)
+    assert "repeat of seed 0, not counted" in out
+    figure = tmp_path / "f.tex"
+    assert cli(monkeypatch, capsys, "figure", "pareto", "-o", str(figure), "--store", store.path)[0] == 0
+    assert "RIA (repeats of a seed counted once)" in figure.read_text()

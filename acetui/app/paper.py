@@ -56,6 +56,8 @@ def view(runs: list[RunRecord], kept: dict[str, RunEvidence], which: str, picked
         notes = [caption.format(which=which)]
         if grid.partial:
             notes.append(PARTIAL_NOTES[measure])
+        if grid.repeats_note():
+            notes.append(grid.repeats_note())
         parts += [Text("\n".join(notes)), _grid_table(grid)]
     if len(parts) == 1:
         return unmeasured[0]
