@@ -303,6 +303,36 @@ def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, co
     return labels
 
 
+def _evaluations(records: list[RunRecord], measure: str) -> dict[str, str]:
+    """Each run's evaluation in words (``eval 16x512``: windows x tokens; ``eval n=100``: documents per
+    task), for the runs of a model that were not all evaluated alike. Each evaluation then gets a column
+    group of its own, so no best or ratio compares numbers measured on other windows or documents."""
+    keys: dict[str, tuple] = {}
+    for record in records:
+        result = _result(record)
+        if measure == "ppl":
+            keys[record.id] = (result.ppl_windows, result.ppl_seqlen)
+        else:
+            keys[record.id] = tuple(
+                sorted((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
+            )
+    several = {  # the models whose runs were evaluated in more than one way
+        name
+        for name in {model_name(r.config.model) for r in records}
+        if len({keys[r.id] for r in records if model_name(r.config.model) == name}) > 1
+    }
+    keys = {r.id: keys[r.id] for r in records if model_name(r.config.model) in several}
+    words = {}
+    for key in dict.fromkeys(keys.values()):
+        if measure == "ppl":
+            words[key] = f"eval {key[0]}x{key[1]}"
+        else:
+            words[key] = "eval n=" + "/".join(str(n) for n in dict.fromkeys(n for _, n, _ in key))
+    if len(set(words.values())) < len(words):  # the same sizes of other tasks or files: number them
+        words = {key: f"{text} #{i + 1}" for i, (key, text) in enumerate(words.items())}
+    return {run_id: words[key] for run_id, key in keys.items()}
+
+
 def measured(record: RunRecord, measure: str | None = None) -> bool:
     """Whether a run finished with results, and with the table's ``measure`` when one is named: the runs
     a table (or ``--last N`` of one) counts."""
@@ -358,12 +388,20 @@ def comparison(
 
     axis = "sparsity" if columns == "sparsity" and measure != "zeroshot" else columns
     row_labels = _row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)
-    models = list(dict.fromkeys(model_name(r.config.model) for r in usable))
+    evaluations = _evaluations(usable, measure)
+
+    def group(record: RunRecord) -> str:
+        """The column group: the model, and the evaluation when the runs were not all evaluated alike (runs
+        evaluated on other windows or documents are never ranked against each other)."""
+        name = model_name(record.config.model)
+        return f"{name}, {evaluations[record.id]}" if record.id in evaluations else name
+
+    models = list(dict.fromkeys(group(r) for r in usable))
     headers: dict[str, list[str]] = {m: [] for m in models}
     rows: list[str] = []
     grid: dict = {}
     for record in usable:
-        model = model_name(record.config.model)
+        model = group(record)
         for row, header, value, partial in _values(record, measure, row_labels[record.id], keys(record)[1]):
             rows.append(row)
             headers[model].append(header)

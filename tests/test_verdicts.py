@@ -41,10 +41,27 @@ def losses(seed: int, shift: float = 0.0) -> dict:
     }
 
 
-def add(store, clock, run_id, *, method="wanda", seed=0, calib="c4", calibration=C4, shift=0.0, kept=True, **config):
+def add(
+    store,
+    clock,
+    run_id,
+    *,
+    method="wanda",
+    seed=0,
+    calib="c4",
+    calibration=C4,
+    shift=0.0,
+    kept=True,
+    windows=None,
+    **config,
+):
+    """A finished run; ``windows``: (count, length) of another evaluation than the default's."""
     window_losses = losses(int(run_id[-2:]), shift)
-    ppl = float(np.exp(np.sum(window_losses["nll"]) / (WINDOWS * SEQLEN)))
-    result = {"calibration": calibration, "ppl_windows": WINDOWS, "ppl_seqlen": SEQLEN}
+    count, length = windows or (WINDOWS, SEQLEN)
+    window_losses |= {"seqlen": length, "limit": count} if windows else {}
+    window_losses["nll"], window_losses["tokens"] = window_losses["nll"][:count], window_losses["tokens"][:count]
+    ppl = float(np.exp(np.sum(window_losses["nll"]) / (count * SEQLEN)))
+    result = {"calibration": calibration, "ppl_windows": count, "ppl_seqlen": length}
     if kept:
         result["window_losses"] = window_losses
     config = {"nsamples": 8, **config}
@@ -540,3 +557,24 @@ def test_a_repeated_seed_is_one_sample_and_every_table_says_so(store, monkeypatc
     figure = tmp_path / "f.tex"
     assert cli(monkeypatch, capsys, "figure", "pareto", "-o", str(figure), "--store", store.path)[0] == 0
     assert "RIA (repeats of a seed counted once)" in figure.read_text()
+
+
+def test_runs_evaluated_on_other_windows_are_never_ranked_against_each_other(store, monkeypatch, capsys):
+    """The issue's case: Wanda and Magnitude evaluated on 32-token windows, RIA on 64-token windows (its
+    perplexity lower): RIA was bolded as the column's best and the others got ratios to it."""
+    clock = store.clock_
+    for seed in range(2):
+        add(store, clock, f"a00000{seed:02d}", seed=seed)
+        add(store, clock, f"b00000{seed + 10:02d}", seed=seed, method="ria", shift=-0.5, windows=(16, 64))
+    add(store, clock, "c0000020", method="magnitude", calibration=None, shift=1.5)
+    table = judge(comparison(store.list_runs()), store.evidence([r.id for r in store.list_runs()]))
+    assert table.models == ["tiny, eval 32x16", "tiny, eval 16x64"]
+    ria_column, wanda_column = ("tiny, eval 16x64", "50%"), ("tiny, eval 32x16", "50%")
+    assert table.best == {("RIA-16", ria_column), ("Wanda-16", wanda_column)}
+    assert table.verdicts[("Magnitude", wanda_column)].ratio > 1
+    assert ("RIA-16", wanda_column) not in table.cells and ("Wanda-16", ria_column) not in table.cells
+    code, out, _ = cli(monkeypatch, capsys, "verdict", "--store", store.path)
+    assert code == 0 and "50% (tiny, eval 32x16)" in out and "50% (tiny, eval 16x64)" in out
+    code, out, _ = cli(monkeypatch, capsys, "export", "--store", store.path, "--format", "markdown")
+    assert out.count("**") == 4  # one best per evaluation, RIA's not over Wanda's
+    assert "tiny, eval 32x16 50%" in out and "tiny, eval 16x64 50%" in out
