@@ -56,8 +56,9 @@ def view(runs: list[RunRecord], kept: dict[str, RunEvidence], which: str, picked
         notes = [caption.format(which=which)]
         if grid.partial:
             notes.append(PARTIAL_NOTES[measure])
-        if grid.repeats_note():
-            notes.append(grid.repeats_note())
+        repeats = grid.repeats_note()
+        if repeats:
+            notes.append(repeats)
         parts += [Text("\n".join(notes)), _grid_table(grid)]
     if len(parts) == 1:
         return unmeasured[0]
