@@ -55,6 +55,8 @@ def check_output_file(path: Path, flag: str, *, overwrite: bool, protected: Plac
     target = path.resolve() if path.is_symlink() else path
     if target.is_dir():
         raise UserError(f"{named} is a link to a folder; give a file name.")
+    if target.exists() and not target.is_file():  # renaming over it would replace a device or a pipe
+        raise UserError(f"{named} is not a regular file (a device, pipe or socket); -o - writes to stdout.")
     if not target.parent.is_dir():
         raise UserError(f"Cannot write {path}: the folder {target.parent} does not exist.")
     return target

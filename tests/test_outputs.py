@@ -160,3 +160,12 @@ def test_the_apps_exports_never_replace_a_file_nor_go_where_the_runs_keep_theirs
     for inside in (places["its log"].parent, places["a file of the data folder"].parent):
         with pytest.raises(UserError, match="choose another export folder"):
             reserve_new_file(inside, "acetui-1", ".csv", store.protected_places())
+
+
+def test_a_device_or_a_pipe_is_never_replaced(places, monkeypatch, capsys):
+    fifo = places["tmp"] / "pipe.csv"
+    os.mkfifo(fifo)
+    for target in (Path("/dev/null"), fifo):
+        code, _, err = cli(monkeypatch, capsys, *_args("export", places, target), "--overwrite")
+        assert code == 2 and "is not a regular file" in err, err
+    assert Path("/dev/null").is_char_device() and stat.S_ISFIFO(fifo.stat().st_mode)
