@@ -113,8 +113,9 @@ def reserve_new_file(folder: Path, stem: str, suffix: str, protected: Places = (
     """A new, empty file ``folder/stem.suffix``, else ``stem-2``, ``stem-3``... (created exclusively, so no
     other file is ever replaced, even one made between the choice of a name and the write), for the app's
     exports; refused when ``folder`` is or lies inside a ``protected`` place."""
-    refuse_protected(folder, f"The export folder {folder}", protected, "choose another export folder.")
     path, n = folder / f"{stem}{suffix}", 1
+    # the file, not the folder: a folder that merely holds a model folder or the store takes new files
+    refuse_protected(path, f"An export in {folder}", protected, "choose another export folder.")
     while True:
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))

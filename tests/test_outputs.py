@@ -157,6 +157,7 @@ def test_the_apps_exports_never_replace_a_file_nor_go_where_the_runs_keep_theirs
     (folder / "acetui-1.csv").write_text(PRECIOUS)
     made = reserve_new_file(folder, "acetui-1", ".csv", store.protected_places())
     assert made.name == "acetui-1-2.csv" and (folder / "acetui-1.csv").read_text() == PRECIOUS
+    assert reserve_new_file(places["tmp"], "acetui-1", ".csv", store.protected_places()).parent == places["tmp"]
     for inside in (places["its log"].parent, places["a file of the data folder"].parent):
         with pytest.raises(UserError, match="choose another export folder"):
             reserve_new_file(inside, "acetui-1", ".csv", store.protected_places())
