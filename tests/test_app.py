@@ -236,8 +236,8 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
     async with app.run_test(size=SIZE) as pilot:
         await fill_form(pilot, model, ["wanda", "ria"])
         await pilot.press("ctrl+r")
-        await pilot.pause()
-        assert isinstance(app.screen, RunScreen)
+        # The launcher checks the runs in a thread (issue 31, item 9), then the Run screen follows them.
+        await pilot_wait_until(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen of the runs")
         runs = store.list_runs()
         assert [r.label for r in runs] == ["Wanda-16", "RIA-16"]
         assert app.batch == tuple(r.id for r in runs)
@@ -349,6 +349,7 @@ async def test_a_failing_run_shows_its_error(store, tmp_path, make_tiny_model):
     async with app.run_test(size=SIZE) as pilot:
         await fill_form(pilot, str(make_tiny_model("llama")), ["wanda"], calib=str(short))
         await pilot.press("ctrl+r")
+        await pilot_wait_until(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen of the run")
         error = app.screen.query_one("#run-error", Static)
         await pilot_wait_until(pilot, lambda: error.display, "the run's error")
         recorded = store.list_runs()[0].error
@@ -378,12 +379,15 @@ async def test_a_damaged_checkpoint_is_refused_before_any_run(store, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await fill_form(pilot, str(damaged), ["wanda"])
         await pilot.press("ctrl+r")
-        await pilot.pause()
-        assert isinstance(app.screen, NewRunScreen) and store.list_runs() == []
-        assert any(
-            f"The checkpoint folder {damaged} could not be loaded as a model" in str(n.message)
-            for n in app._notifications
+        await pilot_wait_until(  # the launcher's refusal, from its thread
+            pilot,
+            lambda: any(
+                f"The checkpoint folder {damaged} could not be loaded as a model" in str(n.message)
+                for n in app._notifications
+            ),
+            "the launcher's sentence",
         )
+        assert isinstance(app.screen, NewRunScreen) and store.list_runs() == []
 
 
 @pytest.mark.asyncio

@@ -157,7 +157,7 @@ def test_tmux_drops_osc52_unless_set_clipboard_is_on(monkeypatch):
 @pytest.mark.asyncio
 async def test_copy_inside_tmux_without_set_clipboard_saves_a_file_and_says_how(store, tmp_path, monkeypatch):
     monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(tmp_path / "exports"))
-    monkeypatch.setattr("acetui.app.screens.results.tmux_drops_clipboard", lambda: True)
+    monkeypatch.setattr("acetui.app.screens.results_export.tmux_drops_clipboard", lambda: True)
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f3")

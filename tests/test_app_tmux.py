@@ -30,6 +30,36 @@ def terminal(store, tmp_path):
 def test_editing_keys_sent_in_one_burst_are_applied_in_order(terminal):
     """``tmux send-keys`` in one call reaches the app as one read: the model field (focused at start) gets
     every key in order; Textual's own Input applied the backspace, home and end after the text."""
-    terminal.wait_for("Start ▶", "the New run form")
+    screen = terminal.wait_for("Start ▶", "the New run form")
     terminal.keys("C-u", "org/abc", "BSpace", "d", "Home", "x", "End", "-it", "BSpace", "t")
     terminal.wait_for("xorg/abd-it", "the field edited in order")
+    # Help opens while typing (issue 31, item 6), by the key the footer shows.
+    assert "f5 Help" in screen.splitlines()[-1]
+    terminal.keys("F5")
+    terminal.wait_for("Keys · ↑ ↓ PgUp PgDn scroll", "the keys panel, opened from the model field")
+    assert "xorg/abd-it?" not in terminal.screen()
+
+
+@pytest.mark.parametrize("no_color", [False, True], ids=["colour", "NO_COLOR"])
+def test_every_screen_reads_at_80x24(store, tmp_path, no_color):
+    """Issue 31, items 3-5: the Run screen's every tab named, a gap between the log and the plots, the
+    histogram's legend in glyphs; Results' columns that tell runs apart, with whole ids; Runs' model and
+    creation time; with colours and under NO_COLOR."""
+    terminal = Terminal(store.path, tmp_path, env={"NO_COLOR": "1"} if no_color else {})
+    try:
+        terminal.wait_for("Start ▶", "the New run form")
+        terminal.keys("F2")
+        run = terminal.wait_for("Cfg", "the Run screen's tabs")
+        assert all(name in run for name in ("Scores", "Spars.", "Var", "Fid.", "Exp.", "Cfg"))
+        assert "░ pruned" in run and "red" not in run and "blue" not in run
+        terminal.keys("F3")
+        results = terminal.wait_for("selected ·", "the Results table")
+        header = next(line for line in results.splitlines() if "Method" in line)
+        assert all(title in header for title in ("Method", "PPL", "Id")), header
+        assert "run00001" in results  # whole ids, nothing past the right edge
+        assert "Every run: Model llama-7b" in results  # what every row shares, said once
+        terminal.keys("F4")
+        runs = terminal.wait_for("2 of 2 ·", "the Runs table")
+        assert "every run on llama-7b" in runs and "run00002" in runs
+    finally:
+        terminal.close()

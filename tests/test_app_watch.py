@@ -569,6 +569,30 @@ async def test_the_command_palette_holds_the_apps_actions(store):
 
 
 @pytest.mark.asyncio
+async def test_the_command_palette_offers_every_screens_actions_from_any_screen(store):
+    """Issue 31, item 8: "paper" typed in the palette on the Runs screen finds the Results screen's paper
+    view, and choosing it switches screen first."""
+    finished_run(store)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        await pilot.press("ctrl+p", *"paper")
+        await pilot_wait_until(
+            pilot,
+            lambda: any(
+                "Results: The paper's layout" in str(option.prompt)
+                for option in app.screen.query("CommandList").first().options
+            ),
+            "the Results screen's paper view among the palette's commands",
+        )
+        await pilot.press("enter")
+        await pilot_wait_until(pilot, lambda: app.current_mode == "results", "the Results screen")
+        await pilot_wait_until(
+            pilot, lambda: app.screen.query_one("#results-views").current == "paper", "the paper view"
+        )
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("screen_key", ["f3", "f4"])  # Results and Runs bind escape too (filter: back to the table)
 async def test_escape_closes_the_keys_panel(store, screen_key):
     app = make_app(store)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from runhelpers import cli
+from runhelpers import cli, pilot_wait_until
 from textual.widgets import Input
 
 from acetui.app import make_app
@@ -77,7 +77,7 @@ async def test_the_app_and_the_cli_queue_the_same_runs_through_the_door(
         screen.query_one("#seqlen", Input).value = "16, full"
         await pilot.pause()
         await pilot.press("ctrl+r")
-        await pilot.pause()
+        await pilot_wait_until(pilot, lambda: len(started) == 2, "the launch, from its thread")
     assert [executor for executor, _ in started] == ["local processes"] * 2
     from_cli = [run.config for run in Store(cli_store).list_runs(ids=cli_ids)]
     from_app = [run.config for run in app_store.list_runs(ids=started[1][1])]

@@ -61,7 +61,7 @@ class Terminal:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", self.session)
 
-    def wait_for(self, shown: Callable[[str], bool] | str, what: str, timeout: float = 30) -> str:
+    def wait_for(self, shown: Callable[[str], bool] | str, what: str, timeout: float = 120) -> str:
         """The screen once ``shown`` (a predicate of its text, or a string it contains) holds."""
         check = shown if callable(shown) else lambda text: shown in text
         deadline = time.monotonic() + timeout

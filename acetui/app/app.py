@@ -19,7 +19,7 @@ import acetui_themes as themes
 from acetui import notify, preferences
 from acetui.app import summary
 from acetui.app.commands import RunCommands
-from acetui.app.help import HelpScreen
+from acetui.app.help import HelpScreen, screen_actions, screen_name
 from acetui.app.screens.new_run import NewRunScreen
 from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
@@ -47,8 +47,8 @@ class AceApp(Workbench):
         Binding("f2", "show_run", "Run", tooltip="The active run (else the one shown last, else the newest)"),
         Binding("f3", "switch_mode('results')", "Results", tooltip="Finished runs side by side; export"),
         Binding("f4", "switch_mode('runs')", "Runs", tooltip="Every run in the store"),
-        # f5 too: a text field takes "?" as text (the footer then shows f5).
-        Binding("question_mark,f5", "help", "Help", tooltip="The keys of this screen"),
+        # F5 first, so the footer always shows it: it works while typing too, where a text field takes "?".
+        Binding("f5,question_mark", "help", "Help", tooltip="The keys of this screen"),
         Binding("ctrl+t", "next_theme", "Theme", show=False, tooltip="Next theme: dark, light, ansi"),
         Binding("escape", "close_panels", "Close", show=False, tooltip="Close the keys panel or a maximised pane"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -151,13 +151,24 @@ class AceApp(Workbench):
             yield SystemCommand(
                 title,
                 "The selected (or all listed) finished runs, saved to a file",
-                lambda fmt=fmt: self._on_results(f"export('{fmt}')"),
+                lambda fmt=fmt: self.run_on_screen("results", f"export('{fmt}')"),
             )
         yield SystemCommand(
             "Copy the LaTeX table",
             "Of the selected (or all listed) finished runs (OSC 52)",
-            lambda: self._on_results("copy_latex"),
+            lambda: self.run_on_screen("results", "copy_latex"),
         )
+        named = {"export('csv')", "export('latex')", "copy_latex"}  # above, under the names users look for
+        for mode, screen in self.MODES.items():  # every screen's keys, from any screen (it is shown first)
+            if not isinstance(screen, type):
+                continue
+            for action, what, keys in screen_actions(screen):
+                if action not in named and action not in ("focus_filter", "focus_table"):
+                    yield SystemCommand(
+                        f"{screen_name(screen)}: {what}",
+                        f"{keys} on {screen_name(screen)}",
+                        lambda mode=mode, action=action: self.run_on_screen(mode, action),
+                    )
         shown = next((r for r in self.runs if r.id == self.followed), None)
         if shown is not None and shown.active:
             yield SystemCommand(
@@ -168,10 +179,11 @@ class AceApp(Workbench):
         yield SystemCommand("Next theme", "dark, light, ansi (ctrl+t)", self.action_next_theme)
         for mode, title in NOTIFY_TITLES.items():
             yield SystemCommand(title, f"--notify {mode} (remembered)", lambda mode=mode: self.set_notify(mode))
-        yield SystemCommand("Help", "The keys of this screen (?)", self.action_help)
+        yield SystemCommand("Help", "The keys of this screen (F5)", self.action_help)
 
-    async def _on_results(self, action: str) -> None:
-        await self.switch_mode("results")
+    async def run_on_screen(self, mode: str, action: str) -> None:
+        """``action`` of the screen ``mode``, switched to first (the command palette offers every screen's)."""
+        await self.switch_mode(mode)
         await self.run_action(action, self.screen)
 
     @on(events.DeliveryComplete)

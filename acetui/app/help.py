@@ -15,13 +15,26 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
 
+def screen_name(screen: type[Screen]) -> str:
+    """A screen's name as the user reads it: ``NewRunScreen`` -> ``New run``."""
+    words = re.findall(r"[A-Z][a-z]*", screen.__name__.removesuffix("Screen"))
+    return " ".join([words[0], *(word.lower() for word in words[1:])]) if words else "This"
+
+
+def screen_actions(screen: type[Screen]) -> list[tuple[str, str, str]]:
+    """``(action, what it does, its keys)`` of each of a screen's keys (those that name what they do)."""
+    actions: dict[str, tuple[str, list[str]]] = {}
+    for binding in Binding.make_bindings(screen.BINDINGS):
+        if binding.description:
+            actions.setdefault(binding.action, (binding.tooltip or binding.description, []))[1].append(binding.key)
+    return [(action, what, " ".join(keys)) for action, (what, keys) in actions.items()]
+
+
 def key_rows(screen: Screen) -> list[tuple[str, list[tuple[str, str, bool]]]]:
     """``(section, [(keys, what it does, available now)])`` for the screen's own keys and the app's."""
     app = screen.app
     sections = []
-    words = re.findall(r"[A-Z][a-z]*", screen.__class__.__name__.removesuffix("Screen"))  # NewRun -> New run
-    name = " ".join([words[0], *(word.lower() for word in words[1:])]) if words else "This"
-    for title, node in ((f"{name} screen", screen), ("Everywhere", app)):
+    for title, node in ((f"{screen_name(type(screen))} screen", screen), ("Everywhere", app)):
         rows: dict[tuple[str, str], list[str]] = {}
         available: dict[tuple[str, str], bool] = {}
         for binding in Binding.make_bindings(node.BINDINGS):
@@ -54,5 +67,7 @@ class HelpScreen(ModalScreen[None]):
                 text.append(what + ("\n" if now else " (not now)\n"), "" if now else "dim")
             text.append("\n")
         text.append("ctrl+p: the command palette (type to find any action) · escape closes this", "dim")
-        with VerticalScroll(id="help"):
+        with VerticalScroll(id="help") as panel:
+            # In the border, which a short terminal never hides: that there is more, and how to leave.
+            panel.border_title = "Keys · ↑ ↓ PgUp PgDn scroll · escape, F5 or q close"
             yield Static(text, id="help-keys")

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual import getters, on
@@ -16,6 +21,93 @@ from acetui.app.summary import STATUS_COLOR
 from acetui.app.workbench import Workbench
 from acetui_core.choices import RunStatus
 from acetui_core.store_rows import RunRecord
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a run table: its title, the key its sort uses, and (where the screen draws cells from
+    it) its cell."""
+
+    title: str
+    order: Callable[[RunRecord], object]
+    cell: Callable[[RunRecord], str] | None = None
+
+
+def missing_last(value: float | None) -> float:
+    """A sort key that puts runs without the value after every run with one."""
+    return math.inf if value is None else value
+
+
+Cell = str | Text
+PADDING = 2  # a DataTable cell's padding, one column each side
+
+
+@dataclass
+class Fitted:
+    """The columns of a run table that fit its width (indices into its columns, in order), each row's
+    cells of those, and ``(title, value)`` of the columns left out because every row has that value."""
+
+    shown: list[int]
+    rows: list[tuple[str, tuple[Cell, ...]]]
+    common: list[tuple[str, str]]
+
+
+def fit_columns(
+    titles: list[str],
+    rows: Sequence[tuple[str, Sequence[Cell]]],
+    width: int,
+    *,
+    same_first: tuple[str, ...] = (),
+    optional: tuple[str, ...] = (),
+    briefs: dict[str, list[str]] | None = None,
+    squeeze: str | None = None,
+) -> Fitted:
+    """The columns of ``rows`` (``(key, cells)``) that fit ``width``. Columns that do not tell the rows apart
+    go first (``same_first``, in order: left out while every row has one value), then ``optional`` ones;
+    then columns with ``briefs`` (a shorter cell per row) take them; then the ``squeeze`` column's cells
+    are cut at their start (a model path keeps its name)."""
+    cells = [list(row) for _, row in rows]
+
+    def text(cell: Cell) -> str:
+        return cell.plain if isinstance(cell, Text) else cell
+
+    widths = [
+        max([cell_len(title), *(cell_len(text(row[i])) for row in cells)]) + PADDING for i, title in enumerate(titles)
+    ]
+    shown = list(range(len(titles)))
+    common = []
+
+    def total() -> int:
+        return sum(widths[i] for i in shown)
+
+    for title in same_first:
+        index = titles.index(title)
+        values = {text(row[index]) for row in cells}
+        if total() > width and len(values) == 1 and len(cells) > 1:
+            shown.remove(index)
+            common.append((title, values.pop()))
+    for title in optional:
+        if total() > width and titles.index(title) in shown:
+            shown.remove(titles.index(title))
+    for title, brief in (briefs or {}).items():
+        index = titles.index(title)
+        if total() > width and index in shown:
+            for row, cell in zip(cells, brief, strict=True):
+                row[index] = cell
+            widths[index] = max([cell_len(title), *map(cell_len, brief)]) + PADDING
+    if squeeze is not None and total() > width and titles.index(squeeze) in shown:
+        index = titles.index(squeeze)
+        room = max(8, widths[index] - (total() - width)) - PADDING
+        for row in cells:
+            row[index] = _cut(text(row[index]), room)
+    return Fitted(
+        shown, [(key, tuple(row[i] for i in shown)) for (key, _), row in zip(rows, cells, strict=True)], common
+    )
+
+
+def _cut(text: str, room: int) -> str:
+    """``text`` in ``room`` columns, keeping its end: ``…M2-135M-Instruct.Q4_1.gguf``."""
+    return text if cell_len(text) <= room else "…" + text[-(room - 1) :]
 
 
 class RunListScreen(Screen):
@@ -37,6 +129,13 @@ class RunListScreen(Screen):
     def show_runs(self) -> None:
         raise NotImplementedError
 
+    def on_resize(self) -> None:
+        self.show_runs()  # the columns that fit a narrower or wider terminal
+
+    def table_width(self) -> int:
+        """The columns a run table has for its cells (it spans the screen; its scrollbar and edges take four)."""
+        return self.app.size.width - 4
+
     def cursor_run(self, table: DataTable) -> RunRecord | None:
         """The run under the table's cursor (rows are keyed by run id)."""
         if table.row_count == 0:
@@ -57,6 +156,7 @@ class SortedRunListScreen(RunListScreen):
     TABLE = ""
     sort_column = 0
     descending = False
+    shown_columns: list[int] | None = None  # the columns the table shows, when not all fit (fit_columns)
 
     def action_focus_filter(self) -> None:
         """``/``: the filter. Its binding is a priority one, run by the app as it reads the key, and focus
@@ -89,6 +189,8 @@ class SortedRunListScreen(RunListScreen):
         column = event.column_index - self.LEADING
         if column < 0:
             return
+        if self.shown_columns is not None:
+            column = self.shown_columns[column]
         self.descending = not self.descending if column == self.sort_column else False
         self.sort_column = column
         self.show_runs()
@@ -123,6 +225,13 @@ def status_text(screen: Screen, status: RunStatus) -> Text:
     """A run status in its theme colour, for table cells (which take Rich text, not Textual markup)."""
     color = Color.parse(screen.app.theme_variables[STATUS_COLOR[status]])
     return Text(status, style=Style(color=color.rich_color))
+
+
+def set_columns(table: DataTable, titles: list[str]) -> None:
+    """The table's columns, replaced only when they changed (a narrower terminal shows fewer)."""
+    if [str(column.label) for column in table.ordered_columns] != titles:
+        table.clear(columns=True)
+        table.add_columns(*titles)
 
 
 def refill(table: DataTable, rows: list[tuple[str, tuple]]) -> None:

@@ -36,6 +36,7 @@ from acetui.app.widgets.plots import (
     histogram_caption,
     sparsity_series,
     sparsity_title,
+    uniform_note,
     variance_series,
 )
 from acetui.app.workbench import Workbench
@@ -45,7 +46,23 @@ from acetui_core.liveness import HOST
 from acetui_core.records import LayerRecord
 from acetui_core.store_rows import RunRecord
 
+# Each tab's name, and the short one it takes where the full names do not fit beside the layers (under
+# FULL_TABS terminal columns: at 80, the plots pane has 39).
+TAB_NAMES = {
+    "scores": ("Scores", "Scores"),
+    "sparsity": ("Sparsity", "Spars."),
+    "variance": ("Var[x²]", "Var"),
+    "fidelity": ("Fidelity", "Fid."),
+    "experts": ("Experts", "Exp."),
+    "config": ("Config", "Cfg"),
+}
+FULL_TABS = 110
 NO_RUN = "No run to show yet: start one on New run (F1) or open one from Runs (F4)."
+NO_FIDELITY = (
+    "This run did not record output fidelity. A run started with --fidelity (New run: Advanced, Fidelity) "
+    "records how far each layer's and each linear's output moved from the dense model's (||Y-Y'||/||Y||), "
+    "drawn here along depth. u re-runs this one with the form filled."
+)
 
 
 class RunScreen(Screen):
@@ -110,10 +127,12 @@ class RunScreen(Screen):
                     yield Static("", id="histogram-caption")
                     yield ScoreHistogram(id="histogram")
                 with TabPane("Sparsity", id="sparsity"):
+                    yield Static("", id="sparsity-note", classes="note")
                     yield DepthPlot("sparsity by layer", ylim=(0, 1), id="sparsity-plot")
                 with TabPane(escape("Var[x²]"), id="variance"):
                     yield DepthPlot("Var[x²] of inputs by layer", log=True, id="variance-plot")
                 with TabPane("Fidelity", id="fidelity"):
+                    yield Static("", id="fidelity-note", classes="note")
                     yield DepthPlot(fidelity_title({}), log=True, id="fidelity-plot")
                 with TabPane("Experts", id="experts"), VerticalScroll():
                     yield Static("", id="experts-text")
@@ -133,6 +152,11 @@ class RunScreen(Screen):
         self.watch(self.app, "followed", self._follow)
         self.app.runs_signal.subscribe(self, lambda runs: self._runs_listed())
         self.set_interval(1.0, self._tick)
+
+    def on_resize(self) -> None:
+        plots = self.query_one("#plots", TabbedContent)
+        for pane, (full, short) in TAB_NAMES.items():
+            plots.get_tab(pane).label = escape(full if self.app.size.width >= FULL_TABS else short)
 
     # ---- following a run ----
 
@@ -292,10 +316,19 @@ class RunScreen(Screen):
         self.query_one("#sparsity-plot", DepthPlot).show(
             total, series, sparsity_title(series) if self._layers else None
         )
+        self._show_note("sparsity", uniform_note(series))
         self.query_one("#variance-plot", DepthPlot).show(total, variance_series(self._layers))
         fidelity = fidelity_series(self._layers)
         self.query_one("#fidelity-plot", DepthPlot).show(total, fidelity, fidelity_title(fidelity))
+        recorded = self._run is None or self._run.config.fidelity or not self._layers
+        self._show_note("fidelity", "" if fidelity or recorded else NO_FIDELITY)
         self._replot_histogram()
+
+    def _show_note(self, tab: str, text: str) -> None:
+        """The line over a plot that says why it shows little (nothing recorded, every line on one)."""
+        note = self.query_one(f"#{tab}-note", Static)
+        note.update(escape(text))
+        note.display = bool(text)
 
     def _replot_histogram(self) -> None:
         plot = self.query_one("#histogram", ScoreHistogram)

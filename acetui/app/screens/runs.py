@@ -4,10 +4,6 @@ it runs), re-run or duplicate into the New run form, cancel, force-kill one that
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -18,7 +14,16 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from acetui.app import summary
 from acetui.app.confirm import ConfirmScreen
-from acetui.app.screens.common import SortedRunListScreen, filter_keys, refill, status_text
+from acetui.app.screens.common import (
+    Column,
+    SortedRunListScreen,
+    filter_keys,
+    fit_columns,
+    missing_last,
+    refill,
+    set_columns,
+    status_text,
+)
 from acetui.app.screens.new_run import rerun
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.widgets.textfield import TextField
@@ -45,24 +50,14 @@ def duration(run: RunRecord) -> str:
     return summary.fmt_seconds(summary.elapsed_seconds(run, summary.clock()))
 
 
-@dataclass(frozen=True)
-class Column:
-    title: str
-    order: Callable[[RunRecord], object]
-
-
-def _missing_last(value: float | None) -> float:
-    return math.inf if value is None else value
-
-
 COLUMNS = [
     Column("Run", lambda r: r.id),
     Column("Status", lambda r: STATUSES.index(r.status) if r.status in STATUSES else len(STATUSES)),
     Column("Method", lambda r: r.label),
     Column("Sparsity", lambda r: (parse_sparsity(r.config.sparsity).is_nm, parse_sparsity(r.config.sparsity).fraction)),
     Column("Layers", lambda r: r.layers_done),
-    Column("PPL", lambda r: _missing_last(r.ppl)),
-    Column("Took", lambda r: _missing_last(summary.elapsed_seconds(r, summary.clock()))),
+    Column("PPL", lambda r: missing_last(r.ppl)),
+    Column("Took", lambda r: missing_last(summary.elapsed_seconds(r, summary.clock()))),
     Column("Model", lambda r: model_name(r.config.model)),
     Column("Created", lambda r: (r.created, r.id)),
 ]
@@ -123,7 +118,6 @@ class RunsScreen(SortedRunListScreen):
 
     def on_mount(self) -> None:
         self.sort_column, self.descending = NEWEST_FIRST
-        self.query_one("#runs", DataTable).add_columns(*(c.title for c in COLUMNS))
         super().on_mount()
 
     def filtered_runs(self) -> list[RunRecord]:
@@ -134,27 +128,44 @@ class RunsScreen(SortedRunListScreen):
 
     def show_runs(self) -> None:
         shown = self.filtered_runs()
-        self.query_one("#runs-info", Static).update(f"{len(shown)} of {len(self.runs)} · {self.sort_text()}")
-        refill(
-            self.query_one("#runs", DataTable),
-            [
+        rows = [
+            (
+                r.id,
                 (
                     r.id,
-                    (
-                        r.id,
-                        status_text(self, r.status),
-                        r.label,
-                        r.config.sparsity,
-                        progress(r),
-                        summary.ppl_text(r),
-                        duration(r),
-                        model_name(r.config.model),
-                        summary.fmt_time(r.created, "%m-%d %H:%M"),
-                    ),
-                )
-                for r in shown
-            ],
+                    status_text(self, r.status),
+                    r.label,
+                    r.config.sparsity,
+                    progress(r),
+                    summary.ppl_text(r),
+                    duration(r),
+                    model_name(r.config.model),
+                    summary.fmt_time(r.created, "%m-%d %H:%M"),
+                ),
+            )
+            for r in shown
+        ]
+        # At 80 columns: the model goes to the info line while every run shares it, the time taken (the
+        # line under the table says it) goes, an active run's layers lose their bar (the count stays), the
+        # creation date keeps its time (the line under the table has the date), then the model's path is cut.
+        fitted = fit_columns(
+            [c.title for c in COLUMNS],
+            rows,
+            self.table_width(),
+            same_first=("Model",),
+            optional=("Took",),
+            briefs={
+                "Layers": [progress(r).plain.split()[-1] for r in shown],  # the count without its bar
+                "Created": [summary.fmt_time(r.created, "%H:%M") for r in shown],
+            },
+            squeeze="Model",
         )
+        self.shown_columns = fitted.shown
+        table = self.query_one("#runs", DataTable)
+        set_columns(table, [COLUMNS[i].title for i in fitted.shown])
+        refill(table, fitted.rows)
+        every = "".join(f" · every run on {value}" for _, value in fitted.common)
+        self.query_one("#runs-info", Static).update(f"{len(shown)} of {len(self.runs)} · {self.sort_text()}{every}")
         self._show_detail()
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:

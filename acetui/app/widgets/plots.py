@@ -70,8 +70,8 @@ class Plot(PlotextPlot):
 
 
 class ScoreHistogram(Plot):
-    """The binned scores of one linear: pruned (red) over kept (blue) in each bin, and the threshold
-    as a vertical line where there is one."""
+    """The binned scores of one linear: pruned (red, shaded ░) over kept (blue, solid █) in each bin, and
+    the threshold as a vertical line where there is one."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -137,7 +137,7 @@ def pruned_per_bin(histogram: Histogram, centres: list[float], axis) -> list[int
     ]
 
 
-SHADES = f"{PRUNED_MARKER} red pruned, █ blue kept"
+SHADES = f"{PRUNED_MARKER} pruned, █ kept"  # by glyph alone: the colours are gone under NO_COLOR
 
 
 def histogram_caption(sparsity: str, group: str, histogram: Histogram | None) -> str:
@@ -239,6 +239,14 @@ def sparsity_title(series: dict[str, list[tuple[int, float]]]) -> str:
     if len(values) == 1:
         return f"sparsity: every linear {values.pop():.3f}"
     return "sparsity by layer and linear"
+
+
+def uniform_note(series: dict[str, list[tuple[int, float]]]) -> str:
+    """Why a sparsity plot of several linears shows one line: every linear of every layer has one value."""
+    values = {round(y, 4) for points in series.values() for _, y in points}
+    if len(values) != 1 or len(series) < 2:
+        return ""
+    return f"Every linear of every layer is at {values.pop():.3f}: the {len(series)} lines lie on one another."
 
 
 def variance_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:

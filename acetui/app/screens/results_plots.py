@@ -1,0 +1,132 @@
+"""The Results screen's plots of the chosen runs, each in place of the table (its key again: back): output
+fidelity by layer, the Pareto view (quality against cost, with intervals; ``acetui figure pareto``'s
+series), and the mask overlap of two selected runs (read in a thread)."""
+
+from __future__ import annotations
+
+from textual import work
+from textual.message import Message
+from textual.widgets import ContentSwitcher, Static
+
+from acetui.app import summary
+from acetui.app.screens.results_table import ResultsTable
+from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot, ParetoPlot
+from acetui_core.errors import UserError
+from acetui_core.figures import X_AXES, Y_LABELS, Series, figure_series
+from acetui_core.maskfile import run_overlap, total
+from acetui_core.records import linear_kind
+from acetui_core.store_rows import RunRecord
+
+
+class OverlapReady(Message):
+    """The mask overlap of two runs, computed in a thread: per-kind Jaccard series, or why there is none."""
+
+    def __init__(self, title: str, series: dict | None, error: str | None = None) -> None:
+        super().__init__()
+        self.title, self.series, self.error = title, series, error
+
+
+class ResultsPlots(ResultsTable):
+    pareto_axis = "seconds"  # the Pareto view's and its file's cost axis (x: "tokens")
+    pareto_quality = "ppl"  # and its quality axis (z: "zeroshot-mean")
+
+    def action_plot(self, kind: str) -> None:
+        """Show the fidelity, Pareto or overlap plot of the chosen runs; the same key again goes back to the table."""
+        views = self.query_one("#results-views", ContentSwitcher)
+        if views.current == f"{kind}-view":
+            views.current = "results"
+            return
+        views.current = f"{kind}-view"
+        {"fidelity": self._plot_fidelity, "pareto": self._plot_pareto, "overlap": self._plot_overlap}[kind]()
+
+    def pareto(self) -> tuple[list[Series], str, str]:
+        """The Pareto figure of the chosen runs (series, x and y labels): what the view draws and ``g`` saves,
+        from the engine's selection (``acetui figure pareto``'s)."""
+        runs = self.chosen()
+        return figure_series(runs, self.evidence(runs), "pareto", self.pareto_axis, self.pareto_quality)
+
+    def _plot_pareto(self) -> None:
+        plot = self.query_one("#pareto-overlay", ParetoPlot)
+        try:
+            lines, xlabel, ylabel = self.pareto()
+        except UserError as error:
+            self.query_one("#pareto-caption", Static).update(f"{error} (p: back)")
+            plot.show([], "", "")
+            return
+        shown = lines[: len(SERIES_COLORS)]
+        other = "calibration tokens" if self.pareto_axis == "seconds" else "prune seconds"
+        quality = "accuracy" if self.pareto_quality == "ppl" else "perplexity"
+        caption = (
+            "Each method across calibration lengths, bars: 95% intervals. "
+            f"x: by {other} · z: {quality} · g: save .tex · p: back"
+        )
+        if len(lines) > len(shown):
+            caption += f" The first {len(shown)} of {len(lines)} methods are shown."
+        self.query_one("#pareto-caption", Static).update(caption)
+        better = "lower" if self.pareto_quality == "ppl" else "higher"
+        plot.show(shown, xlabel, f"{ylabel} ({better} is better)")
+
+    def action_pareto_axis(self) -> None:
+        self.pareto_axis = "tokens" if self.pareto_axis == "seconds" else "seconds"
+        if self.query_one("#results-views", ContentSwitcher).current == "pareto-view":
+            self._plot_pareto()
+        self.notify(f"Pareto cost: {X_AXES[self.pareto_axis]}.")
+
+    def action_pareto_quality(self) -> None:
+        self.pareto_quality = "zeroshot-mean" if self.pareto_quality == "ppl" else "ppl"
+        if self.query_one("#results-views", ContentSwitcher).current == "pareto-view":
+            self._plot_pareto()
+        self.notify(f"Pareto quality: {Y_LABELS[self.pareto_quality]}.")
+
+    def _show_overlay(self, kind: str, caption: str, title: str, series: dict, total_layers: int) -> None:
+        self.query_one(f"#{kind}-caption", Static).update(caption)
+        self.query_one(f"#{kind}-overlay", DepthPlot).show(total_layers, series, title)
+
+    def _plot_fidelity(self) -> None:
+        chosen = [r.id for r in self.chosen()]
+        runs = self.app.store.list_runs(ids=chosen, layers=True) if chosen else []
+        series = {
+            summary.run_name(run): [(layer.index, 1 - layer.fidelity.cosine) for layer in run.layers if layer.fidelity]
+            for run in runs
+        }
+        series = {name: points for name, points in series.items() if points}
+        shown = dict(list(series.items())[: len(SERIES_COLORS)])
+        total_layers = max((len(run.layers) for run in runs), default=0)
+        if not shown:
+            caption = "None of the chosen runs recorded output fidelity: start runs with --fidelity (f: back)."
+        else:
+            caption = "Lower keeps the layer's output direction better (f: back)."
+            if len(series) > len(shown):
+                caption += f" The first {len(shown)} of {len(series)} runs with fidelity are shown."
+        self._show_overlay("fidelity", caption, "1 - cos(Y, Y') of layer outputs (log)", shown, total_layers)
+
+    def _plot_overlap(self) -> None:
+        picked = [r for r in self.filtered_runs() if r.id in self.selected]
+        if len(picked) != 2:
+            self._show_overlay(
+                "overlap", "Select exactly two runs (space) to compare their masks (m: back).", "", {}, 0
+            )
+            return
+        self._show_overlay("overlap", f"Reading the masks of {picked[0].id} and {picked[1].id}…", "", {}, 0)
+        self._compute_overlap(*picked)
+
+    @work(thread=True, exclusive=True, group="overlap")
+    def _compute_overlap(self, run_a: RunRecord, run_b: RunRecord) -> None:
+        title = f"Jaccard of pruned positions: {summary.run_name(run_a)} vs {summary.run_name(run_b)}"
+        try:
+            rows = run_overlap(run_a, run_b)
+        except UserError as error:
+            self.post_message(OverlapReady(title, None, str(error)))
+            return
+        series = {"all": [(layer, total(rows, layer=layer).jaccard) for layer in sorted({r.layer for r in rows})]}
+        for row in rows:
+            series.setdefault(linear_kind(row.name), []).append((row.layer, row.jaccard))
+        self.post_message(OverlapReady(title, series))
+
+    def on_overlap_ready(self, message: OverlapReady) -> None:
+        if message.series is None:
+            self._show_overlay("overlap", f"{message.error} (m: back)", "", {}, 0)
+            return
+        total_layers = len(message.series["all"])
+        caption = "1: the same pruned positions; 0: none shared (acetui overlap prints the table). m: back."
+        self._show_overlay("overlap", caption, message.title, message.series, total_layers)

@@ -1,0 +1,168 @@
+"""The Results screen's table: finished runs, one row each, with the columns that tell runs apart, filtered
+by model, sorted by any column, selected for exports and plots. ``ResultsTable`` is the screen's base:
+what is listed, what is chosen and the chosen runs' evidence, which the paper view, the plots and the
+exports (``results.py``, ``results_plots.py``, ``results_export.py``) all read."""
+
+from __future__ import annotations
+
+import math
+
+from textual import on
+from textual.widgets import DataTable, Input, Static
+
+from acetui.app import summary
+from acetui.app.screens.common import (
+    PADDING,
+    Column,
+    SortedRunListScreen,
+    fit_columns,
+    missing_last,
+    refill,
+    set_columns,
+)
+from acetui_core.choices import RunStatus
+from acetui_core.config import model_name
+from acetui_core.metrics import METHODS
+from acetui_core.sparsity import parse_sparsity
+from acetui_core.store_rows import RunEvidence, RunRecord
+
+
+def zeroshot_mean(run: RunRecord) -> float | None:
+    return run.results.zeroshot_mean if run.results else None
+
+
+def _zeroshot_percent(run: RunRecord) -> str:
+    mean = zeroshot_mean(run)
+    return "–" if mean is None else f"{mean * 100:.1f}"
+
+
+def _seqlen_order(run: RunRecord) -> float:
+    seqlen = run.config.seqlen
+    return math.inf if seqlen == "full" else float(seqlen)
+
+
+def _sparsity_order(run: RunRecord) -> tuple:
+    spec = parse_sparsity(run.config.sparsity)
+    return spec.is_nm, spec.fraction
+
+
+def _calibration(run: RunRecord) -> str:
+    """Samples x window length, e.g. ``128×16`` (– for methods without calibration data)."""
+    method = METHODS.get(run.config.method)
+    if method is not None and not method.calibrated(run.config):
+        return "–"
+    return f"{run.config.nsamples}×{run.config.seqlen}"
+
+
+def _windows(run: RunRecord) -> str:
+    """Perplexity windows x their length, e.g. ``16×512``."""
+    results = run.results
+    if results is None or results.ppl_windows is None:
+        return "–"
+    return f"{results.ppl_windows}×{results.ppl_seqlen}" if results.ppl_seqlen else str(results.ppl_windows)
+
+
+COLUMNS = [
+    Column("Model", lambda r: model_name(r.config.model), lambda r: model_name(r.config.model)),
+    Column("Method", lambda r: r.label, lambda r: r.label),
+    Column("Sparsity", _sparsity_order, lambda r: r.config.sparsity),
+    Column("PPL", lambda r: missing_last(r.ppl), summary.ppl_text),
+    Column("Prune", lambda r: missing_last(r.prune_seconds), lambda r: summary.fmt_seconds(r.prune_seconds)),
+    Column("0-shot%", lambda r: -(zeroshot_mean(r) or -1), _zeroshot_percent),
+    Column("Calib", lambda r: (_seqlen_order(r), r.config.nsamples), _calibration),
+    Column("Seed", lambda r: r.config.seed, lambda r: str(r.config.seed)),
+    Column("Eval", lambda r: missing_last(r.results.ppl_windows if r.results else None), _windows),
+    Column("Date", lambda r: r.finished or 0, lambda r: summary.fmt_time(r.finished, "%m-%d %H:%M")),
+    Column("Id", lambda r: r.id, lambda r: r.id),
+]
+PPL_COLUMN = [c.title for c in COLUMNS].index("PPL")
+# Where the columns do not fit (80 columns): first those every listed run shares (said on a line above the
+# table instead), then the prune time and the date; then the model's path is cut at its start. The columns
+# that tell runs apart (method, sparsity, calibration, seed, evaluation, id) stay while they differ.
+SAME_FIRST = ("Model", "Seed", "Calib", "Eval", "0-shot%", "Sparsity", "Method")
+OPTIONAL = ("Date", "Prune")
+
+
+class ResultsTable(SortedRunListScreen):
+    AUTO_FOCUS = "#results"
+    COLUMNS = COLUMNS
+    LEADING = 1  # the selection mark
+    FILTER, TABLE = "filter", "results"
+
+    def on_mount(self) -> None:
+        self.selected: set[str] = set(self.app.chosen_runs)
+        # Each run's evidence, by run id: a finished run's never changes, so it is read once.
+        self.kept: dict[str, RunEvidence] = {}
+        self.sort_column, self.descending = PPL_COLUMN, False
+        super().on_mount()
+
+    def filtered_runs(self) -> list[RunRecord]:
+        """Finished runs matching the model filter, in the chosen order."""
+        wanted = self.query_one("#filter", Input).value.strip().lower()
+        runs = [r for r in self.runs if r.status == RunStatus.FINISHED and wanted in r.config.model.lower()]
+        return sorted(runs, key=self.sort_key(), reverse=self.descending)
+
+    def chosen(self) -> list[RunRecord]:
+        """The selected runs still visible, or every visible run when none is selected."""
+        visible = self.filtered_runs()
+        return [r for r in visible if r.id in self.selected] or visible
+
+    def evidence(self, runs: list[RunRecord]) -> dict[str, RunEvidence]:
+        """The evidence of ``runs`` (and of those read before), read from the store once per run."""
+        missing = [r.id for r in runs if r.id not in self.kept]
+        if missing:
+            self.kept.update(self.app.store.evidence(missing))
+        return self.kept
+
+    def show_runs(self) -> None:
+        visible = self.filtered_runs()
+        table = self.query_one("#results", DataTable)
+        fitted = fit_columns(
+            [c.title for c in COLUMNS],
+            [(r.id, tuple(c.cell(r) for c in COLUMNS if c.cell)) for r in visible],
+            self.table_width() - 1 - PADDING,  # the selection mark's column
+            same_first=SAME_FIRST,
+            optional=OPTIONAL,
+            squeeze="Model",
+        )
+        self.shown_columns = fitted.shown
+        set_columns(table, [" ", *(COLUMNS[i].title for i in fitted.shown)])
+        refill(table, [(key, ("✓" if key in self.selected else " ", *cells)) for key, cells in fitted.rows])
+        common = self.query_one("#results-common", Static)
+        common.update("Every run: " + " · ".join(f"{title} {value}" for title, value in fitted.common))
+        common.display = bool(fitted.common)
+        picked = len([r for r in visible if r.id in self.selected])
+        partial = " · † partial ppl" if any(r.ppl_partial for r in visible) else ""
+        self.query_one("#results-info", Static).update(
+            f"{len(visible)} run(s) · {picked} selected · {self.sort_text()}{partial}"
+        )
+        self._say_what_to_do(visible)
+
+    def _say_what_to_do(self, visible: list[RunRecord]) -> None:
+        """An empty table says why and what to do."""
+        empty = self.query_one("#results-empty", Static)
+        empty.display = not visible and self.app.runs_listed
+        if any(r.status == RunStatus.FINISHED for r in self.runs):
+            empty.update("No finished run's model matches the filter: / edits it (escape: back to the table).")
+        elif any(r.active for r in self.runs):
+            empty.update("No run has finished yet: F2 follows the active one; its results come here when it ends.")
+        else:
+            empty.update(
+                "No finished runs yet: start one on New run (F1) or with `acetui prune`; "
+                "Runs (F4) shows the ones that failed or were cancelled."
+            )
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self) -> None:
+        self.show_runs()
+
+    def action_toggle_select(self) -> None:
+        run = self.cursor_run(self.query_one("#results", DataTable))
+        if run is not None:
+            self.selected ^= {run.id}
+            self.show_runs()
+
+    def action_select_all(self) -> None:
+        visible = {r.id for r in self.filtered_runs()}
+        self.selected = set() if visible <= self.selected else self.selected | visible
+        self.show_runs()
