@@ -87,15 +87,6 @@ def _needing(setting_name: str, value: str) -> dict:
     return {"needs": (setting_name, value), "group": "advanced"}
 
 
-def _stripped(value: Any, _flag: str) -> str:
-    return str(value).strip()
-
-
-def _needing(setting_name: str, value: str) -> dict:
-    """A setting that matters only when ``setting_name`` is ``value`` (a method's group of parameters)."""
-    return {"needs": (setting_name, value), "group": "advanced"}
-
-
 @dataclass
 class RunConfig:
     model: str = setting(

@@ -122,17 +122,17 @@ def run(
         print("\n".join(launch(todo, executor, opened)))
         print(f"Queued; follow with: acetui study status {study_file}", file=sys.stderr)
         return
-    interrupted = False
+    stopped: Cancelled | None = None
     with StudyProgress(len(cells), counts[DONE], opened) as progress:
         if cluster is not None:  # a job array: followed through the store and its job folders
             others += launch(todo, cluster, opened)
         elif todo:
-            _, interrupted = run_and_wait(todo, opened, executor, on_event=progress)
+            _, stopped = run_and_wait(todo, opened, executor, on_event=progress)
             progress.ended()
-        if not interrupted:
+        if stopped is None:
             _wait_for(opened, others, progress)
-    if interrupted:
-        raise Cancelled()
+    if stopped is not None:
+        raise stopped  # its signal sets the exit code (143 for SIGTERM, 130 for Ctrl-C)
     final = cell_states(cells, opened)
     for _, state, runs in final:
         if state != DONE and runs:
