@@ -10,7 +10,7 @@ import typer
 
 from acetui.commands import app as workbench
 from acetui.commands import evaluate, export, figure, grid, methods, overlap, plan, prune, runs, study
-from acetui_core.errors import Cancelled, UserError
+from acetui_core.basics.errors import Cancelled, UserError
 
 app = typer.Typer(
     add_completion=False,

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TextIO
 
-from acetui_core.errors import UserError
+from acetui_core.basics.errors import UserError
 
 MODES = ("bell", "osc", "none")
 BELL = "\a"

@@ -1,5 +1,5 @@
 """Options shared by the commands, declared once. The run settings' options are made from the settings
-table (``with_settings``); every number and list goes through ``acetui_core.parse`` (one parser: a bad
+table (``with_settings``); every number and list goes through ``acetui_core.basics.parse`` (one parser: a bad
 value is one sentence naming the option, exit 2)."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Annotated, get_type_hints
 import typer
 from rich.markup import escape
 
-from acetui_core import parse
-from acetui_core.choices import ExecutorKind
-from acetui_core.comparison import CELLS
-from acetui_core.config import AXES, SETTINGS, RunConfig
-from acetui_core.errors import check_choice
-from acetui_core.setting import Setting
+from acetui_core.analysis.comparison import CELLS
+from acetui_core.basics import parse
+from acetui_core.basics.choices import ExecutorKind
+from acetui_core.basics.errors import check_choice
+from acetui_core.run.config import AXES, SETTINGS, RunConfig
+from acetui_core.run.setting import Setting
 
 _TYPES = get_type_hints(RunConfig)
 
@@ -109,7 +109,7 @@ def _axis_parameter(spec: Setting, default: str | None) -> inspect.Parameter:
 
 def with_settings(*names: str, grid: dict[str, str | None] | None = None):
     """A command that takes run settings as options, made from the settings table
-    (``acetui_core.config.SETTINGS``): those in ``names``, or by default every one the command does not
+    (``acetui_core.run.config.SETTINGS``): those in ``names``, or by default every one the command does not
     declare itself. With ``grid`` (a default per axis, where the command's differs from the table's):
     the table's axes as lists of values (but the model, the command's argument MODELS), and not what only
     one run can use. The command receives them in its ``**settings``, parsed (an axis as a list); they
@@ -175,7 +175,7 @@ def slurm_executor(executor: str, partition: str | None, gpus_per_job: int, time
     if executor == ExecutorKind.LOCAL:
         return None
     check_choice(executor, tuple(ExecutorKind), "--executor")
-    from acetui_core.slurm import Slurm
+    from acetui_core.execution.slurm import Slurm
 
     return Slurm(partition=partition, gpus_per_job=gpus_per_job, time=time)
 

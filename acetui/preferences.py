@@ -1,5 +1,5 @@
 """The user's preferences: the remembered theme, notification, plug-ins, export folder and last New run
-values (not run settings: those are ``acetui_core.config``).
+values (not run settings: those are ``acetui_core.run.config``).
 
 One small JSON file, ``settings.json`` in the user config folder (platformdirs), or in
 ``$ACETUI_CONFIG_DIR`` when set (the file keeps the name it had, so no one's choices are lost). A missing file means defaults; an unreadable one also means defaults,
@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal, get_type_hints
 
-from acetui_core.errors import UserError
-from acetui_core.outputs import write_text_atomic
-from acetui_core.paths import user_path
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.outputs import write_text_atomic
+from acetui_core.basics.paths import user_path
 
 CONFIG_DIR_ENV = "ACETUI_CONFIG_DIR"
 FILENAME = "settings.json"

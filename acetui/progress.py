@@ -13,8 +13,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from acetui_core.choices import StageName
-from acetui_core.events import Event, LayerPruned, LayerStarted, RunStarted, Stage
+from acetui_core.basics.choices import StageName
+from acetui_core.run.events import Event, LayerPruned, LayerStarted, RunStarted, Stage
 
 STAGE_NAMES: dict[str, str] = {
     StageName.LOAD: "loading model",

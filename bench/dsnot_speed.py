@@ -1,4 +1,4 @@
-"""What sorting once buys DSnoT (acetui_core.dsnot): the seconds of one refinement of a linear of each of
+"""What sorting once buys DSnoT (acetui_core.pruning.dsnot): the seconds of one refinement of a linear of each of
 SmolLM2-135M's shapes, by the implementation that scans every row at every cycle (kept as the reference
 in tests/test_dsnot.py) and by the sorted-once one, which makes the same swaps (checked here too).
 
@@ -22,8 +22,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run from a checkout; the refe
 
 from test_dsnot import dense_scan  # noqa: E402
 
-from acetui_core.dsnot import DSnoTSettings, refine  # noqa: E402
-from acetui_core.masks import nm_mask, row_mask  # noqa: E402
+from acetui_core.pruning.dsnot import DSnoTSettings, refine  # noqa: E402
+from acetui_core.scores.masks import nm_mask, row_mask  # noqa: E402
 
 SHAPES = {"q/o_proj": (576, 576), "k/v_proj": (192, 576), "gate/up_proj": (1536, 576), "down_proj": (576, 1536)}
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from acetui_core import layerloop
-from acetui_core.config import RunConfig
-from acetui_core.layouts import decoder_layers
-from acetui_core.models import load_model
-from acetui_core.paths import default_model
+from acetui_core.basics.paths import default_model
+from acetui_core.modeling.layouts import decoder_layers
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import layerloop
+from acetui_core.run.config import RunConfig
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ after. Read from the store, nothing recomputed.
 import sys
 from statistics import fmean
 
-from acetui_core.store import Store
+from acetui_core.storage.store import Store
 
 VARIANTS = ("plain", "lsa", "dsnot", "lsa + dsnot")
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import torch
 
-from acetui_core import pipeline
-from acetui_core.config import RunConfig
-from acetui_core.data import wikitext2_test_ids
-from acetui_core.evaluate import perplexity, ppl
-from acetui_core.layouts import decoder_layers
-from acetui_core.models import load_model
-from acetui_core.paths import default_model
+from acetui_core.basics.paths import default_model
+from acetui_core.modeling.data import wikitext2_test_ids
+from acetui_core.modeling.layouts import decoder_layers
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import pipeline
+from acetui_core.pruning.evaluate import perplexity, ppl
+from acetui_core.run.config import RunConfig
 
 
 def upcycle(out: Path, experts: int) -> None:

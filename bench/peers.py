@@ -63,10 +63,10 @@ def masks_digest(digests: dict[str, str]) -> str:
 
 
 def prune_acetui(checkpoint: str, windows, offload: str = "none") -> float:
-    from acetui_core import layerloop
-    from acetui_core.config import RunConfig
-    from acetui_core.data import calibration_windows, tokenized_calibration
-    from acetui_core.streaming import load_for_run
+    from acetui_core.modeling.data import calibration_windows, tokenized_calibration
+    from acetui_core.modeling.streaming import load_for_run
+    from acetui_core.pruning import layerloop
+    from acetui_core.run.config import RunConfig
 
     loaded = load_for_run(checkpoint, device="cpu", dtype="float32", offload=offload)
     config = RunConfig(
@@ -219,10 +219,10 @@ def prepare(checkpoint: Path) -> Path:
     """The dense float32 checkpoint (from the bundled GGUF, once) and the calibration windows every tool gets."""
     import torch
 
-    from acetui_core.checkpoint import save_checkpoint
-    from acetui_core.data import calibration_windows, tokenized_calibration
-    from acetui_core.models import load_model
-    from acetui_core.paths import default_model
+    from acetui_core.basics.paths import default_model
+    from acetui_core.modeling.checkpoint import save_checkpoint
+    from acetui_core.modeling.data import calibration_windows, tokenized_calibration
+    from acetui_core.modeling.models import load_model
 
     if not (checkpoint / "config.json").is_file():
         loaded = load_model(default_model(), device="cpu", dtype="float32")

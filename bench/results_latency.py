@@ -27,8 +27,8 @@ from runhelpers import Clock, insert_run
 from textual.pilot import WaitForScreenTimeout
 
 from acetui.app import make_app
-from acetui_core.config import RunConfig
-from acetui_core.store import Store
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
 
 WINDOWS, SEQLEN = 32, 16
 METHODS = ("wanda", "ria", "ace", "magnitude", "sparsegpt")

@@ -92,7 +92,7 @@ def write_checkpoint(folder: Path, shape: dict, layers: int, tokenizer_folder: s
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
-    from acetui_core.paths import bundled_model
+    from acetui_core.basics.paths import bundled_model
 
     if tokenizer_folder:
         try:
@@ -166,10 +166,10 @@ def worker(checkpoint: str, label: str, nsamples: int, device: str) -> dict:
     """One method in this process (``--worker``); the floor when ``label`` is "floor"."""
     import torch
 
-    from acetui_core import pipeline
-    from acetui_core.config import RunConfig
-    from acetui_core.resources import peak_rss_mb
-    from acetui_core.streaming import load_for_run
+    from acetui_core.basics.resources import peak_rss_mb
+    from acetui_core.modeling.streaming import load_for_run
+    from acetui_core.pruning import pipeline
+    from acetui_core.run.config import RunConfig
 
     torch.set_num_threads(os.cpu_count() or 1)
     method, seqlen = METHODS.get(label, ("wanda", 16))
@@ -202,10 +202,10 @@ def grid_worker(model: str, args) -> list[dict]:
     """The paper's table in this process (``--worker grid``): the model read once, reset between runs."""
     import torch
 
-    from acetui_core import pipeline
-    from acetui_core.config import RunConfig
-    from acetui_core.resources import peak_rss_mb
-    from acetui_core.runner import ModelCache
+    from acetui_core.basics.resources import peak_rss_mb
+    from acetui_core.execution.runner import ModelCache
+    from acetui_core.pruning import pipeline
+    from acetui_core.run.config import RunConfig
 
     torch.set_num_threads(os.cpu_count() or 1)
     configs = [
@@ -255,12 +255,13 @@ def floor(config) -> float:
     scoring."""
     import torch
 
-    from acetui_core import layerloop, placement
-    from acetui_core.data import calibration_windows, tokenized_calibration
-    from acetui_core.layerfeed import LayerFeed
-    from acetui_core.layouts import decoder_layers
-    from acetui_core.streaming import load_for_run
-    from acetui_core.validate import resolve_seqlen
+    from acetui_core.modeling import placement
+    from acetui_core.modeling.data import calibration_windows, tokenized_calibration
+    from acetui_core.modeling.layerfeed import LayerFeed
+    from acetui_core.modeling.layouts import decoder_layers
+    from acetui_core.modeling.streaming import load_for_run
+    from acetui_core.pruning import layerloop
+    from acetui_core.pruning.validate import resolve_seqlen
 
     loaded = load_for_run(config.model, device=config.device, dtype=config.dtype, offload="disk")
     seqlen = resolve_seqlen(config.seqlen, loaded.context_length)
@@ -327,7 +328,7 @@ def main() -> None:
     # (which would otherwise hold the GPU into the next measurement) and the checkpoint be removed
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.gpu_calib_tokens:
-        from acetui_core import layerloop
+        from acetui_core.pruning import layerloop
 
         layerloop.GPU_CALIB_TOKENS_PER_BATCH = args.gpu_calib_tokens
     if args.worker == "grid":

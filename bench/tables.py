@@ -13,13 +13,14 @@ import time
 
 import torch
 
-from acetui_core import evaluate, layerloop, pipeline, placement
-from acetui_core.config import RunConfig
-from acetui_core.data import calibration_windows, tokenized_calibration
-from acetui_core.layouts import decoder_layers
-from acetui_core.models import load_model
-from acetui_core.paths import default_model
-from acetui_core.resources import peak_rss_mb
+from acetui_core.basics.paths import default_model
+from acetui_core.basics.resources import peak_rss_mb
+from acetui_core.modeling import placement
+from acetui_core.modeling.data import calibration_windows, tokenized_calibration
+from acetui_core.modeling.layouts import decoder_layers
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import evaluate, layerloop, pipeline
+from acetui_core.run.config import RunConfig
 
 # (row label, method, calibration length: "16" or "FL")
 ROWS = [

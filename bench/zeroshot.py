@@ -3,7 +3,7 @@
     ACETUI_DATA_DIR=../shared/data .venv/bin/python bench/zeroshot.py --limit 100
 
 Defaults: the bundled SmolLM2-135M, dense against Wanda-16 and CosP+VarP-16 (ACE) at 2:4, the
-paper's seven tasks, lm-evaluation-harness through ``acetui_core.zeroshot``. The model is loaded once and
+paper's seven tasks, lm-evaluation-harness through ``acetui_core.pruning.zeroshot``. The model is loaded once and
 reset to its dense weights before each pruning run.
 """
 
@@ -16,12 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from acetui_core import pipeline
-from acetui_core.config import ZEROSHOT_TASKS, RunConfig
-from acetui_core.models import load_model
-from acetui_core.paths import default_model
-from acetui_core.records import mean_accuracy
-from acetui_core.zeroshot import evaluate_zeroshot, validate_tasks
+from acetui_core.basics.paths import default_model
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import pipeline
+from acetui_core.pruning.zeroshot import evaluate_zeroshot, validate_tasks
+from acetui_core.run.config import ZEROSHOT_TASKS, RunConfig
+from acetui_core.run.records import mean_accuracy
 
 SHORT = {
     "arc_easy": "arc_e",

@@ -9,7 +9,7 @@ import pytest
 import torch
 from slurm_cluster import slurm_cluster  # noqa: F401  (a one-node Slurm cluster when ACETUI_TEST_SLURM=1)
 
-from acetui_core.paths import bundled_model
+from acetui_core.basics.paths import bundled_model
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("ACETUI_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
@@ -140,7 +140,7 @@ def calib_file(tmp_path_factory, shared_data) -> str:
 @pytest.fixture(scope="session")
 def smollm(smollm_gguf):
     """The real SmolLM2-135M on CPU, loaded once per session; tests ``reset()`` it to its dense weights."""
-    from acetui_core.models import load_model
+    from acetui_core.modeling.models import load_model
 
     loaded = load_model(str(smollm_gguf), device="cpu")
     loaded.snapshot()

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from acetui_core.config import RunConfig
-from acetui_core.events import LayerPruned, RunFinished, RunStarted
-from acetui_core.records import ActStats, Histogram, LayerRecord, LinearRecord, RunResult, Spread, from_dict
-from acetui_core.store import Store
+from acetui_core.run.config import RunConfig
+from acetui_core.run.events import LayerPruned, RunFinished, RunStarted
+from acetui_core.run.records import ActStats, Histogram, LayerRecord, LinearRecord, RunResult, Spread, from_dict
+from acetui_core.storage.store import Store
 
 GATE = Path(__file__).resolve().parent / "gate_metric.py"  # the plug-in that holds a run until the test lets it go
 

@@ -15,11 +15,11 @@ import psutil
 import torch
 from transformers import AutoTokenizer
 
-from acetui_core import pipeline
-from acetui_core.config import RunConfig
-from acetui_core.data import tokenized_calibration
-from acetui_core.plan import plan_run
-from acetui_core.resources import peak_rss_mb
+from acetui_core.basics.resources import peak_rss_mb
+from acetui_core.modeling.data import tokenized_calibration
+from acetui_core.pruning import pipeline
+from acetui_core.pruning.plan import plan_run
+from acetui_core.run.config import RunConfig
 
 model, out = sys.argv[1:3]
 torch.set_num_threads(2)
@@ -45,7 +45,7 @@ peak = peak_rss_mb() * 2**20  # not ru_maxrss: that keeps the pytest parent's hi
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from acetui_core.layouts import decoder_layers, prunable_linears  # noqa: E402
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears  # noqa: E402
 
 rows = set()
 if config.save:

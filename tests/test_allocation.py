@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from acetui_core import pipeline
-from acetui_core.allocation import outlier_ratio, owl_sparsities
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
-from acetui_core.masks import row_mask
-from acetui_core.models import load_model
-from acetui_core.sparsegpt import mask_and_update
+from acetui_core.basics.errors import UserError
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import pipeline
+from acetui_core.pruning.allocation import outlier_ratio, owl_sparsities
+from acetui_core.run.config import RunConfig
+from acetui_core.scores.masks import row_mask
+from acetui_core.scores.sparsegpt import mask_and_update
 
 
 def test_outlier_ratio_counts_scores_above_m_times_the_mean_of_all_linears_together():
@@ -99,7 +99,7 @@ def _hidden_error(loaded, dense_outputs, windows):
 
 
 def test_obs_update_on_a_tiny_model_lowers_the_error_of_the_last_hidden_states(tiny, calib_file):
-    from acetui_core.data import calibration_windows, tokenized_calibration
+    from acetui_core.modeling.data import calibration_windows, tokenized_calibration
 
     tiny.reset()
     windows = calibration_windows(tokenized_calibration(tiny.tokenizer, calib_file)[0], 8, 16, 0)
@@ -119,7 +119,7 @@ def test_obs_update_on_a_tiny_model_lowers_the_error_of_the_last_hidden_states(t
 
 
 def test_settings_a_method_cannot_use_are_put_back_so_they_never_split_a_comparison(make_tiny_model, calib_file):
-    from acetui_core.validate import check_config
+    from acetui_core.pruning.validate import check_config
 
     model = str(make_tiny_model("llama"))
     variant = dict(calib=calib_file, varp_scale="rms", varp_form="inverse", owl_lambda=0.2)

@@ -12,7 +12,7 @@ from test_app_snapshots import add_run
 from textual.widgets import ContentSwitcher, DataTable, Input, Static
 
 from acetui.app import make_app, paper
-from acetui_core.store import Store
+from acetui_core.storage.store import Store
 
 SIZE = (80, 24)
 

@@ -18,9 +18,9 @@ from textual.widgets import Checkbox, DataTable, Input, Static
 from acetui.app import make_app
 from acetui.app.runview import describe_stage
 from acetui.app.screens.new_run import NewRunScreen
-from acetui_core.config import RunConfig
-from acetui_core.kill import KILLED
-from acetui_core.store import Store
+from acetui_core.execution.kill import KILLED
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
 
 SIZE = (80, 24)
 CONFIG = RunConfig(model="org/llama-tiny", method="wanda", sparsity="0.5", nsamples=4, seqlen=16, device="cpu")

@@ -18,10 +18,10 @@ import pytest
 from runhelpers import pilot_wait_until, record
 
 from acetui.app import make_app
-from acetui_core.config import RunConfig
-from acetui_core.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
-from acetui_core.records import ActStats, Histogram, LayerRecord, LinearRecord, RunResult, Spread
-from acetui_core.store import Store
+from acetui_core.run.config import RunConfig
+from acetui_core.run.events import LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
+from acetui_core.run.records import ActStats, Histogram, LayerRecord, LinearRecord, RunResult, Spread
+from acetui_core.storage.store import Store
 
 T0 = 1_714_564_800.0  # 2024-05-01 12:00 UTC
 NOW = T0 + 3 * 3600  # the screens' clock: elapsed times and sample ages are fixed

@@ -18,7 +18,7 @@ from textual.widgets import Input, Static, Tab
 
 from acetui.app import exports, make_app
 from acetui.app.widgets.plots import SERIES_MARKERS, DepthPlot
-from acetui_core.store import Store
+from acetui_core.storage.store import Store
 
 SIZE = (80, 24)
 

@@ -7,7 +7,7 @@ import pytest
 from test_app_snapshots import add_run
 from tmuxterm import Terminal, needs_tmux
 
-from acetui_core.store import Store
+from acetui_core.storage.store import Store
 
 pytestmark = [needs_tmux, pytest.mark.slow]
 

@@ -30,10 +30,10 @@ from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
 from acetui.app.widgets.marks import Tick
 from acetui.app.widgets.plots import count_label, sparsity_series, sparsity_title
-from acetui_core.config import RunConfig
-from acetui_core.events import RunFinished, RunStarted
-from acetui_core.paths import bundled_model
-from acetui_core.store import Store
+from acetui_core.basics.paths import bundled_model
+from acetui_core.run.config import RunConfig
+from acetui_core.run.events import RunFinished, RunStarted
+from acetui_core.storage.store import Store
 
 SIZE = (80, 24)
 SCREENS = {"new": NewRunScreen, "run": RunScreen, "results": ResultsScreen, "runs": RunsScreen}
@@ -413,7 +413,7 @@ async def test_question_mark_lists_every_key_of_the_screen(store):
         listed = {keys for keys, _, _ in rows}
         assert {"c", "]", "[", "n", "p", "h", "s", "v", "i", "l"} <= listed  # hidden ones too
         assert dict((keys, now) for keys, _, now in rows)["c"] is False  # no run to cancel
-        assert {"f1", "f2", "f3", "f4", "? f5", "^q"} <= {keys for keys, _, _ in app_rows}
+        assert {"f1", "f2", "f3", "f4", "f5 ?", "^q"} <= {keys for keys, _, _ in app_rows}
         await pilot.press("escape")
         assert isinstance(app.screen, RunScreen)
 

@@ -10,13 +10,13 @@ import textwrap
 
 import pytest
 
-from acetui_core import evaluate, pipeline
-from acetui_core.checkpoint import save_checkpoint
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.launch import InProcess, launch
-from acetui_core.models import load_model
-from acetui_core.store import Store
+from acetui_core.basics.errors import UserError
+from acetui_core.execution.launch import InProcess, launch
+from acetui_core.modeling.checkpoint import save_checkpoint
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import evaluate, pipeline
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
 
 
 def _config(model, **changes) -> RunConfig:
@@ -64,9 +64,9 @@ def test_a_file_size_limit_the_os_enforces_is_one_sentence(make_tiny_model, tmp_
     script = textwrap.dedent(
         f"""
         import resource, signal
-        from acetui_core.checkpoint import save_checkpoint
-        from acetui_core.errors import UserError
-        from acetui_core.models import load_model
+        from acetui_core.modeling.checkpoint import save_checkpoint
+        from acetui_core.basics.errors import UserError
+        from acetui_core.modeling.models import load_model
         loaded = load_model({str(make_tiny_model("llama"))!r}, device="cpu")
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing us
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))

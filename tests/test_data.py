@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from acetui_core.data import LazyTokens, calibration_documents, calibration_windows, tokenized_calibration
-from acetui_core.errors import UserError
+from acetui_core.basics.errors import UserError
+from acetui_core.modeling.data import LazyTokens, calibration_documents, calibration_windows, tokenized_calibration
 
 
 def eager_windows(ids, nsamples, seqlen, seed):

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from runhelpers import cli
 
-from acetui_core.config import RunConfig
-from acetui_core.runner import NUMERIC_PACKAGES
-from acetui_core.store import Store
+from acetui_core.execution.runner import NUMERIC_PACKAGES
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -156,7 +156,7 @@ def test_every_command_of_a_page_runs_word_for_word(page, make_tiny_model, tmp_p
     shutil.copytree(make_tiny_model("llama"), model)
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))  # `--seqlen full`
-    monkeypatch.setattr("acetui_core.paths.bundled_model", lambda: model)
+    monkeypatch.setattr("acetui_core.basics.paths.bundled_model", lambda: model)
     monkeypatch.chdir(tmp_path)
     for name, body in shown_files(page).items():  # the plug-ins and studies its commands name
         (tmp_path / name).write_text(body)

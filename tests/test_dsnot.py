@@ -6,15 +6,16 @@ its place in a run (before --update obs)."""
 import pytest
 import torch
 
-from acetui_core import layerloop, pipeline, sparsegpt
-from acetui_core.config import RunConfig
-from acetui_core.dsnot import DSnoTSettings, refine
-from acetui_core.events import LayerPruned
-from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
-from acetui_core.masks import nm_mask, row_mask
-from acetui_core.models import load_model
-from acetui_core.records import Refinement
-from acetui_core.stats import ColumnStats
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import layerloop, pipeline
+from acetui_core.pruning.dsnot import DSnoTSettings, refine
+from acetui_core.pruning.stats import ColumnStats
+from acetui_core.run.config import RunConfig
+from acetui_core.run.events import LayerPruned
+from acetui_core.run.records import Refinement
+from acetui_core.scores import sparsegpt
+from acetui_core.scores.masks import nm_mask, row_mask
 
 # A 4 x 8 layer with small whole numbers, so every step is exact.
 W = torch.tensor(

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from acetui_core import evaluate
-from acetui_core.data import wikitext2_test_ids
-from acetui_core.models import load_model
-from acetui_core.streaming import load_for_run
+from acetui_core.modeling.data import wikitext2_test_ids
+from acetui_core.modeling.models import load_model
+from acetui_core.modeling.streaming import load_for_run
+from acetui_core.pruning import evaluate
 
 
 @pytest.fixture

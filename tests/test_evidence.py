@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from acetui_core.evidence import (
+from acetui_core.analysis.evidence import (
     Group,
     accuracy_interval,
     group_interval,

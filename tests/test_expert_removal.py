@@ -12,12 +12,12 @@ import torch
 from moe_models import FAMILIES, split_experts
 from test_moe import QUICK, _layer0_inputs, _saved
 
-from acetui_core import pipeline
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.expertremoval import COUNT_FIELDS
-from acetui_core.layouts import decoder_layers
-from acetui_core.models import load_model
+from acetui_core.basics.errors import UserError
+from acetui_core.modeling.layouts import decoder_layers
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import pipeline
+from acetui_core.pruning.expertremoval import COUNT_FIELDS
+from acetui_core.run.config import RunConfig
 
 COUNTS = {"mixtral": 4, "qwen2_moe": 8, "qwen3_moe": 8, "deepseek_v3": 8, "gpt_oss": 4, "ernie4_5_moe": 8}
 
@@ -78,7 +78,7 @@ def test_the_saved_checkpoint_has_fewer_experts_and_loads_with_the_same_logits(m
 
 def _block_inputs(loaded, calib_file) -> tuple[torch.nn.Module, torch.Tensor]:
     """Layer 0 of the dense model and what its MoE block receives from the 8 calibration windows a run takes."""
-    from acetui_core.placement import layer_forward
+    from acetui_core.modeling.placement import layer_forward
 
     layer = decoder_layers(loaded.model)[0]
     seen = []
@@ -208,7 +208,7 @@ def test_runs_show_prints_each_experts_score_with_the_removed_marked(make_moe, c
 
 @pytest.mark.parametrize("family", ["mixtral", "gpt_oss"])
 def test_the_plan_counts_the_checkpoint_the_run_saves(make_moe, calib_file, tmp_path, family):
-    from acetui_core.plan import plan_run
+    from acetui_core.pruning.plan import plan_run
 
     source = make_moe(family)
     result, _ = _run(source, calib_file, tmp_path / "out")

@@ -16,11 +16,11 @@ import subprocess
 import pytest
 from runhelpers import Clock, cli, insert_run
 
-from acetui_core.comparison import comparison
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.export import latex_escape, to_markdown
-from acetui_core.store import Store
+from acetui_core.analysis.comparison import comparison
+from acetui_core.analysis.export import latex_escape, to_markdown
+from acetui_core.basics.errors import UserError
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 LLAMA, OPT = "meta-llama/Llama-2-7b-hf", "/models/opt-1.3b"

@@ -10,15 +10,15 @@ import pytest
 import torch
 from runhelpers import Clock, cli, insert_run, layer_event
 
-from acetui_core import pipeline
-from acetui_core.config import RunConfig
-from acetui_core.data import calibration_windows, tokenized_calibration
-from acetui_core.events import LayerPruned
-from acetui_core.fidelity import linear_fidelity
-from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
-from acetui_core.models import load_model
-from acetui_core.records import Fidelity
-from acetui_core.store import Store
+from acetui_core.modeling.data import calibration_windows, tokenized_calibration
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import pipeline
+from acetui_core.pruning.fidelity import linear_fidelity
+from acetui_core.run.config import RunConfig
+from acetui_core.run.events import LayerPruned
+from acetui_core.run.records import Fidelity
+from acetui_core.storage.store import Store
 
 
 def direct(dense: torch.Tensor, pruned: torch.Tensor) -> tuple[float, float]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from acetui_core import pipeline
-from acetui_core.config import RunConfig
-from acetui_core.events import LayerStarted
-from acetui_core.layouts import decoder_layers, prunable_linears
-from acetui_core.models import load_model
-from acetui_core.streaming import load_for_run
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears
+from acetui_core.modeling.models import load_model
+from acetui_core.modeling.streaming import load_for_run
+from acetui_core.pruning import pipeline
+from acetui_core.run.config import RunConfig
+from acetui_core.run.events import LayerStarted
 
 pytestmark = [
     pytest.mark.gpu,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from runhelpers import cli as run_cli
 
-from acetui_core.store import Store
+from acetui_core.storage.store import Store
 
 QUICK = ["--method", "magnitude", "--eval", "none", "--device", "cpu"]
 
@@ -92,7 +92,7 @@ def test_a_save_over_what_the_run_reads_or_keeps_is_refused_before_any_work(
         "runs.db-wal",
         "runs.db-shm",
     }
-    from acetui_core.models import load_model
+    from acetui_core.modeling.models import load_model
 
     load_model(str(model), device="cpu")  # and still loads
 
@@ -104,7 +104,7 @@ def test_a_save_over_what_the_run_reads_or_keeps_is_refused_before_any_work(
 def test_two_prunes_saving_to_one_folder_keep_both_checkpoints(offload, make_tiny_model, tmp_path, monkeypatch, capsys):
     """The second `acetui prune --save SAME` finishes while the first prunes: the first must not replace
     it, and keeps its own checkpoint beside it, saying where."""
-    from acetui_core import pipeline
+    from acetui_core.pruning import pipeline
 
     model, out, store = make_tiny_model("llama"), tmp_path / "pruned", tmp_path / "store" / "runs.db"
     prune = pipeline.prune
@@ -126,7 +126,7 @@ def test_two_prunes_saving_to_one_folder_keep_both_checkpoints(offload, make_tin
     assert json.loads(stdout)["saved_to"] == str(side)
     runs = {run.config.sparsity: run for run in Store(store).list_runs()}
     assert runs["0.25"].results.saved_to == str(out) and runs["0.5"].results.saved_to == str(side)
-    from acetui_core.models import decoder_layers, load_model
+    from acetui_core.modeling.models import decoder_layers, load_model
 
     for folder, sparsity in ((out, 0.25), (side, 0.5)):  # each checkpoint is the run that says it saved it
         weight = decoder_layers(load_model(str(folder), device="cpu").model)[0].mlp.up_proj.weight
@@ -139,7 +139,7 @@ def test_two_prunes_saving_to_one_folder_keep_both_checkpoints(offload, make_tin
 
 def test_a_sigterm_after_the_last_layer_prints_what_the_store_records(make_tiny_model, tmp_path, monkeypatch, capsys):
     from acetui.progress import EventProgress
-    from acetui_core.events import LayerPruned
+    from acetui_core.run.events import LayerPruned
 
     store = tmp_path / "runs.db"
     show = EventProgress.__call__
@@ -170,7 +170,7 @@ def test_a_stop_signal_is_heard_at_every_stage_and_recorded_as_what_happened(
     """SIGTERM during evaluation was recorded as "Stopped on request between layers." and exited 130;
     during calibration it was not heard until the first layer."""
     from acetui.progress import EventProgress
-    from acetui_core.events import Stage
+    from acetui_core.run.events import Stage
 
     store = tmp_path / "runs.db"
     show = EventProgress.__call__
@@ -266,8 +266,8 @@ def test_a_checkpoint_missing_weights_is_refused_naming_them(
 
 def test_loading_a_checkpoint_missing_weights_names_them(make_tiny_model, tmp_path):
     """The load itself refuses too (a hub model is checked only when it loads): no random weights."""
-    from acetui_core.errors import UserError
-    from acetui_core.models import load_model
+    from acetui_core.basics.errors import UserError
+    from acetui_core.modeling.models import load_model
 
     folder = _damaged(tmp_path, make_tiny_model("llama"), "missing tensor")
     with pytest.raises(UserError, match=r"lacks model\.layers\.1\.mlp\.up_proj\.weight\.$"):
@@ -344,7 +344,7 @@ def test_runs_rm_removes_every_file_of_the_run_and_nothing_else(make_tiny_model,
 def test_an_export_that_fails_midway_leaves_the_previous_file_whole(tmp_path, monkeypatch, capsys):
     from runhelpers import Clock, insert_run
 
-    from acetui_core.config import RunConfig
+    from acetui_core.run.config import RunConfig
 
     store = tmp_path / "runs.db"
     insert_run(
@@ -415,7 +415,7 @@ async def test_preferences_of_the_wrong_type_start_the_app_with_defaults_and_one
     from acetui import preferences
     from acetui.app import make_app
     from acetui.app.screens.new_run import NewRunScreen
-    from acetui_core.paths import bundled_model
+    from acetui_core.basics.paths import bundled_model
 
     path = preferences.preferences_path()
     path.parent.mkdir(parents=True)
@@ -559,7 +559,7 @@ SETTINGS = {
 def test_a_bad_setting_is_refused_before_anything_is_recorded_or_loaded(
     case, make_tiny_model, tmp_path, monkeypatch, capsys
 ):
-    from acetui_core import streaming
+    from acetui_core.modeling import streaming
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded before the settings were checked")
@@ -580,7 +580,7 @@ def test_a_bad_setting_is_refused_before_anything_is_recorded_or_loaded(
 def test_options_before_a_subcommand_are_honoured_or_refused(tmp_path, monkeypatch, capsys):
     from runhelpers import Clock, insert_run
 
-    from acetui_core.config import RunConfig
+    from acetui_core.run.config import RunConfig
 
     store = tmp_path / "elsewhere" / "runs.db"
     insert_run(

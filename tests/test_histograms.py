@@ -4,12 +4,12 @@ import json
 
 import torch
 
-from acetui_core import histograms, pipeline
-from acetui_core.config import RunConfig
-from acetui_core.events import LayerPruned
-from acetui_core.masks import prune_mask
-from acetui_core.records import Histogram, from_dict
-from acetui_core.sparsity import parse_sparsity
+from acetui_core.pruning import histograms, pipeline
+from acetui_core.run.config import RunConfig
+from acetui_core.run.events import LayerPruned
+from acetui_core.run.records import Histogram, from_dict
+from acetui_core.scores.masks import prune_mask
+from acetui_core.scores.sparsity import parse_sparsity
 
 # Rows 1..8, 9..16, 17..24, 25..32: four linear bins of width 7.75 hold one row each.
 SCORES = torch.arange(1, 33, dtype=torch.float32).reshape(4, 8)

@@ -18,8 +18,8 @@ import pytest
 import torch
 from runhelpers import cli
 
-from acetui_core.errors import UserError
-from acetui_core.store import Store
+from acetui_core.basics.errors import UserError
+from acetui_core.storage.store import Store
 
 
 def _calib(tmp: Path, name: str, text: str) -> Path:
@@ -185,7 +185,7 @@ def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
 ):
     from runhelpers import Clock, insert_run
 
-    from acetui_core.config import RunConfig
+    from acetui_core.run.config import RunConfig
 
     model = make_tiny_model("llama")
     blocked = tmp_path / "blocked"
@@ -238,10 +238,10 @@ def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
 
 
 def test_nan_in_a_weight_is_reported_with_the_layer(make_tiny_model, tmp_path):
-    from acetui_core import pipeline
-    from acetui_core.config import RunConfig
-    from acetui_core.layouts import decoder_layers
-    from acetui_core.models import load_model
+    from acetui_core.modeling.layouts import decoder_layers
+    from acetui_core.modeling.models import load_model
+    from acetui_core.pruning import pipeline
+    from acetui_core.run.config import RunConfig
 
     loaded = load_model(str(make_tiny_model("llama")), device="cpu")
     with torch.no_grad():
@@ -251,10 +251,10 @@ def test_nan_in_a_weight_is_reported_with_the_layer(make_tiny_model, tmp_path):
 
 
 def test_a_float32_run_is_not_told_to_use_float32(make_tiny_model):
-    from acetui_core import pipeline
-    from acetui_core.config import RunConfig
-    from acetui_core.layouts import decoder_layers
-    from acetui_core.models import load_model
+    from acetui_core.modeling.layouts import decoder_layers
+    from acetui_core.modeling.models import load_model
+    from acetui_core.pruning import pipeline
+    from acetui_core.run.config import RunConfig
 
     loaded = load_model(str(make_tiny_model("llama")), device="cpu")
     with torch.no_grad():
@@ -267,7 +267,7 @@ def test_a_float32_run_is_not_told_to_use_float32(make_tiny_model):
 
 
 def test_a_perplexity_beyond_floats_is_infinite_not_a_crash():
-    from acetui_core.evaluate import perplexity, ppl
+    from acetui_core.pruning.evaluate import perplexity, ppl
 
     class Noise(torch.nn.Module):
         """Puts all probability on token 0 with a margin no float can exponentiate back."""
@@ -290,7 +290,7 @@ def test_one_damaged_row_does_not_hide_the_others(tmp_path, monkeypatch, capsys)
 
     from runhelpers import Clock, insert_run
 
-    from acetui_core.config import RunConfig
+    from acetui_core.run.config import RunConfig
 
     clock = Clock()
     store = Store(tmp_path / "runs.db", clock=clock)

@@ -22,18 +22,19 @@ print('ok')
 """
 
 
+REPO = Path(__file__).parent.parent
+
+
 def test_core_imports_without_ui_packages():
-    modules = [f"acetui_core.{m.name}" for m in pkgutil.iter_modules(acetui_core.__path__)]
-    assert "acetui_core.pipeline" in modules and "acetui_core.store" in modules
+    modules = [m.name for m in pkgutil.walk_packages(acetui_core.__path__, "acetui_core.")]
+    assert "acetui_core.pruning.pipeline" in modules and "acetui_core.storage.store" in modules
     code = f"MODULES = {modules!r}\n" + BLOCK
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(acetui_core.__file__).parent.parent
-    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_core_source_names_no_ui_package():
-    for path in Path(acetui_core.__file__).parent.glob("*.py"):
+    for path in Path(acetui_core.__file__).parent.rglob("*.py"):
         text = path.read_text()
         found = re.findall(r"^\s*(?:from|import) (textual|typer|acetui)\b(?!_)", text, flags=re.M)
         assert not found, f"{path.name} imports {found}"

@@ -13,8 +13,8 @@ from runhelpers import cli, pilot_wait_until
 from textual.widgets import Input
 
 from acetui.app import make_app
-from acetui_core.launch import Grid, InProcess, LocalProcesses, launch, queue
-from acetui_core.store import Store
+from acetui_core.execution.launch import Grid, InProcess, LocalProcesses, launch, queue
+from acetui_core.storage.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -126,7 +126,7 @@ def test_the_runs_queued_together_share_one_batch(tmp_path, make_tiny_model):
 
 
 def test_in_process_runs_record_their_events_and_log(tmp_path, make_tiny_model):
-    from acetui_core.config import RunConfig
+    from acetui_core.run.config import RunConfig
 
     store = Store(tmp_path / "runs.db")
     events = []
@@ -166,7 +166,7 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess:
 def source_copy(tmp_path_factory) -> Path:
     """The three packages under their import names, as lint-imports sees them from a working folder."""
     root = tmp_path_factory.mktemp("contracts")
-    for folder, name in (("acetui", "acetui"), ("core", "acetui_core"), ("themes", "acetui_themes")):
+    for folder, name in (("acetui", "acetui"), ("core/acetui_core", "acetui_core"), ("themes", "acetui_themes")):
         shutil.copytree(REPO / folder, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
@@ -180,8 +180,12 @@ def test_the_import_contracts_hold(source_copy):
 @pytest.mark.parametrize(
     "module, line, contract",
     [
-        ("acetui_core/pipeline.py", "import textual", "The engine imports no face"),
-        ("acetui_core/masks.py", "from acetui_core import store", "Scores, masks and statistics know nothing"),
+        ("acetui_core/pruning/pipeline.py", "import textual", "The engine imports no face"),
+        (
+            "acetui_core/scores/masks.py",
+            "from acetui_core.storage import store",
+            "Scores, masks and statistics know nothing",
+        ),
         ("acetui/progress.py", "import acetui.cli", "No import circle"),
     ],
 )
@@ -198,8 +202,8 @@ def test_a_forbidden_import_breaks_a_contract(source_copy, tmp_path, module, lin
 def test_a_run_checks_its_settings_once(tmp_path, make_tiny_model, monkeypatch, capsys):
     """launch.queue checks every setting before the run is recorded; the run itself only checks the fit
     to the loaded model (the runner tells pipeline.run its configuration was checked)."""
-    from acetui_core import launch as door
-    from acetui_core import pipeline, validate
+    from acetui_core.execution import launch as door
+    from acetui_core.pruning import pipeline, validate
 
     checked = []
 

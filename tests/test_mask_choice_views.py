@@ -10,9 +10,9 @@ from runhelpers import Clock, cli, insert_run, layer_event
 from textual.widgets import DataTable, Static
 
 from acetui.app import make_app
-from acetui_core.config import RunConfig
-from acetui_core.records import MaskChoice, Refinement
-from acetui_core.store import Store
+from acetui_core.run.config import RunConfig
+from acetui_core.run.records import MaskChoice, Refinement
+from acetui_core.storage.store import Store
 
 RUN = "c0ffee000001"
 

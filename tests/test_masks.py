@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from acetui_core.errors import UserError
-from acetui_core.masks import check_nm_fits, layer_mask, nm_mask, prune_mask, row_mask
-from acetui_core.sparsity import parse_sparsity
+from acetui_core.basics.errors import UserError
+from acetui_core.scores.masks import check_nm_fits, layer_mask, nm_mask, prune_mask, row_mask
+from acetui_core.scores.sparsity import parse_sparsity
 
 
 @pytest.mark.parametrize("ratio", [0.1, 0.5, 0.7, 0.999])
@@ -76,10 +76,11 @@ def test_bad_sparsity_is_one_sentence(text, message):
 def test_scoring_a_bf16_weight_in_slices_of_rows_gives_the_same_masks(make_tiny_model, monkeypatch, method, sparsity):
     """A row-local score is made a slice of rows at a time, never from a whole float32 copy of the weight
     (on the GPU, 896 MiB for a 28672 x 8192 linear): the slices change no mask."""
-    from acetui_core import masks, pipeline
-    from acetui_core.config import RunConfig
-    from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
-    from acetui_core.models import load_model
+    from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
+    from acetui_core.modeling.models import load_model
+    from acetui_core.pruning import pipeline
+    from acetui_core.run.config import RunConfig
+    from acetui_core.scores import masks
 
     model = str(make_tiny_model("llama"))
     config = RunConfig(model=model, method=method, sparsity=sparsity, nsamples=8, seqlen=16, evals=[])

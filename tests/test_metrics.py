@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.metrics import METHODS, get_method, variance_term
-from acetui_core.stats import ColumnStats
+from acetui_core.basics.errors import UserError
+from acetui_core.pruning.stats import ColumnStats
+from acetui_core.run.config import RunConfig
+from acetui_core.scores.metrics import METHODS, get_method, variance_term
 
 W = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.25, -4.0]])
 X = torch.tensor([[1.0, 2.0, -1.0], [0.5, -3.0, 2.0], [2.0, 0.0, 1.0], [-1.0, 1.0, 0.5]])  # T=4 tokens

@@ -11,12 +11,13 @@ import pytest
 import torch
 from moe_models import FAMILIES, split_experts
 
-from acetui_core import layerstats, pipeline, placement
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
-from acetui_core.models import load_model
-from acetui_core.routing import MIN_EXPERT_TOKENS
+from acetui_core.basics.errors import UserError
+from acetui_core.modeling import placement
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.modeling.models import load_model
+from acetui_core.modeling.routing import MIN_EXPERT_TOKENS
+from acetui_core.pruning import layerstats, pipeline
+from acetui_core.run.config import RunConfig
 
 QUICK = ["--nsamples", "8", "--seqlen", "16", "--eval", "none"]
 ROUTING = (".gate.weight", ".router.", ".shared_expert_gate.")
@@ -139,9 +140,9 @@ def _layer_with(family, make_moe, edit):
 
 def test_a_weight_the_table_does_not_know_is_refused_with_its_name(cli, make_moe, calib_file, monkeypatch):
     """A future layout (here: transformers' experts as if their down_proj were unknown) stops the run."""
-    import acetui_core.layouts
+    import acetui_core.modeling.layouts
 
-    monkeypatch.setattr(acetui_core.layouts, "FUSED_EXPERTS", ("gate_up_proj",))
+    monkeypatch.setattr(acetui_core.modeling.layouts, "FUSED_EXPERTS", ("gate_up_proj",))
     code, _, err = cli("prune", make_moe("qwen3_moe"), "-m", "wanda", "--calib", calib_file, *QUICK)
     assert code == 2
     assert "mlp.experts.down_proj" in err and "qwen3_moe" in err and "Traceback" not in err
@@ -160,7 +161,7 @@ def test_an_unknown_matrix_in_a_layer_is_refused(make_moe, calib_file):
 def test_a_matrix_the_pruning_silently_skips_stops_the_run_before_evaluation(cli, make_moe, calib_file, monkeypatch):
     """A layout whose down_proj slices are copies, not views: pruning writes to the copies and the fused
     parameter stays dense. The guard after pruning counts the parameter's own zeros and stops the run."""
-    from acetui_core.layouts import Matrix
+    from acetui_core.modeling.layouts import Matrix
 
     as_stored = Matrix.weight.fget
     copies = property(lambda m: as_stored(m).clone() if m.param == "down_proj" else as_stored(m))
@@ -199,7 +200,7 @@ def test_an_expert_without_tokens_falls_back_to_all_tokens(make_moe, calib_file,
 
 
 def test_routed_statistics_are_those_of_the_tokens_the_router_sent(make_moe, calib_file):
-    from acetui_core.data import calibration_windows, tokenized_calibration
+    from acetui_core.modeling.data import calibration_windows, tokenized_calibration
 
     loaded = load_model(str(make_moe("mixtral")), device="cpu")
     ids, _ = tokenized_calibration(loaded.tokenizer, calib_file)
@@ -228,7 +229,7 @@ def test_routed_statistics_are_those_of_the_tokens_the_router_sent(make_moe, cal
 
 
 def _layer0_inputs(loaded, calib_file, windows=4):
-    from acetui_core.data import calibration_windows, tokenized_calibration
+    from acetui_core.modeling.data import calibration_windows, tokenized_calibration
 
     ids, _ = tokenized_calibration(loaded.tokenizer, calib_file)
     return placement.capture_layer0_inputs(loaded, calibration_windows(ids, windows, 16, 0), 4, torch.device("cpu"))
@@ -304,8 +305,8 @@ def test_moe_calibration_is_checked_before_any_work(cli, make_moe):
 def test_each_moe_layer_records_its_token_load_as_it_is_pruned(make_moe, calib_file):
     """The Run screen and runs show read a running run's token load from its pruned layers: each layer's
     record carries its own share, and together they are the finished result's."""
-    from acetui_core.events import LayerPruned
-    from acetui_core.records import Experts
+    from acetui_core.run.events import LayerPruned
+    from acetui_core.run.records import Experts
 
     loaded = load_model(str(make_moe("mixtral", edit=_starve_expert_zero, num_experts_per_tok=1)), device="cpu")
     config = RunConfig(model="mixtral", method="wanda", sparsity="0.5", calib=calib_file, nsamples=8, seqlen=16,
@@ -334,8 +335,8 @@ def _moe_run(store, state: str) -> str:
     carry theirs, recorded through the store as the runner records them."""
     from runhelpers import insert_run, layer_event
 
-    from acetui_core.events import RunStarted
-    from acetui_core.records import Experts, from_dict
+    from acetui_core.run.events import RunStarted
+    from acetui_core.run.records import Experts, from_dict
 
     config = RunConfig(model="tiny-mixtral", method="wanda", sparsity="0.5")
     if state == "finished":
@@ -360,7 +361,7 @@ async def test_the_run_screen_shows_each_experts_token_load_with_the_starved_mar
     from textual.widgets import Static
 
     from acetui.app import make_app
-    from acetui_core.store import Store
+    from acetui_core.storage.store import Store
 
     store = Store(tmp_path / "runs.db", clock=Clock())
     run_id = _moe_run(store, state)
@@ -379,7 +380,7 @@ async def test_the_run_screen_shows_each_experts_token_load_with_the_starved_mar
 def test_runs_show_prints_a_running_runs_token_load(tmp_path, cli):
     from runhelpers import Clock
 
-    from acetui_core.store import Store
+    from acetui_core.storage.store import Store
 
     store = Store(tmp_path / "runs.db", clock=Clock())
     run_id = _moe_run(store, "running")
@@ -395,7 +396,7 @@ def test_permutations_are_keyed_by_the_names_in_the_saved_checkpoint(make_moe, c
     import json
     import re
 
-    from acetui_core.permute import PERMUTATIONS_FILE
+    from acetui_core.scores.permute import PERMUTATIONS_FILE
 
     save = tmp_path / "out"
     config = RunConfig(model=str(make_moe(family)), method="wanda", sparsity="2:4", permute="lsa", calib=calib_file,

@@ -1,5 +1,5 @@
 """Issue 30, item 1: every file acetui writes where a user named it goes through one guard
-(``acetui_core.outputs``). An existing file is replaced only with --overwrite; the run store, its files,
+(``acetui_core.basics.outputs``). An existing file is replaced only with --overwrite; the run store, its files,
 the data folder and the models, calibration files and checkpoints of the store's runs never, even with it;
 a write goes to a partial file beside its target and is renamed, so a failure leaves the old file whole."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from runhelpers import Clock, cli, insert_run
 
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.outputs import reserve_new_file, write_text_atomic
-from acetui_core.store import Store
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.outputs import reserve_new_file, write_text_atomic
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
 
 PRECIOUS = "precious\n"
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 from runhelpers import LINEAR_NAMES, Clock, cli, insert_run
 
-from acetui_core import pipeline
-from acetui_core.config import RunConfig
-from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
-from acetui_core.maskfile import MaskWriter, mask_writer, overlap, read_masks, total
-from acetui_core.models import load_model
-from acetui_core.store import Store
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import pipeline
+from acetui_core.run.config import RunConfig
+from acetui_core.scores.maskfile import MaskWriter, mask_writer, overlap, read_masks, total
+from acetui_core.storage.store import Store
 
 
 def write_masks(path, masks: dict) -> str:

@@ -7,13 +7,13 @@ import json
 import pytest
 import torch
 
-from acetui_core import pipeline
-from acetui_core.config import RunConfig
-from acetui_core.events import LayerPruned
-from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
-from acetui_core.masks import nm_mask, permuted_nm_mask
-from acetui_core.models import load_model
-from acetui_core.permute import PERMUTATIONS_FILE, channel_permutation, retained_fraction
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import pipeline
+from acetui_core.run.config import RunConfig
+from acetui_core.run.events import LayerPruned
+from acetui_core.scores.masks import nm_mask, permuted_nm_mask
+from acetui_core.scores.permute import PERMUTATIONS_FILE, channel_permutation, retained_fraction
 
 # Two rows whose strong inputs sit together: in the original order each row's four 9s share one group of
 # four, so 2:4 keeps two of them and two 1s (20 of 40). Any grouping with two of inputs 0-3 and two of 4-7

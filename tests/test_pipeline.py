@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from acetui_core import layerloop, layerstats, pipeline
-from acetui_core.config import RunConfig
-from acetui_core.errors import Cancelled, UserError
-from acetui_core.events import LayerPruned, RunFinished, Stage
-from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
-from acetui_core.metrics import METHODS
-from acetui_core.models import load_model
-from acetui_core.records import RunResult, from_dict, to_dict
+from acetui_core.basics.errors import Cancelled, UserError
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.modeling.models import load_model
+from acetui_core.pruning import layerloop, layerstats, pipeline
+from acetui_core.run.config import RunConfig
+from acetui_core.run.events import LayerPruned, RunFinished, Stage
+from acetui_core.run.records import RunResult, from_dict, to_dict
+from acetui_core.scores.metrics import METHODS
 
 NSAMPLES, SEQLEN = 8, 16
 
@@ -97,7 +97,7 @@ def test_next_layer_sees_the_pruned_layer(loaded, calib_file):
     finally:
         hook.remove()
     cfg = config(loaded.source, "wanda", calib=calib_file)
-    from acetui_core.data import calibration_windows, tokenized_calibration
+    from acetui_core.modeling.data import calibration_windows, tokenized_calibration
 
     windows = calibration_windows(tokenized_calibration(loaded.tokenizer, cfg.calib)[0], NSAMPLES, SEQLEN, 0)
 
@@ -153,7 +153,7 @@ def test_nan_activations_are_reported_with_the_layer(make_tiny_model, calib_file
 def test_same_seed_same_windows(tokenizer_dir):
     from transformers import AutoTokenizer
 
-    from acetui_core.data import calibration_windows, tokenized_calibration
+    from acetui_core.modeling.data import calibration_windows, tokenized_calibration
 
     ids, source = tokenized_calibration(AutoTokenizer.from_pretrained(tokenizer_dir), "c4")
     assert source.endswith("c4_calib_merged.jsonl")
@@ -233,7 +233,7 @@ def test_a_calibration_file_is_known_by_its_content(make_tiny_model, calib_file,
 def test_calibration_statistics_do_not_depend_on_the_batching():
     """The same tokens give the same statistics, bit for bit, in one batch or in uneven ones: float32
     sums per batch rounded differently and moved the set-up command's perplexity from 445.96 to 448.59."""
-    from acetui_core.stats import ColumnStats
+    from acetui_core.pruning.stats import ColumnStats
 
     torch.manual_seed(0)
     x = torch.randn(4096, 48) * torch.logspace(-2, 2, 48)  # columns across four orders of magnitude

@@ -6,8 +6,8 @@ import hashlib
 import pytest
 from runhelpers import cli, wait_for_runs
 
-from acetui_core.store import Store
-from acetui_core.store_schema import TERMINAL
+from acetui_core.storage.store import Store
+from acetui_core.storage.store_schema import TERMINAL
 
 WANDA = '''
 def my_wanda(W, stats, opts):

@@ -3,8 +3,8 @@ stay out of the CLI's live display and out of run logs: our Stage events show th
 
 from __future__ import annotations
 
-from acetui_core.checkpoint import save_checkpoint
-from acetui_core.models import load_model, quiet_transformers
+from acetui_core.modeling.checkpoint import save_checkpoint
+from acetui_core.modeling.models import load_model, quiet_transformers
 
 BAR_WORDS = ("Loading weights", "Writing model shards", "de-quantizing", "it/s]")
 

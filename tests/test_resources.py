@@ -10,12 +10,12 @@ import psutil
 import pytest
 from runhelpers import wait_until
 
-from acetui_core import resources
-from acetui_core.config import RunConfig
-from acetui_core.heartbeat import heartbeat
-from acetui_core.records import from_dict
-from acetui_core.resources import ResourceSample, ResourceSampler
-from acetui_core.store import Store
+from acetui_core.basics import resources
+from acetui_core.basics.resources import ResourceSample, ResourceSampler
+from acetui_core.execution.heartbeat import heartbeat
+from acetui_core.run.config import RunConfig
+from acetui_core.run.records import from_dict
+from acetui_core.storage.store import Store
 
 
 def test_a_sample_reads_this_process():
@@ -81,7 +81,7 @@ def test_a_run_started_by_a_large_process_reports_its_own_peak_memory():
 
     held = bytearray(400 * 2**20)
     held[::4096] = b"\1" * len(held[::4096])  # touch every page so it is resident
-    code = "from acetui_core.resources import peak_rss_mb; print(peak_rss_mb())"
+    code = "from acetui_core.basics.resources import peak_rss_mb; print(peak_rss_mb())"
     child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert child < 300, child
     assert resources.peak_rss_mb() > 400

@@ -17,8 +17,8 @@ import pytest
 import torch
 from runhelpers import GATE, cli, gated, held_at_the_gate, wait_for_runs, wait_until
 
-from acetui_core.store import Store
-from acetui_core.store_schema import TERMINAL
+from acetui_core.storage.store import Store
+from acetui_core.storage.store_schema import TERMINAL
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = 4  # the gated model: a layer before the gate, the gated one, and layers a cancel must skip
@@ -204,7 +204,7 @@ def test_a_detached_grid_goes_on_when_one_run_is_cancelled(
 
 
 def test_compare_loads_the_model_once_and_prints_the_table(make_tiny_model, fast, store_path, monkeypatch, capsys):
-    import acetui_core.models
+    import acetui_core.modeling.models
 
     model = make_tiny_model("llama")
     code, out, _ = cli(
@@ -223,8 +223,10 @@ def test_compare_loads_the_model_once_and_prints_the_table(make_tiny_model, fast
     )
     alone = json.loads(out)["ppl_wikitext2"]
     loads = []
-    real_load = acetui_core.models.load_model
-    monkeypatch.setattr(acetui_core.models, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    real_load = acetui_core.modeling.models.load_model
+    monkeypatch.setattr(
+        acetui_core.modeling.models, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k)
+    )
     code, out, _ = cli(
         monkeypatch,
         capsys,
@@ -258,9 +260,9 @@ def test_a_model_is_copied_for_reset_only_while_a_later_run_reuses_it(make_tiny_
     a grid keeps one until its last run of the model has its weights back."""
     from dataclasses import replace
 
-    from acetui_core.config import RunConfig
-    from acetui_core.layouts import decoder_layers, prunable_linears
-    from acetui_core.modelcache import ModelCache
+    from acetui_core.execution.modelcache import ModelCache
+    from acetui_core.modeling.layouts import decoder_layers, prunable_linears
+    from acetui_core.run.config import RunConfig
 
     single = RunConfig(model=str(make_tiny_model("llama")), method="wanda", sparsity="0.5", device="cpu")
     assert not ModelCache([single]).get(single).can_reset
@@ -299,9 +301,11 @@ def test_sweep_puts_calibration_lengths_in_columns(make_tiny_model, fast, store_
 
 @pytest.mark.slow  # starts acetui processes of its own
 def test_compare_runs_one_worker_per_gpu(make_tiny_model, fast, store_path, monkeypatch, capsys):
-    import acetui_core.launch
+    import acetui_core.execution.launch
 
-    monkeypatch.setattr(acetui_core.launch, "visible_gpus", lambda: 2)  # this machine has none; the workers run on CPU
+    monkeypatch.setattr(
+        acetui_core.execution.launch, "visible_gpus", lambda: 2
+    )  # this machine has none; the workers run on CPU
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     code, out, _ = cli(
         monkeypatch,
@@ -323,11 +327,13 @@ def test_compare_runs_one_worker_per_gpu(make_tiny_model, fast, store_path, monk
 
 
 def test_the_grid_is_split_over_the_gpus_the_user_made_visible(tmp_path, monkeypatch):
-    import acetui_core.worker
-    from acetui_core.launch import LocalProcesses
+    import acetui_core.execution.worker
+    from acetui_core.execution.launch import LocalProcesses
 
     spawned = []
-    monkeypatch.setattr(acetui_core.worker, "spawn", lambda store, ids, detach, env=None: spawned.append((ids, env)))
+    monkeypatch.setattr(
+        acetui_core.execution.worker, "spawn", lambda store, ids, detach, env=None: spawned.append((ids, env))
+    )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     LocalProcesses(gpus=2).start(Store(tmp_path / "runs.db"), ["r1", "r2", "r3"])
     assert spawned == [(["r1", "r2"], {"CUDA_VISIBLE_DEVICES": "2"}), (["r3"], {"CUDA_VISIBLE_DEVICES": "3"})]

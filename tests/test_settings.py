@@ -1,4 +1,4 @@
-"""The settings table (``acetui_core.config.SETTINGS``) is the one declaration of a run's settings: the
+"""The settings table (``acetui_core.run.config.SETTINGS``) is the one declaration of a run's settings: the
 CLI's prune, compare and sweep, the New run form, the configuration and the comparison key all cover
 exactly its settings."""
 
@@ -13,9 +13,9 @@ from textual.widgets import Checkbox, Collapsible, Input, Static
 from acetui.app import make_app
 from acetui.cli import app
 from acetui.options import settings_markdown
-from acetui_core.comparison import _NEVER_SPLIT
-from acetui_core.config import SETTINGS, RunConfig
-from acetui_core.store import Store
+from acetui_core.analysis.comparison import _NEVER_SPLIT
+from acetui_core.run.config import SETTINGS, RunConfig
+from acetui_core.storage.store import Store
 
 # The grid commands name a few of their lists in the plural.
 GRID_NAMES = {"models": "model", "methods": "method", "seeds": "seed"}

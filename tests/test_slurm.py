@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from runhelpers import GATE, cli, wait_until
 
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.jobfolder import sync
-from acetui_core.launch import Grid, launch
-from acetui_core.slurm import Slurm, minutes
-from acetui_core.store import Store
-from acetui_core.store_schema import TERMINAL
+from acetui_core.basics.errors import UserError
+from acetui_core.execution.jobfolder import sync
+from acetui_core.execution.launch import Grid, launch
+from acetui_core.execution.slurm import Slurm, minutes
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
+from acetui_core.storage.store_schema import TERMINAL
 
 pytest.importorskip("submitit")
 

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from acetui_core import pipeline
-from acetui_core.config import RunConfig
-from acetui_core.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
+from acetui_core.pruning import pipeline
+from acetui_core.run.config import RunConfig
 
 pytestmark = pytest.mark.slow
 EVAL = dict(eval_seqlen=512, eval_limit=8)

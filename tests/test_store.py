@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from runhelpers import Clock, insert_run, layer_event, result_for
 
-from acetui_core import store_schema
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.events import LayerStarted, RunFinished, RunStarted, Stage
-from acetui_core.liveness import STALE_AFTER
-from acetui_core.records import Histogram, TaskOutcomes, WindowLosses
-from acetui_core.store import Store
-from acetui_core.store_rows import RunEvidence
-from acetui_core.store_schema import APPLICATION_ID, SCHEMA_VERSION
+from acetui_core.basics.errors import UserError
+from acetui_core.run.config import RunConfig
+from acetui_core.run.events import LayerStarted, RunFinished, RunStarted, Stage
+from acetui_core.run.records import Histogram, TaskOutcomes, WindowLosses
+from acetui_core.storage import store_schema
+from acetui_core.storage.liveness import STALE_AFTER
+from acetui_core.storage.store import Store
+from acetui_core.storage.store_rows import RunEvidence
+from acetui_core.storage.store_schema import APPLICATION_ID, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -126,9 +126,9 @@ def test_cancel_and_delete(tmp_path):
 
 WRITER = """
 import sys
-from acetui_core.config import RunConfig
-from acetui_core.store import Store
-from acetui_core.events import RunFinished
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
+from acetui_core.run.events import RunFinished
 from runhelpers import layer_event, result_for
 store, layers = Store(sys.argv[1]), int(sys.argv[2])
 config = RunConfig(model="m", method="wanda", sparsity="0.5")

@@ -13,9 +13,9 @@ import pytest
 import torch
 from runhelpers import cli
 
-from acetui_core import pipeline
-from acetui_core.config import RunConfig
-from acetui_core.layouts import decoder_layers, prunable_linears
+from acetui_core.modeling.layouts import decoder_layers, prunable_linears
+from acetui_core.pruning import pipeline
+from acetui_core.run.config import RunConfig
 
 TESTS = Path(__file__).resolve().parent
 
@@ -80,10 +80,10 @@ def test_streamed_run_equals_in_memory_run(sharded, tmp_path, method, sparsity):
 
 
 def test_streamed_perplexity_equals_a_full_forward_pass(sharded):
-    from acetui_core.data import wikitext2_test_ids
-    from acetui_core.evaluate import perplexity, streamed_perplexity
-    from acetui_core.models import load_model
-    from acetui_core.streaming import load_for_run
+    from acetui_core.modeling.data import wikitext2_test_ids
+    from acetui_core.modeling.models import load_model
+    from acetui_core.modeling.streaming import load_for_run
+    from acetui_core.pruning.evaluate import perplexity, streamed_perplexity
 
     whole = load_model(str(sharded), device="cpu")
     streamed = load_for_run(str(sharded), device="cpu", dtype="auto", offload="disk")
@@ -102,7 +102,7 @@ def test_a_head_stored_beside_tied_embeddings_is_kept_as_from_pretrained_keeps_i
     from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM
 
-    from acetui_core.streaming import load_streamed
+    from acetui_core.modeling.streaming import load_streamed
 
     folder = _checkpoint(tmp_path / "tied", tokenizer_dir, tied=True, shard="100GB")
     shard = folder / "model.safetensors"
@@ -137,8 +137,8 @@ def test_streamed_bf16_tied_checkpoint_saves_in_its_own_dtype(tmp_path, tokenize
 def test_auto_streams_only_a_model_that_would_not_fit(sharded, monkeypatch):
     import psutil
 
-    from acetui_core.shards import model_bytes
-    from acetui_core.streaming import streaming_folder
+    from acetui_core.modeling.shards import model_bytes
+    from acetui_core.modeling.streaming import streaming_folder
 
     need = model_bytes(sharded, torch.float32)
     fake = type("Memory", (), {"available": need})
@@ -257,7 +257,7 @@ def test_plan_names_the_calibration_windows_length_in_tokens(sharded, monkeypatc
 def test_plan_counts_a_streamed_evaluations_hidden_states(sharded, monkeypatch, capsys):
     """A streamed evaluation holds every evaluated window's hidden states (64 wide here): the WikiText-2
     test split's typical token count, or what --eval-limit leaves of it; a model in memory holds none."""
-    from acetui_core.plan import WIKITEXT2_TEST_TOKENS
+    from acetui_core.pruning.plan import WIKITEXT2_TEST_TOKENS
 
     def planned(*args):
         code, out, _ = cli(monkeypatch, capsys, "plan", sharded, "--eval-seqlen", "64", *args, "--json")
@@ -277,7 +277,7 @@ def test_planning_in_threads_leaves_every_other_model_real(tmp_path, tokenizer_d
 
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from acetui_core.plan import plan_run
+    from acetui_core.pruning.plan import plan_run
 
     folder = _checkpoint(tmp_path / "plan", tokenizer_dir)
     config = RunConfig(model=str(folder), method="wanda", sparsity="0.5", evals=[])

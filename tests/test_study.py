@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from runhelpers import Clock, cli, insert_run
 
-from acetui_core.config import RunConfig
-from acetui_core.data import calibration_sample
-from acetui_core.errors import UserError
-from acetui_core.launch import Grid
-from acetui_core.store import Store
-from acetui_core.study import cell_states, load_study, parse_study
+from acetui_core.basics.errors import UserError
+from acetui_core.execution.launch import Grid
+from acetui_core.modeling.data import calibration_sample
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
+from acetui_core.studies.study import cell_states, load_study, parse_study
 
 QUICK = 'nsamples = 4\neval_seqlen = 32\neval_limit = 2\ndevice = "cpu"\n'
 
@@ -210,7 +210,7 @@ def test_the_report_of_a_study(tmp_path, monkeypatch, capsys, make_tiny_model, c
 @pytest.mark.asyncio
 async def test_the_app_opens_on_results_with_a_studys_runs_selected(tmp_path, make_tiny_model, calib_file):
     from acetui.app import make_app
-    from acetui_core.study import finished_runs
+    from acetui_core.studies.study import finished_runs
 
     model = make_tiny_model("llama")
     study = load_study(

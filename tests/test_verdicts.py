@@ -14,11 +14,11 @@ import pytest
 from runhelpers import Clock, cli, insert_run, pilot_wait_until
 from scipy.stats import ttest_rel
 
-from acetui_core.comparison import comparison
-from acetui_core.config import RunConfig
-from acetui_core.export import export
-from acetui_core.store import Store
-from acetui_core.verdicts import judge, run_difference
+from acetui_core.analysis.comparison import comparison
+from acetui_core.analysis.export import export
+from acetui_core.analysis.verdicts import judge, run_difference
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
 
 WINDOWS, SEQLEN = 32, 16
 BASE = np.random.default_rng(0).normal(4.3, 0.35, WINDOWS)  # the windows' own difficulty, shared by every run

@@ -11,11 +11,11 @@ import threading
 import pytest
 from runhelpers import cli
 
-from acetui_core.config import ZEROSHOT_TASKS, RunConfig
-from acetui_core.errors import Cancelled, UserError
-from acetui_core.events import Stage
-from acetui_core.records import TaskAccuracy, mean_accuracy
-from acetui_core.zeroshot import LOCAL_COPIES, TASK_YAMLS, evaluate_zeroshot, task_source, validate_tasks
+from acetui_core.basics.errors import Cancelled, UserError
+from acetui_core.pruning.zeroshot import LOCAL_COPIES, TASK_YAMLS, evaluate_zeroshot, task_source, validate_tasks
+from acetui_core.run.config import ZEROSHOT_TASKS, RunConfig
+from acetui_core.run.events import Stage
+from acetui_core.run.records import TaskAccuracy, mean_accuracy
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACC_NORM_TASKS = {"hellaswag", "arc_easy", "arc_challenge", "openbookqa"}  # the harness scores these by acc_norm too
@@ -37,7 +37,7 @@ def module_env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny(make_tiny_model):
-    from acetui_core.models import load_model
+    from acetui_core.modeling.models import load_model
 
     return load_model(str(make_tiny_model("llama")), device="cpu")
 
@@ -72,7 +72,9 @@ def test_offline_without_local_data_fails_before_any_model_work(monkeypatch, tmp
 
 def test_core_zeroshot_imports_without_the_harness():
     """lm_eval takes seconds to import; ``core`` must stay fast to import (the CLI's bad-input path)."""
-    code = "import sys, acetui_core.zeroshot; assert 'lm_eval' not in sys.modules and 'torch' not in sys.modules"
+    code = (
+        "import sys, acetui_core.pruning.zeroshot; assert 'lm_eval' not in sys.modules and 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
@@ -218,7 +220,7 @@ def test_cancel_stops_the_evaluation(tiny):
 
 
 def test_pipeline_runs_zeroshot_on_the_pruned_model(make_tiny_model):
-    from acetui_core import pipeline
+    from acetui_core.pruning import pipeline
 
     config = RunConfig(
         model=str(make_tiny_model("llama")),
@@ -300,7 +302,7 @@ SLOW_TASKS = ["arc_easy", "hellaswag"]
 
 @pytest.fixture(scope="module")
 def dense_and_pruned(smollm, module_env):
-    from acetui_core import pipeline
+    from acetui_core.pruning import pipeline
 
     smollm.reset()
     dense = {

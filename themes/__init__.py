@@ -14,7 +14,7 @@ from pathlib import Path
 
 from textual.theme import BUILTIN_THEMES, Theme
 
-from acetui_core.errors import UserError
+from acetui_core.basics.errors import UserError
 
 STYLESHEET = Path(__file__).with_name("acetui.tcss")
 

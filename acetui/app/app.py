@@ -1,7 +1,7 @@
 """The acetui app: the four screens over the workbench (``acetui.app.workbench``: the run store, its runs,
 starting and stopping them), with the keys, themes, notifications and command palette.
 
-It holds no pruning logic: runs start as their own processes through ``acetui_core.launch`` (so closing the
+It holds no pruning logic: runs start as their own processes through ``acetui_core.execution.launch`` (so closing the
 app or losing SSH does not stop them) and every screen reads the store. ``make_app`` is the one
 factory the CLI and the tests share.
 """
@@ -25,7 +25,7 @@ from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
 from acetui.app.workbench import Workbench
-from acetui_core.store import Store
+from acetui_core.storage.store import Store
 
 NOTIFY_TITLES = {
     "bell": "Notify with the bell",

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from acetui_core.errors import UserError
-from acetui_core.imports import HEAVY_IMPORTS
-from acetui_core.models import model_source
-from acetui_core.paths import bundled_model, default_model
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.imports import HEAVY_IMPORTS
+from acetui_core.basics.paths import bundled_model, default_model
+from acetui_core.modeling.models import model_source
 
 SCAN_DEPTH = 2  # folders below the working directory searched for checkpoints and .gguf files
 SKIP = {".git", ".venv", "node_modules", "__pycache__", ".cache"}

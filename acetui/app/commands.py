@@ -7,7 +7,7 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from acetui_core.config import model_name
+from acetui_core.run.config import model_name
 
 
 class RunCommands(Provider):

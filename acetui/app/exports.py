@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from acetui_core.paths import user_path
+from acetui_core.basics.paths import user_path
 
 EXPORT_DIR_ENV = "ACETUI_EXPORT_DIR"
 TMUX_CLIPBOARD_HINT = "tmux passes a copy to your terminal only with `set -g set-clipboard on` in ~/.tmux.conf"

@@ -1,19 +1,19 @@
 """The New run form's fields as plain text, checked and turned into run configurations.
 
-Every check is the engine's own (``acetui_core.parse``, ``acetui_core.validate``, the launcher's
+Every check is the engine's own (``acetui_core.basics.parse``, ``acetui_core.pruning.validate``, the launcher's
 ``Grid``), so the form flags a value with exactly the sentence the CLI would print, and starts the same
 runs the CLI would. No widgets here: the screen shows what these functions raise.
 """
 
 from __future__ import annotations
 
-from acetui_core.config import AXES, SETTINGS, RunConfig
-from acetui_core.errors import UserError
-from acetui_core.launch import Grid
-from acetui_core.metrics import get_method
-from acetui_core.models import model_source
-from acetui_core.validate import check_calibration_source
-from acetui_core.zeroshot import validate_tasks
+from acetui_core.basics.errors import UserError
+from acetui_core.execution.launch import Grid
+from acetui_core.modeling.models import model_source
+from acetui_core.pruning.validate import check_calibration_source
+from acetui_core.pruning.zeroshot import validate_tasks
+from acetui_core.run.config import AXES, SETTINGS, RunConfig
+from acetui_core.scores.metrics import get_method
 
 
 def model(text: str) -> str:

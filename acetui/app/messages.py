@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from acetui_core.records import LayerRecord
-from acetui_core.store_rows import RunRecord
+from acetui_core.run.records import LayerRecord
+from acetui_core.storage.store_rows import RunRecord
 
 
 class RunProgress(Message):

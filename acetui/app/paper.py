@@ -2,8 +2,8 @@
 WikiText-2 perplexity and mean zero-shot accuracy (each where some run measured it), every cell with its
 interval and a verdict mark that reads without colour, and the paired difference of two selected runs.
 
-Rich renderables from the engine's comparison (``acetui_core.comparison``) and verdicts
-(``acetui_core.verdicts``); no widget, no store.
+Rich renderables from the engine's comparison (``acetui_core.analysis.comparison``) and verdicts
+(``acetui_core.analysis.verdicts``); no widget, no store.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from rich.table import Table
 from rich.text import Text
 
 from acetui.app.summary import run_name
-from acetui_core.comparison import Comparison, comparison
-from acetui_core.errors import UserError
-from acetui_core.store_rows import RunEvidence, RunRecord
-from acetui_core.verdicts import judge, run_difference
+from acetui_core.analysis.comparison import Comparison, comparison
+from acetui_core.analysis.verdicts import judge, run_difference
+from acetui_core.basics.errors import UserError
+from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
 # A verdict's mark beside its cell: a glyph that reads without colour (NO_COLOR), and a colour that helps.
 VERDICT_MARKS = {

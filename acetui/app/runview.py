@@ -8,9 +8,9 @@ from rich.text import Text
 from textual.markup import escape
 
 from acetui.app import summary
-from acetui_core.choices import RunStatus
-from acetui_core.records import LayerRecord
-from acetui_core.store_rows import RunRecord
+from acetui_core.basics.choices import RunStatus
+from acetui_core.run.records import LayerRecord
+from acetui_core.storage.store_rows import RunRecord
 
 STATUS_MARK = {
     RunStatus.FINISHED: "✓",

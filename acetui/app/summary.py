@@ -1,6 +1,6 @@
 """Plain summaries of stored run data for the screens: no widgets, no model, just numbers.
 
-A stored layer is an ``acetui_core.records.LayerRecord``.
+A stored layer is an ``acetui_core.run.records.LayerRecord``.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING
 
 from textual.markup import escape
 
-from acetui_core.choices import Allocation, EvalKind, MoeCalibration, RunStatus, Update, VarpForm, VarpScale
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.metrics import METHODS
-from acetui_core.records import Experts, LayerRecord, Spread, from_dict
-from acetui_core.resources import ResourceSample
-from acetui_core.sparsity import parse_sparsity
-from acetui_core.store_rows import RunRecord
+from acetui_core.basics.choices import Allocation, EvalKind, MoeCalibration, RunStatus, Update, VarpForm, VarpScale
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.resources import ResourceSample
+from acetui_core.run.config import RunConfig
+from acetui_core.run.records import Experts, LayerRecord, Spread, from_dict
+from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.sparsity import parse_sparsity
+from acetui_core.storage.store_rows import RunRecord
 
 if TYPE_CHECKING:  # the plan module imports torch; the app's screens need only its figures
-    from acetui_core.plan import Plan
+    from acetui_core.pruning.plan import Plan
 
 # The theme colour of each run status (a theme variable, so every theme, ANSI too, has it).
 STATUS_COLOR = {

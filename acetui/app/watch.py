@@ -11,10 +11,10 @@ from pathlib import Path
 from textual.message import Message
 
 from acetui.app.messages import LogLines, RunProgress, RunsListed, StoreFailed
-from acetui_core import jobfolder
-from acetui_core.errors import UserError
-from acetui_core.store import Store
-from acetui_core.store_rows import RunRecord
+from acetui_core.basics.errors import UserError
+from acetui_core.execution import jobfolder
+from acetui_core.storage.store import Store
+from acetui_core.storage.store_rows import RunRecord
 
 RUN_INTERVAL = 0.3  # seconds between reads of a followed run (a cheap query without layers)
 LIST_INTERVAL = 1.0  # seconds between reads of the run list

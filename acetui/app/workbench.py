@@ -19,13 +19,13 @@ from acetui.app import summary
 from acetui.app.confirm import ConfirmScreen
 from acetui.app.messages import RunsListed, StoreFailed
 from acetui.app.watch import watch_runs
-from acetui_core.choices import RunStatus
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.kill import check_killable, force_kill, process_runs
-from acetui_core.launch import LocalProcesses, gpus_for, launch
-from acetui_core.store import Store
-from acetui_core.store_rows import RunRecord
+from acetui_core.basics.choices import RunStatus
+from acetui_core.basics.errors import UserError
+from acetui_core.execution.kill import check_killable, force_kill, process_runs
+from acetui_core.execution.launch import LocalProcesses, gpus_for, launch
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
+from acetui_core.storage.store_rows import RunRecord
 
 
 class Workbench(App):
@@ -130,7 +130,7 @@ class Workbench(App):
         return ids
 
     def kill_run(self, run: RunRecord) -> None:
-        """Ask first; then end the run's process at once (``acetui_core.kill``): for a run that did not
+        """Ask first; then end the run's process at once (``acetui_core.execution.kill``): for a run that did not
         stop after a cancel request."""
         try:
             check_killable(self.store, run.id)

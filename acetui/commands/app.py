@@ -11,7 +11,7 @@ from typer.core import TyperGroup
 
 from acetui.options import Notify
 from acetui.options import StoreOption as StorePath
-from acetui_core.errors import UserError
+from acetui_core.basics.errors import UserError
 
 Theme = Annotated[
     str | None,
@@ -39,12 +39,12 @@ def open_app(
     study: Path | None = None,
 ) -> None:
     from acetui.app import make_app
-    from acetui_core.store import Store
+    from acetui_core.storage.store import Store
 
     opened = Store(store)
     chosen = None
     if study is not None:  # the study's finished runs, selected on Results
-        from acetui_core.study import finished_runs, load_study
+        from acetui_core.studies.study import finished_runs, load_study
 
         chosen = [run.id for run in finished_runs(load_study(study).cells(opened), opened)]
     app = make_app(opened, theme=theme, attach=attach, notify_mode=notify, chosen=chosen)  # bad input named first
@@ -66,7 +66,7 @@ PluginMethods = Annotated[
 def remember_plugins(references: list[str]) -> None:
     """Check each plug-in (one sentence when it cannot be used) and add it to the remembered list."""
     from acetui import preferences
-    from acetui_core.metrics import get_method
+    from acetui_core.scores.metrics import get_method
 
     names = [get_method(reference).name for reference in references]
     saved = preferences.load().plugins

@@ -12,7 +12,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from acetui import options
-from acetui_core.records import TaskAccuracy, ZeroshotReport, any_partial, mean_accuracy, to_dict
+from acetui_core.run.records import TaskAccuracy, ZeroshotReport, any_partial, mean_accuracy, to_dict
 
 
 def _number(value: float | None) -> str:
@@ -69,9 +69,9 @@ def eval_command(
 ) -> None:
     """Zero-shot accuracy of MODEL through lm-evaluation-harness (local task files when ACETUI_DATA_DIR is set)."""
     from acetui.progress import EventProgress
-    from acetui_core.models import load_model, model_source, resolve_device, resolve_dtype
-    from acetui_core.placement import place_for_eval
-    from acetui_core.zeroshot import evaluate_zeroshot, validate_tasks
+    from acetui_core.modeling.models import load_model, model_source, resolve_device, resolve_dtype
+    from acetui_core.modeling.placement import place_for_eval
+    from acetui_core.pruning.zeroshot import evaluate_zeroshot, validate_tasks
 
     tasks, zeroshot_limit, batch_size, device, dtype = (
         settings[name] for name in ("tasks", "zeroshot_limit", "batch_size", "device", "dtype")

@@ -11,14 +11,15 @@ from typing import Annotated
 import typer
 
 from acetui import options
-from acetui_core import parse, verdicts
-from acetui_core.comparison import CI_STYLES, COLUMNS, MEASURES, comparison, measured
-from acetui_core.errors import UserError
-from acetui_core.export import FORMATS, check_format, export
-from acetui_core.outputs import check_output_file, write_text_atomic
-from acetui_core.paths import user_path
-from acetui_core.store import Store
-from acetui_core.store_rows import RunRecord
+from acetui_core.analysis import verdicts
+from acetui_core.analysis.comparison import CI_STYLES, COLUMNS, MEASURES, comparison, measured
+from acetui_core.analysis.export import FORMATS, check_format, export
+from acetui_core.basics import parse
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.outputs import check_output_file, write_text_atomic
+from acetui_core.basics.paths import user_path
+from acetui_core.storage.store import Store
+from acetui_core.storage.store_rows import RunRecord
 
 Runs = Annotated[str | None, typer.Option(help="Run ids (or unique prefixes), comma-separated.")]
 ModelFilter = Annotated[str | None, typer.Option(help="Only runs of this model (path, hub id or its last part).")]
@@ -88,7 +89,7 @@ def runs_and_evidence(
 
 def guarded_file(output: Path, overwrite: bool, store) -> Path:
     """The file ``-o`` writes, checked before any work by the guard of every file acetui writes
-    (``acetui_core.outputs``) against the store's protected places."""
+    (``acetui_core.basics.outputs``) against the store's protected places."""
     protected = Store(store, create=False).protected_places()
     return check_output_file(user_path(output), "-o", overwrite=overwrite, protected=protected)
 

@@ -9,8 +9,7 @@ import typer
 
 from acetui import options
 from acetui.commands.export import Level, MethodFilter, ModelFilter, Overwrite, Runs, guarded_file, runs_and_evidence
-from acetui_core.errors import check_choice
-from acetui_core.figures import (
+from acetui_core.analysis.figures import (
     FIGURES,
     X_AXES,
     Y_LABELS,
@@ -19,6 +18,7 @@ from acetui_core.figures import (
     layer_series,
     write_figure,
 )
+from acetui_core.basics.errors import check_choice
 
 
 def figure(

@@ -12,15 +12,15 @@ import typer
 
 from acetui import options
 from acetui.commands.runs import Follower, run_summary
-from acetui_core import verdicts
-from acetui_core.choices import RunStatus
-from acetui_core.comparison import check_table, comparison
-from acetui_core.config import SETTINGS, model_name
-from acetui_core.events import Event
-from acetui_core.export import to_markdown
-from acetui_core.launch import Grid, LocalProcesses, gpus_for, launch, run_and_wait
-from acetui_core.paths import default_model
-from acetui_core.store import Store
+from acetui_core.analysis import verdicts
+from acetui_core.analysis.comparison import check_table, comparison
+from acetui_core.analysis.export import to_markdown
+from acetui_core.basics.choices import RunStatus
+from acetui_core.basics.paths import default_model
+from acetui_core.execution.launch import Grid, LocalProcesses, gpus_for, launch, run_and_wait
+from acetui_core.run.config import SETTINGS, model_name
+from acetui_core.run.events import Event
+from acetui_core.storage.store import Store
 
 if TYPE_CHECKING:
     from acetui.progress import EventProgress

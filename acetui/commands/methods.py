@@ -7,9 +7,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from acetui import preferences
-from acetui_core.errors import UserError
-from acetui_core.metrics import METHODS
-from acetui_core.plugins import available_methods
+from acetui_core.basics.errors import UserError
+from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.plugins import available_methods
 
 
 def methods() -> None:

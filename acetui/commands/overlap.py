@@ -7,10 +7,10 @@ from dataclasses import asdict
 
 from acetui import options
 from acetui.commands.runs import text_table
-from acetui_core.config import model_name
-from acetui_core.maskfile import LinearOverlap, run_overlap, total
-from acetui_core.records import linear_kind
-from acetui_core.store import Store
+from acetui_core.run.config import model_name
+from acetui_core.run.records import linear_kind
+from acetui_core.scores.maskfile import LinearOverlap, run_overlap, total
+from acetui_core.storage.store import Store
 
 
 def _table(rows: list[LinearOverlap], value) -> str:

@@ -9,9 +9,9 @@ from rich.table import Table
 
 from acetui import options
 from acetui.app.summary import fmt_count
-from acetui_core.config import RunConfig
-from acetui_core.paths import default_model
-from acetui_core.records import to_dict
+from acetui_core.basics.paths import default_model
+from acetui_core.run.config import RunConfig
+from acetui_core.run.records import to_dict
 
 
 def _gib(count: int) -> str:
@@ -100,8 +100,8 @@ def plan_table(plan, nsamples: int) -> Table:
 def plan(model: options.Model = None, *, as_json: options.JsonOption = False, **settings) -> None:
     """What a run will cost, from the model's config alone: parameters, checkpoint size, streaming,
     calibration activations, evaluation logits, peak CPU and GPU memory."""
-    from acetui_core.metrics import get_method
-    from acetui_core.plan import plan_run
+    from acetui_core.pruning.plan import plan_run
+    from acetui_core.scores.metrics import get_method
 
     config = RunConfig(model=model or default_model(), **settings)
     config.method = get_method(config.method).name

@@ -10,11 +10,11 @@ from rich.console import Console
 from rich.table import Table
 
 from acetui import options
-from acetui_core.choices import RunStatus
-from acetui_core.config import RunConfig
-from acetui_core.errors import UserError
-from acetui_core.paths import default_model, user_path
-from acetui_core.records import RunResult, any_partial, mean_accuracy, to_dict
+from acetui_core.basics.choices import RunStatus
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.paths import default_model, user_path
+from acetui_core.run.config import RunConfig
+from acetui_core.run.records import RunResult, any_partial, mean_accuracy, to_dict
 
 
 def zeroshot_row(result: RunResult):
@@ -81,8 +81,8 @@ def prune(
 ) -> None:
     """Prune MODEL with one method and sparsity; evaluate and optionally save it."""
     from acetui.progress import EventProgress
-    from acetui_core.launch import InProcess, LocalProcesses, launch, queue
-    from acetui_core.store import Store
+    from acetui_core.execution.launch import InProcess, LocalProcesses, launch, queue
+    from acetui_core.storage.store import Store
 
     config = RunConfig(model=model or default_model(), **settings)
     save = config.save

@@ -12,14 +12,15 @@ import typer
 from acetui import notify as notifications
 from acetui import options
 from acetui.app.summary import expert_load, expert_removal, run_experts
-from acetui_core import jobfolder, parse
-from acetui_core.choices import ExecutorKind, RunStatus
-from acetui_core.config import model_name
-from acetui_core.errors import UserError
-from acetui_core.records import LayerRecord
-from acetui_core.store import Store
-from acetui_core.store_rows import RunRecord
-from acetui_core.store_schema import STATUSES, TERMINAL
+from acetui_core.basics import parse
+from acetui_core.basics.choices import ExecutorKind, RunStatus
+from acetui_core.basics.errors import UserError
+from acetui_core.execution import jobfolder
+from acetui_core.run.config import model_name
+from acetui_core.run.records import LayerRecord
+from acetui_core.storage.store import Store
+from acetui_core.storage.store_rows import RunRecord
+from acetui_core.storage.store_schema import STATUSES, TERMINAL
 
 runs_app = typer.Typer(
     help="Runs recorded in the store: list, show, watch, cancel, remove, sync.",
@@ -326,7 +327,7 @@ def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
     opened = Store(store, create=False)
     for full in [opened.resolve(run_id) for run_id in run_ids]:  # every id resolved before any is touched
         if opened.get_run(full, layers=False).executor == ExecutorKind.SLURM:
-            from acetui_core.slurm import cancel as cancel_job
+            from acetui_core.execution.slurm import cancel as cancel_job
 
             cancel_job(opened, full)
         if opened.request_cancel(full) == RunStatus.CANCELLED:
@@ -339,7 +340,7 @@ def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
 def sync(store: options.StoreOption = None) -> None:
     """Import what cluster jobs wrote to their job folders (progress, results, how they ended), and remove
     the unfinished saves and scratch folders of runs whose process is gone."""
-    from acetui_core.checkpoint import sweep_temporaries
+    from acetui_core.modeling.checkpoint import sweep_temporaries
 
     opened = Store(store, create=False)
     imported = jobfolder.sync(opened)

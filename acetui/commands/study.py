@@ -1,6 +1,6 @@
-"""``acetui study run|status|report STUDY.toml``: a comparison declared in one file (``acetui_core.study``),
+"""``acetui study run|status|report STUDY.toml``: a comparison declared in one file (``acetui_core.studies.study``),
 run until every cell has a finished run (resuming from the store after any interruption), listed by
-state, and reported as one folder of tables, figures and sentences (``acetui_core.studyreport``)."""
+state, and reported as one folder of tables, figures and sentences (``acetui_core.studies.studyreport``)."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from acetui import options
 from acetui.commands.runs import run_summary
-from acetui_core import jobfolder
-from acetui_core.choices import RunStatus
-from acetui_core.config import model_name
-from acetui_core.errors import Cancelled
-from acetui_core.events import RunStarted
-from acetui_core.launch import LocalProcesses, gpus_for, launch, run_and_wait
-from acetui_core.paths import user_path
-from acetui_core.store import Store
-from acetui_core.study import DONE, FAILED, MISSING, RUNNING, STATES, cell_states, load_study
+from acetui_core.basics.choices import RunStatus
+from acetui_core.basics.errors import Cancelled
+from acetui_core.basics.paths import user_path
+from acetui_core.execution import jobfolder
+from acetui_core.execution.launch import LocalProcesses, gpus_for, launch, run_and_wait
+from acetui_core.run.config import model_name
+from acetui_core.run.events import RunStarted
+from acetui_core.storage.store import Store
+from acetui_core.studies.study import DONE, FAILED, MISSING, RUNNING, STATES, cell_states, load_study
 
 study_app = typer.Typer(
     help="Studies: a comparison declared in one TOML file of run settings (a list is an axis), run, resumed "
@@ -175,7 +175,7 @@ def report(
 ) -> None:
     """Write the study's report from the store alone: tables (LaTeX, Markdown, CSV) with verdicts, figures,
     the environment and summary.md."""
-    from acetui_core.studyreport import write_report
+    from acetui_core.studies.studyreport import write_report
 
     study = load_study(study_file)
     opened = Store(store)

@@ -19,8 +19,8 @@ from textual.widgets import DataTable, Input
 
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.workbench import Workbench
-from acetui_core.choices import RunStatus
-from acetui_core.store_rows import RunRecord
+from acetui_core.basics.choices import RunStatus
+from acetui_core.storage.store_rows import RunRecord
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """New run: pick a model, metrics, sparsities, calibration, evaluation and device; start the grid.
 
-Every run setting of the settings table (``acetui_core.config.SETTINGS``) has a field: the basic ones
+Every run setting of the settings table (``acetui_core.run.config.SETTINGS``) has a field: the basic ones
 laid out on the first screen, the advanced ones in a collapsed section made from the table (a text
 field, a choice or a tick, each with its help). Each text field is checked as it changes with the
 engine's own validation (``acetui.app.form``); a bad value turns the field red and shows, right under
@@ -52,13 +52,13 @@ from acetui.app.widgets.settingfields import (
     setting_widget,
 )
 from acetui.app.workbench import Workbench
-from acetui_core.choices import EvalKind
-from acetui_core.config import SETTINGS, RunConfig
-from acetui_core.errors import UserError
-from acetui_core.imports import HEAVY_IMPORTS
-from acetui_core.metrics import METHODS
-from acetui_core.plugins import available_methods
-from acetui_core.store_rows import RunRecord
+from acetui_core.basics.choices import EvalKind
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.imports import HEAVY_IMPORTS
+from acetui_core.run.config import SETTINGS, RunConfig
+from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.plugins import available_methods
+from acetui_core.storage.store_rows import RunRecord
 
 CANDIDATES_SHOWN = 3  # rows of model completions under the model field
 CANDIDATE_WIDTH = 64  # characters of a completion shown (its end: the file name matters most)
@@ -316,7 +316,7 @@ class NewRunScreen(Screen):
         distinct = {(c.method, c.seqlen, c.nsamples): c for c in configs}.values()
         try:
             with HEAVY_IMPORTS:  # the plan imports transformers' modules, which the completions' thread may too
-                from acetui_core.plan import plan_run
+                from acetui_core.pruning.plan import plan_run
 
                 text = escape(summary.cost_text([plan_run(c) for c in distinct]))
         except UserError as error:

@@ -21,7 +21,7 @@ from acetui.app.screens.common import filter_keys
 from acetui.app.screens.results_export import ResultsExports
 from acetui.app.widgets.plots import DepthPlot, ParetoPlot
 from acetui.app.widgets.textfield import TextField
-from acetui_core.store_rows import RunRecord
+from acetui_core.storage.store_rows import RunRecord
 
 PAPER_VIEWS_KEPT = 16  # paper views kept, by the runs they show: a filter typed and erased finds them again
 PaperKey = tuple[frozenset[str], str, tuple[str, ...]]  # the chosen runs, how they are named, the selected pair

@@ -1,4 +1,4 @@
-"""The Results screen's exports of the chosen runs: a CSV or LaTeX file (``acetui_core.export``), the
+"""The Results screen's exports of the chosen runs: a CSV or LaTeX file (``acetui_core.analysis.export``), the
 Pareto view as a pgfplots figure, or the LaTeX table to the clipboard (OSC 52; a file too inside a tmux
 that drops it). Files go to the export folder, never over another."""
 
@@ -9,10 +9,10 @@ import time
 
 from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, tmux_drops_clipboard
 from acetui.app.screens.results_plots import ResultsPlots
-from acetui_core.errors import UserError
-from acetui_core.export import export
-from acetui_core.figures import to_pgfplots
-from acetui_core.outputs import reserve_new_file
+from acetui_core.analysis.export import export
+from acetui_core.analysis.figures import to_pgfplots
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.outputs import reserve_new_file
 
 
 class ResultsExports(ResultsPlots):

@@ -11,11 +11,11 @@ from textual.widgets import ContentSwitcher, Static
 from acetui.app import summary
 from acetui.app.screens.results_table import ResultsTable
 from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot, ParetoPlot
-from acetui_core.errors import UserError
-from acetui_core.figures import X_AXES, Y_LABELS, Series, figure_series
-from acetui_core.maskfile import run_overlap, total
-from acetui_core.records import linear_kind
-from acetui_core.store_rows import RunRecord
+from acetui_core.analysis.figures import X_AXES, Y_LABELS, Series, figure_series
+from acetui_core.basics.errors import UserError
+from acetui_core.run.records import linear_kind
+from acetui_core.scores.maskfile import run_overlap, total
+from acetui_core.storage.store_rows import RunRecord
 
 
 class OverlapReady(Message):

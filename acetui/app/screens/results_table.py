@@ -20,11 +20,11 @@ from acetui.app.screens.common import (
     refill,
     set_columns,
 )
-from acetui_core.choices import RunStatus
-from acetui_core.config import model_name
-from acetui_core.metrics import METHODS
-from acetui_core.sparsity import parse_sparsity
-from acetui_core.store_rows import RunEvidence, RunRecord
+from acetui_core.basics.choices import RunStatus
+from acetui_core.run.config import model_name
+from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.sparsity import parse_sparsity
+from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
 
 def zeroshot_mean(run: RunRecord) -> float | None:

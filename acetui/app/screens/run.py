@@ -40,11 +40,11 @@ from acetui.app.widgets.plots import (
     variance_series,
 )
 from acetui.app.workbench import Workbench
-from acetui_core.choices import RunStatus
-from acetui_core.config import model_name
-from acetui_core.liveness import HOST
-from acetui_core.records import LayerRecord
-from acetui_core.store_rows import RunRecord
+from acetui_core.basics.choices import RunStatus
+from acetui_core.run.config import model_name
+from acetui_core.run.records import LayerRecord
+from acetui_core.storage.liveness import HOST
+from acetui_core.storage.store_rows import RunRecord
 
 # Each tab's name, and the short one it takes where the full names do not fit beside the layers (under
 # FULL_TABS terminal columns: at 80, the plots pane has 39).

@@ -27,11 +27,11 @@ from acetui.app.screens.common import (
 from acetui.app.screens.new_run import rerun
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.widgets.textfield import TextField
-from acetui_core.config import model_name
-from acetui_core.errors import UserError
-from acetui_core.sparsity import parse_sparsity
-from acetui_core.store_rows import RunRecord
-from acetui_core.store_schema import STATUSES
+from acetui_core.basics.errors import UserError
+from acetui_core.run.config import model_name
+from acetui_core.scores.sparsity import parse_sparsity
+from acetui_core.storage.store_rows import RunRecord
+from acetui_core.storage.store_schema import STATUSES
 
 BAR_WIDTH = 6
 

@@ -15,10 +15,10 @@ import math
 from textual_plotext import PlotextPlot
 
 from acetui.app import summary
-from acetui_core.choices import SparsityGroup
-from acetui_core.figures import Series
-from acetui_core.records import Histogram, LayerRecord, MaskChoice, linear_kind
-from acetui_core.sparsity import parse_sparsity
+from acetui_core.analysis.figures import Series
+from acetui_core.basics.choices import SparsityGroup
+from acetui_core.run.records import Histogram, LayerRecord, MaskChoice, linear_kind
+from acetui_core.scores.sparsity import parse_sparsity
 
 
 def _ticks(lo: float, hi: float, count: int = 4) -> list[float]:
@@ -277,7 +277,7 @@ def fidelity_title(series: dict[str, list[tuple[int, float]]]) -> str:
 
 
 class ParetoPlot(Plot):
-    """Quality against cost, one series per method (``acetui_core.figures.figure_series``, the figure file's
+    """Quality against cost, one series per method (``acetui_core.analysis.figures.figure_series``, the figure file's
     own): each point on a log10 cost axis labelled with the costs themselves, its interval a vertical bar;
     glyphs named under the plot. Points at no cost (tokens of a method without calibration data) have no
     place on a log axis and are left out (pgfplots discards them from the figure file too)."""

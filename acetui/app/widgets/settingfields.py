@@ -1,4 +1,4 @@
-"""The form widget of each run setting, made from the settings table (``acetui_core.config.SETTINGS``): a
+"""The form widget of each run setting, made from the settings table (``acetui_core.run.config.SETTINGS``): a
 tick for a flag, a choice for a closed set of values, else a text field with the setting's placeholder
 saying what empty means (and its presets); each with its help as the tooltip, and the line under it where its error is shown."""
 
@@ -11,9 +11,9 @@ from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from acetui.app.widgets.marks import Tick
 from acetui.app.widgets.textfield import TextField
-from acetui_core.choices import SparsityGroup
-from acetui_core.config import SETTINGS
-from acetui_core.setting import Setting
+from acetui_core.basics.choices import SparsityGroup
+from acetui_core.run.config import SETTINGS
+from acetui_core.run.setting import Setting
 
 # How a choice reads, where its name is terse.
 CHOICE_NAMES: dict[str, str] = {SparsityGroup.ROW: "per output row", SparsityGroup.LAYER: "per layer"}

@@ -1,0 +1,1 @@
+"""Evidence, comparison and export: the comparison grid, intervals and tests, verdicts, CSV, LaTeX, Markdown and figures."""

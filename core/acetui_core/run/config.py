@@ -1,0 +1,485 @@
+"""A run's full configuration (everything needed to repeat it, serialisable to JSON), and the one table
+of run settings.
+
+Each field of ``RunConfig`` is declared with ``setting(...)`` (``acetui_core.run.setting``): its default, its help, its choices, its
+group in the New run form (basic or advanced), its parser (``acetui_core.basics.parse``: the text a user typed
+to the value, or one sentence naming the option) and whether it can change a result or is bookkeeping
+only. Everything else is made from this table (``SETTINGS``): the options of ``acetui prune``,
+``compare`` and ``sweep`` (``acetui.options``), the New run form's fields, the checks of
+``acetui_core.pruning.validate``, the comparison key and the words a row label uses for a differing value
+(``acetui_core.analysis.comparison``) and the option list of docs/cli.md. Adding a setting is one field here plus its effect in the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from acetui_core.basics import parse
+from acetui_core.basics.choices import (
+    Allocation,
+    DSnoTAccept,
+    DSnoTPruneScore,
+    DSnoTSkip,
+    Dtype,
+    EvalKind,
+    ExpertScore,
+    MoeCalibration,
+    Offload,
+    Permute,
+    Refine,
+    SparsityGroup,
+    Update,
+    VarpForm,
+    VarpScale,
+)
+from acetui_core.basics.errors import UserError, check_choice
+from acetui_core.run.setting import Parser, Setting, setting, spec_of
+from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.sparsity import Sparsity, parse_sparsity
+
+ZEROSHOT_TASKS = ("boolq", "rte", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa")
+FULL_CONTEXT_CAP = 4096
+
+
+def _whole(minimum: int = 0) -> Parser:
+    return lambda text, flag: parse.whole(text, flag, minimum)
+
+
+def _optional_whole(minimum: int = 0) -> Parser:
+    return lambda text, flag: parse.optional_whole(text, flag, minimum)
+
+
+def _number(minimum: float | None = None) -> Parser:
+    return lambda text, flag: parse.number(text, flag, minimum)
+
+
+def _evals(value: Any, _flag: str) -> list[str]:
+    return parse.evals(value if isinstance(value, str) else ",".join(value))
+
+
+def _tasks(value: Any, flag: str) -> list[str]:
+    return parse.some(value if isinstance(value, str) else ",".join(value), flag)
+
+
+def _optional_path(value: Any, _flag: str) -> str | None:
+    return None if value is None or str(value).strip() == "" else str(Path(str(value).strip()))
+
+
+def _sparsity(value: Any, _flag: str) -> str:
+    return str(parse_sparsity(str(value), allow_zero=True))  # 0 with --expert-sparsity only (validate)
+
+
+def _expert_sparsity(text: Any, flag: str) -> float:
+    value = parse.number(text, flag, minimum=0)
+    if not value < 1:
+        raise UserError(f"{flag} {value:g} would remove every routed expert; use a fraction below 1.")
+    return value
+
+
+def _stripped(value: Any, _flag: str) -> str:
+    return str(value).strip()
+
+
+def _needing(setting_name: str, value: str) -> dict:
+    """A setting that matters only when ``setting_name`` is ``value`` (a method's group of parameters)."""
+    return {"needs": (setting_name, value), "group": "advanced"}
+
+
+@dataclass
+class RunConfig:
+    model: str = setting(
+        help="Hub id, local checkpoint folder, or .gguf file (default: the bundled SmolLM2-135M).",
+        label="Model",
+        placed=True,
+        placeholder="hub id, checkpoint folder or .gguf (→ completes)",
+        axis=True,
+        describe=str,
+    )
+    method: str = setting(
+        "ace",
+        help=f"One of: {', '.join(METHODS)}; or a plug-in: module:function, path/file.py:function.",
+        label="Metrics",
+        placed=True,
+        flags=("--method", "-m"),
+        axis=True,
+        grid_flags=("--methods", "--method", "-m"),
+    )
+    sparsity: str = setting(  # "0.5" or "2:4"; parsed by ``sparsity_spec``
+        "0.5",
+        help="A ratio in (0, 1) or N:M such as 2:4.",
+        label="Sparsity",
+        flags=("--sparsity", "-s"),
+        parse=_sparsity,
+        placeholder="0.5, 2:4, 4:8 …",
+        axis=True,
+    )
+    group: str = setting(
+        SparsityGroup.ROW,
+        help="Which weights compete for unstructured sparsity: row or layer.",
+        label="Group",
+        choices=tuple(SparsityGroup),
+        describe=lambda v: f"{v} groups",
+    )
+    calib: str = setting(
+        "c4",
+        help="c4, wikitext2, or a .txt/.jsonl/.json(.gz) file with a 'text' field; a mixture joins sources "
+        "with + (equal shares of the windows; c4@3+file.jsonl@1 for 3:1).",
+        label="Calibration",
+        parse=_stripped,
+        placeholder="c4, wikitext2 or a file",
+        axis=True,
+        calibration=True,
+    )
+    nsamples: int = setting(
+        128,
+        help="Calibration windows.",
+        label="Samples",
+        parse=_whole(1),
+        metavar="N",
+        calibration=True,
+        describe=lambda v: f"{v} samples",
+    )
+    seqlen: int | str = setting(  # an int, or "full" (the model's context capped at FULL_CONTEXT_CAP)
+        16,
+        help="Calibration window length in tokens, or 'full' (context, capped at 4096).",
+        label="Length",
+        parse=parse.seqlen,
+        presets=("16", "full"),
+        placeholder="16, full …",
+        axis=True,
+        calibration=True,
+        describe=lambda v: f"{v}-token calibration",
+    )
+    seed: int = setting(
+        0,
+        help="Seed of the window sampler.",
+        label="Seed",
+        parse=_whole(),
+        metavar="N",
+        axis=True,
+        grid_flags=("--seeds", "--seed"),
+        calibration=True,
+    )
+    evals: list[str] = setting(
+        factory=lambda: [EvalKind.WIKITEXT2],
+        help="wikitext2, zeroshot, both comma-separated, or none.",
+        label="Evaluation",
+        placed=True,
+        flags=("--eval",),
+        choices=tuple(EvalKind),
+        parse=_evals,
+        result=False,  # which measures a run has, not their values
+    )
+    eval_seqlen: int | None = setting(
+        None,
+        help="Perplexity window length (default: the context, capped at 4096).",
+        label="Length",
+        parse=_optional_whole(2),
+        placed=True,
+        placeholder="context",
+        metavar="N",
+        describe=lambda v: f"eval {v} tokens",
+    )
+    eval_limit: int | None = setting(
+        None,
+        help="Evaluate the first N perplexity windows only.",
+        label="Windows",
+        placed=True,
+        placeholder="all",
+        parse=_optional_whole(1),
+        metavar="N",
+        describe=lambda v: f"{v} windows",
+    )
+    tasks: list[str] = setting(
+        factory=lambda: list(ZEROSHOT_TASKS),
+        help="Zero-shot tasks, comma-separated.",
+        label="Tasks",
+        placed=True,
+        parse=_tasks,
+    )
+    zeroshot_limit: int | None = setting(
+        None,
+        help="Zero-shot examples per task (a partial result).",
+        label="Examples",
+        placed=True,
+        placeholder="all",
+        flags=("--limit",),
+        parse=_optional_whole(1),
+        metavar="N",
+    )
+    batch_size: int = setting(  # calibration windows per forward pass, and lm-eval's batch size
+        8,
+        help="Zero-shot batch size.",
+        label="Batch size",
+        group="advanced",
+        parse=_whole(1),
+        metavar="N",
+        result=False,
+    )
+    device: str = setting(
+        "auto",
+        help="auto, cpu or cuda[:i]; with auto and several GPUs a grid runs one per GPU.",
+        label="Device",
+        placed=True,
+        result=False,
+    )
+    dtype: str = setting(
+        Dtype.AUTO,
+        help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.",
+        label="dtype",
+        placed=True,
+        choices=tuple(Dtype),
+        parse=lambda value, _flag: check_choice(value, tuple(Dtype), "dtype"),
+        describe=str,
+    )
+    offload: str = setting(
+        Offload.AUTO,
+        help="Decoder layers read from the safetensors shards one at a time: disk, none, or auto (when the model "
+        "would take over 70% of available memory).",
+        label="Offload",
+        group="advanced",
+        choices=tuple(Offload),
+    )
+    squared_weight: bool = setting(
+        False,
+        help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md).",
+        label="|W|^2",
+        group="advanced",
+        describe=lambda v: "|W|^2" if v else "|W|",
+    )
+    ria_alpha: float = setting(
+        0.5,
+        help="RIA: the power of the input norm in its score (the paper's a = 0.5).",
+        label="RIA alpha",
+        group="advanced",
+        parse=_number(minimum=0),  # a negative power would rank quiet inputs above loud ones
+        describe=lambda v: f"alpha {v}",
+    )
+    fidelity: bool = setting(
+        False,
+        help="Record each linear's and layer's output fidelity (cosine, relative L2 error) on the calibration tokens.",
+        label="Fidelity",
+        group="advanced",
+        flags=("--fidelity",),
+        result=False,
+    )
+    keep_masks: bool = setting(
+        False,
+        help="Keep the run's masks beside the store (one bit per weight), for acetui overlap.",
+        label="Keep masks",
+        group="advanced",
+        flags=("--keep-masks",),
+        result=False,
+    )
+    varp_scale: str = setting(
+        VarpScale.NONE,
+        help="VarP's activations divided per linear input by: none, rms or max (|x|) (ACE.md).",
+        label="VarP scale",
+        group="advanced",
+        choices=tuple(VarpScale),
+        describe=lambda v: f"VarP scale {v}",
+    )
+    varp_form: str = setting(
+        VarpForm.SERIES,
+        help="VarP's V_j: series (1 + E[x^2] + E[x^4]) or inverse (the paper's E[1/(1 - x^2)]).",
+        label="VarP form",
+        group="advanced",
+        choices=tuple(VarpForm),
+        describe=lambda v: f"VarP {v}",
+    )
+    allocation: str = setting(
+        Allocation.UNIFORM,
+        help="Layer sparsities: uniform, or owl (outlier-weighted, Yin et al. 2024; ratios only).",
+        label="Allocation",
+        group="advanced",
+        choices=tuple(Allocation),
+        describe=lambda v: "OWL" if v == Allocation.OWL else "uniform",
+    )
+    owl_lambda: float = setting(
+        0.08,
+        help="OWL: layer sparsities within +-lambda.",
+        label="OWL lambda",
+        **_needing("allocation", Allocation.OWL),
+        parse=_number(),
+        describe=lambda v: f"OWL lambda {v:g}",
+    )
+    owl_m: float = setting(
+        5.0,
+        help="OWL: outlier = score above M x layer mean.",
+        label="OWL M",
+        **_needing("allocation", Allocation.OWL),
+        parse=_number(),
+        describe=lambda v: f"OWL M {v:g}",
+    )
+    update: str = setting(
+        Update.NONE,
+        help="After the mask: none, or obs (SparseGPT's OBS update of the kept weights).",
+        label="Update",
+        group="advanced",
+        choices=tuple(Update),
+        describe=lambda v: "OBS update" if v == Update.OBS else "no update",
+    )
+    permute: str = setting(
+        Permute.NONE,
+        help="N:M only: reorder each linear's input channels before the mask so its groups keep more score: "
+        "none, greedy (RIA's reallocation) or lsa (greedy, then linear sum assignment; docs/methods.md).",
+        label="Permute",
+        group="advanced",
+        choices=tuple(Permute),
+        describe=lambda v: "no permutation" if v == Permute.NONE else f"{v} permutation",
+    )
+    refine: str = setting(
+        Refine.NONE,
+        help="After the mask, before --update: none, or dsnot (DSnoT's weight swaps; docs/methods.md).",
+        label="Refine",
+        group="advanced",
+        choices=tuple(Refine),
+        describe=lambda v: "DSnoT" if v == Refine.DSNOT else "no refinement",
+    )
+    dsnot_cycles: int = setting(
+        50,
+        help="DSnoT: at most N swaps per row.",
+        label="DSnoT cycles",
+        **_needing("refine", Refine.DSNOT),
+        parse=_whole(1),
+        metavar="N",
+        describe=lambda v: f"DSnoT {v} cycles",
+    )
+    dsnot_threshold: float = setting(
+        0.1,
+        help="DSnoT: a row stops once its expected-output error is at most this.",
+        label="DSnoT thresh",
+        **_needing("refine", Refine.DSNOT),
+        parse=_number(minimum=0),
+        describe=lambda v: f"DSnoT threshold {v:g}",
+    )
+    dsnot_var_power: float = setting(
+        1.0,
+        help="DSnoT: the power of the input variance dividing a weight's growth key.",
+        label="DSnoT power",
+        **_needing("refine", Refine.DSNOT),
+        parse=_number(minimum=0),
+        describe=lambda v: f"DSnoT variance power {v:g}",
+    )
+    dsnot_skip: str = setting(
+        DSnoTSkip.MLP,
+        help="DSnoT: the linears it leaves unrefined: mlp (every one outside attention, the reference's "
+        "default), attention, or none (refine every linear).",
+        label="DSnoT skip",
+        **_needing("refine", Refine.DSNOT),
+        choices=tuple(DSnoTSkip),
+        describe=lambda v: "DSnoT on every linear" if v == DSnoTSkip.NONE else f"DSnoT skips {v}",
+    )
+    dsnot_accept: str = setting(
+        DSnoTAccept.THRESHOLD,
+        help="DSnoT: the swaps it makes: threshold (the reference's: while the row's error exceeds the "
+        "threshold and, for N:M, keeps its sign) or decrease (only swaps that lower the error).",
+        label="DSnoT accept",
+        **_needing("refine", Refine.DSNOT),
+        choices=tuple(DSnoTAccept),
+        describe=lambda v: f"DSnoT accepts by {v}",
+    )
+    dsnot_prune_score: str = setting(
+        DSnoTPruneScore.WANDA,
+        help="DSnoT, unstructured masks: the score ranking the kept weights to prune: wanda (the reference's) "
+        "or metric (the run's own; N:M masks always use the run's metric, as the reference does).",
+        label="DSnoT prune by",
+        **_needing("refine", Refine.DSNOT),
+        choices=tuple(DSnoTPruneScore),
+        describe=lambda v: f"DSnoT prunes by {v}",
+    )
+    moe_calibration: str = setting(
+        MoeCalibration.ROUTED,
+        help="Mixture-of-experts models: each expert's statistics from the tokens its router sends it (routed), "
+        "or from every calibration token (all).",
+        label="MoE calib",
+        group="advanced",
+        choices=tuple(MoeCalibration),
+        describe=lambda v: f"experts calibrated on {v} tokens",
+    )
+    expert_sparsity: float = setting(
+        0.0,
+        help="Mixture-of-experts models: remove this fraction of each MoE layer's routed experts (whole, before "
+        "the mask prunes the rest; docs/moe.md). 0 removes none.",
+        label="Experts removed",
+        group="advanced",
+        parse=_expert_sparsity,
+        describe=lambda v: f"{v:g} of experts removed",
+    )
+    expert_score: str = setting(
+        ExpertScore.REAP,
+        help="Which experts --expert-sparsity removes: reap (lowest mean gate x output norm over routed tokens) "
+        "or frequency (fewest routed tokens).",
+        label="Expert score",
+        group="advanced",
+        choices=tuple(ExpertScore),
+        describe=lambda v: f"experts ranked by {v}",
+    )
+    save: str | None = setting(
+        None,
+        help="Save the pruned model as a Hugging Face checkpoint here.",
+        label="Save to",
+        group="advanced",
+        parse=_optional_path,
+        placeholder="not saved",
+        result=False,
+        single_run=True,
+        metavar="PATH",
+    )
+    overwrite: bool = setting(
+        False,
+        help="Allow --save to replace a checkpoint folder acetui wrote before.",
+        label="Overwrite",
+        group="advanced",
+        result=False,
+        single_run=True,
+    )
+
+    @property
+    def sparsity_spec(self) -> Sparsity:
+        return parse_sparsity(self.sparsity, allow_zero=True)
+
+    @property
+    def label(self) -> str:
+        """The paper's row name: method and calibration length, e.g. ``ACE-16`` or ``Wanda-FL``."""
+        from acetui_core.scores.metrics import paper_name
+
+        length = "FL" if self.seqlen == "full" else str(self.seqlen)
+        name = paper_name(self.method)
+        return name if self.method == "magnitude" else f"{name}-{length}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunConfig:
+        known = {f.name for f in fields(cls)}
+        if data.get("refine") == Refine.DSNOT and "dsnot_skip" not in data:
+            data = {**_dsnot_before_reference(str(data.get("sparsity", ""))), **data}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _dsnot_before_reference(sparsity: str) -> dict:
+    """How DSnoT ran before its default became the reference code's protocol (acetui 0.1.0 before
+    2026-11-26 21:00 UTC): a run recorded then (no dsnot_skip in its configuration) is read back as the
+    variant it was. An N:M mask's kept weights were ranked by the run's metric, as the reference does."""
+    before = {"dsnot_skip": DSnoTSkip.NONE, "dsnot_accept": DSnoTAccept.DECREASE}
+    return before if ":" in sparsity else {**before, "dsnot_prune_score": DSnoTPruneScore.METRIC}
+
+
+# The table, in the order the CLI's help and the form show it.
+SETTINGS: dict[str, Setting] = {f.name: spec_of(f) for f in fields(RunConfig)}
+# The settings a grid takes several values of, in the table's order.
+AXES: tuple[str, ...] = tuple(name for name, spec in SETTINGS.items() if spec.axis)
+
+
+def needing(setting_name: str, value: str) -> tuple[str, ...]:
+    """The settings that matter only when ``setting_name`` is ``value`` (DSnoT's when --refine dsnot)."""
+    return tuple(name for name, spec in SETTINGS.items() if spec.needs == (setting_name, value))
+
+
+def model_name(model: str) -> str:
+    """A short display name: the last component of a path or hub id, without ``.gguf``."""
+    return model.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf")

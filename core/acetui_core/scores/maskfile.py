@@ -1,0 +1,154 @@
+"""A run's masks on disk (``--keep-masks``) and the overlap of two runs' masks (``acetui overlap``).
+
+Per pruned linear, its zero positions as bits: ``numpy.packbits`` along each row (one bit per weight,
+rows padded to whole bytes with zeros), an ``.npy`` member ``<layer>.<linear>.npy`` of one
+deflate-compressed zip, which ``numpy.load`` reads as an ``.npz``. Layers are written as they are pruned
+into ``<file>.partial``, renamed when the last one is in: a run that stops keeps no half file.
+Overlap is counted on the packed bits, never unpacked.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from acetui_core.basics.errors import UserError
+
+MaskKey = tuple[int, str]  # (decoder layer, linear name)
+
+
+class MaskWriter:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.partial = self.path.with_name(self.path.name + ".partial")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.zip = zipfile.ZipFile(self.partial, "w", compression=zipfile.ZIP_DEFLATED)
+
+    def add(self, layer: int, name: str, pruned: torch.Tensor) -> None:
+        """Store the boolean ``(d_out, d_in)`` matrix of pruned positions of one linear."""
+        packed = np.packbits(pruned.cpu().numpy(), axis=1)
+        with self.zip.open(f"{layer}.{name}.npy", "w", force_zip64=True) as member:
+            np.lib.format.write_array(member, packed, allow_pickle=False)
+
+    def finish(self) -> None:
+        self.zip.close()
+        os.replace(self.partial, self.path)
+
+    def discard(self) -> None:
+        self.zip.close()
+        self.partial.unlink(missing_ok=True)
+
+
+@contextmanager
+def mask_writer(path: Path | None):
+    """A ``MaskWriter`` for ``path`` (None: masks are not kept), finished on success, discarded otherwise."""
+    if path is None:
+        yield None
+        return
+    writer = MaskWriter(path)
+    try:
+        yield writer
+    except BaseException:
+        writer.discard()
+        raise
+    writer.finish()
+
+
+def read_masks(path: Path) -> dict[MaskKey, np.ndarray]:
+    """The packed masks of a mask file, by (layer, linear name)."""
+    with np.load(path, allow_pickle=False) as npz:
+        masks = {}
+        for key in npz.files:
+            layer, name = key.split(".", 1)
+            masks[(int(layer), name)] = npz[key]
+        return masks
+
+
+def _ones(packed: np.ndarray) -> int:
+    return int(np.bitwise_count(packed).sum(dtype=np.int64))
+
+
+@dataclass
+class LinearOverlap:
+    """Pruned positions of one linear in runs A and B, and how many both prune."""
+
+    layer: int
+    name: str
+    pruned_a: int
+    pruned_b: int
+    shared: int
+
+    @property
+    def shared_fraction(self) -> float:
+        """Of A's pruned positions, the fraction B prunes too (1 for a run with itself)."""
+        return self.shared / self.pruned_a if self.pruned_a else 1.0
+
+    @property
+    def jaccard(self) -> float:
+        """Shared over pruned by either: ``|A ∩ B| / |A ∪ B|``."""
+        union = self.pruned_a + self.pruned_b - self.shared
+        return self.shared / union if union else 1.0
+
+
+def overlap(masks_a: dict[MaskKey, np.ndarray], masks_b: dict[MaskKey, np.ndarray]) -> list[LinearOverlap]:
+    """Per linear, in layer order and the model's order within a layer (the order they were written);
+    both mask sets must cover the same linears with the same shapes."""
+    if masks_a.keys() != masks_b.keys() or any(masks_a[k].shape != masks_b[k].shape for k in masks_a):
+        raise ValueError("the masks cover different linears")
+    return [
+        LinearOverlap(layer, name, _ones(a), _ones(b), _ones(a & b))
+        for (layer, name), a, b in (
+            (key, masks_a[key], masks_b[key]) for key in sorted(masks_a, key=lambda key: key[0])
+        )
+    ]
+
+
+def total(rows: list[LinearOverlap], layer: int | None = None, name: str | None = None) -> LinearOverlap:
+    """The rows of one layer, one linear name, or all of them, summed into one."""
+    chosen = [r for r in rows if (layer is None or r.layer == layer) and (name is None or r.name == name)]
+    return LinearOverlap(
+        -1 if layer is None else layer,
+        name or "all",
+        sum(r.pruned_a for r in chosen),
+        sum(r.pruned_b for r in chosen),
+        sum(r.shared for r in chosen),
+    )
+
+
+def _masks_of(run) -> dict[MaskKey, np.ndarray]:
+    path = run.results.masks if run.results else None
+    if path is None:
+        raise UserError(f"Run {run.id} kept no masks; prune again with --keep-masks to compare masks.")
+    if not Path(path).is_file():
+        raise UserError(f"The masks of run {run.id} are gone ({path} does not exist).")
+    try:
+        return read_masks(Path(path))
+    except Exception as error:  # zip, npy or key damage: any of them means the file is unreadable
+        raise UserError(f"The masks file of run {run.id} ({path}) is damaged ({type(error).__name__}).") from None
+
+
+def run_overlap(run_a, run_b) -> list[LinearOverlap]:
+    """The overlap of two runs of the store (``RunRecord``s); one sentence when they cannot be compared."""
+    model_a, model_b = run_a.config.model, run_b.config.model
+    fingerprints = (
+        run_a.results and run_b.results and (run_a.results.model_fingerprint, run_b.results.model_fingerprint)
+    )
+    if model_a != model_b or (fingerprints and None not in fingerprints and fingerprints[0] != fingerprints[1]):
+        raise UserError(
+            f"Runs {run_a.id} and {run_b.id} pruned different models ({model_a}, {model_b}); "
+            f"their masks cannot be compared."
+        )
+    masks_a, masks_b = _masks_of(run_a), _masks_of(run_b)
+    try:
+        return overlap(masks_a, masks_b)
+    except ValueError:
+        raise UserError(
+            f"The masks of runs {run_a.id} and {run_b.id} cover different linears or shapes; "
+            f"they come from different models."
+        ) from None

@@ -1,0 +1,39 @@
+"""What the registry knows of a pruning method, built-in (``acetui_core.scores.metrics``) or plug-in
+(``acetui_core.scores.plugins``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from acetui_core.basics.choices import Refine, Update
+from acetui_core.scores import sparsegpt
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    paper_name: str
+    description: str
+    score: Callable | None  # None: a method that chooses its own mask in ``mask_and_update`` (SparseGPT)
+    needs_activations: bool = True
+    uses_varp: bool = False  # reads V_j, so --varp-scale and --varp-form change it
+    row_local: bool = False  # a row's scores read only that row of W (and the statistics): scored in row slices
+    source: str = "built-in"  # or where a plug-in came from: a file, a module, an entry point's package
+    fingerprint: str | None = None  # a plug-in's file: its SHA-256, recorded with the run
+    # SparseGPT's hook: ``(W, H, where, *, sparsity, mask) -> W`` prunes with the Hessian ``H`` and updates
+    # the remaining weights; ``--update obs`` gives a scored method's mask the same hook (``update``).
+    mask_and_update: Callable | None = None
+
+    def calibrated(self, config) -> bool:
+        """Whether a run of this method with ``config`` reads calibration activations: ``--update obs``
+        needs the Hessian even for magnitude, ``--refine dsnot`` the inputs' means and variances."""
+        return self.needs_activations or config.update == Update.OBS or config.refine == Refine.DSNOT
+
+    def update(self, config) -> Callable | None:
+        """The mask-and-update hook a run of this method with ``config`` applies to each linear: the
+        method's own, else under ``--update obs`` SparseGPT's with the method's mask; None: the masked
+        weights are zeroed and the others stay."""
+        if self.mask_and_update is not None:
+            return self.mask_and_update
+        return sparsegpt.mask_and_update if config.update == Update.OBS else None

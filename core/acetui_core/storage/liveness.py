@@ -1,0 +1,84 @@
+"""Is the process running a run still alive? The store asks this of every active run it reads, so that
+no run shows ``running`` forever after a SIGKILL, an OOM kill or a reboot.
+
+Same host: the recorded pid must be alive, not a zombie, and the same process that was recorded (a
+later process may reuse the pid: its start time tells). Another host: its heartbeat must be fresher
+than ``STALE_AFTER`` seconds.
+"""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+import psutil
+
+from acetui_core.basics.choices import ExecutorKind, RunStatus
+from acetui_core.storage.store_schema import ACTIVE, sql_list
+
+STALE_AFTER = 60.0  # seconds without a heartbeat before a run on another host counts as interrupted
+INTERRUPTED_ERROR = "The process running it stopped without finishing (killed, or its machine restarted)."
+PID_START_TOLERANCE = 1.0  # seconds: psutil's create_time is rounded differently across calls
+
+HOST = socket.gethostname()
+
+
+def process_start(pid: int) -> float | None:
+    """When process ``pid`` started (POSIX seconds), or None when there is no such process."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def process_alive(pid: int | None, pid_started: float | None) -> bool:
+    """Whether ``pid`` on this machine is still the live process that started at ``pid_started``."""
+    if pid is None:
+        return False
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:  # killed, not yet reaped by its parent
+            return False
+        return pid_started is None or abs(process.create_time() - pid_started) <= PID_START_TOLERANCE
+    except psutil.AccessDenied:  # another user's live process: it exists, and we cannot say more
+        return True
+    except psutil.Error:
+        return False
+
+
+def owner_alive(host: str | None, pid: int | None, pid_started: float | None, last_sign: float, now: float) -> bool:
+    """Whether the owner of an active run is alive: by its process on this host, else by its last sign of life."""
+    if host == HOST:
+        return process_alive(pid, pid_started)
+    return now - last_sign <= STALE_AFTER
+
+
+def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now: float) -> list[str]:
+    """Mark the active local runs of the store that ``connect`` opens (``Store._db``) as ``interrupted``
+    when their process is gone; return their ids."""
+    with connect() as db:
+        rows = db.execute(
+            "SELECT id, host, pid, pid_started, heartbeat, started, created FROM runs"
+            f" WHERE status IN {sql_list(ACTIVE)} AND executor = ?",
+            (ExecutorKind.LOCAL,),
+        ).fetchall()
+    dead = [
+        row
+        for row in rows
+        if not owner_alive(
+            row["host"], row["pid"], row["pid_started"], row["heartbeat"] or row["started"] or row["created"], now
+        )
+    ]
+    if dead:
+        with connect(write=True) as db:
+            for row in dead:
+                # Conditional on the heartbeat we judged by: a run that just beat is left alone.
+                db.execute(
+                    "UPDATE runs SET status = ?, error = ?, current_layer = NULL,"
+                    " finished = COALESCE(heartbeat, started, created) WHERE id = ?"
+                    f" AND status IN {sql_list(ACTIVE)} AND heartbeat IS ?",
+                    (RunStatus.INTERRUPTED, INTERRUPTED_ERROR, row["id"], row["heartbeat"]),
+                )
+    return [row["id"] for row in dead]

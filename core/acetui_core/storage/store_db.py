@@ -1,0 +1,130 @@
+"""The run store's SQLite file: checking that a path can hold one, creating or migrating its schema
+(``acetui_core.storage.store_schema``), WAL mode, and the short transactions every read and write of the store
+goes through. What the rows mean is ``acetui_core.storage.store_rows``; what is done with them, ``acetui_core.storage.store``."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.paths import home
+from acetui_core.storage import store_schema
+from acetui_core.storage.store_schema import APPLICATION_ID, SCHEMA_VERSION
+
+STORE_FILENAME = "runs.db"
+BUSY_TIMEOUT = 30.0  # seconds a write waits for another writer's transaction
+
+
+def default_store_path() -> Path:
+    """``$ACETUI_HOME/runs.db`` when ``ACETUI_HOME`` is set, else ``runs.db`` in the user's data directory."""
+    root = home()
+    if root:
+        return root / STORE_FILENAME
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("acetui", appauthor=False)) / STORE_FILENAME
+
+
+def open_database(path: Path, create: bool = True) -> None:
+    """Check that ``path`` can hold a run store, create or migrate its schema, and switch it to WAL mode;
+    a bad path or a foreign file raises ``UserError`` and is left untouched. ``create=False`` (commands
+    that only read): a store that does not exist yet, or an empty file, is refused, and nothing is made."""
+    if path.is_dir():
+        raise UserError(f"The run store {path} is a folder; give a file path such as {path / STORE_FILENAME}.")
+    if not create and not path.is_file():
+        raise UserError(
+            f"There is no run store at {path}; runs are recorded by acetui prune, compare or sweep "
+            "(name another store with --store)."
+        )
+    if not create and path.stat().st_size == 0:
+        raise UserError(f"{path} is an empty file, not an acetui run store; it was left untouched.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"Cannot create the folder for the run store {path}: {error.strerror or error}.") from None
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise UserError(f"The run store {path} cannot be read and written by this user.")
+    if not os.access(path.parent, os.W_OK):
+        raise UserError(f"The folder of the run store {path} is not writable (SQLite needs to create files beside it).")
+    with transaction(
+        path,
+    ) as db:
+        current = _schema_state(db) == (APPLICATION_ID, SCHEMA_VERSION)
+    if not current:
+        with transaction(path, write=True) as db:  # check again inside the lock: another process may have done it
+            _prepare_schema(path, db, create)
+    with transaction(path, snapshot=False) as db:  # the journal mode cannot change inside a transaction
+        mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if mode.lower() != "wal":
+        raise UserError(
+            f"The run store {path} cannot use SQLite's WAL mode (journal mode stays '{mode}'); put it on a local disk."
+        )
+
+
+def _schema_state(db: sqlite3.Connection) -> tuple[int, int]:
+    return db.execute("PRAGMA application_id").fetchone()[0], db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _prepare_schema(path: Path, db: sqlite3.Connection, create: bool = True) -> None:
+    """Create the schema in an empty file (``create``), or migrate an older acetui store; refuse anything else."""
+    app_id, version = _schema_state(db)
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if app_id == APPLICATION_ID:
+        if version > SCHEMA_VERSION:
+            raise UserError(
+                f"The run store {path} was written by a newer acetui (schema {version}, "
+                f"this one knows {SCHEMA_VERSION}); upgrade acetui to open it."
+            )
+    elif not tables and create:
+        store_schema.create(db)
+        version = 1
+    elif app_id == 0 and store_schema.is_version0(db, tables):
+        version = 0
+    else:
+        raise UserError(
+            f"{path} is not an acetui run store; it was left untouched "
+            f"(choose another file with --store or ACETUI_HOME)."
+        )
+    while version < SCHEMA_VERSION:
+        store_schema.MIGRATIONS[version](db)
+        version += 1
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+@contextmanager
+def transaction(path: Path, write: bool = False, snapshot: bool = True) -> Iterator[sqlite3.Connection]:
+    """A short connection inside one transaction: ``BEGIN IMMEDIATE`` to write (committed on exit),
+    else a read transaction, so that several SELECTs see one snapshot of the store."""
+    try:
+        db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
+    except sqlite3.Error as error:
+        raise UserError(f"Cannot open the run store {path}: {error}.") from None
+    try:
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA foreign_keys = ON")
+        if write:
+            db.execute("BEGIN IMMEDIATE")
+        elif snapshot:
+            db.execute("BEGIN")
+        yield db
+        if db.in_transaction:
+            db.execute("COMMIT")
+    except sqlite3.DatabaseError as error:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        if "not a database" in str(error):
+            raise UserError(
+                f"{path} is not an acetui run store (not an SQLite database); it was left untouched."
+            ) from None
+        raise UserError(f"The run store {path} could not be used: {error}.") from None
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    finally:
+        db.close()

@@ -1,0 +1,212 @@
+"""Reading the run store: where it is, which files it keeps beside it, and the runs it holds (resolve an id,
+one run, a list, their evidence, the layers recorded since a poll). What is written to it, and how, is
+``acetui_core.storage.store`` (``Store`` is a ``StoreReader`` that also records runs); the SQLite file itself is
+``acetui_core.storage.store_db`` and rows as records ``acetui_core.storage.store_rows``.
+
+Readers also mark the runs of dead local processes ``interrupted`` (``reap``, through
+``acetui_core.storage.liveness``), so no run shows ``running`` forever after a SIGKILL or a reboot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.paths import data_dir, user_path
+from acetui_core.run.records import LayerRecord
+from acetui_core.storage import liveness, store_files
+from acetui_core.storage.store_db import default_store_path, open_database, transaction
+from acetui_core.storage.store_rows import (
+    SELECT_RUNS,
+    RunEvidence,
+    RunRecord,
+    attach_layers,
+    evidence_from_rows,
+    model_names,
+    read_layers,
+    record_from_row,
+)
+from acetui_core.storage.store_schema import ACTIVE, sql_list
+
+
+def _local_path(text: str | None, key: str) -> Path | None:
+    """The existing local file or folder that the JSON object ``text`` names under ``key`` (a model, a
+    calibration file, a saved checkpoint), or None: a hub id, ``c4``, a damaged row."""
+    try:
+        value = json.loads(text).get(key) if text else None
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(value, str) or not value.strip() or value.strip() in ("c4", "wikitext2"):
+        return None
+    path = Path(value.strip()).expanduser()
+    return path if path.exists() else None
+
+
+class StoreReader:
+    """The run store at ``path``, read (``acetui_core.storage.store.Store`` also writes it).
+
+    Opening validates the file and creates or migrates the schema; a bad path or foreign file raises
+    ``UserError``, and so does a store that does not exist when ``create`` is False (commands that read).
+    Instances hold no open connection, so one may be shared by threads, and any number of processes may
+    open the same file. ``clock`` gives "now" (tests pass a fixed one).
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, clock=time.time, create: bool = True):
+        self.path = user_path(path) if path is not None else default_store_path()
+        self.path = self.path.absolute()
+        self.clock = clock
+        open_database(self.path, create)
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    @property
+    def folder(self) -> Path:
+        """The folder of the store, where runs keep their files (logs, job folders)."""
+        return self.path.parent
+
+    def log_path(self, run_id: str) -> Path:
+        """The run's own log file: its events, warnings, and its traceback when it fails."""
+        return store_files.log_path(self.folder, run_id)
+
+    def masks_path(self, run_id: str) -> Path:
+        """Where a run keeps its masks (``--keep-masks``, ``acetui_core.scores.maskfile``)."""
+        return store_files.masks_path(self.folder, run_id)
+
+    def places(self) -> tuple[tuple[Path, str], ...]:
+        """The store and the folders it keeps runs' files in, as ``(path, what it is)``: no checkpoint
+        may be saved over or into them."""
+        return store_files.places(self.path)
+
+    def protected_places(self) -> list[tuple[Path, str]]:
+        """What no file acetui writes may replace or enter, even with ``--overwrite`` (``acetui_core.basics.outputs``):
+        the store with its SQLite companions and folders, the data folder, and the local models and
+        calibration files its runs read and the checkpoints they saved (a relative path as seen from here)."""
+        places = [
+            *self.places(),
+            *((Path(f"{self.path}{end}"), "the run store") for end in ("-wal", "-shm", "-journal")),
+        ]
+        root = data_dir()
+        if root is not None:
+            places.append((root, "the data folder (ACETUI_DATA_DIR)"))
+        with self._db() as db:
+            rows = db.execute("SELECT id, config, results FROM runs").fetchall()
+        for row in rows:
+            for column, key, what in (
+                ("config", "model", "the model of run"),
+                ("config", "calib", "the calibration file of run"),
+                ("results", "saved_to", "the checkpoint saved by run"),
+            ):
+                path = _local_path(row[column], key)
+                if path is not None:
+                    places.append((path, f"{what} {row['id']}"))
+        return places
+
+    def check_log_folder(self) -> None:
+        """Make sure runs can write their logs beside the store, before any run is recorded."""
+        store_files.check_log_folder(self.folder)
+
+    def _db(self, write: bool = False, snapshot: bool = True):
+        """A short connection inside one transaction (``acetui_core.storage.store_db.transaction``)."""
+        return transaction(self.path, write, snapshot)
+
+    def resolve(self, run_id: str) -> str:
+        """The full id for ``run_id`` or a unique prefix of one; ``UserError`` otherwise."""
+        text = str(run_id).strip()
+        if re.fullmatch(r"[0-9A-Za-z_-]+", text):
+            with self._db() as db:
+                matches = [
+                    row[0]
+                    for row in db.execute(
+                        "SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY id", (len(text), text)
+                    )
+                ]
+            if text in matches:
+                return text
+            if len(matches) == 1:
+                return matches[0]
+            if matches:
+                raise UserError(
+                    f"Run id '{run_id}' is ambiguous: it starts {len(matches)} runs ({', '.join(matches[:4])}…)."
+                )
+        raise UserError(f"There is no run '{run_id}' in {self.path} (acetui runs lists them).")
+
+    def get_run(self, run_id: str, *, layers: bool = True) -> RunRecord:
+        """The run with this id (or unique id prefix), with its layers unless ``layers=False``."""
+        full = self.resolve(run_id)
+        self.reap()
+        with self._db() as db:
+            record = record_from_row(db.execute(f"{SELECT_RUNS} WHERE id = ?", (full,)).fetchone())
+            if layers:
+                attach_layers(db, [record])
+        return record
+
+    def list_runs(
+        self,
+        *,
+        ids: list[str] | None = None,
+        model: str | None = None,
+        status: str | None = None,
+        last: int | None = None,
+        layers: bool = False,
+        active_on: str | None = None,
+    ) -> list[RunRecord]:
+        """Runs oldest first, optionally only these ids (prefixes allowed, in the given order), one
+        model (matched exactly or by its last path component), one status, the ``last`` N, or only the
+        queued and running runs of one executor (``active_on="slurm"``)."""
+        self.reap()
+        where, params = [], []
+        if ids is not None:
+            full = [self.resolve(i) for i in ids]
+            where.append(f"id IN ({','.join('?' * len(full))})")
+            params += full
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if active_on is not None:
+            where.append(f"executor = ? AND status IN {sql_list(ACTIVE)}")
+            params.append(active_on)
+        sql = SELECT_RUNS + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY created, id"
+        with self._db() as db:
+            records = [record_from_row(row) for row in db.execute(sql, params)]
+            if model is not None:
+                records = [r for r in records if model in model_names(r.config.model)]
+            if last is not None:
+                records = records[-last:] if last > 0 else []
+            if ids is not None:
+                order = {run_id: i for i, run_id in enumerate(full)}
+                records.sort(key=lambda r: order[r.id])
+            if layers and records:
+                attach_layers(db, records)
+        return records
+
+    def evidence(self, run_ids: list[str]) -> dict[str, RunEvidence]:
+        """What each run kept for tests of a difference (full run ids); an empty ``RunEvidence`` for a run
+        recorded before acetui kept it, or whose record is damaged."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        with self._db() as db:
+            rows = db.execute(
+                f"SELECT run_id, evaluation, record FROM evidence WHERE run_id IN ({marks}) ORDER BY run_id, evaluation",
+                run_ids,
+            ).fetchall()
+        return evidence_from_rows(run_ids, rows)
+
+    def layers_since(self, run_id: str, after: int = -1) -> list[LayerRecord]:
+        """The run's recorded layers with index above ``after``: for live views that poll."""
+        full = self.resolve(run_id)
+        with self._db() as db:
+            return [layer for layer in read_layers(db, [full])[full] if layer.index > after]
+
+    def reap(self) -> list[str]:
+        """Mark active local runs whose process is gone as ``interrupted``; return their ids.
+
+        Readers call this, so no run shows ``running`` forever after a SIGKILL or a reboot. A Slurm run's
+        end is imported from its job folder instead (``acetui_core.execution.slurm.sync``).
+        """
+        return liveness.reap(self._db, self.clock())

@@ -1,0 +1,166 @@
+"""A study: a comparison declared in one TOML file of run settings (by their names in the settings table,
+``acetui_core.run.config.SETTINGS``), where a list is an axis. Its cells are the runs of every combination
+(``acetui_core.execution.launch.Grid``, so a method without calibration data runs once whatever the calibration
+axes), each with exactly the file's settings and the table's defaults for the rest.
+
+A cell is *done* when the store holds a finished run with exactly its configuration, whoever started it;
+*running* while a live process holds one (the store's liveness check tells a killed one), *failed* when
+its runs all failed, were cancelled or interrupted, else *missing*. So a study resumes from the store
+alone: nothing about a study is stored but its runs.
+
+Usage::
+
+    study = load_study(Path("study.toml"))
+    cells = study.cells(store)
+    states = cell_states(cells, store)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from acetui_core.basics.choices import RunStatus
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.paths import default_model
+from acetui_core.execution.launch import Grid, check
+from acetui_core.run.config import SETTINGS, RunConfig
+from acetui_core.storage.store import Store
+from acetui_core.storage.store_rows import RunRecord
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
+    import tomli as tomllib
+
+DONE, RUNNING, FAILED, MISSING = "done", "running", "failed", "missing"
+STATES = (DONE, RUNNING, FAILED, MISSING)
+
+
+@dataclass(frozen=True)
+class Study:
+    path: Path
+    text: str  # the file exactly as read: a report keeps it beside the results
+    axes: dict[str, list]  # a setting given as a list of values
+    common: dict  # a setting given as one value
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    def configs(self) -> list[RunConfig]:
+        """Every combination of the file's values, unchecked."""
+        given = "model" in self.axes or "model" in self.common
+        return Grid(self.axes, self.common if given else {"model": default_model(), **self.common}).configs()
+
+    def cells(self, store: Store | None = None, *, local_device: bool = True) -> list[RunConfig]:
+        """The study's runs, each checked and in normal form (the first problem raises its sentence,
+        before anything runs); two combinations that check to the same run are one cell."""
+        try:
+            checked = check(self.configs(), local_device=local_device, store=store)
+        except UserError as problem:
+            raise UserError(f"{self.path.name}: {problem}") from None
+        return list({key(config): config for config in checked}.values())
+
+
+def key(config: RunConfig) -> str:
+    """What makes two runs the same cell: their whole configuration."""
+    return json.dumps(config.to_dict(), sort_keys=True)
+
+
+def _value(name: str, value):
+    """One setting of the file through the table's parser; a problem names the key."""
+    spec = SETTINGS[name]
+    if isinstance(spec.default, bool) and not isinstance(value, bool):
+        raise UserError(f"{name} must be true or false, not {value!r}.")
+    if spec.parse is None and not isinstance(spec.default, bool) and not isinstance(value, str):
+        raise UserError(f"{name} must be a string, not {value!r}.")
+    if isinstance(value, dict):
+        raise UserError(f"{name} must be a value or a list of values, not a table.")
+    return spec.value(value, name)
+
+
+def _is_axis(name: str, value) -> bool:
+    """A list is an axis, except the one value of a setting that is itself a list (``evals``, ``tasks``),
+    which becomes an axis as a list of lists."""
+    if not isinstance(value, list):
+        return False
+    if isinstance(SETTINGS[name].default, list):
+        return bool(value) and all(isinstance(item, list) for item in value)
+    return True
+
+
+def parse_study(text: str, path: Path) -> Study:
+    """The study a TOML text declares; unknown keys and bad values are refused with one sentence naming
+    the key."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{path.name} is not valid TOML: {error}.") from None
+    axes, common = {}, {}
+    for name, value in data.items():
+        if name not in SETTINGS:
+            close = difflib.get_close_matches(name, list(SETTINGS), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise UserError(f"{path.name}: '{name}' is not a run setting{hint}; the settings are in docs/cli.md.")
+        if SETTINGS[name].single_run:
+            raise UserError(f"{path.name}: '{name}' is for a single run (acetui prune); a study has many.")
+        try:
+            if _is_axis(name, value):
+                if not value:
+                    raise UserError(f"{name} is an empty list; give at least one value.")
+                values = [_value(name, item) for item in value]
+                axes[name] = [v for i, v in enumerate(values) if v not in values[:i]]  # repeats dropped
+            else:
+                common[name] = _value(name, value)
+        except UserError as problem:
+            raise UserError(f"{path.name}: {problem}") from None
+    return Study(path, text, axes, common)
+
+
+def load_study(path: Path) -> Study:
+    if not path.is_file():
+        raise UserError(f"Study file {path} does not exist.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"Could not read {path}: {error}.") from None
+    return parse_study(text, path)
+
+
+def runs_by_cell(cells: list[RunConfig], store: Store) -> dict[str, list[RunRecord]]:
+    """The store's runs of each cell (by ``key``), oldest first."""
+    wanted: dict[str, list[RunRecord]] = {key(cell): [] for cell in cells}
+    for record in sorted(store.list_runs(), key=lambda r: r.created):
+        runs = wanted.get(key(record.config))
+        if runs is not None:
+            runs.append(record)
+    return wanted
+
+
+def state_of(runs: list[RunRecord]) -> str:
+    if any(run.status == RunStatus.FINISHED for run in runs):
+        return DONE
+    if any(run.active for run in runs):
+        return RUNNING
+    return FAILED if runs else MISSING
+
+
+def cell_states(cells: list[RunConfig], store: Store) -> list[tuple[RunConfig, str, list[RunRecord]]]:
+    """Each cell with its state and its runs in the store."""
+    by_cell = runs_by_cell(cells, store)
+    return [(cell, state_of(by_cell[key(cell)]), by_cell[key(cell)]) for cell in cells]
+
+
+def finished_runs(cells: list[RunConfig], store: Store) -> list[RunRecord]:
+    """The newest finished run of each done cell: what a report reads."""
+    by_cell = runs_by_cell(cells, store)
+    out = []
+    for cell in cells:
+        finished = [run for run in by_cell[key(cell)] if run.status == RunStatus.FINISHED]
+        if finished:
+            out.append(finished[-1])
+    return out

@@ -1,0 +1,230 @@
+"""A study's report: one folder a paper can include, written from the store alone.
+
+- ``table-<measure>.{tex,md,csv}``: the comparison of the study's finished runs per evaluation (WikiText-2
+  perplexity, mean zero-shot accuracy), with n, intervals and verdicts as ``acetui verdict`` computes them
+  (``verdicts-<measure>.txt`` holds its report);
+- ``figures/``: pgfplots ``.tex`` (and ``.png``/``.pdf`` where matplotlib is installed, the ``figures``
+  extra): the matched-compute Pareto against prune seconds and against calibration tokens, perplexity
+  against calibration length and against calibration source;
+- ``environment.md``: the versions of every package that can move a number, acetui's version and commit,
+  the machine and device of this report and of the runs, and the study file exactly as read
+  (``study.toml`` beside it);
+- ``summary.md``: one sentence per comparison with its column's best, and a line when the methods of one
+  table were calibrated with different token budgets.
+
+Every file goes inside the folder; nothing outside it is written or replaced.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import statistics
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from acetui_core.analysis import verdicts
+from acetui_core.analysis.comparison import Comparison, comparison
+from acetui_core.analysis.export import to_csv, to_latex, to_markdown
+from acetui_core.analysis.figures import IMAGE_FORMATS, Series, figure_series, write_figure
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.outputs import check_output_file, refuse_protected, write_text_atomic
+from acetui_core.scores.metrics import paper_name
+from acetui_core.storage.store import Store
+from acetui_core.storage.store_rows import RunRecord
+from acetui_core.studies.study import Study, finished_runs
+
+# The packages whose version can move a number a study reports.
+PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "accelerate",
+    "numpy",
+    "scipy",
+    "datasets",
+    "lm_eval",
+    "gguf",
+    "acetui",
+)
+MEASURES = {"ppl": "WikiText-2 perplexity", "zeroshot-mean": "mean zero-shot accuracy"}
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _commit() -> str:
+    """acetui's git commit, where it runs from a checkout (else what pip installed says nothing of it)."""
+    try:
+        found = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return found.stdout.strip() if found.returncode == 0 else "unknown (not a git checkout)"
+
+
+def _device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    return f"CPU only ({os.cpu_count()} cores visible)"
+
+
+def environment(study: Study, records: list[RunRecord]) -> str:
+    """environment.md: what made the numbers, as far as this machine and the store can tell."""
+    lines = [
+        f"# Environment of the study {study.name}",
+        "",
+        "## This report",
+        "",
+        f"- acetui {_version('acetui')}, commit {_commit()}",
+        f"- Python {platform.python_version()} on {platform.platform()} ({platform.machine()})",
+        f"- device: {_device()}",
+        "",
+        "| package | version |",
+        "|---|---|",
+        *(f"| {package} | {_version(package)} |" for package in PACKAGES),
+        "",
+        "## The runs (as each recorded where it executed)",
+        "",
+    ]
+    seen: dict[str, list[str]] = {}
+    for record in records:
+        env = {k: v for k, v in record.env.items() if k != "log"}  # the log is each run's own
+        env["device"] = record.results.device if record.results else "?"
+        seen.setdefault(", ".join(f"{k} {v}" for k, v in sorted(env.items())), []).append(record.id)
+    lines += [f"- {len(ids)} run(s): {text}" for text, ids in seen.items()] or ["- no finished run"]
+    lines += ["", f"## The study file ({study.path.name}, also beside this file as study.toml)", "", "```toml"]
+    return "\n".join([*lines, study.text.rstrip("\n"), "```", ""])
+
+
+def _worse(row: dict, best: dict, measure: str, column: str, seeds: int) -> str:
+    """One sentence comparing a row with its column's best."""
+    what = "perplexity" if measure == "ppl" else "points of mean accuracy"
+    where = f"at {column}, " if column else ""
+    if row["difference"]:
+        delta, low, high = row["difference"][:3]
+        shown = f"{delta:+.2f} {what} [{low:+.2f}, {high:+.2f}]"
+    else:
+        shown = f"{row['value']:.2f} against {best['value']:.2f} ({row['note'] or 'no interval'})"
+    p = "p < 0.001" if row["p"] is not None and row["p"] < 0.001 else f"p = {row['p']:.3f}" if row["p"] else "p –"
+    verdict = {"worse": "is worse than", "tied": "is tied with"}.get(row["verdict"], f"is {row['verdict']} beside")
+    runs = f"{seeds} seed{'s' if seeds != 1 else ''}"
+    return f"- {where}{row['row']} {verdict} {best['row']}: {shown}, {p}, {runs}."
+
+
+def summary(tables: dict[str, Comparison], records: list[RunRecord]) -> str:
+    out = ["# Summary", ""]
+    for measure, table in tables.items():
+        data = verdicts.report(table)
+        out += [f"## {MEASURES[measure]}", ""]
+        for column in data["columns"]:
+            best = next((row for row in column["rows"] if row["verdict"] == "best"), None)
+            if best is None:
+                continue
+            for row in column["rows"]:
+                if row is not best:
+                    out.append(_worse(row, best, measure, column["column"], min(row["n"], best["n"])))
+        budgets = {
+            r.results.calibration.nsamples * r.results.calibration.seqlen
+            for r in records
+            if r.results is not None and r.results.calibration is not None
+        }
+        if len(budgets) > 1:
+            shown = ", ".join(str(b) for b in sorted(budgets))
+            out.append(f"- Note: the methods of this table were calibrated with different token budgets ({shown}).")
+        out.append("")
+    return "\n".join(out)
+
+
+def _by_source(records: list[RunRecord]) -> tuple[list[Series], list[str]]:
+    """Perplexity against calibration source: one series per method, length and sparsity; a point per
+    source at the mean over seeds, the bars at the lowest and highest seed."""
+    sources = list(dict.fromkeys(r.config.calib for r in records if r.results and r.results.calibration))
+    groups: dict[str, dict[str, list[float]]] = {}
+    for record in records:
+        if record.ppl is None or record.results is None or record.results.calibration is None:
+            continue
+        name = f"{paper_name(record.config.method)}-{record.config.seqlen} at {record.config.sparsity}"
+        groups.setdefault(name, {}).setdefault(record.config.calib, []).append(record.ppl)
+    lines = [
+        Series(name, [(sources.index(s) + 1, statistics.mean(v), min(v), max(v)) for s, v in values.items()])
+        for name, values in groups.items()
+    ]
+    return lines, [" + ".join(Path(part).name for part in source.split("+")) for source in sources]
+
+
+def _figures(folder: Path, records: list[RunRecord], kept: dict, formats: tuple[str, ...], guard) -> list[Path]:
+    written = []
+    wanted: list[tuple[str, Callable[[], tuple[list[Series], str, str]], bool, list[str] | None]] = [
+        ("pareto_seconds", lambda: figure_series(records, kept, "pareto", "seconds"), True, None),
+        ("pareto_tokens", lambda: figure_series(records, kept, "pareto", "tokens"), True, None),
+        ("ppl_vs_seqlen", lambda: figure_series(records, kept, "seqlen"), True, None),
+    ]
+    lines, sources = _by_source(records)
+    wanted.append(("ppl_vs_source", lambda: (lines, "calibration source", MEASURES["ppl"]), False, sources))
+    for name, make, log_x, ticks in wanted:
+        series, xlabel, ylabel = make()
+        if not series:
+            continue
+        for suffix in formats:
+            path = guard(folder / f"{name}{suffix}")
+            write_figure(series, xlabel, ylabel, path, log_x, replace=True, ticks=ticks)
+            written.append(path)
+    return written
+
+
+def _image_formats() -> tuple[str, ...]:
+    try:
+        import matplotlib  # noqa: F401  # the figures extra
+    except ImportError:
+        return ()
+    return tuple(f for f in IMAGE_FORMATS if f != ".svg")
+
+
+def write_report(study: Study, cells: list, store: Store, folder: Path, overwrite: bool = False) -> list[Path]:
+    """Write the report of ``study`` into ``folder`` (made if missing); return the files written. Every file
+    passes the guard of ``acetui_core.basics.outputs`` (as ``export -o``): nothing into the store's or the runs'
+    places, an existing file replaced only with ``overwrite``."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"-o {folder} is a file; give a folder for the report.")
+    protected = store.protected_places()
+    refuse_protected(folder, f"-o {folder}", protected, "give the report a folder of its own.")
+
+    def guard(path: Path) -> Path:
+        return check_output_file(path, f"-o {folder}: {path.name}", overwrite=overwrite, protected=protected)
+
+    records = finished_runs(cells, store)
+    if not records:
+        raise UserError(f"No cell of {study.name} has a finished run yet; run: acetui study run {study.path}.")
+    kept = store.evidence([r.id for r in records])
+    (folder / "figures").mkdir(parents=True, exist_ok=True)  # after the checks above: nothing made for nothing
+    written: dict[Path, str] = {}
+    tables: dict[str, Comparison] = {}
+    for measure in MEASURES:
+        try:
+            table = verdicts.judge(comparison(records, columns="sparsity", measure=measure), kept)
+        except UserError:  # no run of the study has this evaluation
+            continue
+        tables[measure] = table
+        written[folder / f"table-{measure}.tex"] = to_latex(table)
+        written[folder / f"table-{measure}.md"] = to_markdown(table)
+        written[folder / f"table-{measure}.csv"] = to_csv(records, table)
+        written[folder / f"verdicts-{measure}.txt"] = verdicts.text(verdicts.report(table))
+    written[folder / "summary.md"] = summary(tables, records)
+    written[folder / "environment.md"] = environment(study, records)
+    written[folder / "study.toml"] = study.text
+    for path in written:
+        guard(path)  # every file checked before the first is written
+    for path, text in written.items():
+        write_text_atomic(path, text, replace=overwrite)
+    return [*written, *_figures(folder / "figures", records, kept, (".tex", *_image_formats()), guard)]
