@@ -272,7 +272,7 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
         await pilot_wait_until(pilot, lambda: table.row_count == 2, "two rows in Results")
         finished = {r.id: r for r in store.list_runs()}
         titles = [str(column.label) for column in table.columns.values()]
-        rows = [dict(zip(titles, row)) for row in cell_texts(table)]
+        rows = [dict(zip(titles, row, strict=True)) for row in cell_texts(table)]
         by_ppl = sorted(finished.values(), key=lambda r: r.ppl)
         assert [row["Method"] for row in rows] == [r.label for r in by_ppl]
         assert [row["PPL"] for row in rows] == [f"{r.ppl:.2f}†" for r in by_ppl]  # † : two windows only
