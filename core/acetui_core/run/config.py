@@ -13,8 +13,6 @@ only. Everything else is made from this table (``SETTINGS``): the options of ``a
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
-from typing import Any
 
 from acetui_core.basics import parse
 from acetui_core.basics.choices import (
@@ -34,52 +32,14 @@ from acetui_core.basics.choices import (
     VarpForm,
     VarpScale,
 )
-from acetui_core.basics.errors import UserError, check_choice
-from acetui_core.run.setting import Parser, Setting, setting, spec_of
+from acetui_core.basics.errors import check_choice
+from acetui_core.run import parsers
+from acetui_core.run.setting import Setting, setting, spec_of
 from acetui_core.scores.metrics import METHODS
 from acetui_core.scores.sparsity import Sparsity, parse_sparsity
 
 ZEROSHOT_TASKS = ("boolq", "rte", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa")
 FULL_CONTEXT_CAP = 4096
-
-
-def _whole(minimum: int = 0) -> Parser:
-    return lambda text, flag: parse.whole(text, flag, minimum)
-
-
-def _optional_whole(minimum: int = 0) -> Parser:
-    return lambda text, flag: parse.optional_whole(text, flag, minimum)
-
-
-def _number(minimum: float | None = None) -> Parser:
-    return lambda text, flag: parse.number(text, flag, minimum)
-
-
-def _evals(value: Any, _flag: str) -> list[str]:
-    return parse.evals(value if isinstance(value, str) else ",".join(value))
-
-
-def _tasks(value: Any, flag: str) -> list[str]:
-    return parse.some(value if isinstance(value, str) else ",".join(value), flag)
-
-
-def _optional_path(value: Any, _flag: str) -> str | None:
-    return None if value is None or str(value).strip() == "" else str(Path(str(value).strip()))
-
-
-def _sparsity(value: Any, _flag: str) -> str:
-    return str(parse_sparsity(str(value), allow_zero=True))  # 0 with --expert-sparsity only (validate)
-
-
-def _expert_sparsity(text: Any, flag: str) -> float:
-    value = parse.number(text, flag, minimum=0)
-    if not value < 1:
-        raise UserError(f"{flag} {value:g} would remove every routed expert; use a fraction below 1.")
-    return value
-
-
-def _stripped(value: Any, _flag: str) -> str:
-    return str(value).strip()
 
 
 def _needing(setting_name: str, value: str) -> dict:
@@ -111,7 +71,7 @@ class RunConfig:
         help="A ratio in (0, 1) or N:M such as 2:4.",
         label="Sparsity",
         flags=("--sparsity", "-s"),
-        parse=_sparsity,
+        parse=parsers.sparsity,
         placeholder="0.5, 2:4, 4:8 …",
         axis=True,
     )
@@ -127,7 +87,7 @@ class RunConfig:
         help="c4, wikitext2, or a .txt/.jsonl/.json(.gz) file with a 'text' field; a mixture joins sources "
         "with + (equal shares of the windows; c4@3+file.jsonl@1 for 3:1).",
         label="Calibration",
-        parse=_stripped,
+        parse=parsers.stripped,
         placeholder="c4, wikitext2 or a file",
         axis=True,
         calibration=True,
@@ -136,7 +96,7 @@ class RunConfig:
         128,
         help="Calibration windows.",
         label="Samples",
-        parse=_whole(1),
+        parse=parsers.whole(1),
         metavar="N",
         calibration=True,
         describe=lambda v: f"{v} samples",
@@ -156,7 +116,7 @@ class RunConfig:
         0,
         help="Seed of the window sampler.",
         label="Seed",
-        parse=_whole(),
+        parse=parsers.whole(),
         metavar="N",
         axis=True,
         grid_flags=("--seeds", "--seed"),
@@ -169,14 +129,14 @@ class RunConfig:
         placed=True,
         flags=("--eval",),
         choices=tuple(EvalKind),
-        parse=_evals,
+        parse=parsers.evals,
         result=False,  # which measures a run has, not their values
     )
     eval_seqlen: int | None = setting(
         None,
         help="Perplexity window length (default: the context, capped at 4096).",
         label="Length",
-        parse=_optional_whole(2),
+        parse=parsers.optional_whole(2),
         placed=True,
         placeholder="context",
         metavar="N",
@@ -188,7 +148,7 @@ class RunConfig:
         label="Windows",
         placed=True,
         placeholder="all",
-        parse=_optional_whole(1),
+        parse=parsers.optional_whole(1),
         metavar="N",
         describe=lambda v: f"{v} windows",
     )
@@ -197,7 +157,7 @@ class RunConfig:
         help="Zero-shot tasks, comma-separated.",
         label="Tasks",
         placed=True,
-        parse=_tasks,
+        parse=parsers.tasks,
     )
     zeroshot_limit: int | None = setting(
         None,
@@ -206,7 +166,7 @@ class RunConfig:
         placed=True,
         placeholder="all",
         flags=("--limit",),
-        parse=_optional_whole(1),
+        parse=parsers.optional_whole(1),
         metavar="N",
     )
     batch_size: int = setting(  # calibration windows per forward pass, and lm-eval's batch size
@@ -214,7 +174,7 @@ class RunConfig:
         help="Zero-shot batch size.",
         label="Batch size",
         group="advanced",
-        parse=_whole(1),
+        parse=parsers.whole(1),
         metavar="N",
         result=False,
     )
@@ -254,7 +214,7 @@ class RunConfig:
         help="RIA: the power of the input norm in its score (the paper's a = 0.5).",
         label="RIA alpha",
         group="advanced",
-        parse=_number(minimum=0),  # a negative power would rank quiet inputs above loud ones
+        parse=parsers.number(minimum=0),  # a negative power would rank quiet inputs above loud ones
         describe=lambda v: f"alpha {v}",
     )
     fidelity: bool = setting(
@@ -302,7 +262,7 @@ class RunConfig:
         help="OWL: layer sparsities within +-lambda.",
         label="OWL lambda",
         **_needing("allocation", Allocation.OWL),
-        parse=_number(),
+        parse=parsers.number(),
         describe=lambda v: f"OWL lambda {v:g}",
     )
     owl_m: float = setting(
@@ -310,7 +270,7 @@ class RunConfig:
         help="OWL: outlier = score above M x layer mean.",
         label="OWL M",
         **_needing("allocation", Allocation.OWL),
-        parse=_number(),
+        parse=parsers.number(),
         describe=lambda v: f"OWL M {v:g}",
     )
     update: str = setting(
@@ -343,7 +303,7 @@ class RunConfig:
         help="DSnoT: at most N swaps per row.",
         label="DSnoT cycles",
         **_needing("refine", Refine.DSNOT),
-        parse=_whole(1),
+        parse=parsers.whole(1),
         metavar="N",
         describe=lambda v: f"DSnoT {v} cycles",
     )
@@ -352,7 +312,7 @@ class RunConfig:
         help="DSnoT: a row stops once its expected-output error is at most this.",
         label="DSnoT thresh",
         **_needing("refine", Refine.DSNOT),
-        parse=_number(minimum=0),
+        parse=parsers.number(minimum=0),
         describe=lambda v: f"DSnoT threshold {v:g}",
     )
     dsnot_var_power: float = setting(
@@ -360,7 +320,7 @@ class RunConfig:
         help="DSnoT: the power of the input variance dividing a weight's growth key.",
         label="DSnoT power",
         **_needing("refine", Refine.DSNOT),
-        parse=_number(minimum=0),
+        parse=parsers.number(minimum=0),
         describe=lambda v: f"DSnoT variance power {v:g}",
     )
     dsnot_skip: str = setting(
@@ -405,7 +365,7 @@ class RunConfig:
         "the mask prunes the rest; docs/moe.md). 0 removes none.",
         label="Experts removed",
         group="advanced",
-        parse=_expert_sparsity,
+        parse=parsers.expert_sparsity,
         describe=lambda v: f"{v:g} of experts removed",
     )
     expert_score: str = setting(
@@ -422,7 +382,7 @@ class RunConfig:
         help="Save the pruned model as a Hugging Face checkpoint here.",
         label="Save to",
         group="advanced",
-        parse=_optional_path,
+        parse=parsers.optional_path,
         placeholder="not saved",
         result=False,
         single_run=True,

@@ -1,0 +1,52 @@
+"""The parsers of the run settings (``Setting.parse`` in the table of ``acetui_core.run.config``): the text a
+user typed, or a stored value, to the setting's value, or a ``UserError`` naming the option
+(``acetui_core.basics.parse`` reads the numbers and lists)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from acetui_core.basics import parse
+from acetui_core.basics.errors import UserError
+from acetui_core.run.setting import Parser
+from acetui_core.scores.sparsity import parse_sparsity
+
+
+def whole(minimum: int = 0) -> Parser:
+    return lambda text, flag: parse.whole(text, flag, minimum)
+
+
+def optional_whole(minimum: int = 0) -> Parser:
+    return lambda text, flag: parse.optional_whole(text, flag, minimum)
+
+
+def number(minimum: float | None = None) -> Parser:
+    return lambda text, flag: parse.number(text, flag, minimum)
+
+
+def evals(value: Any, _flag: str) -> list[str]:
+    return parse.evals(value if isinstance(value, str) else ",".join(value))
+
+
+def tasks(value: Any, flag: str) -> list[str]:
+    return parse.some(value if isinstance(value, str) else ",".join(value), flag)
+
+
+def optional_path(value: Any, _flag: str) -> str | None:
+    return None if value is None or str(value).strip() == "" else str(Path(str(value).strip()))
+
+
+def sparsity(value: Any, _flag: str) -> str:
+    return str(parse_sparsity(str(value), allow_zero=True))  # 0 with --expert-sparsity only (validate)
+
+
+def expert_sparsity(text: Any, flag: str) -> float:
+    value = parse.number(text, flag, minimum=0)
+    if not value < 1:
+        raise UserError(f"{flag} {value:g} would remove every routed expert; use a fraction below 1.")
+    return value
+
+
+def stripped(value: Any, _flag: str) -> str:
+    return str(value).strip()
