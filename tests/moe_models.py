@@ -49,6 +49,16 @@ def moe_config(family: str, vocab_size: int, **overrides):
             v_head_dim=16,
             rope_scaling=None,
         ),
+        "glm4_moe": lambda: transformers.Glm4MoeConfig(  # its first layer dense, like DeepSeek-V3's
+            **common,
+            intermediate_size=128,
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            head_dim=16,
+        ),
         "gpt_oss": lambda: transformers.GptOssConfig(
             **common, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16
         ),
