@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from runhelpers import Clock, cli, insert_run
+from runhelpers import GATE, Clock, cli, held_at_the_gate, insert_run
 
+from acetui.commands import study as study_command
 from acetui_core.basics.errors import UserError
-from acetui_core.execution.launch import Grid
+from acetui_core.execution.launch import Grid, InProcess, queue
 from acetui_core.modeling.data import calibration_sample
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
@@ -149,15 +152,78 @@ def test_a_study_resumes_after_sigkill_without_repeating_or_losing_a_cell(tmp_pa
     assert len(store.list_runs()) == len(runs)
 
 
-def test_a_running_cell_is_waited_for_not_started_again(tmp_path, make_tiny_model, calib_file, monkeypatch):
-    """A cell whose run a live process holds is running: status says so and run waits for it."""
-    model = make_tiny_model("llama")
-    study = load_study(_study(tmp_path / "s.toml", f'model = "{model}"\ncalib = "{calib_file}"\n{QUICK}'))
+def test_study_run_waits_for_a_cell_an_earlier_invocation_is_still_running(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file, gate
+):
+    """A cell whose run another live invocation holds part-way (here a thread of this process, held by the
+    gate metric) is waited for, not started twice: study run returns once that run has finished, with
+    one run in the store, and only after the study saw the run still held."""
+    model = make_tiny_model("llama", layers=3)
+    study_path = _study(
+        tmp_path / "s.toml",
+        f'model = "{model}"\nmethod = "{GATE}:until_opened"\ncalib = "{calib_file}"\nnsamples = 4\nseqlen = 16\n'
+        'evals = "none"\ndevice = "cpu"\n',
+    )
     store = Store(tmp_path / "runs.db")
-    [cell] = study.cells(store)
-    store.create_run(cell)  # owned by this live process, as if another study run had queued it
-    [(_, state, runs)] = cell_states([cell], store)
-    assert state == "running" and len(runs) == 1
+    [cell] = load_study(study_path).cells(store)
+    earlier = InProcess(stop=threading.Event())  # no stop signals: they belong to the main thread
+    run_ids = queue([cell], store, earlier)
+    holder = threading.Thread(target=earlier.start, args=(store, run_ids))
+    holder.start()
+    held_at_the_gate(store, gate)
+    [(_, state, _)] = cell_states([cell], store)
+    assert state == "running"
+
+    looked = threading.Event()  # the study has read the cells' states: only then may the run go on
+    read_states = study_command.cell_states
+    monkeypatch.setattr(study_command, "cell_states", lambda *a: (looked.set(), read_states(*a))[1])
+    monkeypatch.setattr(study_command, "POLL_SECONDS", 0.05)
+    threading.Thread(target=lambda: looked.wait(30) and (time.sleep(0.3), (gate / "open").touch())).start()
+    code, _, err = cli(monkeypatch, capsys, "study", "run", str(study_path), "--store", str(store.path))
+    holder.join(30)
+    assert code == 0, err
+    assert "1 running elsewhere (waited for)" in err
+    [run] = store.list_runs()
+    assert run.id == run_ids[0] and run.status == "finished"
+
+
+def _hold_lock(store: Path, study: Path) -> subprocess.Popen:
+    """Another process holding the study's lock (as a `study run` would), until it is killed."""
+    code = (
+        "import sys, time\nfrom pathlib import Path\nfrom acetui_core.studies.studylock import study_lock\n"
+        "with study_lock(Path(sys.argv[1]), Path(sys.argv[2]), wait=False):\n"
+        "    print('held', flush=True)\n    time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(store), str(study)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_second_study_run_is_refused_naming_the_first_until_it_is_killed(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
+):
+    """Two `study run` of one study and store at once would start the same cells: the second is one
+    sentence naming the first (pid, host, since when), exit 2, nothing recorded. The lock dies with its
+    holder (SIGKILL included), and --wait waits for it instead."""
+    model = make_tiny_model("llama")
+    study = _study(tmp_path / "s.toml", f'model = "{model}"\ncalib = "{calib_file}"\n{QUICK}')
+    store_path = tmp_path / "runs.db"
+    clock = Clock()
+    store = Store(store_path, clock=clock)
+    [cell] = load_study(study).cells(store)
+    insert_run(store, clock, "done0001", cell, created=1_700_000_000.0, ppl=30.0)  # so a run that starts ends at once
+    holder = _hold_lock(store_path, study)
+    code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(store_path))
+    assert code == 2
+    assert f"Study s.toml is already running on runs.db (pid {holder.pid} on {socket.gethostname()} since " in err
+    assert "--wait" in err and "nothing to run" not in err
+
+    threading.Timer(0.5, holder.kill).start()  # SIGKILL: the kernel releases the lock
+    code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(store_path), "--wait")
+    holder.wait()
+    assert code == 0, err
+    assert "waiting for it to end" in err and "nothing to run" in err
+    assert [run.id for run in store.list_runs()] == ["done0001"]
 
 
 def test_the_report_of_a_study(tmp_path, monkeypatch, capsys, make_tiny_model, calib_file):

@@ -23,7 +23,8 @@ from acetui_core.execution.launch import LocalProcesses, gpus_for, launch, run_a
 from acetui_core.run.config import model_name
 from acetui_core.run.events import RunStarted
 from acetui_core.storage.store import Store
-from acetui_core.studies.study import DONE, FAILED, MISSING, RUNNING, STATES, cell_states, load_study
+from acetui_core.studies.study import DONE, FAILED, MISSING, RUNNING, STATES, Study, cell_states, load_study
+from acetui_core.studies.studylock import study_lock
 
 study_app = typer.Typer(
     help="Studies: a comparison declared in one TOML file of run settings (a list is an axis), run, resumed "
@@ -98,12 +99,21 @@ def run(
     detach: bool = False,
     cluster=None,
     store: options.StoreOption = None,
+    wait: Annotated[
+        bool, typer.Option(help="When another `study run` of this study and store is under way, wait for it to end.")
+    ] = False,
 ) -> None:
     """Run the study's cells that have no finished run in the store (and rerun those that failed or were
     interrupted); wait for a cell another process is still running; return when every cell has ended
-    (with --detach: once the runs are queued)."""
+    (with --detach: once the runs are queued). One `study run` of a study and store at a time: a second
+    is refused, naming the first (or, with --wait, waits for it)."""
     study = load_study(study_file)
     opened = Store(store)
+    with study_lock(opened.path, study_file, wait=wait, on_wait=lambda sentence: print(sentence, file=sys.stderr)):
+        _run(study, study_file, opened, detach, cluster)
+
+
+def _run(study: Study, study_file: Path, opened: Store, detach: bool, cluster) -> None:
     cells = study.cells(opened, local_device=cluster is None)
     states = cell_states(cells, opened)
     counts = {state: sum(1 for _, s, _ in states if s == state) for state in STATES}

@@ -1,0 +1,79 @@
+"""One ``acetui study run`` at a time per study and store: two at once would both see a cell missing and
+both start it (a cell is *running*, and waited for, only once its run is in the store).
+
+The lock is a file beside the store, ``<store>.study-<study name>.lock``, held with ``fcntl.flock``: the
+kernel releases it when the holder's process ends, however it ends (SIGKILL included), so a killed
+study never leaves a stale lock. The file holds who took it last (pid, host, since when, the study
+file), which the refused command reports; its content is only a description, the flock is the lock.
+
+Usage::
+
+    with study_lock(store_path, study, wait=False, on_wait=print):
+        ...  # run the study's cells
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from acetui_core.basics.errors import UserError
+
+POLL_SECONDS = 1.0  # how often a waiting study tries the lock again
+
+
+def lock_path(store: Path, study_name: str) -> Path:
+    return store.with_name(f"{store.name}.study-{study_name}.lock")
+
+
+def _holder(path: Path) -> str:
+    """Who holds the lock, as its file says: 'pid 123 on host since 2026-11-27 00:30:12 UTC'."""
+    try:
+        held = json.loads(path.read_text(encoding="utf-8"))
+        since = datetime.fromtimestamp(held["since"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"pid {held['pid']} on {held['host']} since {since}"
+    except (OSError, ValueError, KeyError, TypeError):  # taken a moment ago, its description not yet written
+        return "another process"
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+@contextmanager
+def study_lock(
+    store: Path, study_file: Path, *, wait: bool, on_wait: Callable[[str], None] | None = None
+) -> Iterator[None]:
+    """Hold the study's lock on ``store`` for the block. Held elsewhere: one sentence naming the holder
+    (``UserError``), or with ``wait`` that sentence to ``on_wait`` and a wait until it is free."""
+    path = lock_path(store, study_file.stem)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise UserError(f"Could not open the study's lock {path}: {error.strerror}.") from None
+    try:
+        if not _try_lock(fd):
+            sentence = f"Study {study_file.name} is already running on {store.name} ({_holder(path)}, lock {path})"
+            if not wait:
+                raise UserError(f"{sentence}; wait for it, or add --wait to start when it ends.")
+            if on_wait is not None:
+                on_wait(f"{sentence}; waiting for it to end.")
+            while not _try_lock(fd):
+                time.sleep(POLL_SECONDS)
+        held = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "study": str(study_file)}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(held).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock
