@@ -202,9 +202,9 @@ def _hold_lock(store: Path, study: Path) -> subprocess.Popen:
 def test_a_second_study_run_is_refused_naming_the_first_until_it_is_killed(
     tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
 ):
-    """Two `study run` of one study and store at once would start the same cells: the second is one
-    sentence naming the first (pid, host, since when), exit 2, nothing recorded. The lock dies with its
-    holder (SIGKILL included), and --wait waits for it instead."""
+    """Two `study run` on one store at once would start the same cells: the second is one sentence naming
+    the first (study, pid, host, since when), exit 2, nothing recorded, whatever its study file. The lock
+    dies with its holder (SIGKILL included), and --wait waits for it instead."""
     model = make_tiny_model("llama")
     study = _study(tmp_path / "s.toml", f'model = "{model}"\ncalib = "{calib_file}"\n{QUICK}')
     store_path = tmp_path / "runs.db"
@@ -212,10 +212,13 @@ def test_a_second_study_run_is_refused_naming_the_first_until_it_is_killed(
     store = Store(store_path, clock=clock)
     [cell] = load_study(study).cells(store)
     insert_run(store, clock, "done0001", cell, created=1_700_000_000.0, ppl=30.0)  # so a run that starts ends at once
-    holder = _hold_lock(store_path, study)
+    holder = _hold_lock(store_path, tmp_path / "another.toml")
     code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(store_path))
     assert code == 2
-    assert f"Study s.toml is already running on runs.db (pid {holder.pid} on {socket.gethostname()} since " in err
+    assert (
+        f"already under way on runs.db: {tmp_path / 'another.toml'} by pid {holder.pid} on {socket.gethostname()} since "
+        in err
+    )
     assert "--wait" in err and "nothing to run" not in err
 
     threading.Timer(0.5, holder.kill).start()  # SIGKILL: the kernel releases the lock

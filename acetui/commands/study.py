@@ -100,13 +100,13 @@ def run(
     cluster=None,
     store: options.StoreOption = None,
     wait: Annotated[
-        bool, typer.Option(help="When another `study run` of this study and store is under way, wait for it to end.")
+        bool, typer.Option(help="When another `study run` is under way on the store, wait for it to end.")
     ] = False,
 ) -> None:
     """Run the study's cells that have no finished run in the store (and rerun those that failed or were
     interrupted); wait for a cell another process is still running; return when every cell has ended
-    (with --detach: once the runs are queued). One `study run` of a study and store at a time: a second
-    is refused, naming the first (or, with --wait, waits for it)."""
+    (with --detach: once the runs are queued). One `study run` on a store at a time: a second is refused,
+    naming the first (or, with --wait, waits for it)."""
     study = load_study(study_file)
     opened = Store(store)
     with study_lock(opened.path, study_file, wait=wait, on_wait=lambda sentence: print(sentence, file=sys.stderr)):

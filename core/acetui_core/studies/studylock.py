@@ -1,7 +1,9 @@
-"""One ``acetui study run`` at a time per study and store: two at once would both see a cell missing and
-both start it (a cell is *running*, and waited for, only once its run is in the store).
+"""One ``acetui study run`` at a time per store: two at once would both see a cell missing and both start
+it (a cell is *running*, and waited for, only once its run is in the store). Per store, not per study
+file: two files may share cells (a study and a smaller one drawn from it), and a copy of a file under
+another name is the same study.
 
-The lock is a file beside the store, ``<store>.study-<study name>.lock``, held with ``fcntl.flock``: the
+The lock is a file beside the store, ``<store>.study.lock``, held with ``fcntl.flock``: the
 kernel releases it when the holder's process ends, however it ends (SIGKILL included), so a killed
 study never leaves a stale lock. The file holds who took it last (pid, host, since when, the study
 file), which the refused command reports; its content is only a description, the flock is the lock.
@@ -29,18 +31,18 @@ from acetui_core.basics.errors import UserError
 POLL_SECONDS = 1.0  # how often a waiting study tries the lock again
 
 
-def lock_path(store: Path, study_name: str) -> Path:
-    return store.with_name(f"{store.name}.study-{study_name}.lock")
+def lock_path(store: Path) -> Path:
+    return store.with_name(f"{store.name}.study.lock")
 
 
 def _holder(path: Path) -> str:
-    """Who holds the lock, as its file says: 'pid 123 on host since 2026-11-27 00:30:12 UTC'."""
+    """Who holds the lock, as its file says: 'study.toml by pid 123 on host since 2026-11-27 00:30:12 UTC'."""
     try:
         held = json.loads(path.read_text(encoding="utf-8"))
         since = datetime.fromtimestamp(held["since"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        return f"pid {held['pid']} on {held['host']} since {since}"
+        return f"{held['study']} by pid {held['pid']} on {held['host']} since {since}"
     except (OSError, ValueError, KeyError, TypeError):  # taken a moment ago, its description not yet written
-        return "another process"
+        return "a process that is just starting"
 
 
 def _try_lock(fd: int) -> bool:
@@ -55,16 +57,17 @@ def _try_lock(fd: int) -> bool:
 def study_lock(
     store: Path, study_file: Path, *, wait: bool, on_wait: Callable[[str], None] | None = None
 ) -> Iterator[None]:
-    """Hold the study's lock on ``store`` for the block. Held elsewhere: one sentence naming the holder
-    (``UserError``), or with ``wait`` that sentence to ``on_wait`` and a wait until it is free."""
-    path = lock_path(store, study_file.stem)
+    """Hold the studies' lock of ``store`` for the block (``study_file`` is recorded as its holder). Held
+    elsewhere: one sentence naming the holder (``UserError``), or with ``wait`` that sentence to ``on_wait``
+    and a wait until it is free."""
+    path = lock_path(store)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
-        raise UserError(f"Could not open the study's lock {path}: {error.strerror}.") from None
+        raise UserError(f"Could not open the studies' lock {path}: {error.strerror}.") from None
     try:
         if not _try_lock(fd):
-            sentence = f"Study {study_file.name} is already running on {store.name} ({_holder(path)}, lock {path})"
+            sentence = f"A study run is already under way on {store.name}: {_holder(path)} (lock {path})"
             if not wait:
                 raise UserError(f"{sentence}; wait for it, or add --wait to start when it ends.")
             if on_wait is not None:
