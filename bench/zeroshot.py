@@ -20,7 +20,8 @@ from acetui_core.basics.paths import default_model
 from acetui_core.modeling.models import load_model
 from acetui_core.pruning import pipeline
 from acetui_core.pruning.zeroshot import evaluate_zeroshot, validate_tasks
-from acetui_core.run.config import ZEROSHOT_TASKS, RunConfig
+from acetui_core.run.basic_settings import ZEROSHOT_TASKS
+from acetui_core.run.config import RunConfig
 from acetui_core.run.records import mean_accuracy
 
 SHORT = {

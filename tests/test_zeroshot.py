@@ -13,7 +13,8 @@ from runhelpers import cli
 
 from acetui_core.basics.errors import Cancelled, UserError
 from acetui_core.pruning.zeroshot import LOCAL_COPIES, TASK_YAMLS, evaluate_zeroshot, task_source, validate_tasks
-from acetui_core.run.config import ZEROSHOT_TASKS, RunConfig
+from acetui_core.run.basic_settings import ZEROSHOT_TASKS
+from acetui_core.run.config import RunConfig
 from acetui_core.run.events import Stage
 from acetui_core.run.records import TaskAccuracy, mean_accuracy
 

@@ -19,7 +19,7 @@ from acetui_core.basics.choices import Dtype, StageName
 from acetui_core.basics.errors import UserError, check_choice, first_line
 from acetui_core.basics.paths import file_identity, user_path
 from acetui_core.modeling.layouts import decoder_layers, prunable_linears
-from acetui_core.run.config import FULL_CONTEXT_CAP
+from acetui_core.run.basic_settings import FULL_CONTEXT_CAP
 from acetui_core.run.events import OnEvent, Stage
 
 if TYPE_CHECKING:  # transformers is imported only when a model is loaded (a fast CLI start)

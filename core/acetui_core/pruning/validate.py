@@ -28,7 +28,8 @@ from acetui_core.modeling.data import (
 from acetui_core.modeling.models import check_device_name, model_source, resolve_device
 from acetui_core.modeling.preflight import model_tokenizer, preflight
 from acetui_core.modeling.streaming import streaming_folder
-from acetui_core.run.config import FULL_CONTEXT_CAP, SETTINGS, RunConfig, needing
+from acetui_core.run.basic_settings import FULL_CONTEXT_CAP
+from acetui_core.run.config import SETTINGS, RunConfig, needing
 from acetui_core.scores.masks import check_nm_fits
 from acetui_core.scores.metrics import get_method
 from acetui_core.scores.sparsity import parse_sparsity

@@ -22,7 +22,7 @@ from pathlib import Path
 from acetui_core.basics.errors import UserError, check_choice, check_stop
 from acetui_core.basics.outputs import write_text_atomic
 from acetui_core.basics.paths import cache_dir, data_dir
-from acetui_core.run.config import ZEROSHOT_TASKS
+from acetui_core.run.basic_settings import ZEROSHOT_TASKS
 from acetui_core.run.events import OnEvent, Stage
 from acetui_core.run.records import TaskAccuracy, TaskOutcomes
 

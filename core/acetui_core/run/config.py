@@ -1,7 +1,8 @@
 """A run's full configuration (everything needed to repeat it, serialisable to JSON), and the one table
 of run settings.
 
-Each field of ``RunConfig`` is declared with ``setting(...)`` (``acetui_core.run.setting``): its default, its help, its choices, its
+Each field of ``RunConfig`` (its first part, the settings every run names, in
+``acetui_core.run.basic_settings``) is declared with ``setting(...)`` (``acetui_core.run.setting``): its default, its help, its choices, its
 group in the New run form (basic or advanced), its parser (``acetui_core.basics.parse``: the text a user typed
 to the value, or one sentence naming the option) and whether it can change a result or is bookkeeping
 only. Everything else is made from this table (``SETTINGS``): the options of ``acetui prune``,
@@ -14,32 +15,23 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from acetui_core.basics import parse
 from acetui_core.basics.choices import (
     Allocation,
     DSnoTAccept,
     DSnoTPruneScore,
     DSnoTSkip,
-    Dtype,
-    EvalKind,
     ExpertScore,
     MoeCalibration,
-    Offload,
     Permute,
     Refine,
-    SparsityGroup,
     Update,
     VarpForm,
     VarpScale,
 )
-from acetui_core.basics.errors import check_choice
 from acetui_core.run import parsers
+from acetui_core.run.basic_settings import BasicSettings
 from acetui_core.run.setting import Setting, setting, spec_of
-from acetui_core.scores.metrics import METHODS
 from acetui_core.scores.sparsity import Sparsity, parse_sparsity
-
-ZEROSHOT_TASKS = ("boolq", "rte", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa")
-FULL_CONTEXT_CAP = 4096
 
 
 def _needing(setting_name: str, value: str) -> dict:
@@ -48,160 +40,7 @@ def _needing(setting_name: str, value: str) -> dict:
 
 
 @dataclass
-class RunConfig:
-    model: str = setting(
-        help="Hub id, local checkpoint folder, or .gguf file (default: the bundled SmolLM2-135M).",
-        label="Model",
-        placed=True,
-        placeholder="hub id, checkpoint folder or .gguf (→ completes)",
-        axis=True,
-        describe=str,
-    )
-    method: str = setting(
-        "ace",
-        help=f"One of: {', '.join(METHODS)}; or a plug-in: module:function, path/file.py:function.",
-        label="Metrics",
-        placed=True,
-        flags=("--method", "-m"),
-        axis=True,
-        grid_flags=("--methods", "--method", "-m"),
-    )
-    sparsity: str = setting(  # "0.5" or "2:4"; parsed by ``sparsity_spec``
-        "0.5",
-        help="A ratio in (0, 1) or N:M such as 2:4.",
-        label="Sparsity",
-        flags=("--sparsity", "-s"),
-        parse=parsers.sparsity,
-        placeholder="0.5, 2:4, 4:8 …",
-        axis=True,
-    )
-    group: str = setting(
-        SparsityGroup.ROW,
-        help="Which weights compete for unstructured sparsity: row or layer.",
-        label="Group",
-        choices=tuple(SparsityGroup),
-        describe=lambda v: f"{v} groups",
-    )
-    calib: str = setting(
-        "c4",
-        help="c4, wikitext2, or a .txt/.jsonl/.json(.gz) file with a 'text' field; a mixture joins sources "
-        "with + (equal shares of the windows; c4@3+file.jsonl@1 for 3:1).",
-        label="Calibration",
-        parse=parsers.stripped,
-        placeholder="c4, wikitext2 or a file",
-        axis=True,
-        calibration=True,
-    )
-    nsamples: int = setting(
-        128,
-        help="Calibration windows.",
-        label="Samples",
-        parse=parsers.whole(1),
-        metavar="N",
-        calibration=True,
-        describe=lambda v: f"{v} samples",
-    )
-    seqlen: int | str = setting(  # an int, or "full" (the model's context capped at FULL_CONTEXT_CAP)
-        16,
-        help="Calibration window length in tokens, or 'full' (context, capped at 4096).",
-        label="Length",
-        parse=parse.seqlen,
-        presets=("16", "full"),
-        placeholder="16, full …",
-        axis=True,
-        calibration=True,
-        describe=lambda v: f"{v}-token calibration",
-    )
-    seed: int = setting(
-        0,
-        help="Seed of the window sampler.",
-        label="Seed",
-        parse=parsers.whole(),
-        metavar="N",
-        axis=True,
-        grid_flags=("--seeds", "--seed"),
-        calibration=True,
-    )
-    evals: list[str] = setting(
-        factory=lambda: [EvalKind.WIKITEXT2],
-        help="wikitext2, zeroshot, both comma-separated, or none.",
-        label="Evaluation",
-        placed=True,
-        flags=("--eval",),
-        choices=tuple(EvalKind),
-        parse=parsers.evals,
-        result=False,  # which measures a run has, not their values
-    )
-    eval_seqlen: int | None = setting(
-        None,
-        help="Perplexity window length (default: the context, capped at 4096).",
-        label="Length",
-        parse=parsers.optional_whole(2),
-        placed=True,
-        placeholder="context",
-        metavar="N",
-        describe=lambda v: f"eval {v} tokens",
-    )
-    eval_limit: int | None = setting(
-        None,
-        help="Evaluate the first N perplexity windows only.",
-        label="Windows",
-        placed=True,
-        placeholder="all",
-        parse=parsers.optional_whole(1),
-        metavar="N",
-        describe=lambda v: f"{v} windows",
-    )
-    tasks: list[str] = setting(
-        factory=lambda: list(ZEROSHOT_TASKS),
-        help="Zero-shot tasks, comma-separated.",
-        label="Tasks",
-        placed=True,
-        parse=parsers.tasks,
-    )
-    zeroshot_limit: int | None = setting(
-        None,
-        help="Zero-shot examples per task (a partial result).",
-        label="Examples",
-        placed=True,
-        placeholder="all",
-        flags=("--limit",),
-        parse=parsers.optional_whole(1),
-        metavar="N",
-    )
-    batch_size: int = setting(  # calibration windows per forward pass, and lm-eval's batch size
-        8,
-        help="Zero-shot batch size.",
-        label="Batch size",
-        group="advanced",
-        parse=parsers.whole(1),
-        metavar="N",
-        result=False,
-    )
-    device: str = setting(
-        "auto",
-        help="auto, cpu or cuda[:i]; with auto and several GPUs a grid runs one per GPU.",
-        label="Device",
-        placed=True,
-        result=False,
-    )
-    dtype: str = setting(
-        Dtype.AUTO,
-        help="auto (float32 on CPU, bf16/fp16 on GPU), float32, float16, bfloat16.",
-        label="dtype",
-        placed=True,
-        choices=tuple(Dtype),
-        parse=lambda value, _flag: check_choice(value, tuple(Dtype), "dtype"),
-        describe=str,
-    )
-    offload: str = setting(
-        Offload.AUTO,
-        help="Decoder layers read from the safetensors shards one at a time: disk, none, or auto (when the model "
-        "would take over 70% of available memory).",
-        label="Offload",
-        group="advanced",
-        choices=tuple(Offload),
-    )
+class RunConfig(BasicSettings):
     squared_weight: bool = setting(
         False,
         help="VarP/ACE variant with |W|^2 in place of |W| (ACE.md).",
