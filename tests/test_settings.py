@@ -13,7 +13,7 @@ from textual.widgets import Checkbox, Collapsible, Input, Static
 from acetui.app import make_app
 from acetui.cli import app
 from acetui.options import settings_markdown
-from acetui_core.analysis.comparison import _NEVER_SPLIT
+from acetui_core.analysis.rowlabels import _NEVER_SPLIT
 from acetui_core.run.config import SETTINGS, RunConfig
 from acetui_core.storage.store import Store
 

@@ -3,9 +3,9 @@ its calibration length (``Wanda-16``, ``CosP+VarP-16``, ``Wanda-FL``: ``RunConfi
 sparsity pattern (grouped by model when there are several), cells = WikiText-2 perplexity or zero-shot
 accuracy.
 
-Runs share a cell only when every setting that can change its number is equal (``settings``): only
-seeds may differ, and the cell then shows their mean ``± sd`` and ``(n=...)``, n counting distinct seeds
-(a seed run again is the same sample: its latest run counts, and the notes name the repeats). Runs that differ in
+Runs share a cell only when every setting that can change its number is equal
+(``acetui_core.analysis.rowlabels.settings``): only seeds may differ, and the cell then shows their mean
+``± sd`` and ``(n=...)``, n counting distinct seeds (a seed run again is the same sample: its latest run counts, and the notes name the repeats). Runs that differ in
 anything else get rows of their own, labelled with the difference (``Wanda-16 (32 samples)``). Settings
 that cannot change a number (``--keep-masks``, ``--fidelity``, where the model is saved) never split
 rows. A perplexity measured on part of the test set (``--eval-limit``) carries a dagger and a note.
@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
 
+from acetui_core.analysis.rowlabels import result_of, row_labels
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError, check_choice
-from acetui_core.run.config import SETTINGS, model_name
-from acetui_core.run.records import RunResult, any_partial, mean_accuracy
+from acetui_core.run.config import model_name
+from acetui_core.run.records import any_partial, mean_accuracy
 from acetui_core.scores.metrics import paper_name
 from acetui_core.scores.sparsity import parse_sparsity
 from acetui_core.storage.store_rows import RunRecord
@@ -187,15 +186,9 @@ def _sparsity_header(text: str) -> str:
     return str(spec) if spec.is_nm else f"{spec.ratio * 100:g}%"
 
 
-def _result(record: RunRecord) -> RunResult:
-    """The results of a run the comparison kept (finished, with results)."""
-    assert record.results is not None, record.id
-    return record.results
-
-
 def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tuple[str, str, float, bool]]:
     """(row, column header, value, partial) entries one run adds to the grid."""
-    result = _result(record)
+    result = result_of(record)
     if measure == "ppl":
         assert result.ppl_wikitext2 is not None, record.id
         return [(row, header, result.ppl_wikitext2, result.ppl_partial)]
@@ -208,108 +201,13 @@ def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tupl
     ]
 
 
-# ---- which runs may share a cell ----------------------------------------------------------------
-
-# Settings that cannot change a measured number (bookkeeping in the settings table): runs differing only
-# in these share a cell. Seeds are the repeats a cell averages over; the table's own axes (sparsity, or
-# the chosen columns) are not rows.
-_NEVER_SPLIT = {"seed", "sparsity"} | {name for name, spec in SETTINGS.items() if not spec.result}
-_PPL_ONLY = {"eval_seqlen", "eval_limit"}
-_ZEROSHOT_ONLY = {"tasks", "zeroshot_limit"}
-_CALIBRATION = {"calib", "nsamples", "seqlen"}
-
-
-def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]:
-    """Every setting of a finished run that can change the number a table shows, except its seed and the
-    table's column axis: the configuration, with what the run resolved (window lengths, windows counted,
-    dtype) and the identity of the files it read (model, calibration)."""
-    config, result = record.config, _result(record)
-    skip = _NEVER_SPLIT | (_ZEROSHOT_ONLY if measure == "ppl" else _PPL_ONLY) | {columns}
-    if columns == "seqlen":  # the calibration budget is the column (comparison names its windows there)
-        skip |= {"nsamples"}
-    if result.calibration is None:  # no calibration data: its settings cannot matter
-        skip |= _CALIBRATION
-    values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
-    values["dtype"] = result.dtype
-    values["model file"] = result.model_fingerprint
-    if result.method_fingerprint is not None:  # a plug-in metric: its file's version
-        values["method file"] = result.method_fingerprint
-    if result.calibration is not None:  # named by its file, known by its content
-        values.pop("calib", None)
-        values["calibration"] = (_sample_name(config.calib, result.calibration.source), result.calibration.fingerprint)
-        if "seqlen" in values:
-            values["seqlen"] = result.calibration.seqlen
-    if measure == "ppl":
-        values["eval_seqlen"], values["eval_limit"] = result.ppl_seqlen, result.ppl_windows
-    else:
-        values["tasks"] = tuple((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
-        values.pop("zeroshot_limit", None)
-    return values
-
-
-_SAMPLES = {"c4": "C4 sample", "wikitext2": "WikiText-2 sample"}
-
-
-def _sample_name(calib: str, source: str) -> str:
-    """A calibration sample as a paper names it: ``C4 sample c4_calib_merged``, ``calibration
-    c4-train.00000…first1000`` (a long file name keeps its start and end); a mixture as written
-    (``calibration c4+domain.jsonl``)."""
-    if "+" in calib and " + " in source:
-        return f"calibration {calib}"
-    stem = source.rstrip("/").rsplit("/", 1)[-1]
-    for suffix in (".gz", ".jsonl", ".json", ".txt"):
-        stem = stem.removesuffix(suffix)
-    if len(stem) > 26:
-        stem = f"{stem[:14]}…{stem[-9:]}"
-    return f"{_SAMPLES.get(calib, 'calibration')} {stem}"
-
-
-# How a row label names a value where runs differ: the settings table's words, and those of what the runs
-# resolved (the calibration sample, the tasks' sizes).
-_DESCRIBE: dict[str, Callable[[Any], str]] = {
-    **{name: spec.describe for name, spec in SETTINGS.items() if spec.describe is not None},
-    "calibration": lambda v: v[0],
-    "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),
-}
-
-
-def _row_labels(records: list[RunRecord], base: dict[str, str], measure: str, columns: str) -> dict[str, str]:
-    """Each run's row label: its base label, plus the settings in which it differs from the other runs of
-    the same base label and model column (for example ``Wanda-16 (32 samples)``), so that runs with
-    different settings never share a cell. File identities that differ are numbered in order of
-    appearance (``model file 2``), and so are two versions of what reads the same (a re-written file)."""
-    groups: dict[tuple[str, str], list[RunRecord]] = {}
-    for record in records:
-        groups.setdefault((base[record.id], model_name(record.config.model)), []).append(record)
-    labels = {}
-    for (label, _), group in groups.items():
-        values = {record.id: settings(record, measure, columns) for record in group}
-        names = list(dict.fromkeys(name for v in values.values() for name in v))
-        differing = [name for name in names if len({repr(v.get(name)) for v in values.values()}) > 1]
-        versions = {name: list(dict.fromkeys(repr(v.get(name)) for v in values.values())) for name in differing}
-        for record in group:
-            parts = []
-            for name in differing:
-                value = values[record.id].get(name)
-                version = versions[name].index(repr(value)) + 1
-                if name.endswith(" file"):
-                    parts.append(f"{name} {version}")
-                    continue
-                describe = _DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")
-                text = describe(value)
-                same_text = {repr(v.get(name)) for v in values.values() if describe(v.get(name)) == text}
-                parts.append(f"{text} v{version}" if len(same_text) > 1 else text)
-            labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
-    return labels
-
-
 def _evaluations(records: list[RunRecord], measure: str) -> dict[str, str]:
     """Each run's evaluation in words (``eval 16x512``: windows x tokens; ``eval n=100``: documents per
     task), for the runs of a model that were not all evaluated alike. Each evaluation then gets a column
     group of its own, so no best or ratio compares numbers measured on other windows or documents."""
     keys: dict[str, tuple] = {}
     for record in records:
-        result = _result(record)
+        result = result_of(record)
         if measure == "ppl":
             keys[record.id] = (result.ppl_windows, result.ppl_seqlen)
         else:
@@ -370,7 +268,7 @@ def comparison(
     several_sparsities = len({r.config.sparsity for r in usable}) > 1
     # A length study may take fewer windows of the longest length (16 x 2048 beside 128 x 16): each method
     # keeps one row, and its columns then name the windows as well as the length.
-    several_budgets = len({r.config.nsamples for r in usable if _result(r).calibration is not None}) > 1
+    several_budgets = len({r.config.nsamples for r in usable if result_of(r).calibration is not None}) > 1
 
     def keys(record: RunRecord) -> tuple[str, str]:
         config = record.config
@@ -379,7 +277,7 @@ def comparison(
         suffix = f" ({_sparsity_header(config.sparsity)})" if several_sparsities else ""
         if columns == "seqlen":
             length = "FL" if config.seqlen == "full" else str(config.seqlen)
-            if several_budgets and _result(record).calibration is not None:
+            if several_budgets and result_of(record).calibration is not None:
                 length = f"{config.nsamples}x{length}"
             return paper_name(config.method) + suffix, length
         if columns == "seed":
@@ -387,7 +285,7 @@ def comparison(
         return record.label + suffix, ""  # per-task table: the tasks are the columns
 
     axis = "sparsity" if columns == "sparsity" and measure != "zeroshot" else columns
-    row_labels = _row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)
+    labels = row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)
     evaluations = _evaluations(usable, measure)
 
     def group(record: RunRecord) -> str:
@@ -402,7 +300,7 @@ def comparison(
     grid: dict = {}
     for record in usable:
         model = group(record)
-        for row, header, value, partial in _values(record, measure, row_labels[record.id], keys(record)[1]):
+        for row, header, value, partial in _values(record, measure, labels[record.id], keys(record)[1]):
             rows.append(row)
             headers[model].append(header)
             grid.setdefault((row, (model, header)), Cell([], [], False)).add(record, value, partial)

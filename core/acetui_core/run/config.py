@@ -8,7 +8,7 @@ to the value, or one sentence naming the option) and whether it can change a res
 only. Everything else is made from this table (``SETTINGS``): the options of ``acetui prune``,
 ``compare`` and ``sweep`` (``acetui.options``), the New run form's fields, the checks of
 ``acetui_core.pruning.validate``, the comparison key and the words a row label uses for a differing value
-(``acetui_core.analysis.comparison``) and the option list of docs/cli.md. Adding a setting is one field here plus its effect in the engine.
+(``acetui_core.analysis.rowlabels``) and the option list of docs/cli.md. Adding a setting is one field here plus its effect in the engine.
 """
 
 from __future__ import annotations

@@ -1,0 +1,113 @@
+"""Which runs of a comparison may share a cell, and how a row label names where they differ: every
+setting of a finished run that can change the number a table shows (``settings``, the comparison key),
+and each run's row label with the differences from the other runs of its base label
+(``Wanda-16 (32 samples)``). ``acetui_core.analysis.comparison`` builds the grid from them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+from acetui_core.run.config import SETTINGS, model_name
+from acetui_core.run.records import RunResult
+from acetui_core.storage.store_rows import RunRecord
+
+
+def result_of(record: RunRecord) -> RunResult:
+    """The results of a run the comparison kept (finished, with results)."""
+    assert record.results is not None, record.id
+    return record.results
+
+
+# Settings that cannot change a measured number (bookkeeping in the settings table): runs differing only
+# in these share a cell. Seeds are the repeats a cell averages over; the table's own axes (sparsity, or
+# the chosen columns) are not rows.
+_NEVER_SPLIT = {"seed", "sparsity"} | {name for name, spec in SETTINGS.items() if not spec.result}
+_PPL_ONLY = {"eval_seqlen", "eval_limit"}
+_ZEROSHOT_ONLY = {"tasks", "zeroshot_limit"}
+_CALIBRATION = {"calib", "nsamples", "seqlen"}
+
+
+def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]:
+    """Every setting of a finished run that can change the number a table shows, except its seed and the
+    table's column axis: the configuration, with what the run resolved (window lengths, windows counted,
+    dtype) and the identity of the files it read (model, calibration)."""
+    config, result = record.config, result_of(record)
+    skip = _NEVER_SPLIT | (_ZEROSHOT_ONLY if measure == "ppl" else _PPL_ONLY) | {columns}
+    if columns == "seqlen":  # the calibration budget is the column (comparison names its windows there)
+        skip |= {"nsamples"}
+    if result.calibration is None:  # no calibration data: its settings cannot matter
+        skip |= _CALIBRATION
+    values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
+    values["dtype"] = result.dtype
+    values["model file"] = result.model_fingerprint
+    if result.method_fingerprint is not None:  # a plug-in metric: its file's version
+        values["method file"] = result.method_fingerprint
+    if result.calibration is not None:  # named by its file, known by its content
+        values.pop("calib", None)
+        values["calibration"] = (_sample_name(config.calib, result.calibration.source), result.calibration.fingerprint)
+        if "seqlen" in values:
+            values["seqlen"] = result.calibration.seqlen
+    if measure == "ppl":
+        values["eval_seqlen"], values["eval_limit"] = result.ppl_seqlen, result.ppl_windows
+    else:
+        values["tasks"] = tuple((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
+        values.pop("zeroshot_limit", None)
+    return values
+
+
+_SAMPLES = {"c4": "C4 sample", "wikitext2": "WikiText-2 sample"}
+
+
+def _sample_name(calib: str, source: str) -> str:
+    """A calibration sample as a paper names it: ``C4 sample c4_calib_merged``, ``calibration
+    c4-train.00000…first1000`` (a long file name keeps its start and end); a mixture as written
+    (``calibration c4+domain.jsonl``)."""
+    if "+" in calib and " + " in source:
+        return f"calibration {calib}"
+    stem = source.rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".gz", ".jsonl", ".json", ".txt"):
+        stem = stem.removesuffix(suffix)
+    if len(stem) > 26:
+        stem = f"{stem[:14]}…{stem[-9:]}"
+    return f"{_SAMPLES.get(calib, 'calibration')} {stem}"
+
+
+# How a row label names a value where runs differ: the settings table's words, and those of what the runs
+# resolved (the calibration sample, the tasks' sizes).
+_DESCRIBE: dict[str, Callable[[Any], str]] = {
+    **{name: spec.describe for name, spec in SETTINGS.items() if spec.describe is not None},
+    "calibration": lambda v: v[0],
+    "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),
+}
+
+
+def row_labels(records: list[RunRecord], base: dict[str, str], measure: str, columns: str) -> dict[str, str]:
+    """Each run's row label: its base label, plus the settings in which it differs from the other runs of
+    the same base label and model column (for example ``Wanda-16 (32 samples)``), so that runs with
+    different settings never share a cell. File identities that differ are numbered in order of
+    appearance (``model file 2``), and so are two versions of what reads the same (a re-written file)."""
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for record in records:
+        groups.setdefault((base[record.id], model_name(record.config.model)), []).append(record)
+    labels = {}
+    for (label, _), group in groups.items():
+        values = {record.id: settings(record, measure, columns) for record in group}
+        names = list(dict.fromkeys(name for v in values.values() for name in v))
+        differing = [name for name in names if len({repr(v.get(name)) for v in values.values()}) > 1]
+        versions = {name: list(dict.fromkeys(repr(v.get(name)) for v in values.values())) for name in differing}
+        for record in group:
+            parts = []
+            for name in differing:
+                value = values[record.id].get(name)
+                version = versions[name].index(repr(value)) + 1
+                if name.endswith(" file"):
+                    parts.append(f"{name} {version}")
+                    continue
+                describe = _DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")
+                text = describe(value)
+                same_text = {repr(v.get(name)) for v in values.values() if describe(v.get(name)) == text}
+                parts.append(f"{text} v{version}" if len(same_text) > 1 else text)
+            labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
+    return labels
