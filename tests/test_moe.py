@@ -306,7 +306,7 @@ def test_each_moe_layer_records_its_token_load_as_it_is_pruned(make_moe, calib_f
     """The Run screen and runs show read a running run's token load from its pruned layers: each layer's
     record carries its own share, and together they are the finished result's."""
     from acetui_core.run.events import LayerPruned
-    from acetui_core.run.records import Experts
+    from acetui_core.run.experts import Experts
 
     loaded = load_model(str(make_moe("mixtral", edit=_starve_expert_zero, num_experts_per_tok=1)), device="cpu")
     config = RunConfig(model="mixtral", method="wanda", sparsity="0.5", calib=calib_file, nsamples=8, seqlen=16,
@@ -336,7 +336,8 @@ def _moe_run(store, state: str) -> str:
     from runhelpers import insert_run, layer_event
 
     from acetui_core.run.events import RunStarted
-    from acetui_core.run.records import Experts, from_dict
+    from acetui_core.run.experts import Experts
+    from acetui_core.run.records import from_dict
 
     config = RunConfig(model="tiny-mixtral", method="wanda", sparsity="0.5")
     if state == "finished":

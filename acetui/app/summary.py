@@ -16,7 +16,8 @@ from acetui_core.basics.choices import Allocation, EvalKind, MoeCalibration, Run
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.resources import ResourceSample
 from acetui_core.run.config import RunConfig
-from acetui_core.run.records import Experts, LayerRecord, Spread, from_dict
+from acetui_core.run.experts import Experts
+from acetui_core.run.records import LayerRecord, Spread, from_dict
 from acetui_core.scores.metrics import METHODS
 from acetui_core.scores.sparsity import parse_sparsity
 from acetui_core.storage.store_rows import RunRecord

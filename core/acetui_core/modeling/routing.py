@@ -32,7 +32,7 @@ from torch import nn
 
 from acetui_core.basics.choices import MoeCalibration
 from acetui_core.modeling.layouts import FUSED_EXPERTS, Matrix, expert_parts
-from acetui_core.run.records import ExpertFallback, ExpertLoad
+from acetui_core.run.experts import ExpertFallback, ExpertLoad
 
 MIN_EXPERT_TOKENS = 16
 

@@ -35,7 +35,7 @@ from acetui_core.modeling.layerfeed import set_tensor
 from acetui_core.modeling.layouts import ROUTING, architecture, decoder_layers, expert_layout, fused_experts
 from acetui_core.modeling.placement import layer_forward
 from acetui_core.modeling.routing import expert_output
-from acetui_core.run.records import ExpertRemoval, ExpertsRemoved
+from acetui_core.run.experts import ExpertRemoval, ExpertsRemoved
 
 # The config fields that hold a model's routed expert count, whichever its family uses.
 COUNT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")

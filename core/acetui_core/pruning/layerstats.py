@@ -16,7 +16,7 @@ from acetui_core.modeling.layouts import weight_matrix
 from acetui_core.modeling.placement import StopForward, layer_forward
 from acetui_core.modeling.routing import expert_load, fallbacks, is_expert_linear, record_expert_inputs, starved
 from acetui_core.pruning.stats import ColumnStats
-from acetui_core.run.records import Experts
+from acetui_core.run.experts import Experts
 from acetui_core.scores.plugins import check_scores
 
 if TYPE_CHECKING:
