@@ -183,3 +183,16 @@ def test_the_pages_hold_enough_commands_to_be_a_check():
     """Guards the test above against a regex that silently stops finding commands."""
     assert sum(not setup for page in PAGES for _, _, setup in commands(page)) >= 20
     assert {page.name for page in pages_with_commands()} >= {"README.md", "cli.md", "evidence.md", "methods.md"}
+
+
+def test_the_module_map_names_every_engine_module_in_its_group():
+    """docs/architecture.md's module map has one line per group of core/acetui_core/ naming each of its
+    modules, so a module added, moved or split is found where the map says."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    engine = text[text.index("## Module map") : text.index("The faces, `acetui/`")]
+    lines = {part.split("`")[1].rstrip("/"): part for part in re.split(r"\n- ", engine)[1:]}
+    groups = sorted(p for p in (REPO / "core" / "acetui_core").iterdir() if (p / "__init__.py").exists())
+    assert set(lines) == {group.name for group in groups}
+    for group in groups:
+        modules = {p.name for p in group.glob("*.py") if p.name != "__init__.py"}
+        assert set(re.findall(r"`(\w+\.py)`", lines[group.name])) == modules, group.name
