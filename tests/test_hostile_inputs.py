@@ -312,3 +312,31 @@ def test_one_damaged_row_does_not_hide_the_others(tmp_path, monkeypatch, capsys)
     assert "finished (damaged)" in out and "run e0000001 is damaged in the store: unreadable results" in out
     code, out, err = cli(monkeypatch, capsys, "export", "--format", "markdown", "--store", store.path)
     assert code == 0 and "| Wanda-16 | **11.00** ± 1.41 (n=2) |" in out  # the two readable runs, seeds 0 and 2
+
+
+def test_a_run_recorded_with_a_choice_this_version_does_not_know_lists_with_its_raw_value(
+    tmp_path, monkeypatch, capsys
+):
+    """A store written by a newer acetui may hold a value a choice setting or the executor does not have
+    here (the choices are checked where a user types them, not where a record is read): the run lists and
+    shows with that value, never as damaged."""
+    import sqlite3
+
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.run.config import SETTINGS, RunConfig
+
+    newer = {name: f"{name}-from-a-newer-acetui" for name, spec in SETTINGS.items() if spec.choices}
+    newer["evals"] = ["wikitext2", "evals-from-a-newer-acetui"]
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    config = RunConfig(model="org/m", method="wanda", sparsity="0.5", **newer)
+    insert_run(store, clock, "f0000000", config, created=1_700_000_000.0, ppl=10.0)
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE runs SET executor = 'executor-from-a-newer-acetui'")
+    db.close()
+    assert store.get_run("f0000000").executor == "executor-from-a-newer-acetui"
+    code, out, err = cli(monkeypatch, capsys, "runs", "--store", store.path)
+    assert code == 0 and "f0000000" in out and "damaged" not in out + err, out + err
+    code, out, err = cli(monkeypatch, capsys, "runs", "show", "f0000000", "--store", store.path)
+    assert code == 0 and "permute-from-a-newer-acetui" in out and "damaged" not in out + err, out + err

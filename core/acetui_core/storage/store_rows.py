@@ -52,7 +52,7 @@ class RunRecord:
     results: RunResult | None = None
     layers_done: int = 0
     layers: list[LayerRecord] = field(default_factory=list)
-    executor: ExecutorKind = ExecutorKind.LOCAL
+    executor: str = ExecutorKind.LOCAL  # as recorded: a newer acetui's executor reads as its name, not damaged
     job: dict | None = None  # a Slurm run's job: {"job_id", "folder", "imported"}
     resources: dict | None = None  # the last resource sample of the run's process
     batch: str | None = None  # shared by the runs queued together (one compare, sweep or New run start)
@@ -145,7 +145,7 @@ def record_from_row(row: sqlite3.Row) -> RunRecord:
         stage=read("stage", lambda text: from_dict(Stage, json.loads(text))),
         results=read("results", lambda text: from_dict(RunResult, json.loads(text))),
         layers_done=row["layers_done"],
-        executor=read("executor", ExecutorKind, ExecutorKind.LOCAL),
+        executor=row["executor"],
         job=read("job", json.loads),
         resources=read("resources", json.loads),
         batch=row["batch"],
