@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from runhelpers import Clock, insert_run
+from runhelpers import Clock, insert_run, window_losses
 from textual.pilot import WaitForScreenTimeout
 
 from acetui.app import make_app
@@ -46,14 +46,7 @@ def build_store(path: Path, count: int) -> Store:
         model, seed = MODELS[(i // 15) % len(MODELS)], i // 30
         rng = np.random.default_rng(i)
         per_token = base + 0.05 * METHODS.index(method) + rng.normal(0, 0.02) + rng.normal(0, 0.01, WINDOWS)
-        losses = {
-            "dataset": "wikitext2",
-            "split": "test",
-            "seqlen": SEQLEN,
-            "limit": WINDOWS,
-            "nll": (per_token * SEQLEN).tolist(),
-            "tokens": [SEQLEN] * WINDOWS,
-        }
+        losses = window_losses(per_token, SEQLEN)
         ppl = float(np.exp(per_token.mean()))
         config = RunConfig(model=model, method=method, sparsity=sparsity, seed=seed, nsamples=8)
         result = {"ppl_windows": WINDOWS, "ppl_seqlen": SEQLEN, "window_losses": losses}

@@ -115,6 +115,19 @@ def result_for(
     )
 
 
+def window_losses(per_token, seqlen: int) -> dict:
+    """A stored perplexity evaluation's per-window losses (``WindowLosses`` as JSON) from each window's
+    mean loss per token (a numpy array): every window ``seqlen`` tokens long, none left out."""
+    return {
+        "dataset": "wikitext2",
+        "split": "test",
+        "seqlen": seqlen,
+        "limit": len(per_token),
+        "nll": (per_token * seqlen).tolist(),
+        "tokens": [seqlen] * len(per_token),
+    }
+
+
 def record(cls, data: dict):
     """``from_dict`` for a record a test writes by hand: a key the record has no field for, at any depth,
     fails the test (``from_dict`` itself ignores such keys, so a typo would pass unseen)."""

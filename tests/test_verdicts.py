@@ -11,7 +11,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from runhelpers import Clock, cli, insert_run, pilot_wait_until
+from runhelpers import Clock, cli, insert_run, pilot_wait_until, window_losses
 from scipy.stats import ttest_rel
 
 from acetui_core.analysis.comparison import comparison
@@ -30,15 +30,7 @@ def losses(seed: int, shift: float = 0.0) -> dict:
     """A run's window losses: the windows' difficulty, a seed effect of the calibration sample (sd 0.02
     per token, about ±1.5 on a perplexity of 74, as measured on SmolLM2) and per-window noise."""
     rng = np.random.default_rng(1000 + seed)
-    per_token = BASE + shift + rng.normal(0, 0.02) + rng.normal(0, 0.01, WINDOWS)
-    return {
-        "dataset": "wikitext2",
-        "split": "test",
-        "seqlen": SEQLEN,
-        "limit": WINDOWS,
-        "nll": (per_token * SEQLEN).tolist(),
-        "tokens": [SEQLEN] * WINDOWS,
-    }
+    return window_losses(BASE + shift + rng.normal(0, 0.02) + rng.normal(0, 0.01, WINDOWS), SEQLEN)
 
 
 def add(
@@ -56,14 +48,14 @@ def add(
     **config,
 ):
     """A finished run; ``windows``: (count, length) of another evaluation than the default's."""
-    window_losses = losses(int(run_id[-2:]), shift)
+    per_window = losses(int(run_id[-2:]), shift)
     count, length = windows or (WINDOWS, SEQLEN)
-    window_losses |= {"seqlen": length, "limit": count} if windows else {}
-    window_losses["nll"], window_losses["tokens"] = window_losses["nll"][:count], window_losses["tokens"][:count]
-    ppl = float(np.exp(np.sum(window_losses["nll"]) / (count * SEQLEN)))
+    per_window |= {"seqlen": length, "limit": count} if windows else {}
+    per_window["nll"], per_window["tokens"] = per_window["nll"][:count], per_window["tokens"][:count]
+    ppl = float(np.exp(np.sum(per_window["nll"]) / (count * SEQLEN)))
     result = {"calibration": calibration, "ppl_windows": count, "ppl_seqlen": length}
     if kept:
-        result["window_losses"] = window_losses
+        result["window_losses"] = per_window
     config = {"nsamples": 8, **config}
     run = RunConfig(model="org/tiny", method=method, sparsity="0.5", seed=seed, calib=calib, **config)
     insert_run(store, clock, run_id, run, created=clock.now + 10, ppl=ppl, result=result)
