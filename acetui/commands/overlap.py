@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 
 from acetui import options
-from acetui.commands.runs import text_table
+from acetui_core.basics.texttable import text_table
 from acetui_core.run.config import model_name
 from acetui_core.run.records import linear_kind
 from acetui_core.scores.maskfile import LinearOverlap, run_overlap, total

@@ -15,6 +15,7 @@ from acetui.app.summary import expert_load, expert_removal, run_experts
 from acetui_core.basics import parse
 from acetui_core.basics.choices import ExecutorKind, RunStatus
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.texttable import text_table
 from acetui_core.execution import jobfolder
 from acetui_core.run.config import model_name
 from acetui_core.run.records import LayerRecord
@@ -52,14 +53,6 @@ def _status_text(run: RunRecord) -> str:
     if run.status == RunStatus.RUNNING and run.num_layers:
         return f"running {run.layers_done}/{run.num_layers}"
     return run.status
-
-
-def text_table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(line[i])) for line in [headers, *rows]) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=False)).rstrip()
-        for line in [headers, *rows]
-    )
 
 
 def run_summary(run: RunRecord) -> str:

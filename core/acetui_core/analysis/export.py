@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from acetui_core.analysis.comparison import Comparison, comparison
 from acetui_core.analysis.verdicts import judge
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.texttable import aligned
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
 FORMATS = ("csv", "latex", "markdown")
@@ -257,19 +258,10 @@ def to_markdown(table: Comparison) -> str:
         [row, *(table.text(row, column, lambda v: f"**{v}**", "†", "\\|", "±") for column in table.columns)]
         for row in table.rows
     ]
-    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        return (
-            "| "
-            + " | ".join(
-                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))
-            )
-            + " |"
-        )
-
-    rule = "| " + " | ".join("-" * w if i == 0 else "-" * (w - 1) + ":" for i, w in enumerate(widths)) + " |"
-    out = [f"{_caption(table, latex=False)}", "", line(header), rule, *(line(cells) for cells in body)]
+    padded = aligned([header, *body], right=range(1, len(header)))
+    rule = ["-" * len(c) if i == 0 else "-" * (len(c) - 1) + ":" for i, c in enumerate(padded[0])]
+    lines = ["| " + " | ".join(cells) + " |" for cells in [padded[0], rule, *padded[1:]]]
+    out = [f"{_caption(table, latex=False)}", "", *lines]
     if table.partial:
         out += ["", f"† {_partial_note(table, ' (--eval-limit)' if table.measure == 'ppl' else ' (--limit)')}"]
     note = verdict_note(table)

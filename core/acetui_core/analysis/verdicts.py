@@ -8,12 +8,14 @@ run kept no per-unit record (recorded before acetui kept them) or was not evalua
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
 
 from acetui_core.analysis import evidence
 from acetui_core.analysis.comparison import Cell, Comparison, Verdict
+from acetui_core.basics.texttable import text_table
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
 AVERAGE = "Avg."  # the per-task table's mean column (acetui_core.analysis.comparison)
@@ -230,15 +232,9 @@ def text(data: dict) -> str:
             )
             if row["note"]:
                 notes.append(f"  {row['row']}: {row['note']}")
-        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
         out.append(column["column"])
-        out += [
-            "  "
-            + "  ".join(
-                c.ljust(w) if i in (0, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True))
-            ).rstrip()
-            for line in lines
-        ]
+        numbers = set(range(len(header))) - {0, 6}  # all but the row and the verdict
+        out.append(textwrap.indent(text_table(header, lines[1:], right=numbers), "  "))
         out += notes
         out.append("")
     if data["repeats"]:
