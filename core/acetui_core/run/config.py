@@ -1,14 +1,15 @@
 """A run's full configuration (everything needed to repeat it, serialisable to JSON), and the one table
 of run settings.
 
-Each field of ``RunConfig`` (its first part, the settings every run names, in
-``acetui_core.run.basic_settings``) is declared with ``setting(...)`` (``acetui_core.run.setting``): its default, its help, its choices, its
-group in the New run form (basic or advanced), its parser (``acetui_core.basics.parse``: the text a user typed
-to the value, or one sentence naming the option) and whether it can change a result or is bookkeeping
-only. Everything else is made from this table (``SETTINGS``): the options of ``acetui prune``,
-``compare`` and ``sweep`` (``acetui.options``), the New run form's fields, the checks of
-``acetui_core.pruning.validate``, the comparison key and the words a row label uses for a differing value
-(``acetui_core.analysis.rowlabels``) and the option list of docs/cli.md. Adding a setting is one field here plus its effect in the engine.
+Each field of ``RunConfig`` (the settings every run names come first, from ``BasicSettings`` in
+``acetui_core.run.basic_settings``) is declared with ``setting(...)`` (``acetui_core.run.setting``): its
+default, its help, its choices, its group in the New run form (basic or advanced), its parser
+(``acetui_core.run.parsers``: the text a user typed to the value, or one sentence naming the option) and
+whether it can change a result or is bookkeeping only. Everything else is made from this table
+(``SETTINGS``): the options of ``acetui prune``, ``compare`` and ``sweep`` (``acetui.options``), the New
+run form's fields, the checks of ``acetui_core.pruning.validate``, the comparison key and the words a row
+label uses for a differing value (``acetui_core.analysis.rowlabels``) and the option list of docs/cli.md.
+Adding a setting is one field here plus its effect in the engine.
 """
 
 from __future__ import annotations
