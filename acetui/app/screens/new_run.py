@@ -50,6 +50,7 @@ from acetui.app.widgets.settingfields import (
     kind,
     setting_field,
     setting_widget,
+    widget_value,
 )
 from acetui.app.workbench import Workbench
 from acetui_core.basics.choices import EvalKind
@@ -175,7 +176,7 @@ class NewRunScreen(Screen):
     def values(self) -> dict:
         """The form as plain values, to remember."""
         return {
-            **{widget.id: widget.value for widget in self._settings()},
+            **{widget.id: widget_value(widget) for widget in self._settings()},
             **{tick: self.query_one(f"#{tick}", Checkbox).value for tick in TICKS},
             "metrics": list(self.query_one("#metrics", SelectionList).selected),
         }
@@ -335,7 +336,7 @@ class NewRunScreen(Screen):
         """The run configurations the form describes (every relevant field must be valid)."""
         off = {name for evaluation in self._evals(on=False) for name in EVAL_SETTINGS[evaluation]}
         values = {
-            widget.id: form.value(widget.id, widget.value) if isinstance(widget, Input) else widget.value
+            widget.id: form.value(widget.id, widget.value) if isinstance(widget, Input) else widget_value(widget)
             for widget in self._settings()
             if widget.id not in off
         }

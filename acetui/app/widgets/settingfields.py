@@ -24,6 +24,11 @@ def kind(spec: Setting) -> str:
     return "tick" if isinstance(spec.default, bool) else "choice" if spec.choices else "text"
 
 
+def widget_value(widget: Input | Select | Checkbox):
+    """What a setting's widget holds: None for a choice left blank (the setting's default)."""
+    return None if isinstance(widget, Select) and widget.is_blank() else widget.value
+
+
 def setting_widget(name: str) -> Input | Select | Checkbox:
     """A setting's widget, at its default, with its help as the tooltip."""
     spec = SETTINGS[name]
@@ -32,7 +37,15 @@ def setting_widget(name: str) -> Input | Select | Checkbox:
         widget = Tick("", spec.default, id=name, compact=True)
     elif kind(spec) == "choice":
         options = [(CHOICE_NAMES.get(choice, choice), choice) for choice in spec.choices]
-        widget = Select(options, value=spec.default, allow_blank=False, compact=True, id=name)
+        blank = spec.default is None  # no choice made: the run decides (--group: the method's reference)
+        widget = Select(
+            options,
+            value=Select.NULL if blank else spec.default,
+            allow_blank=blank,
+            prompt=spec.placeholder or "Select",
+            compact=True,
+            id=name,
+        )
     else:
         widget = TextField(spec.text, placeholder=spec.placeholder, id=name, compact=True)
     widget.tooltip = spec.help

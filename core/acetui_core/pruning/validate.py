@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from acetui_core.basics import parse
-from acetui_core.basics.choices import Allocation, EvalKind, Offload, Permute, Refine, Update
+from acetui_core.basics.choices import Allocation, EvalKind, Offload, Permute, Refine, SparsityGroup, Update
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.paths import data_dir, file_identity, user_path
 from acetui_core.modeling.checkpoint import check_save_dir
@@ -47,6 +47,8 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     model_source(_model(config.model))  # a missing path first: the most common mistake, and cheap to see
     method = get_method(config.method)
     config = parsed(replace(config, method=method.name), "sparsity", "group", "expert_sparsity", "expert_score")
+    if config.sparsity_spec.is_nm:  # N:M competes within each row's runs of M inputs: --group is unused, and
+        config = replace(config, group=SparsityGroup.ROW)  # every N:M run records row, so none splits a cell
     if config.expert_sparsity == 0:
         parse_sparsity(config.sparsity)  # a ratio of 0 prunes nothing unless whole experts are removed
         config = _defaults(config, ("expert_score",))  # unused: it never splits a comparison's cells

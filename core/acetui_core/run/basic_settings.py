@@ -13,7 +13,7 @@ from acetui_core.basics.choices import Dtype, EvalKind, Offload, SparsityGroup
 from acetui_core.basics.errors import check_choice
 from acetui_core.run import parsers
 from acetui_core.run.setting import setting
-from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.metrics import METHODS, reference_group
 
 ZEROSHOT_TASKS = ("boolq", "rte", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa")
 FULL_CONTEXT_CAP = 4096
@@ -47,11 +47,13 @@ class BasicSettings:
         placeholder="0.5, 2:4, 4:8 …",
         axis=True,
     )
-    group: str = setting(
-        SparsityGroup.ROW,
-        help="Which weights compete for unstructured sparsity: row or layer.",
+    group: str = setting(  # None only until __post_init__: the method's reference group
+        None,
+        help="Which weights compete for unstructured sparsity: row or layer (default: the method's reference: "
+        "layer for RIA, as its code; row for the others, as Wanda's code and the ACE paper).",
         label="Group",
         choices=tuple(SparsityGroup),
+        placeholder="the method's reference",
         describe=lambda v: f"{v} groups",
     )
     calib: str = setting(
@@ -174,3 +176,7 @@ class BasicSettings:
         group="advanced",
         choices=tuple(Offload),
     )
+
+    def __post_init__(self) -> None:
+        if self.group is None:
+            self.group = reference_group(self.method)

@@ -25,6 +25,7 @@ from acetui_core.basics.choices import (
     MoeCalibration,
     Permute,
     Refine,
+    SparsityGroup,
     Update,
     VarpForm,
     VarpScale,
@@ -258,6 +259,8 @@ class RunConfig(BasicSettings):
         known = {f.name for f in fields(cls)}
         if data.get("refine") == Refine.DSNOT and "dsnot_skip" not in data:
             data = {**_dsnot_before_reference(str(data.get("sparsity", ""))), **data}
+        if data.get("group") is None:  # every method competed per row before RIA's default became its code's
+            data = {**data, "group": SparsityGroup.ROW}
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from acetui_core.basics.choices import Refine, Update
+from acetui_core.basics.choices import Refine, SparsityGroup, Update
 from acetui_core.scores import sparsegpt
 
 
@@ -19,6 +19,7 @@ class Method:
     needs_activations: bool = True
     uses_varp: bool = False  # reads V_j, so --varp-scale and --varp-form change it
     row_local: bool = False  # a row's scores read only that row of W (and the statistics): scored in row slices
+    group: str = SparsityGroup.ROW  # which weights compete for unstructured sparsity in its reference code
     source: str = "built-in"  # or where a plug-in came from: a file, a module, an entry point's package
     fingerprint: str | None = None  # a plug-in's file: its SHA-256, recorded with the run
     # SparseGPT's hook: ``(W, H, where, *, sparsity, mask) -> W`` prunes with the Hessian ``H`` and updates

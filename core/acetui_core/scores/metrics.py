@@ -9,7 +9,7 @@ ranking, so only VarP's additive ``1 +`` depends on that choice.
 
 from __future__ import annotations
 
-from acetui_core.basics.choices import VarpForm, VarpScale
+from acetui_core.basics.choices import SparsityGroup, VarpForm, VarpScale
 from acetui_core.scores.method import Method
 from acetui_core.scores.sparsegpt import mask_and_update
 
@@ -101,8 +101,9 @@ METHODS: dict[str, Method] = {
         Method(
             "ria",
             "RIA",
-            "relative importance times ||X_j||^0.5 (Zhang et al.; its code competes per layer: --group layer)",
+            "relative importance times ||X_j||^0.5 (Zhang et al.; per layer as its code; --group row: per row)",
             ria,
+            group=SparsityGroup.LAYER,
         ),
         Method(
             "sparsegpt",
@@ -142,6 +143,13 @@ def get_method(name: str) -> Method:
     from acetui_core.scores.plugins import plugin_method
 
     return plugin_method(name, builtin=tuple(METHODS))
+
+
+def reference_group(method: str) -> str:
+    """Which weights compete for unstructured sparsity when ``--group`` is not given: those its reference
+    code compares (RIA's: the whole layer); per output row, Wanda's and the ACE paper's, for the others
+    and for a plug-in (not imported here: a name is enough)."""
+    return METHODS[method].group if method in METHODS else SparsityGroup.ROW
 
 
 def paper_name(method: str) -> str:
