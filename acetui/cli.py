@@ -8,28 +8,30 @@ import sys
 
 import typer
 
+from acetui import options
 from acetui.commands import app as workbench
 from acetui.commands import evaluate, export, figure, grid, methods, overlap, plan, prune, runs, study
 from acetui_core.basics.errors import Cancelled, UserError
 
 app = typer.Typer(
+    cls=options.Group,
     add_completion=False,
     no_args_is_help=False,
     pretty_exceptions_enable=False,
     help="A terminal workbench for post-training pruning of LLMs (ACE, Wanda, RIA, SparseGPT, magnitude).",
 )
 app.callback(invoke_without_command=True)(workbench.workbench)
-app.command()(prune.prune)
-app.command()(grid.compare)
-app.command()(grid.sweep)
-app.command("export")(export.export_runs)
-app.command()(export.verdict)
-app.command()(figure.figure)
-app.command("eval")(evaluate.eval_command)
-app.command()(methods.methods)
-app.command()(overlap.overlap)
-app.command()(plan.plan)
-app.command()(workbench.attach)
+app.command(cls=options.Command)(prune.prune)
+app.command(cls=options.Command)(grid.compare)
+app.command(cls=options.Command)(grid.sweep)
+app.command("export", cls=options.Command)(export.export_runs)
+app.command(cls=options.Command)(export.verdict)
+app.command(cls=options.Command)(figure.figure)
+app.command("eval", cls=options.Command)(evaluate.eval_command)
+app.command(cls=options.Command)(methods.methods)
+app.command(cls=options.Command)(overlap.overlap)
+app.command(cls=options.Command)(plan.plan)
+app.command(cls=options.Command)(workbench.attach)
 app.add_typer(runs.runs_app, name="runs")
 app.add_typer(study.study_app, name="study")
 

@@ -12,6 +12,7 @@ from typing import Annotated, get_type_hints
 
 import typer
 from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from acetui_core.analysis.comparison import CELLS
 from acetui_core.basics import parse
@@ -50,7 +51,9 @@ Last = Annotated[
 RunId = Annotated[str, typer.Argument(help="A run id or a unique prefix of one.")]
 RunIds = Annotated[list[str], typer.Argument(help="Run ids or unique prefixes.")]
 
-Detach = Annotated[bool, typer.Option(help="Run in the background, detached from this terminal; print the run id(s).")]
+Detach = Annotated[
+    bool, typer.Option("--detach", help="Run in the background, detached from this terminal; print the run id(s).")
+]
 Executor = Annotated[
     str,
     typer.Option(
@@ -79,6 +82,29 @@ Cells = Annotated[
 ]
 
 
+class PlainFlags:
+    """Help that shows a flag by its name alone, as Click does: Typer 0.29 prints its type (``--json <bool>``),
+    as if it took a value. Mixed into every command and group of ``acetui`` (``Command``, ``Group``)."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if isinstance(param, TyperOption) and param.is_flag:
+                param.metavar = ""  # what Typer's help prints in the type column
+        return params
+
+
+class Command(PlainFlags, TyperCommand):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.help:  # the docstring's line breaks: Typer keeps them in its group's list of commands
+            self.help = "\n\n".join(" ".join(part.split()) for part in inspect.cleandoc(self.help).split("\n\n"))
+
+
+class Group(PlainFlags, TyperGroup):
+    pass
+
+
 def _cli_type(spec: Setting) -> type | UnionType:
     """What the CLI takes for a setting: a flag, a number, or text its parser reads (lists are comma-separated)."""
     kind = _TYPES[spec.name]
@@ -89,10 +115,14 @@ def _cli_type(spec: Setting) -> type | UnionType:
 
 
 def _parameter(spec: Setting) -> inspect.Parameter:
-    option = typer.Option(
-        *spec.flags, help=escape(spec.help), parser=lambda text: spec.value(text), metavar=spec.metavar
+    option = typer.Option(  # a flag is named alone (no --no-X: every flag is off by default)
+        *(spec.flags or (spec.flag,)),
+        help=escape(spec.help),
+        parser=lambda text: spec.value(text),
+        metavar=spec.metavar,
     )
-    default = spec.text if isinstance(spec.default, list) else spec.default
+    # a list as typed, with spaces after its commas so that --help can wrap it
+    default = ", ".join(map(str, spec.default)) if isinstance(spec.default, list) else spec.default
     annotation: object = Annotated[_cli_type(spec), option]  # made at run time for Typer to read: a value here
     return inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
@@ -187,16 +217,10 @@ def settings_markdown() -> str:
         "|---|---|---|---|---|",
     ]
     for spec in SETTINGS.values():
-        names = "argument `MODEL`" if spec.name == "model" else ", ".join(f"`{flag}`" for flag in _flags(spec))
+        flags = spec.flags or (spec.flag,)
+        names = "argument `MODEL`" if spec.name == "model" else ", ".join(f"`{flag}`" for flag in flags)
         default = f"`{spec.text}`" if spec.text else "none"
         result = "yes" if spec.result else "no (bookkeeping)"
         help_text = spec.help.replace("|", "\\|")
         rows.append(f"| {names} | {default} | {spec.group} | {result} | {help_text} |")
     return "\n".join(rows) + "\n"
-
-
-def _flags(spec: Setting) -> tuple[str, ...]:
-    if spec.flags:
-        return spec.flags
-    flag = "--" + spec.name.replace("_", "-")
-    return (f"{flag}/--no-{flag[2:]}",) if isinstance(spec.default, bool) else (flag,)

@@ -24,6 +24,7 @@ from acetui_core.storage.store_rows import RunRecord
 from acetui_core.storage.store_schema import STATUSES, TERMINAL
 
 runs_app = typer.Typer(
+    cls=options.Group,
     help="Runs recorded in the store: list, show, watch, cancel, remove, sync.",
     invoke_without_command=True,
     no_args_is_help=False,
@@ -119,7 +120,7 @@ def runs(
             print(f"run {record.id} is damaged in the store: {record.damaged}.")
 
 
-@runs_app.command("show")
+@runs_app.command("show", cls=options.Command)
 def show(run_id: options.RunId, store: options.StoreOption = None, as_json: options.JsonOption = False) -> None:
     """Everything recorded about one run: configuration, environment, status, layers, results."""
     opened = Store(store, create=False)
@@ -284,7 +285,7 @@ class Follower:
             time.sleep(interval)
 
 
-@runs_app.command("watch")
+@runs_app.command("watch", cls=options.Command)
 def watch(
     run_id: options.RunId,
     store: options.StoreOption = None,
@@ -314,7 +315,7 @@ def watch(
         raise typer.Exit(1)
 
 
-@runs_app.command("cancel")
+@runs_app.command("cancel", cls=options.Command)
 def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
     """Stop runs: a queued run is cancelled at once, a running one after its current layer."""
     opened = Store(store, create=False)
@@ -329,7 +330,7 @@ def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
             print(f"Run {full}: cancel requested; it stops after its current layer.")
 
 
-@runs_app.command("sync")
+@runs_app.command("sync", cls=options.Command)
 def sync(store: options.StoreOption = None) -> None:
     """Import what cluster jobs wrote to their job folders (progress, results, how they ended), and remove
     the unfinished saves and scratch folders of runs whose process is gone."""
@@ -345,7 +346,7 @@ def sync(store: options.StoreOption = None) -> None:
         print(f"Removed {len(swept)} folder(s) that killed runs left: {', '.join(map(str, swept))}.")
 
 
-@runs_app.command("rm")
+@runs_app.command("rm", cls=options.Command)
 def remove(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
     """Delete finished, failed, cancelled or interrupted runs from the store."""
     for full in Store(store, create=False).delete_runs(run_ids):

@@ -27,6 +27,7 @@ from acetui_core.studies.study import DONE, FAILED, MISSING, RUNNING, STATES, St
 from acetui_core.studies.studylock import study_lock
 
 study_app = typer.Typer(
+    cls=options.Group,
     help="Studies: a comparison declared in one TOML file of run settings (a list is an axis), run, resumed "
     "and reported as one folder.",
     no_args_is_help=True,
@@ -91,7 +92,7 @@ def _wait_for(store: Store, run_ids: list[str], progress: StudyProgress) -> None
             time.sleep(POLL_SECONDS)
 
 
-@study_app.command("run")
+@study_app.command("run", cls=options.Command)
 @options.with_executor
 def run(
     study_file: StudyFile,
@@ -153,7 +154,7 @@ def _run(study: Study, study_file: Path, opened: Store, detach: bool, cluster) -
         raise typer.Exit(1)
 
 
-@study_app.command("status")
+@study_app.command("status", cls=options.Command)
 def status(study_file: StudyFile, store: options.StoreOption = None, as_json: options.JsonOption = False) -> None:
     """List the study's cells: done, running, failed or missing, with their newest run."""
     study = load_study(study_file)
@@ -176,12 +177,14 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
     print(", ".join(f"{counts[state]} {state}" for state in STATES) + f" of {len(states)} cells.", file=sys.stderr)
 
 
-@study_app.command("report")
+@study_app.command("report", cls=options.Command)
 def report(
     study_file: StudyFile,
     output: Annotated[Path, typer.Option("--output", "-o", help="The report's folder (made if missing).")],
     store: options.StoreOption = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace the files of an earlier report in the folder.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the files of an earlier report in the folder.")
+    ] = False,
 ) -> None:
     """Write the study's report from the store alone: tables (LaTeX, Markdown, CSV) with verdicts, figures,
     the environment and summary.md."""
