@@ -101,7 +101,7 @@ def run(
     cluster=None,
     store: options.StoreOption = None,
     wait: Annotated[
-        bool, typer.Option(help="When another `study run` is under way on the store, wait for it to end.")
+        bool, typer.Option("--wait", help="When another `study run` is under way on the store, wait for it to end.")
     ] = False,
 ) -> None:
     """Run the study's cells that have no finished run in the store (and rerun those that failed or were
