@@ -87,7 +87,7 @@ class PlainFlags:
     as if it took a value. Mixed into every command and group of ``acetui`` (``Command``, ``Group``)."""
 
     def get_params(self, ctx):
-        params = super().get_params(ctx)  # type: ignore[misc]
+        params = super().get_params(ctx)
         for param in params:
             if isinstance(param, TyperOption) and param.is_flag:
                 param.metavar = ""  # what Typer's help prints in the type column

@@ -21,6 +21,7 @@ FIGURES = ("pareto", "seqlen", "layers")
 X_AXES = {"seconds": "prune time (s)", "tokens": "calibration tokens (samples x length)"}
 Y_LABELS = {"ppl": "WikiText-2 perplexity", "zeroshot-mean": "mean zero-shot accuracy (%)"}
 IMAGE_FORMATS = (".png", ".pdf", ".svg")
+MOST_TICKS = 6  # x tick labels an image's axis carries: a few plain numbers, never run together
 
 
 @dataclass
@@ -119,6 +120,38 @@ def to_pgfplots(
     return "\n".join(out) + "\n"
 
 
+def log_ticks(low: float, high: float) -> list[tuple[float, str]]:
+    """The x ticks of a log axis over the data's ``low`` to ``high`` (both positive), as plain numbers:
+    the densest of 1, 1-2-5 and 1-9 times the powers of ten that puts between two and ``MOST_TICKS`` on the
+    data; where none does, round numbers evenly spaced (a span within a decade, such as prune seconds of
+    96 to 110). matplotlib's own log axis labels every minor tick of a narrow span, and they overlap."""
+    if low >= high:
+        return [(low, f"{low:g}")]
+    decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+    candidates = [
+        [x for e in decades for m in multipliers if low <= (x := float(f"{m}e{e}")) <= high]
+        for multipliers in ((1,), (1, 2, 5), range(1, 10))
+    ]
+    fitting = [ticks for ticks in candidates if 2 <= len(ticks) <= MOST_TICKS]
+    if fitting:
+        chosen = max(fitting, key=len)
+    elif len(candidates[0]) > MOST_TICKS:  # many decades: every few powers of ten
+        chosen = candidates[0][:: math.ceil(len(candidates[0]) / MOST_TICKS)]
+    else:
+        chosen = _even_ticks(low, high)
+    return [(x, f"{x:g}") for x in chosen]
+
+
+def _even_ticks(low: float, high: float) -> list[float]:
+    """Multiples of the finest 1, 2 or 5 times a power of ten that puts at most ``MOST_TICKS`` on the data."""
+    power = math.floor(math.log10(high - low)) - 1
+    for step in (float(f"{m}e{e}") for e in range(power, power + 3) for m in (1, 2, 5)):
+        ticks = [round(k * step, 12) for k in range(math.ceil(low / step), math.floor(high / step) + 1)]
+        if len(ticks) <= MOST_TICKS:
+            return ticks
+    return [low, high]
+
+
 def check_figure_file(output: Path) -> None:
     if output.suffix != ".tex" and output.suffix not in IMAGE_FORMATS:
         raise UserError(f"Cannot write a figure as '{output.suffix or output.name}'; use .tex, .png, .pdf or .svg.")
@@ -146,6 +179,7 @@ def write_figure(
 
         matplotlib.use("Agg")  # no display needed
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter
     except ImportError:
         raise UserError(
             f"{output.suffix[1:].upper()} figures need matplotlib: pip install 'acetui[figures]' "
@@ -160,6 +194,10 @@ def write_figure(
     axes.set_xscale("log" if log_x else "linear")
     if ticks:
         axes.set_xticks(range(1, len(ticks) + 1), ticks)
+    elif log_x and (positive := [x for line in lines for x, *_ in line.points if x > 0]):
+        chosen = log_ticks(min(positive), max(positive))
+        axes.set_xticks([x for x, _ in chosen], [label for _, label in chosen])
+        axes.xaxis.set_minor_formatter(NullFormatter())
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.legend()
