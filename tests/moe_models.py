@@ -70,6 +70,14 @@ def moe_config(family: str, vocab_size: int, **overrides):
             moe_k=2,
             moe_layer_start_index=0,
         ),
+        # Families built the same way, tested for expert removal (test_expert_removal.py)
+        "olmoe": lambda: transformers.OlmoeConfig(**common, intermediate_size=32, num_experts=8, num_experts_per_tok=2),
+        "phimoe": lambda: transformers.PhimoeConfig(
+            **common, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2
+        ),
+        "granitemoe": lambda: transformers.GraniteMoeConfig(
+            **common, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2
+        ),
         "gpt_neox": lambda: transformers.GPTNeoXConfig(
             vocab_size=vocab_size,
             hidden_size=64,

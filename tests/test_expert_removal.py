@@ -20,6 +20,10 @@ from acetui_core.pruning.expertremoval import COUNT_FIELDS
 from acetui_core.run.config import RunConfig
 
 COUNTS = {"mixtral": 4, "qwen2_moe": 8, "qwen3_moe": 8, "deepseek_v3": 8, "gpt_oss": 4, "ernie4_5_moe": 8}
+BUILT_THE_SAME_WAY = {"olmoe": 8, "glm4_moe": 8, "phimoe": 4, "granitemoe": 4}  # no entry in the table of layouts
+COUNTS |= BUILT_THE_SAME_WAY
+GRANITE_EXPERTS = ("input_linear.weight", "output_linear.weight")  # Granite-MoE's saved experts
+DENSE_FIRST = ("deepseek_v3", "glm4_moe")  # first_k_dense_replace=1: layer 0 is a dense MLP
 
 
 def _run(source, calib_file, save=None, **settings):
@@ -38,6 +42,8 @@ def _expert_tensors(saved: dict[str, torch.Tensor], layer: int) -> dict[str, int
     """Per saved expert weight name of ``layer`` (index stripped), how many experts the checkpoint holds."""
     counts: dict[str, int] = {}
     for name, tensor in saved.items():
+        if f"layers.{layer}." in name and name.endswith(GRANITE_EXPERTS):  # fused, under Granite's own names
+            counts[name.rsplit(".", 2)[-2]] = tensor.shape[0]
         if f"layers.{layer}." not in name or ".experts." not in name or "shared" in name:
             continue
         parts = name.split(".")
@@ -50,7 +56,7 @@ def _expert_tensors(saved: dict[str, torch.Tensor], layer: int) -> dict[str, int
     return counts
 
 
-@pytest.mark.parametrize("family", [*FAMILIES, "ernie4_5_moe"])
+@pytest.mark.parametrize("family", [*FAMILIES, "ernie4_5_moe", *BUILT_THE_SAME_WAY])
 def test_the_saved_checkpoint_has_fewer_experts_and_loads_with_the_same_logits(make_moe, calib_file, tmp_path, family):
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -61,7 +67,7 @@ def test_the_saved_checkpoint_has_fewer_experts_and_loads_with_the_same_logits(m
     assert fields and all(getattr(config, f) == dense // 2 for f in fields)
     assert config.num_experts_per_tok <= dense // 2
     saved, moe_layers = _saved(tmp_path / "out"), [r.layer for r in result.experts.removal]
-    assert moe_layers == ([1] if family == "deepseek_v3" else [0, 1])  # DeepSeek's first layer is dense
+    assert moe_layers == ([1] if family in DENSE_FIRST else [0, 1])
     for layer in moe_layers:
         assert set(_expert_tensors(saved, layer).values()) == {dense // 2}
         routers = [t for n, t in saved.items() if f"layers.{layer}." in n and (".gate." in n or ".router." in n)]
@@ -156,20 +162,33 @@ def test_sparsity_zero_removes_experts_and_leaves_the_kept_ones_as_they_were(mak
     assert result.overall_sparsity == 0
 
 
-def test_streamed_and_in_memory_removal_save_the_same_checkpoint(make_moe, calib_file, tmp_path):
-    source = make_moe("mixtral")
+def _correction_bias(model):
+    """DeepSeek's ``e_score_correction_bias`` (a persistent buffer, zero in a new model) made non-zero, so
+    the choice of experts depends on it and a run that never read it routes otherwise."""
+    for layer in decoder_layers(model)[1:]:
+        layer.mlp.gate.e_score_correction_bias.copy_(torch.linspace(-0.5, 0.5, 8))
+
+
+@pytest.mark.parametrize("family", ["mixtral", "deepseek_v3"])
+def test_streamed_and_in_memory_removal_save_the_same_checkpoint(make_moe, calib_file, tmp_path, family):
+    source = make_moe(family, edit=_correction_bias if family == "deepseek_v3" else None)
     results = {}
     for offload in ("none", "disk"):
         config = RunConfig(model=str(source), method="wanda", sparsity="0.5", expert_sparsity=0.5, calib=calib_file,
                            nsamples=8, seqlen=16, evals=[], device="cpu", offload=offload, save=str(tmp_path / offload))  # fmt: skip
         results[offload] = pipeline.run(config)
     whole, streamed = _saved(tmp_path / "none"), _saved(tmp_path / "disk")
-    assert whole.keys() == streamed.keys() and "model.layers.0.block_sparse_moe.experts.1.w1.weight" in whole
-    assert "model.layers.0.block_sparse_moe.experts.2.w1.weight" not in whole
+    assert whole.keys() == streamed.keys()
     for name in whole:
         torch.testing.assert_close(whole[name], streamed[name]), name
     assert results["disk"].experts.removal == results["none"].experts.removal
-    assert results["disk"].experts_removed.kept == [2, 2]
+    if family == "mixtral":
+        assert "model.layers.0.block_sparse_moe.experts.1.w1.weight" in whole
+        assert "model.layers.0.block_sparse_moe.experts.2.w1.weight" not in whole
+        assert results["disk"].experts_removed.kept == [2, 2]
+    else:  # the bias was read, cut with the router and written: the kept experts' entries
+        kept = [e for e in range(8) if e not in results["none"].experts.removal[0].removed]
+        assert torch.equal(whole["model.layers.1.mlp.gate.e_score_correction_bias"], torch.linspace(-0.5, 0.5, 8)[kept])
 
 
 def test_a_layout_that_cannot_lose_experts_is_refused_before_any_work(make_moe, calib_file, cli):

@@ -37,8 +37,9 @@ def figure(
     store: options.StoreOption = None,
 ) -> None:
     """Draw the selected runs, one series per method: quality against prune time or calibration tokens
-    (pareto: methods read at equal cost) or against calibration length (seqlen), with their intervals;
-    or per run its layers' sparsity and output fidelity (layers)."""
+    (pareto: methods read at equal cost), against calibration length (seqlen) or against the parameters
+    removed (experts: whole experts removed beside sparsity inside them), with their intervals; or per run
+    its layers' sparsity and output fidelity (layers)."""
     check_choice(kind, FIGURES, "figure")
     check_choice(x, X_AXES, "--x")
     check_choice(table, Y_LABELS, "--table")
@@ -49,5 +50,6 @@ def figure(
         lines = layer_series(records)
         write_figure(lines, "decoder layer", "sparsity, or 1 - cosine of the layer output", target, False, overwrite)
     else:
-        write_figure(*figure_series(records, kept, kind, x, table, level), target, replace=overwrite)
+        lines, xlabel, ylabel = figure_series(records, kept, kind, x, table, level)
+        write_figure(lines, xlabel, ylabel, target, log_x=kind != "experts", replace=overwrite)
     print(output)

@@ -21,9 +21,9 @@ import statistics
 from dataclasses import dataclass, field
 
 from acetui_core.analysis.rowlabels import result_of, row_labels
-from acetui_core.basics.choices import RunStatus
+from acetui_core.basics.choices import EXPERT_SCORE_NAMES, RunStatus, SparsityScope
 from acetui_core.basics.errors import UserError, check_choice
-from acetui_core.run.config import model_name
+from acetui_core.run.config import RunConfig, model_name
 from acetui_core.run.records import any_partial, mean_accuracy
 from acetui_core.scores.metrics import paper_name
 from acetui_core.scores.sparsity import parse_sparsity
@@ -181,9 +181,29 @@ class Comparison:
         return value
 
 
-def _sparsity_header(text: str) -> str:
-    spec = parse_sparsity(text)
-    return str(spec) if spec.is_nm else f"{spec.ratio * 100:g}%"
+def _sparsity_header(config: RunConfig) -> str:
+    """A run's column: its sparsity pattern; with whole experts removed or the mask on the experts alone,
+    the share of the routed experts' parameters taken (docs/moe.md), so that ``50% of expert parameters``
+    holds REAP's removal beside Wanda inside the experts, at matched parameters."""
+    spec = parse_sparsity(config.sparsity, allow_zero=True)
+    pattern = str(spec) if spec.is_nm else f"{spec.ratio * 100:g}%"
+    removed = f"{config.expert_sparsity * 100:g}% of expert parameters"
+    if config.expert_sparsity and spec.fraction == 0:
+        return removed
+    if config.expert_sparsity:
+        return f"{pattern} + {removed} (experts removed)"
+    if config.sparsity_scope == SparsityScope.EXPERTS:
+        return f"{pattern} of expert parameters"
+    return pattern
+
+
+def _base_label(record: RunRecord) -> str:
+    """A run's row: its method and calibration length (``Wanda-16``), or, for whole experts removed and no
+    mask, the expert score (``REAP expert removal``): the method then changes nothing."""
+    config = record.config
+    if config.expert_sparsity and parse_sparsity(config.sparsity, allow_zero=True).fraction == 0:
+        return f"{EXPERT_SCORE_NAMES.get(config.expert_score, config.expert_score)} expert removal"
+    return record.label
 
 
 def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tuple[str, str, float, bool]]:
@@ -265,7 +285,7 @@ def comparison(
             f"None of the {len(records)} selected run(s) has finished with {what}, "
             f"so there is no table to make (--format csv exports any run)."
         )
-    several_sparsities = len({r.config.sparsity for r in usable}) > 1
+    several_sparsities = len({_sparsity_header(r.config) for r in usable}) > 1
     # A length study may take fewer windows of the longest length (16 x 2048 beside 128 x 16): each method
     # keeps one row, and its columns then name the windows as well as the length.
     several_budgets = len({r.config.nsamples for r in usable if result_of(r).calibration is not None}) > 1
@@ -273,16 +293,16 @@ def comparison(
     def keys(record: RunRecord) -> tuple[str, str]:
         config = record.config
         if columns == "sparsity" and measure != "zeroshot":
-            return record.label, _sparsity_header(config.sparsity)
-        suffix = f" ({_sparsity_header(config.sparsity)})" if several_sparsities else ""
+            return _base_label(record), _sparsity_header(config)
+        suffix = f" ({_sparsity_header(config)})" if several_sparsities else ""
         if columns == "seqlen":
             length = "FL" if config.seqlen == "full" else str(config.seqlen)
             if several_budgets and result_of(record).calibration is not None:
                 length = f"{config.nsamples}x{length}"
             return paper_name(config.method) + suffix, length
         if columns == "seed":
-            return record.label + suffix, f"seed {config.seed}"
-        return record.label + suffix, ""  # per-task table: the tasks are the columns
+            return _base_label(record) + suffix, f"seed {config.seed}"
+        return _base_label(record) + suffix, ""  # per-task table: the tasks are the columns
 
     axis = "sparsity" if columns == "sparsity" and measure != "zeroshot" else columns
     labels = row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)

@@ -1,6 +1,7 @@
 """Figures of a comparison with their intervals: quality against cost (``pareto``: prune seconds or
-calibration tokens, so methods are read at equal compute) or against calibration length (``seqlen``,
-the paper's appendix study); one series per method. Written as pgfplots ``.tex`` (a ``tikzpicture``
+calibration tokens, so methods are read at equal compute), against calibration length (``seqlen``,
+the paper's appendix study) or against the parameters a run removed (``experts``: whole experts removed
+beside sparsity inside them, docs/moe.md); one series per method or expert score. Written as pgfplots ``.tex`` (a ``tikzpicture``
 with error bars, needs only ``\\usepackage{pgfplots}``) or, with matplotlib installed (``pip install
 'acetui[figures]'``), as PNG, PDF or SVG.
 """
@@ -17,7 +18,8 @@ from acetui_core.basics.errors import UserError, check_choice
 from acetui_core.basics.outputs import atomic_file, write_text_atomic
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
-FIGURES = ("pareto", "seqlen", "layers")
+FIGURES = ("pareto", "seqlen", "experts", "layers")
+PARAMETERS_REMOVED = "parameters removed (millions, counted on the pruned weights)"
 X_AXES = {"seconds": "prune time (s)", "tokens": "calibration tokens (samples x length)"}
 Y_LABELS = {"ppl": "WikiText-2 perplexity", "zeroshot-mean": "mean zero-shot accuracy (%)"}
 IMAGE_FORMATS = (".png", ".pdf", ".svg")
@@ -42,7 +44,12 @@ def series(table: Comparison, figure: str, x_axis: str = "seconds") -> list[Seri
             results = [run.results for run in cell.runs if run.results] if cell else []
             if cell is None or not results or not math.isfinite(cell.value):
                 continue
-            if figure == "seqlen":
+            if figure == "experts":
+                removed = [r.parameters_removed for r in results if r.parameters_removed is not None]
+                if not removed:  # recorded before acetui counted them
+                    continue
+                x = sum(removed) / len(removed) / 1e6
+            elif figure == "seqlen":
                 x = sum(r.calibration.seqlen if r.calibration else 0 for r in results) / len(results)
             elif x_axis == "tokens":
                 x = sum(r.calibration.nsamples * r.calibration.seqlen if r.calibration else 0 for r in results)
@@ -65,14 +72,15 @@ def figure_series(
     measure: str = "ppl",
     level: float = 0.95,
 ) -> tuple[list[Series], str, str]:
-    """Figure ``kind`` (``pareto`` or ``seqlen``) of the runs, as ``acetui figure`` and the app draw it: the
-    comparison with calibration lengths as columns, judged on the runs' kept units, one series per method;
-    with its x and y axis labels."""
-    check_choice(kind, ("pareto", "seqlen"), "figure")
+    """Figure ``kind`` (``pareto``, ``seqlen`` or ``experts``) of the runs, as ``acetui figure`` and the app
+    draw it: the comparison with calibration lengths (``experts``: the parameters taken) as columns, judged
+    on the runs' kept units, one series per row; with its x and y axis labels."""
+    check_choice(kind, ("pareto", "seqlen", "experts"), "figure")
     check_choice(x_axis, X_AXES, "--x")
     check_choice(measure, Y_LABELS, "--table")
-    grid = judge(comparison(records, columns="seqlen", measure=measure), kept, level)
-    xlabel = "calibration length (tokens)" if kind == "seqlen" else X_AXES[x_axis]
+    columns = "sparsity" if kind == "experts" else "seqlen"
+    grid = judge(comparison(records, columns=columns, measure=measure), kept, level)
+    xlabel = {"seqlen": "calibration length (tokens)", "experts": PARAMETERS_REMOVED}.get(kind, X_AXES[x_axis])
     return series(grid, kind, x_axis), xlabel, Y_LABELS[measure]
 
 

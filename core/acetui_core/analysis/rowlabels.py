@@ -35,6 +35,8 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     dtype) and the identity of the files it read (model, calibration)."""
     config, result = record.config, result_of(record)
     skip = _NEVER_SPLIT | (_ZEROSHOT_ONLY if measure == "ppl" else _PPL_ONLY) | {columns}
+    if columns == "sparsity":  # the column's header names them (``comparison._sparsity_header``)
+        skip |= {"expert_sparsity", "sparsity_scope"}
     if columns == "seqlen":  # the calibration budget is the column (comparison names its windows there)
         skip |= {"nsamples"}
     if result.calibration is None:  # no calibration data: its settings cannot matter

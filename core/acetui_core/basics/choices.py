@@ -133,6 +133,16 @@ class ExpertScore(StrEnum):
     FREQUENCY = "frequency"
 
 
+EXPERT_SCORE_NAMES: dict[str, str] = {ExpertScore.REAP: "REAP", ExpertScore.FREQUENCY: "Frequency"}  # a row names them
+
+
+class SparsityScope(StrEnum):
+    """``--sparsity-scope``: which projections the mask of ``--sparsity`` covers (docs/moe.md)."""
+
+    ALL = "all"
+    EXPERTS = "experts"
+
+
 class MoeCalibration(StrEnum):
     """``--moe-calibration``: which tokens calibrate an expert."""
 

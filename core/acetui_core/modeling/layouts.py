@@ -190,18 +190,21 @@ def check_layout(model: nn.Module) -> None:
 ROUNDING_BLOCK = 128
 
 
-def check_pruned(index: int, layer: nn.Module, arch: str, fraction: float) -> None:
+def check_pruned(index: int, layer: nn.Module, arch: str, fraction: float, masked: set[str] | None = None) -> None:
     """After layer ``index`` was pruned to ``fraction``: every weight of two or more dimensions is knowingly
     dense, or a projection whose stored zeros reach the target (each matrix's share, less rounding). The
     first that is neither stops the run before evaluation, named with the architecture: a layout whose
-    pruning wrote to a copy, or skipped a slice, never reaches a reported result."""
+    pruning wrote to a copy, or skipped a slice, never reaches a reported result. ``masked``: the
+    parameters the run's mask covers (``--sparsity-scope``); the layer's other projections stay dense."""
     expected: dict[str, float] = {}
-    for matrix in prunable_linears(layer).values():
+    matrices = prunable_linears(layer).values()
+    for matrix in matrices:
         d_out, d_in = matrix.matrix().shape
         slack = d_out + -(-d_in // ROUNDING_BLOCK)
         expected[matrix.parameter] = expected.get(matrix.parameter, 0.0) + fraction * d_out * d_in - slack
+    unmasked = {m.parameter for m in matrices} - masked if masked is not None else set()
     for name, param in layer.named_parameters():
-        if knowingly_dense(name, param):
+        if knowingly_dense(name, param) or name in unmasked:
             continue
         zeros = param.numel() - torch.count_nonzero(param.data).item()
         if name not in expected or zeros < expected[name]:

@@ -129,6 +129,13 @@ def _numel(shape: tuple[int, ...]) -> int:
     return count
 
 
+def persistent_buffers(module: nn.Module) -> list[str]:
+    """The buffers of ``module`` a checkpoint holds (``save_pretrained`` writes them, ``from_pretrained``
+    reads them: DeepSeek's ``e_score_correction_bias``), not the ones it rebuilds (rotary tables)."""
+    parameters = {name for name, _ in module.named_parameters()}
+    return [name for name in module.state_dict(keep_vars=True) if name not in parameters]
+
+
 @dataclass
 class StreamedModel:
     """What streaming adds to a loaded model: where its decoder layers' weights are read from."""
@@ -165,7 +172,8 @@ class StreamedModel:
             raise UserError(self._missing(f"{self.prefixes[index]}.{missing[0]}"))
 
     def layer_keys(self, layer: nn.Module, index: int) -> dict[str, str]:
-        """``{parameter name in the layer: checkpoint key}`` of decoder layer ``index``."""
+        """``{name in the layer: checkpoint key}`` of decoder layer ``index``: every parameter, and the
+        persistent buffers the checkpoint holds (one it lacks keeps the value its config gives it)."""
         keys = {}
         for name, _ in layer.named_parameters():
             full = f"{self.prefixes[index]}.{name}"
@@ -173,6 +181,10 @@ class StreamedModel:
             if key is None:
                 raise UserError(self._missing(full))
             keys[name] = key
+        for name in persistent_buffers(layer):
+            key = self.shards.key(f"{self.prefixes[index]}.{name}", self.base_prefix)
+            if key is not None:
+                keys[name] = key
         return keys
 
     def _missing(self, full: str) -> str:

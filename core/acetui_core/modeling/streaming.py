@@ -175,11 +175,12 @@ class PrunedLayers:
 
     def release(self, index: int, layer: nn.Module) -> None:
         prefix = self.streamed.prefixes[index]
+        # its parameters and persistent buffers, as save_pretrained writes a layer (DeepSeek's router bias)
+        state = {f"{prefix}.{name}": t.data for name, t in layer.state_dict(keep_vars=True).items()}
         if self.streamed.converted is None:
-            tensors = {f"{prefix}.{name}": self._stored(name, p.data) for name, p in layer.named_parameters()}
+            tensors = {name: self._stored(name, t) for name, t in state.items()}
         else:  # in the checkpoint's own layout, as save_pretrained writes it (read back converted)
-            fused = {f"{prefix}.{name}": p.data for name, p in layer.named_parameters()}
-            tensors = {key: self._stored(key, t) for key, t in to_checkpoint(self.loaded.model, fused).items()}
+            tensors = {key: self._stored(key, t) for key, t in to_checkpoint(self.loaded.model, state).items()}
         self.checkpoint.write_layer(index, tensors)
 
     def _stored(self, name: str, tensor: torch.Tensor) -> torch.Tensor:

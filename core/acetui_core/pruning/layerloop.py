@@ -14,11 +14,20 @@ from pathlib import Path
 
 import torch
 
-from acetui_core.basics.choices import Allocation, DSnoTPruneScore, DSnoTSkip, Permute, Refine, StageName
+from acetui_core.basics.choices import (
+    Allocation,
+    DSnoTPruneScore,
+    DSnoTSkip,
+    Permute,
+    Refine,
+    SparsityScope,
+    StageName,
+)
 from acetui_core.basics.errors import StopFlag, UserError, check_stop
 from acetui_core.modeling.conversion import by_saved_name
 from acetui_core.modeling.data import calibration_sample, sample_identity
 from acetui_core.modeling.layouts import (
+    Matrix,
     architecture,
     check_layout,
     check_pruned,
@@ -138,7 +147,7 @@ def _prune_layer(
     are scored in the same pass, the chosen ones skipped and cut out at the end: the kept experts' new
     names (``mlp.experts.5`` -> ``mlp.experts.4``) come back with the records."""
     config = work.config
-    linears = prunable_linears(work.layer)
+    linears = masked_linears(work.layer, config.sparsity_scope)
     scorer = None
     if config.expert_sparsity:
         renormalise = bool(getattr(work.loaded.model.config, "norm_topk_prob", False))
@@ -158,6 +167,16 @@ def _prune_layer(
         _prune_linear(work, name, matrix, stats.get(name), sparsity, update, masks) for name, matrix in linears.items()
     ]
     return records, stats, cut_layer(scorer, removal) if scorer is not None else {}
+
+
+def masked_linears(layer, scope: str) -> dict[str, Matrix]:
+    """The projections of ``layer`` that ``--sparsity`` masks: all of them, or the routed experts alone
+    (``--sparsity-scope experts``: the parameters ``--expert-sparsity`` removes, so the two compare at
+    matched parameters)."""
+    linears = prunable_linears(layer)
+    if scope == SparsityScope.EXPERTS:
+        return {name: matrix for name, matrix in linears.items() if matrix.kind == "experts"}
+    return linears
 
 
 def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks) -> LinearRecord:
@@ -262,8 +281,12 @@ def prune(
     method, sparsity = get_method(config.method), config.sparsity_spec
     layers = decoder_layers(loaded.model)
     check_layout(loaded.model)  # a weight the table of layouts does not know stops the run before any work
+    if config.sparsity_scope == SparsityScope.EXPERTS and expert_layout(loaded.model) is None:
+        raise UserError(
+            f"--sparsity-scope experts masks routed experts, and the '{architecture(loaded.model)}' model has none."
+        )
     for index, layer in enumerate(layers):  # an N:M pattern that does not fit fails here, before calibration
-        for name, module in prunable_linears(layer).items():
+        for name, module in masked_linears(layer, config.sparsity_scope).items():
             check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
     if config.expert_sparsity:
         check_removable(loaded.model, config.expert_sparsity)
@@ -322,7 +345,8 @@ def prune(
                 target = sparsity if allocation is None else Sparsity(ratio=allocation[index].sparsity)
                 work = LayerWork(index, layer, inputs, loaded, config, method, device, dense_outputs, experts)
                 linears, stats, renamed = _prune_layer(work, target, masks)
-                check_pruned(index, layer, architecture(loaded.model), target.fraction)  # before it is reported
+                masked = {matrix.parameter for matrix in masked_linears(layer, config.sparsity_scope).values()}
+                check_pruned(index, layer, architecture(loaded.model), target.fraction, masked)  # before reporting
                 agreement = OutputAgreement() if dense_outputs is not None else None
                 if calibration is not None and stats:
                     calibration.tokens_per_linear = max(s.tokens for s in stats.values())

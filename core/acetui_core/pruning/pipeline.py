@@ -21,7 +21,7 @@ from acetui_core.pruning.layerloop import prune
 from acetui_core.pruning.validate import check_against_model, check_config
 from acetui_core.run.config import RunConfig
 from acetui_core.run.events import OnEvent, RunFinished
-from acetui_core.run.records import RunResult
+from acetui_core.run.records import RunResult, parameters_removed
 from acetui_core.scores.metrics import get_method
 from acetui_core.scores.permute import write_permutations
 
@@ -89,6 +89,9 @@ def run(
         group=config.group,
         **{k: v for k, v in _fields(pruned).items() if k != "permutations"},  # they go to --save's sidecar
         **_fields(scores),
+        parameters_removed=parameters_removed(
+            pruned.layers, pruned.experts_removed, masked=config.sparsity_spec.fraction > 0
+        ),
         peak_rss_mb=rss_mb,
         peak_gpu_mb=gpu_mb,
         device=str(loaded.device),

@@ -46,9 +46,13 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     the data folder that ``--save`` must keep away from (the run store's)."""
     model_source(_model(config.model))  # a missing path first: the most common mistake, and cheap to see
     method = get_method(config.method)
-    config = parsed(replace(config, method=method.name), "sparsity", "group", "expert_sparsity", "expert_score")
+    config = parsed(
+        replace(config, method=method.name), "sparsity", "group", "sparsity_scope", "expert_sparsity", "expert_score"
+    )
     if config.sparsity_spec.is_nm:  # N:M competes within each row's runs of M inputs: --group is unused, and
         config = replace(config, group=SparsityGroup.ROW)  # every N:M run records row, so none splits a cell
+    if config.sparsity_spec.fraction == 0:
+        config = _defaults(config, ("sparsity_scope",))  # no mask: where it would go never splits cells
     if config.expert_sparsity == 0:
         parse_sparsity(config.sparsity)  # a ratio of 0 prunes nothing unless whole experts are removed
         config = _defaults(config, ("expert_score",))  # unused: it never splits a comparison's cells

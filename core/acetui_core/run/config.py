@@ -26,6 +26,7 @@ from acetui_core.basics.choices import (
     Permute,
     Refine,
     SparsityGroup,
+    SparsityScope,
     Update,
     VarpForm,
     VarpScale,
@@ -208,6 +209,15 @@ class RunConfig(BasicSettings):
         group="advanced",
         parse=parsers.expert_sparsity,
         describe=lambda v: f"{v:g} of experts removed",
+    )
+    sparsity_scope: str = setting(
+        SparsityScope.ALL,
+        help="Which projections --sparsity masks: all (every one of the decoder layers) or experts (the routed "
+        "experts alone, the parameters --expert-sparsity removes; docs/moe.md).",
+        label="Sparsity on",
+        group="advanced",
+        choices=tuple(SparsityScope),
+        describe=lambda v: "sparsity inside the experts only" if v == SparsityScope.EXPERTS else "sparsity on all",
     )
     expert_score: str = setting(
         ExpertScore.REAP,

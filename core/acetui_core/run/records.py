@@ -153,6 +153,15 @@ class LinearSparsity:
     weights: int | None = None  # its number of weights (None in runs recorded before 0.2)
 
 
+def parameters_removed(linears: list[LinearSparsity], removed: ExpertsRemoved | None, masked: bool) -> int:
+    """Parameters a run took from the model: the zeros of each weight its mask covered (``masked``: the run
+    had a mask; its sparsity was counted on the weight itself, and a weight already zero in the dense model
+    counts as its mask's, as it would in a removed expert), and the parameters of the experts
+    ``--expert-sparsity`` removed."""
+    zeros = sum(round(linear.sparsity * linear.weights) for linear in linears if linear.weights) if masked else 0
+    return zeros + (removed.parameters_removed if removed is not None else 0)
+
+
 def kind_sparsity(linears: list[LinearSparsity]) -> dict[str, float]:
     """Zeros over weights per kind of projection (attention, mlp, experts, shared_experts), weighted by size."""
     zeros: dict[str, float] = {}
@@ -281,6 +290,9 @@ class RunResult:
     kinds: dict[str, float] | None = None  # sparsity per kind of projection (``kind_sparsity``)
     experts: Experts | None = None  # a mixture-of-experts model's calibration and token load
     experts_removed: ExpertsRemoved | None = None  # --expert-sparsity: what the removal saved
+    # Parameters the run took from the model: the zeros its masks left, counted on each pruned weight, plus
+    # the removed experts' parameters (from the checkpoints' files once saved). None before acetui kept it.
+    parameters_removed: int | None = None
     config: RunConfig | None = None
     run_id: str | None = None
 

@@ -1,0 +1,91 @@
+"""Expert removal against sparsity inside the experts at matched parameters (docs/moe.md): ``--sparsity F
+--sparsity-scope experts`` zeros as many parameters as ``--expert-sparsity F`` removes (less the removed
+experts' router rows), both counted on the saved checkpoints, and each run's record says so."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+from test_expert_removal import _run
+from test_moe import QUICK, _saved
+
+from acetui_core.run.config import RunConfig
+
+
+def test_sparsity_inside_the_experts_matches_the_parameters_expert_removal_saves(make_moe, calib_file, tmp_path):
+    source = make_moe("qwen2_moe")  # shared experts and attention beside the routed experts: both stay dense
+    dense = _saved(source)
+    removal, _ = _run(source, calib_file, tmp_path / "removal", sparsity="0", expert_sparsity=0.5)
+    inside, _ = _run(source, calib_file, tmp_path / "inside", expert_sparsity=0, sparsity_scope="experts")
+    removed = sum(t.numel() for t in dense.values()) - sum(t.numel() for t in _saved(tmp_path / "removal").values())
+    saved = _saved(tmp_path / "inside")
+    zeros = {name: int((t == 0).sum() - (dense[name] == 0).sum()) for name, t in saved.items()}  # new zeros
+    zeros = {name: count for name, count in zeros.items() if count}
+    assert zeros and all(".experts." in name and "shared" not in name for name in zeros)
+    for name in saved.keys() - zeros.keys():
+        assert torch.equal(saved[name], dense[name]), name
+    assert removal.parameters_removed == removed and inside.parameters_removed == sum(zeros.values())
+    router_rows = 2 * 4 * 64  # 2 MoE layers, 4 of 8 experts removed, hidden size 64: the removal's only extra
+    assert removed - sum(zeros.values()) == router_rows
+    assert inside.overall_sparsity == 0.5 and inside.kinds == {"experts": 0.5}
+
+
+def test_sparsity_on_the_experts_alone_needs_routed_experts(make_moe, calib_file, cli):
+    code, _, err = cli("prune", make_moe("gpt_neox"), "--sparsity-scope", "experts", "--calib", calib_file, *QUICK)
+    assert code == 2 and "--sparsity-scope experts masks routed experts, and the 'gpt_neox' model has none." in err
+
+
+def _store_matched_runs(store) -> None:
+    """Three seeds of each approach at 50% of the expert parameters: REAP and frequency removal, Wanda and
+    ACE inside the experts; removal is the better here (a lower loss) and removes the router rows too."""
+    from runhelpers import insert_run
+    from test_verdicts import C4, losses
+
+    approaches = [  # (settings, shift of the per-token loss, parameters removed)
+        (dict(method="wanda", sparsity="0", expert_sparsity=0.5, expert_score="reap"), 0.0, 1_000_256),
+        (dict(method="wanda", sparsity="0", expert_sparsity=0.5, expert_score="frequency"), 0.01, 1_000_256),
+        (dict(method="wanda", sparsity="0.5", sparsity_scope="experts"), 0.3, 1_000_000),
+        (dict(method="ace", sparsity="0.5", sparsity_scope="experts"), 0.4, 1_000_000),
+    ]
+    for index, (settings, shift, removed) in enumerate(approaches):
+        for seed in range(3):
+            run = RunConfig(model="org/tiny-moe", seed=seed, nsamples=8, **settings)
+            windows = losses(10 * index + seed, shift)
+            ppl = float(np.exp(sum(windows["nll"]) / sum(windows["tokens"])))
+            result = {"calibration": {**C4, "seed": seed}, "window_losses": windows, "parameters_removed": removed}
+            insert_run(store, store.clock_, f"r{index}{seed}", run, created=100.0 * (3 * index + seed), ppl=ppl,
+                       result={**result, "ppl_windows": len(windows["nll"]), "ppl_seqlen": windows["seqlen"]})  # fmt: skip
+
+
+def test_verdict_and_the_figure_put_expert_removal_beside_sparsity_inside_the_experts(tmp_path, monkeypatch, capsys):
+    import json
+
+    from runhelpers import Clock, cli
+
+    from acetui_core.storage.store import Store
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    store.clock_ = clock
+    _store_matched_runs(store)
+    code, out, err = cli(monkeypatch, capsys, "verdict", "--json", "--store", store.path)
+    assert code == 0, err
+    (column,) = json.loads(out)["columns"]
+    assert column["column"] == "50% of expert parameters (tiny-moe)"
+    rows = {row["row"]: row for row in column["rows"]}
+    assert rows.keys() == {"REAP expert removal", "Frequency expert removal", "Wanda-16", "CosP+VarP-16"}
+    assert {rows[r]["verdict"] for r in ("REAP expert removal", "Frequency expert removal")} <= {"best", "tied"}
+    assert rows["Wanda-16"]["verdict"] == rows["CosP+VarP-16"]["verdict"] == "worse"
+    assert all(row["n"] == 3 for row in rows.values())
+    tex = tmp_path / "experts.tex"
+    code, _, err = cli(monkeypatch, capsys, "figure", "experts", "-o", tex, "--store", store.path)
+    assert code == 0, err
+    text = tex.read_text()
+    assert text.count("\\addplot") == 4 and "\\addlegendentry{REAP expert removal}" in text
+    assert "xlabel={parameters removed (millions" in text and "xmode=normal" in text
+    assert {x for x in re.findall(r"\n  \(([\d.]+), ", text)} == {"1.00026", "1"}
+    csv = tmp_path / "runs.csv"
+    code, _, err = cli(monkeypatch, capsys, "export", "--format", "csv", "-o", csv, "--store", store.path)
+    assert code == 0 and "results.parameters_removed" in csv.read_text().splitlines()[0]
