@@ -14,6 +14,7 @@ from acetui_core.basics.paths import bundled_model
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("ACETUI_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
 
+SHARED_RESOURCES = ("smollm", "slurm_cluster")  # session fixtures made once, by the one worker that runs their tests
 WORKERS = 2  # pytest-xdist workers for a run of the whole suite (pyproject's addopts say -n auto)
 # Each xdist worker takes its share of the cores (two workers on two cores: one thread each).
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
@@ -30,13 +31,24 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return min(WORKERS, os.cpu_count() or 1) if whole_suite else 0
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(items) -> None:
     """``--dist loadgroup``: the tests that share an expensive session resource run in one worker, so it is
-    made once: the real SmolLM2 model, the Slurm test cluster."""
+    made once: the real SmolLM2 model, the Slurm test cluster. Without ``tryfirst`` the marks came after
+    xdist had read them: both workers loaded the model and ran its module fixtures twice."""
     for item in items:
-        for fixture in ("smollm", "slurm_cluster"):
+        for fixture in SHARED_RESOURCES:
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group(fixture))
+
+
+def pytest_runtest_setup(item) -> None:
+    """A test of a shared resource run by an xdist worker carries its group in its id (xdist's mark of the
+    group); were it missing, every worker would build the resource again."""
+    if item.config.getoption("dist", "no") == "loadgroup" and os.environ.get("PYTEST_XDIST_WORKER"):
+        for fixture in SHARED_RESOURCES:
+            if fixture in item.fixturenames:
+                assert item.nodeid.endswith(f"@{fixture}"), f"{item.nodeid} runs outside xdist group {fixture}"
 
 
 @pytest.fixture(autouse=True)
