@@ -9,19 +9,23 @@ import contextlib
 import csv
 import io
 import os
+import re
 import subprocess
 import sys
+import threading
+from types import SimpleNamespace
 
 import psutil
 import pytest
 from rich.console import Console
 from runhelpers import layer_event, pilot_wait_until, tiny_prune_command, wait_until
-from textual.widgets import Checkbox, ContentSwitcher, DataTable, Footer, Input, RichLog, SelectionList, Static
+from textual.widgets import Button, Checkbox, ContentSwitcher, DataTable, Footer, Input, RichLog, SelectionList, Static
 
 import acetui_themes as themes
 from acetui.app import make_app
 from acetui.app.candidates import cached_hub_models, local_models
 from acetui.app.form import configs
+from acetui.app.help import HelpScreen
 from acetui.app.screens.new_run import NewRunScreen
 from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
@@ -313,7 +317,8 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
         lines = console.export_text().splitlines()
         assert any(line.split() == ["┃", "Method", "┃", "50%", "┃"] for line in lines)
         for run in by_ppl:
-            assert any(run.label in line and f"{run.ppl:.2f} [" in line and "]†" in line for line in lines)
+            cell = re.compile(rf"{run.ppl:.2f}\S \[.*\]†")  # the number, its verdict mark, the interval
+            assert any(run.label in line and cell.search(line) for line in lines)
 
 
 @pytest.mark.asyncio
@@ -358,6 +363,63 @@ async def test_a_run_its_checks_refuse_says_why_and_records_nothing(store, tmp_p
         await pilot_wait_until(pilot, lambda: any("calibration" in m for m in said()), "the refusal")
         assert isinstance(app.screen, NewRunScreen)
         assert store.list_runs() == []
+
+
+@pytest.fixture
+def slow_launcher(monkeypatch):
+    """The launcher's checks made slow (a model read, a hub id looked up): ``outcome`` is what they end in
+    (run ids, or a UserError raised) once ``release`` is set (at most 30 s: a frozen app fails the test
+    rather than hangs it); ``ended`` is set after. No cost estimate imports transformers meanwhile."""
+    checks = SimpleNamespace(release=threading.Event(), ended=threading.Event(), outcome=[])
+
+    def slow_start(app, configs):
+        checks.release.wait(timeout=30)
+        checks.ended.set()
+        if isinstance(checks.outcome, UserError):
+            raise checks.outcome
+        return checks.outcome
+
+    monkeypatch.setattr("acetui.app.app.AceApp.start_runs", slow_start)
+    monkeypatch.setattr("acetui.app.form.cost", lambda configs: "Cost: not estimated here")
+    return checks
+
+
+async def press_start_and_see_it_checking(pilot) -> Button:
+    pilot.app.screen.query_one("#model", Input).value = "some-org/some-model"
+    await pilot.press("ctrl+r")
+    button = pilot.app.screen.query_one("#start", Button)
+    assert str(button.label) == "Checking…" and button.disabled
+    return button
+
+
+@pytest.mark.asyncio
+async def test_keys_answer_while_the_launcher_checks_and_its_refusal_is_one_sentence(store, slow_launcher):
+    # The checks ran on the UI thread (issue 31, item 9): the app froze until they ended.
+    slow_launcher.outcome = UserError("Model 'some-org/some-model' needs about 9 GiB; 2 GiB are free.")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        button = await press_start_and_see_it_checking(pilot)
+        await pilot.press("f5")
+        assert isinstance(app.screen, HelpScreen) and not slow_launcher.ended.is_set()
+        await pilot.press("escape")
+        slow_launcher.release.set()
+        said = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
+        await pilot_wait_until(pilot, lambda: str(slow_launcher.outcome) in said(), "the refusal")
+        assert isinstance(app.screen, NewRunScreen) and str(button.label) == "Start ▶" and not button.disabled
+
+
+@pytest.mark.asyncio
+async def test_the_run_screen_shown_during_the_checks_follows_the_runs_once_they_start(store, slow_launcher):
+    slow_launcher.outcome = [store.create_run(RunConfig(model="some-org/some-model", method="wanda"))]
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_start_and_see_it_checking(pilot)
+        await pilot.press("f2")  # the Run screen, with no run yet
+        assert isinstance(app.screen, RunScreen) and not slow_launcher.ended.is_set()
+        slow_launcher.release.set()
+        title = app.screen.query_one("#run-title", Static)
+        await pilot_wait_until(pilot, lambda: slow_launcher.outcome[0] in str(title.render()), "the started run")
+        assert app.followed == slow_launcher.outcome[0]
 
 
 @pytest.mark.asyncio

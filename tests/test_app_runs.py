@@ -147,6 +147,7 @@ async def test_rerun_fills_the_new_run_form_and_starts_the_same_settings(store, 
         assert screen.query_one("#fidelity", Checkbox).value  # an advanced setting, carried over too
         assert not any("Not carried over" in str(n.message) for n in app._notifications)
         await pilot.press("ctrl+r")
+        await pilot_wait_until(pilot, lambda: started, "the launcher's thread")
     assert started == [store.get_run(fidelity).config]  # the form holds every setting
 
 

@@ -13,6 +13,7 @@ import time
 import psutil
 import pytest
 from runhelpers import Clock, cli, insert_run, layer_event, pilot_wait_until, result_for, tiny_prune_command
+from textual.actions import parse as parse_action
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
 from textual.widgets import DataTable, Input, RichLog, SelectionList, Static
@@ -123,6 +124,20 @@ async def test_no_key_on_any_screen_raises(store, monkeypatch, tmp_path, state):
     assert app._exception is None
     if state == "one running":
         assert not store.get_run(store.list_runs()[0].id, layers=False).cancel_requested  # escape said no
+
+
+@pytest.mark.asyncio
+async def test_every_screen_answers_its_footer_before_it_is_mounted(store):
+    """The footer asks every binding's check_action while a screen is still being composed: the Run screen,
+    first shown when a start's checks pass as the new run reaches the run list, raised there (no ``_run``
+    yet) and was left without its tabs' widgets."""
+    app = make_app(store)
+    async with app.run_test(size=SIZE):
+        for screen_class in SCREENS.values():
+            screen = screen_class()
+            for binding in Binding.make_bindings(screen_class.BINDINGS):
+                _, action, parameters = parse_action(binding.action)
+                assert screen.check_action(action, parameters) in (True, False, None)
 
 
 # ---- F2 follows the active run --------------------------------------------------------------------
@@ -466,7 +481,9 @@ async def test_preferences_survive_a_restart(store, monkeypatch):
         metrics.select("wanda")
         metrics.select("ria")
         await pilot.pause()
-        await pilot.press("ctrl+r", "ctrl+t")
+        await pilot.press("ctrl+r")  # remembered once the launcher's checks (a thread) have started the runs
+        await pilot_wait_until(pilot, lambda: app.preferences.new_run.get("seed") == "7", "the form remembered")
+        await pilot.press("ctrl+t")
         chosen_theme = app.theme
         app.set_notify("bell")
     assert chosen_theme != themes.DEFAULT_THEME

@@ -235,3 +235,35 @@ def test_the_plan_counts_the_checkpoint_the_run_saves(make_moe, calib_file, tmp_
     removed = result.experts_removed
     assert plan.saved_parameters == removed.parameters_after < plan.parameters == removed.parameters_before
     assert plan.saved_bytes == pytest.approx(removed.bytes_after, rel=0.01)  # float32, less the files' headers
+
+
+@pytest.mark.asyncio
+async def test_the_experts_tab_marks_the_removed_experts_without_colour_at_80x24(
+    make_moe, calib_file, cli, tmp_path, monkeypatch
+):
+    """Issue 34: the Run screen's Experts tab of an --expert-sparsity run on a tiny Mixtral (expert 2
+    silenced, so REAP removes it), under NO_COLOR at 80x24."""
+    from runhelpers import pilot_wait_until
+    from textual.geometry import Region
+
+    from acetui.app import make_app
+    from acetui_core.storage.store import Store
+
+    store = tmp_path / "runs.db"
+    code, out, err = cli("prune", make_moe("mixtral", edit=_silence_expert_two), "-s", "0", "--expert-sparsity",
+                         "0.25", "--calib", calib_file, *QUICK, "--store", store, "--json")  # fmt: skip
+    assert code == 0, err
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(Store(store), attach=json.loads(out)["run_id"])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run")
+        await pilot.press("x")
+        await pilot.pause()
+        drawn = app.screen.query_one("#experts-text")
+        lines = [strip.text for strip in drawn.render_lines(Region(0, 0, *drawn.outer_size))]
+    assert "(--expert-sparsity); x removed" in " ".join(" ".join(lines).split())  # the mark, named
+    # At 39 columns the grid of scores wraps, its columns out of line: the removed experts are named too.
+    assert [line.strip() for line in lines if ": removed" in line] == [
+        "layer 0 mlp.experts: removed 2",
+        "layer 1 mlp.experts: removed 2",
+    ]

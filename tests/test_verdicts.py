@@ -45,6 +45,8 @@ def add(
     shift=0.0,
     kept=True,
     windows=None,
+    model="org/tiny",
+    sparsity="0.5",
     **config,
 ):
     """A finished run; ``windows``: (count, length) of another evaluation than the default's."""
@@ -57,7 +59,7 @@ def add(
     if kept:
         result["window_losses"] = per_window
     config = {"nsamples": 8, **config}
-    run = RunConfig(model="org/tiny", method=method, sparsity="0.5", seed=seed, calib=calib, **config)
+    run = RunConfig(model=model, method=method, sparsity=sparsity, seed=seed, calib=calib, **config)
     insert_run(store, clock, run_id, run, created=clock.now + 10, ppl=ppl, result=result)
 
 
@@ -255,6 +257,42 @@ async def test_the_results_screen_marks_each_cell_with_its_verdict(store, tmp_pa
         assert figure.count("\\addplot") == 2 and "error bars" in figure
 
 
+@pytest.mark.asyncio
+async def test_verdict_marks_stay_beside_their_numbers_at_80x24(store):
+    """Six columns of intervals at 80x24 wrap each cell over lines of its own: the mark stays joined to its
+    number (it was wrapped onto the line of "(n=2)", three lines under it)."""
+    from textual.geometry import Region
+
+    cells = [
+        (model, sparsity, method, shift)
+        for model in ("org/llama", "org/qwen")
+        for sparsity in ("0.5", "0.6", "2:4")
+        for method, shift in (("wanda", 0.0), ("ria", 0.15))
+    ]
+    for number, (model, sparsity, method, shift) in enumerate(cells * 2):  # two seeds of each cell
+        seed = number // len(cells)
+        add(
+            store,
+            store.clock_,
+            f"r00000{number:02d}",
+            method=method,
+            seed=seed,
+            shift=shift,
+            model=model,
+            sparsity=sparsity,
+        )
+    async with results_screen(store, 2 * len(cells)) as (pilot, results):
+        await pilot.press("v")
+        drawn = results.query_one("#paper-table")
+        await pilot_wait_until(pilot, lambda: "Working out" not in str(drawn.visual), "the verdicts drawn")
+        lines = [strip.text.strip() for strip in drawn.render_lines(Region(0, 0, *drawn.outer_size))]
+    table = [line for line in lines if line.startswith("│")]
+    assert sum(line.count("(n=2)") for line in table) == 12  # each cell wrapped: n on a line of its own
+    assert not any("(n=2)" in line and "[" in line for line in table)
+    marks = [(line[i - 1], mark) for line in table for i, mark in enumerate(line) if mark in "●≈▼?–"]
+    assert len(marks) == 12 and all(before.isdigit() for before, _ in marks), table
+
+
 def outcomes(seed: int, accuracy: float) -> tuple[dict, dict]:
     """A run's zero-shot results on two tasks of 300 documents: (TaskAccuracy fields, TaskOutcomes)."""
     rng = np.random.default_rng(2000 + seed)
@@ -342,9 +380,9 @@ async def test_the_paper_view_shows_zero_shot_intervals_and_verdicts(store, no_c
     start = next(i for i, line in enumerate(lines) if line.startswith("Mean zero-shot accuracy"))
     assert any(line.startswith("WikiText-2 perplexity") for line in lines[:start])
     zero_shot = {line.split("│")[1].strip(): line for line in lines[start:] if line.count("│") > 2}
-    interval = r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]( \(n=\d\))?"
-    marks = {row: re.search(interval + " (.)", line) for row, line in zero_shot.items()}
-    assert {row: mark.group(2) for row, mark in marks.items() if mark} == {
+    cell = r"\d+\.\d\d(.) \[\d+\.\d\d, \d+\.\d\d\]( \(n=\d\))?"  # the mark beside its number
+    marks = {row: re.search(cell, line) for row, line in zero_shot.items()}
+    assert {row: mark.group(1) for row, mark in marks.items() if mark} == {
         "Wanda-16": "●",  # the best mean of the two drawn at 70%
         "CosP+VarP-16": "≈",  # drawn like Wanda: tied with it
         "RIA-16": "▼",  # ten points lower on the same documents

@@ -52,6 +52,11 @@ class AceApp(Workbench):
         Binding("ctrl+t", "next_theme", "Theme", show=False, tooltip="Next theme: dark, light, ansi"),
         Binding("escape", "close_panels", "Close", show=False, tooltip="Close the keys panel or a maximised pane"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # Priority, so the focus moves as the app reads the key: the keys read in the same burst after it
+        # (SSH, tmux, a fast typist) then go to the next field. As the screen's own binding, tab was run only
+        # once it had bubbled up from the field, after those keys had been handed to the field it left.
+        Binding("tab", "focus_next", show=False, priority=True),
+        Binding("shift+tab", "focus_previous", show=False, priority=True),
     ]
 
     def __init__(

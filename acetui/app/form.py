@@ -7,7 +7,11 @@ runs the CLI would. No widgets here: the screen shows what these functions raise
 
 from __future__ import annotations
 
+from textual.markup import escape
+
+from acetui.app import summary
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.imports import HEAVY_IMPORTS
 from acetui_core.execution.launch import Grid
 from acetui_core.modeling.models import model_source
 from acetui_core.pruning.validate import check_calibration_source
@@ -60,3 +64,18 @@ def configs(**settings) -> list[RunConfig]:
     """The comparison grid of the form's values (a list or one value per axis), built by the launcher as
     for ``acetui compare``."""
     return Grid.of(settings).configs()
+
+
+def cost(configs: list[RunConfig]) -> str:
+    """The cost line (markup): what the costliest of the runs will need (``acetui plan``'s figures, from
+    the model's configuration alone), or why that is unknown. An estimate is advice: it never raises."""
+    distinct = {(c.method, c.seqlen, c.nsamples): c for c in configs}.values()  # sparsity changes no cost
+    try:
+        with HEAVY_IMPORTS:  # the plan imports transformers' modules, which another thread may too
+            from acetui_core.pruning.plan import plan_run
+
+            return escape(summary.cost_text([plan_run(c) for c in distinct]))
+    except UserError as error:
+        return f"[dim]Cost unknown: {escape(str(error))}[/]"
+    except Exception as error:  # a config transformers cannot build must not end the app
+        return f"[dim]Cost unknown: the model's configuration could not be planned ({type(error).__name__}).[/]"

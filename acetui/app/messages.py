@@ -58,3 +58,13 @@ class CostEstimated(Message):
     def __init__(self, text: str) -> None:
         super().__init__()
         self.text = text
+
+
+class RunsChecked(Message):
+    """The launcher's checks of the New run form's runs ended: the runs started (their ids, queue order),
+    or ``refusal`` says why none did."""
+
+    def __init__(self, run_ids: list[str], refusal: str = "") -> None:
+        super().__init__()
+        self.run_ids = run_ids
+        self.refusal = refusal

@@ -80,12 +80,17 @@ def _grid_table(grid: Comparison) -> Table:
 
 
 def _cell(grid: Comparison, row: str, column: tuple[str, str]) -> Text:
-    text = Text.from_markup(grid.text(row, column, lambda v: f"[b]{v}[/b]", "†", "|", "±"))
+    """The cell's value with its verdict's mark joined to it, then its interval and n: a narrow column
+    (80 terminal columns, several sparsities) wraps at a space, which puts the interval and n on lines of
+    their own but never takes the mark away from its number."""
+    text = grid.text(row, column, lambda v: f"[b]{v}[/b]", "†", "|", "±")
     verdict = grid.verdicts.get((row, column))
-    if verdict is not None:
-        glyph, colour = VERDICT_MARKS[verdict.verdict]
-        text.append(f" {glyph}", style=colour)
-    return text
+    if verdict is None:
+        return Text.from_markup(text)
+    value, _, rest = text.partition(" ")  # the value (in bold if best) comes first, before any space
+    glyph, colour = VERDICT_MARKS[verdict.verdict]
+    cell = Text.from_markup(value).append(glyph, style=colour)
+    return cell.append_text(Text.from_markup(f" {rest}")) if rest else cell
 
 
 def _paired(picked: list[RunRecord], kept: dict[str, RunEvidence]) -> str:

@@ -108,4 +108,8 @@ def token_load(run: RunRecord, layers: list[LayerRecord]) -> Text:
             for score in scores:
                 text.append(f"{score:>{width}}", style="bold red" if score.endswith("x") else "")
             text.append("\n")
+        # Which ones, in words: a grid of many experts wraps in a narrow pane (39 columns at 80), where an
+        # expert's column can no longer be told by eye.
+        for r in experts.removal:
+            text.append(f"\nlayer {r.layer} {r.experts}: removed {', '.join(map(str, r.removed))}")
     return text

@@ -21,6 +21,7 @@ from acetui.app.messages import RunsListed, StoreFailed
 from acetui.app.watch import watch_runs
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.imports import HEAVY_IMPORTS
 from acetui_core.execution.kill import check_killable, force_kill, process_runs
 from acetui_core.execution.launch import LocalProcesses, gpus_for, launch
 from acetui_core.run.config import RunConfig
@@ -123,11 +124,12 @@ class Workbench(App):
         self.switch_mode("run")
 
     def start_runs(self, configs: list[RunConfig]) -> list[str]:
-        """Start ``configs`` through the launcher as detached worker processes (one per visible GPU, each
-        loading its model once), then follow the first."""
-        ids = launch(configs, LocalProcesses(detach=True, gpus=gpus_for(configs[0].device)), self.store)
-        self.follow(ids[0], tuple(ids))
-        return ids
+        """Check ``configs`` and start them through the launcher as detached worker processes (one per
+        visible GPU, each loading its model once); return their ids. The checks read the model, bound its
+        memory and may ask the hub (seconds): called from a worker thread, never the UI's, which then
+        follows the runs (``follow``). Raises the launcher's UserError."""
+        with HEAVY_IMPORTS:  # the checks may import transformers while a cost estimate's thread does too
+            return launch(configs, LocalProcesses(detach=True, gpus=gpus_for(configs[0].device)), self.store)
 
     def kill_run(self, run: RunRecord) -> None:
         """Ask first; then end the run's process at once (``acetui_core.execution.kill``): for a run that did not

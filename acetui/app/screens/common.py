@@ -161,7 +161,8 @@ class SortedRunListScreen(RunListScreen):
     def action_focus_filter(self) -> None:
         """``/``: the filter. Its binding is a priority one, run by the app as it reads the key, and focus
         moves at once (Widget.focus would defer it): the keys read in the same burst as ``/`` (tmux, a fast
-        typist over SSH) then reach the filter, not the table, where ``s`` sorts and ``d`` deletes."""
+        typist over SSH) then reach the filter, not the table, where ``s`` sorts and ``d`` deletes. The
+        filter fields do not select their text on focus: what is typed after ``/`` adds to the filter."""
         field = self.query_one(f"#{self.FILTER}", Input)
         if self.focused is field:
             raise SkipAction()  # a "/" typed in the filter is text (model:org/llama)

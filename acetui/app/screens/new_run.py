@@ -34,36 +34,34 @@ from textual.widgets import (
     SelectionList,
     Static,
 )
-from textual.widgets.option_list import Option
 from textual.widgets.select import InvalidSelectValueError
 from textual.widgets.selection_list import Selection
 from textual.worker import get_current_worker
 
-from acetui.app import form, summary
-from acetui.app.candidates import model_candidates, shorten, starting_model
-from acetui.app.messages import CandidatesFound, CostEstimated
+from acetui.app import form
+from acetui.app.candidates import model_candidates, starting_model
+from acetui.app.messages import CandidatesFound, CostEstimated, RunsChecked
+from acetui.app.widgets.completions import ModelCompletions
 from acetui.app.widgets.marks import Tick, TickList
 from acetui.app.widgets.settingfields import (
+    device_row,
     error_lines,
     group_fields,
     inline_field,
     kind,
     setting_field,
-    setting_widget,
     widget_value,
 )
 from acetui.app.workbench import Workbench
 from acetui_core.basics.choices import EvalKind
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.imports import HEAVY_IMPORTS
 from acetui_core.run.config import SETTINGS, RunConfig
 from acetui_core.scores.metrics import METHODS
 from acetui_core.scores.plugins import available_methods
 from acetui_core.storage.store_rows import RunRecord
 
-CANDIDATES_SHOWN = 3  # rows of model completions under the model field
-CANDIDATE_WIDTH = 64  # characters of a completion shown (its end: the file name matters most)
 TICKS = ("eval-wikitext2", "eval-zeroshot")  # the evaluations, one tick each
+START = "Start ▶"  # the Start button's label ("Checking…" while the launcher checks the runs)
 COST_DELAY = 0.3  # seconds a cost estimate waits for the typing to stop
 # The settings each evaluation needs: left at their defaults while it is off.
 EVAL_SETTINGS: dict[str, tuple[str, str]] = {
@@ -75,13 +73,6 @@ OWN_WIDGETS = ("method", "evals", "device")
 
 
 TEXT = [name for name, spec in SETTINGS.items() if kind(spec) == "text" and name not in OWN_WIDGETS]
-
-
-def _devices() -> list[str]:
-    import torch
-
-    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-    return ["auto", "cpu", *gpus]
 
 
 class NewRunScreen(Screen):
@@ -109,7 +100,7 @@ class NewRunScreen(Screen):
         yield Header()
         with VerticalScroll(id="form"):
             yield from setting_field("model")
-            yield OptionList(id="model-candidates")
+            yield ModelCompletions(id="model-candidates")
             with Horizontal(id="form-columns"):
                 with Vertical(id="metrics-column"):
                     yield Label("Metrics [dim](space picks)[/]", classes="section")
@@ -123,13 +114,7 @@ class NewRunScreen(Screen):
                     yield Static("", id="metrics-error", classes="error")
                 with Vertical(id="settings-column"):
                     yield from group_fields("basic")
-                    with Horizontal(classes="row"):
-                        yield Label("Device", classes="label")
-                        yield Select(
-                            [(d, d) for d in _devices()], value="auto", allow_blank=False, compact=True, id="device"
-                        )
-                        yield Label(SETTINGS["dtype"].label, classes="label short")
-                        yield setting_widget("dtype")
+                    yield from device_row()
             yield Label("Evaluation", classes="section")
             with Horizontal(classes="row"):
                 yield Tick("WikiText-2 ppl", True, id="eval-wikitext2", compact=True)
@@ -142,7 +127,7 @@ class NewRunScreen(Screen):
                 yield from inline_field("zeroshot_limit")
             yield from error_lines("tasks", "zeroshot_limit")
             with Horizontal(id="start-row"):
-                yield Button("Start ▶", id="start", variant="primary", compact=True)
+                yield Button(START, id="start", variant="primary", compact=True)
                 yield Static("", id="plan")
             yield Static("", id="cost")
             with Collapsible(
@@ -154,8 +139,8 @@ class NewRunScreen(Screen):
     # ---- life cycle ----
 
     def on_mount(self) -> None:
-        self._candidates: list[str] = []
         self._model_touched = False
+        self._starting: dict | None = None  # the form's values while the launcher checks its runs (_checking)
         self.query_one("#model-candidates").display = False
         self.restore(self.app.preferences.new_run)
         self.find_candidates()
@@ -236,19 +221,11 @@ class NewRunScreen(Screen):
         self.post_message(CandidatesFound(model_candidates(recent)))
 
     def on_candidates_found(self, message: CandidatesFound) -> None:
-        self._candidates = message.candidates
         model = self.query_one("#model", Input)
-        model.suggester = SuggestFromList(self._candidates, case_sensitive=False)
-        self._show_candidates(model.value)
-
-    def _show_candidates(self, typed: str) -> None:
-        typed = typed.strip().lower()
-        matches = [c for c in self._candidates if typed in c.lower() and c.lower() != typed]
-        options = self.query_one("#model-candidates", OptionList)
-        options.set_options([Option(shorten(match, CANDIDATE_WIDTH), id=match) for match in matches])
-        options.highlighted = 0 if matches else None
-        options.display = bool(matches)
-        options.styles.height = min(len(matches), CANDIDATES_SHOWN)
+        model.suggester = SuggestFromList(message.candidates, case_sensitive=False)
+        completions = self.query_one("#model-candidates", ModelCompletions)
+        completions.candidates = message.candidates
+        completions.show_matches(model.value)
 
     # ---- checking ----
 
@@ -313,17 +290,7 @@ class NewRunScreen(Screen):
         time.sleep(COST_DELAY)
         if worker.is_cancelled:
             return
-        # Runs that differ only in sparsity cost the same.
-        distinct = {(c.method, c.seqlen, c.nsamples): c for c in configs}.values()
-        try:
-            with HEAVY_IMPORTS:  # the plan imports transformers' modules, which the completions' thread may too
-                from acetui_core.pruning.plan import plan_run
-
-                text = escape(summary.cost_text([plan_run(c) for c in distinct]))
-        except UserError as error:
-            text = f"[dim]Cost unknown: {escape(str(error))}[/]"
-        except Exception as error:  # an estimate is advice: a config transformers cannot build must not end the app
-            text = f"[dim]Cost unknown: the model's configuration could not be planned ({type(error).__name__}).[/]"
+        text = form.cost(configs)
         if not worker.is_cancelled:
             # A message, not a widget call from this thread: a screen closed meanwhile drops it unread.
             self.post_message(CostEstimated(text))
@@ -350,7 +317,7 @@ class NewRunScreen(Screen):
     def _changed(self, event: Input.Changed) -> None:
         if event.input.id == "model":
             self._model_touched = self._model_touched or bool(event.value)
-            self._show_candidates(event.value)
+            self.query_one("#model-candidates", ModelCompletions).show_matches(event.value)
         self.check_all()
 
     @on(SelectionList.SelectedChanged)
@@ -362,7 +329,7 @@ class NewRunScreen(Screen):
     @on(OptionList.OptionSelected, "#model-candidates")
     def _candidate_picked(self, event: OptionList.OptionSelected) -> None:
         model = event.option.id
-        assert model is not None  # each candidate's id is its model (_show_candidates)
+        assert model is not None  # each candidate's id is its model (ModelCompletions)
         self.query_one("#model", Input).value = model
         self.query_one("#metrics").focus()
 
@@ -377,18 +344,46 @@ class NewRunScreen(Screen):
         self.action_start()
 
     def action_start(self) -> None:
+        if self._starting is not None:
+            self.notify("The runs are being checked; they start once the checks pass.", timeout=4)
+            return
         self._model_touched = True
         bad = self.check_all()
         if bad:
             self.query_one(f"#{bad[0]}").focus()
             self.notify("Fix the flagged fields first.", severity="error")
             return
+        self._checking(self.values())
+        self._launch(self.configs())
+
+    def _checking(self, values: dict | None) -> None:
+        """While the launcher checks the runs (``values``: the form's, remembered once they start), the
+        Start button says so and takes no press; the rest of the form and the app answer as ever."""
+        self._starting = values
+        button = self.query_one("#start", Button)
+        button.label = "Checking…" if values is not None else START
+        button.disabled = values is not None
+
+    @work(thread=True, group="start")
+    def _launch(self, configs: list[RunConfig]) -> None:
+        """The launcher's checks (the model read, its memory bounded, a hub id looked up: seconds) and the
+        start, off the UI thread; the outcome comes back as a message."""
         try:
-            self.app.start_runs(self.configs())
+            self.post_message(RunsChecked(self.app.start_runs(configs) or []))
         except UserError as error:
-            self.notify(str(error), severity="error", timeout=8)
+            self.post_message(RunsChecked([], str(error)))
+        except Exception as error:  # never a traceback: the form stays, saying what went wrong
+            self.post_message(RunsChecked([], f"The runs could not be checked ({type(error).__name__}: {error})."))
+
+    def on_runs_checked(self, message: RunsChecked) -> None:
+        values = self._starting
+        self._checking(None)
+        if message.refusal:
+            self.notify(message.refusal, severity="error", timeout=8)
             return
-        self.app.remember(new_run=self.values())
+        self.app.remember(new_run=values)
+        if message.run_ids:
+            self.app.follow(message.run_ids[0], tuple(message.run_ids))
 
 
 async def rerun(app: App, run: RunRecord) -> None:

@@ -3,7 +3,7 @@ started it. The layers fill a table as they finish; the run's own log file is ta
 show the selected layer's score histogram, and the sparsity, activation variance and output fidelity
 along depth; a mixture-of-experts run's token load shows how many calibration tokens the router sent each
 expert of each layer (starved experts marked); a panel shows the configuration the run was started with.
-A resource line shows what its process uses."""
+A resource line shows what its process uses. The tabs and their plots are drawn by ``run_plots``."""
 
 from __future__ import annotations
 
@@ -14,31 +14,20 @@ from rich.text import Text
 from textual import getters, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, ProgressBar, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Header, ProgressBar, Static, TabbedContent
 from textual.worker import get_current_worker
 
 from acetui.app import summary
 from acetui.app.messages import LogLines, RunProgress, StoreFailed
 from acetui.app.runview import batch_line, describe_stage, layer_row, token_load
 from acetui.app.screens.new_run import rerun
+from acetui.app.screens.run_plots import name_tabs, plot_tabs, replot, replot_histogram
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.watch import follow_run, tail_log
 from acetui.app.widgets.logpane import LogPane
-from acetui.app.widgets.plots import (
-    DepthPlot,
-    ScoreHistogram,
-    choice_caption,
-    fidelity_series,
-    fidelity_title,
-    histogram_caption,
-    sparsity_series,
-    sparsity_title,
-    uniform_note,
-    variance_series,
-)
 from acetui.app.workbench import Workbench
 from acetui_core.basics.choices import RunStatus
 from acetui_core.run.config import model_name
@@ -46,23 +35,7 @@ from acetui_core.run.records import LayerRecord
 from acetui_core.storage.liveness import HOST
 from acetui_core.storage.store_rows import RunRecord
 
-# Each tab's name, and the short one it takes where the full names do not fit beside the layers (under
-# FULL_TABS terminal columns: at 80, the plots pane has 39).
-TAB_NAMES = {
-    "scores": ("Scores", "Scores"),
-    "sparsity": ("Sparsity", "Spars."),
-    "variance": ("Var[x²]", "Var"),
-    "fidelity": ("Fidelity", "Fid."),
-    "experts": ("Experts", "Exp."),
-    "config": ("Config", "Cfg"),
-}
-FULL_TABS = 110
 NO_RUN = "No run to show yet: start one on New run (F1) or open one from Runs (F4)."
-NO_FIDELITY = (
-    "This run did not record output fidelity. A run started with --fidelity (New run: Advanced, Fidelity) "
-    "records how far each layer's and each linear's output moved from the dense model's (||Y-Y'||/||Y||), "
-    "drawn here along depth. u re-runs this one with the form filled."
-)
 
 
 class RunScreen(Screen):
@@ -109,6 +82,15 @@ class RunScreen(Screen):
         Binding("l", "log", "Log", tooltip="The run's log file, full screen (l or escape: back)"),
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        # Before mounting, not in on_mount: the footer asks check_action while the screen is composed, and
+        # the screen is first shown when a start's checks pass, as the run list changes (bindings refreshed).
+        self._run: RunRecord | None = None
+        self._layers: list[LayerRecord] = []
+        self._linear = 0
+        self._log_ended = threading.Event()
+
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(NO_RUN, id="run-title")
@@ -122,22 +104,7 @@ class RunScreen(Screen):
             with Vertical(id="run-left"):
                 yield DataTable(id="layers", cursor_type="row", zebra_stripes=True)
                 yield LogPane(id="log", wrap=True, min_width=20, markup=False, highlight=False, max_lines=5000)
-            with TabbedContent(id="plots"):
-                with TabPane("Scores", id="scores"):
-                    yield Static("", id="histogram-caption")
-                    yield ScoreHistogram(id="histogram")
-                with TabPane("Sparsity", id="sparsity"):
-                    yield Static("", id="sparsity-note", classes="note")
-                    yield DepthPlot("sparsity by layer", ylim=(0, 1), id="sparsity-plot")
-                with TabPane(escape("Var[x²]"), id="variance"):
-                    yield DepthPlot("Var[x²] of inputs by layer", log=True, id="variance-plot")
-                with TabPane("Fidelity", id="fidelity"):
-                    yield Static("", id="fidelity-note", classes="note")
-                    yield DepthPlot(fidelity_title({}), log=True, id="fidelity-plot")
-                with TabPane("Experts", id="experts"), VerticalScroll():
-                    yield Static("", id="experts-text")
-                with TabPane("Config", id="config"), VerticalScroll():
-                    yield Static("", id="config-text")
+            yield from plot_tabs()
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
@@ -145,18 +112,12 @@ class RunScreen(Screen):
         table.add_columns("Layer", "Lin", "Time", "Sparsity", escape("Var[x²]"))
         self.query_one("#run-error").display = False
         self.query_one("#batch").display = False
-        self._run: RunRecord | None = None
-        self._layers: list[LayerRecord] = []
-        self._linear = 0
-        self._log_ended = threading.Event()
         self.watch(self.app, "followed", self._follow)
         self.app.runs_signal.subscribe(self, lambda runs: self._runs_listed())
         self.set_interval(1.0, self._tick)
 
     def on_resize(self) -> None:
-        plots = self.query_one("#plots", TabbedContent)
-        for pane, (full, short) in TAB_NAMES.items():
-            plots.get_tab(pane).label = escape(full if self.app.size.width >= FULL_TABS else short)
+        name_tabs(self, self.app.size.width)
 
     # ---- following a run ----
 
@@ -311,51 +272,10 @@ class RunScreen(Screen):
         self._replot_histogram()
 
     def _replot(self) -> None:
-        total = (self._run.num_layers if self._run else None) or len(self._layers)
-        series = sparsity_series(self._layers)
-        self.query_one("#sparsity-plot", DepthPlot).show(
-            total, series, sparsity_title(series) if self._layers else None
-        )
-        self._show_note("sparsity", uniform_note(series))
-        self.query_one("#variance-plot", DepthPlot).show(total, variance_series(self._layers))
-        fidelity = fidelity_series(self._layers)
-        self.query_one("#fidelity-plot", DepthPlot).show(total, fidelity, fidelity_title(fidelity))
-        recorded = self._run is None or self._run.config.fidelity or not self._layers
-        self._show_note("fidelity", "" if fidelity or recorded else NO_FIDELITY)
-        self._replot_histogram()
-
-    def _show_note(self, tab: str, text: str) -> None:
-        """The line over a plot that says why it shows little (nothing recorded, every line on one)."""
-        note = self.query_one(f"#{tab}-note", Static)
-        note.update(escape(text))
-        note.display = bool(text)
+        replot(self, self._run, self._layers, self._linear)
 
     def _replot_histogram(self) -> None:
-        plot = self.query_one("#histogram", ScoreHistogram)
-        caption = self.query_one("#histogram-caption", Static)
-        table = self.query_one("#layers", DataTable)
-        if not self._layers or table.row_count == 0:
-            plot.show("no layer pruned yet", None)
-            caption.update("")
-            return
-        layer = self._layers[min(table.cursor_row, len(self._layers) - 1)]
-        linears = layer.linears
-        if not linears:
-            plot.show(f"L{layer.index}: no linears recorded", None)
-            caption.update("")
-            return
-        self._linear %= len(linears)
-        linear = linears[self._linear]
-        histogram = linear.histogram
-        title = f"L{layer.index} {linear.name} ({self._linear + 1}/{len(linears)})"
-        if histogram is None:
-            title += ": no scores (solved, not scored)"
-        elif histogram.threshold is not None:
-            title += f" thr {histogram.threshold:.3g}"
-        plot.show(title, histogram)
-        config = self._run.config if self._run else None
-        text = histogram_caption(config.sparsity, config.group, histogram) if config else ""
-        caption.update(escape(" ".join(filter(None, (text, choice_caption(linear.choice))))))
+        replot_histogram(self, self._run, self._layers, self._linear)
 
     # ---- actions ----
 

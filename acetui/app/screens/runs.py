@@ -110,7 +110,12 @@ class RunsScreen(SortedRunListScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="runs-bar"):
-            yield TextField(placeholder="filter: status, model or method words (/)", id="runs-filter", compact=True)
+            yield TextField(
+                placeholder="filter: status, model or method words (/)",
+                id="runs-filter",
+                compact=True,
+                select_on_focus=False,
+            )
             yield Static("", id="runs-info")
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static("", id="run-detail")

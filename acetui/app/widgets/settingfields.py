@@ -81,3 +81,16 @@ def error_lines(*field_ids: str) -> ComposeResult:
     """The error lines of the settings laid out inline, under their row."""
     for field_id in field_ids:
         yield Static("", id=f"{field_id}-error", classes="error")
+
+
+def device_row() -> ComposeResult:
+    """The device, a choice of this machine's (auto, cpu, each GPU), and the dtype, on one row."""
+    import torch
+
+    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    with Horizontal(classes="row"):
+        yield Label("Device", classes="label")
+        devices = ["auto", "cpu", *gpus]
+        yield Select([(d, d) for d in devices], value="auto", allow_blank=False, compact=True, id="device")
+        yield Label(SETTINGS["dtype"].label, classes="label short")
+        yield setting_widget("dtype")
