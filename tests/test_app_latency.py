@@ -61,8 +61,8 @@ async def test_the_paper_view_is_worked_out_in_a_thread_only_when_shown_and_once
         shown = app.screen.query_one("#paper-table", Static)
         assert str(shown.visual).startswith("Working out the verdicts of 2 run(s)")
         await pilot.press("slash", "x")
-        assert app.screen.query_one("#filter", Input).value == "x"  # typed while the verdicts are worked out
-        assert str(shown.visual) == "No finished runs yet."  # none matches x
+        assert app.screen.query_one("#filter", Input).value == "lx"  # typed while the verdicts are worked out
+        assert str(shown.visual) == "No finished runs yet."  # none matches lx
         await pilot.press("backspace", "escape")
         slow_verdicts.release.set()
         await pilot_wait_until(pilot, lambda: not str(shown.visual).startswith("Working out"), "the verdicts drawn")
