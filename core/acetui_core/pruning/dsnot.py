@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from acetui_core.basics.choices import DSnoTAccept
+from acetui_core.basics.choices import DSnoTAccept, DSnoTSkip
 from acetui_core.run.records import Refinement
 
 _TINY_VARIANCE = 1e-12  # a constant input (zero variance) would divide by zero
@@ -145,3 +145,11 @@ def _relative(error: torch.Tensor, effect: torch.Tensor) -> float:
     """``||e|| / ||W mu||``: the error of the expected output relative to the dense expected output."""
     dense = effect.sum(dim=1).norm().item()
     return error.norm().item() / dense if dense else 0.0
+
+
+def dsnot_refines(kind: str, skip: str) -> bool:
+    """Whether ``--dsnot-skip`` lets DSnoT refine a linear of this kind (``layouts.KINDS``): the reference
+    skips the MLP by default, meaning every linear outside attention (experts and shared experts too)."""
+    if skip == DSnoTSkip.MLP:
+        return kind == "attention"
+    return skip == DSnoTSkip.NONE or kind != "attention"

@@ -33,9 +33,11 @@ from acetui_core.basics.choices import ExpertScore
 from acetui_core.basics.errors import UserError
 from acetui_core.modeling.layerfeed import set_tensor
 from acetui_core.modeling.layouts import ROUTING, architecture, decoder_layers, expert_layout, fused_experts
+from acetui_core.modeling.models import Loaded
 from acetui_core.modeling.placement import layer_forward
 from acetui_core.modeling.routing import expert_output
-from acetui_core.run.experts import ExpertRemoval, ExpertsRemoved
+from acetui_core.run.config import RunConfig
+from acetui_core.run.experts import ExpertRemoval, Experts, ExpertsRemoved
 
 # The config fields that hold a model's routed expert count, whichever its family uses.
 COUNT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
@@ -339,3 +341,19 @@ def counted_from_files(removed: ExpertsRemoved, source: str, saved_to: str | Non
             removed, parameters_before=before[0], parameters_after=after[0], counted_from="saved checkpoint"
         )
     return removed
+
+
+def finish_expert_removal(
+    loaded: Loaded, config: RunConfig, experts: Experts | None, before: int
+) -> ExpertsRemoved | None:
+    """Once every layer is cut: the config's expert count follows, the model can no longer be reset to
+    its dense weights (its shapes changed), and what the removal saved, counted in memory."""
+    if not config.expert_sparsity or experts is None or not experts.removal:
+        return None
+    first = experts.removal[0]
+    dense, kept = len(first.scores), len(first.scores) - len(first.removed)
+    set_expert_count(loaded.model, dense, kept)
+    loaded.experts_cut = True
+    after = sum(p.numel() for p in loaded.model.parameters())
+    counts = [len(r.scores) - len(r.removed) for r in experts.removal]
+    return ExpertsRemoved(config.expert_sparsity, config.expert_score, counts, before, after)

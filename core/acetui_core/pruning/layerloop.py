@@ -17,7 +17,6 @@ import torch
 from acetui_core.basics.choices import (
     Allocation,
     DSnoTPruneScore,
-    DSnoTSkip,
     Permute,
     Refine,
     SparsityScope,
@@ -42,15 +41,15 @@ from acetui_core.modeling.placement import activation_device, advance, capture_l
 from acetui_core.modeling.routing import expert_of
 from acetui_core.pruning import histograms
 from acetui_core.pruning.allocation import owl_allocation
-from acetui_core.pruning.dsnot import DSnoTSettings, refine
+from acetui_core.pruning.dsnot import DSnoTSettings, dsnot_refines, refine
 from acetui_core.pruning.expertremoval import (
     ExpertScores,
     check_removable,
     cut_layer,
     expert_choice,
+    finish_expert_removal,
     moe_blocks,
     score_pass,
-    set_expert_count,
 )
 from acetui_core.pruning.fidelity import OutputAgreement, linear_fidelity
 from acetui_core.pruning.layerstats import LayerWork, check_finite, dense_weight, layer_stats, method_scores
@@ -107,7 +106,7 @@ def _choose_mask(
     if order is not None:
         choice.retained_unpermuted = retained_fraction(scores, nm_mask(scores, sparsity.n, sparsity.m)[0])
         choice.permutation = order.tolist()
-    if config.refine == Refine.DSNOT and _dsnot_refines(kind, config.dsnot_skip):
+    if config.refine == Refine.DSNOT and dsnot_refines(kind, config.dsnot_skip):
         assert stats is not None, "--refine dsnot reads calibration statistics (Method.calibrated)"
         columns = order if order is not None else torch.arange(W.shape[1], device=W.device)
         settings = DSnoTSettings(
@@ -129,14 +128,6 @@ def _choose_mask(
         )
         mask[:, columns] = refined
     return mask, threshold, choice
-
-
-def _dsnot_refines(kind: str, skip: str) -> bool:
-    """Whether ``--dsnot-skip`` lets DSnoT refine a linear of this kind (``layouts.KINDS``): the reference
-    skips the MLP by default, meaning every linear outside attention (experts and shared experts too)."""
-    if skip == DSnoTSkip.MLP:
-        return kind == "attention"
-    return skip == DSnoTSkip.NONE or kind != "attention"
 
 
 def _prune_layer(
@@ -378,7 +369,7 @@ def prune(
         torch.cuda.synchronize(loaded.device)
     prune_seconds = time.perf_counter() - started
 
-    removed = _experts_removed(loaded, config, experts, parameters_before)
+    removed = finish_expert_removal(loaded, config, experts, parameters_before)
     for fallback in experts.fallbacks if experts else []:
         logging.getLogger("acetui").warning(fallback.sentence())
     # Over every prunable weight of the decoder layers, experts included, as counted from each weight.
@@ -395,20 +386,6 @@ def prune(
         experts,
         removed,
     )
-
-
-def _experts_removed(loaded: Loaded, config: RunConfig, experts: Experts | None, before: int) -> ExpertsRemoved | None:
-    """Once every layer is cut: the config's expert count follows, the model can no longer be reset to
-    its dense weights (its shapes changed), and what the removal saved, counted in memory."""
-    if not config.expert_sparsity or experts is None or not experts.removal:
-        return None
-    first = experts.removal[0]
-    dense, kept = len(first.scores), len(first.scores) - len(first.removed)
-    set_expert_count(loaded.model, dense, kept)
-    loaded.experts_cut = True
-    after = sum(p.numel() for p in loaded.model.parameters())
-    counts = [len(r.scores) - len(r.removed) for r in experts.removal]
-    return ExpertsRemoved(config.expert_sparsity, config.expert_score, counts, before, after)
 
 
 def linear_sizes(layers) -> list[int]:
