@@ -17,6 +17,15 @@ def moe_config(family: str, vocab_size: int, **overrides):
         num_key_value_heads=2,
         max_position_embeddings=256,
     )
+    # DeepSeek-V3's routed experts behind a dense first layer, which GLM-4-MoE shares
+    dense_first = dict(
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+    )
     made = {
         "mixtral": lambda: transformers.MixtralConfig(
             **common, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2
@@ -34,12 +43,7 @@ def moe_config(family: str, vocab_size: int, **overrides):
         ),
         "deepseek_v3": lambda: transformers.DeepseekV3Config(
             **common,
-            intermediate_size=128,
-            moe_intermediate_size=32,
-            n_routed_experts=8,
-            num_experts_per_tok=2,
-            n_shared_experts=1,
-            first_k_dense_replace=1,
+            **dense_first,
             n_group=2,
             topk_group=1,
             q_lora_rank=32,
@@ -49,16 +53,7 @@ def moe_config(family: str, vocab_size: int, **overrides):
             v_head_dim=16,
             rope_scaling=None,
         ),
-        "glm4_moe": lambda: transformers.Glm4MoeConfig(  # its first layer dense, like DeepSeek-V3's
-            **common,
-            intermediate_size=128,
-            moe_intermediate_size=32,
-            n_routed_experts=8,
-            num_experts_per_tok=2,
-            n_shared_experts=1,
-            first_k_dense_replace=1,
-            head_dim=16,
-        ),
+        "glm4_moe": lambda: transformers.Glm4MoeConfig(**common, **dense_first, head_dim=16),
         "gpt_oss": lambda: transformers.GptOssConfig(
             **common, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16
         ),
