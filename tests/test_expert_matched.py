@@ -89,3 +89,18 @@ def test_verdict_and_the_figure_put_expert_removal_beside_sparsity_inside_the_ex
     csv = tmp_path / "runs.csv"
     code, _, err = cli(monkeypatch, capsys, "export", "--format", "csv", "-o", csv, "--store", store.path)
     assert code == 0 and "results.parameters_removed" in csv.read_text().splitlines()[0]
+
+
+def test_removal_with_a_mask_inside_the_experts_never_shares_a_cell_with_one_on_every_projection(tmp_path):
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.analysis.comparison import comparison
+    from acetui_core.storage.store import Store
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for index, scope in enumerate(("all", "experts")):
+        run = RunConfig(model="org/tiny-moe", method="wanda", expert_sparsity=0.5, sparsity_scope=scope)
+        insert_run(store, clock, f"r{index}", run, created=100.0 * index, ppl=10.0 + index)
+    table = comparison(store.list_runs())
+    assert len(table.cells) == 2 and all(len(cell.values) == 1 for cell in table.cells.values())

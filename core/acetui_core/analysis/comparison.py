@@ -190,11 +190,10 @@ def _sparsity_header(config: RunConfig) -> str:
     removed = f"{config.expert_sparsity * 100:g}% of expert parameters"
     if config.expert_sparsity and spec.fraction == 0:
         return removed
-    if config.expert_sparsity:
-        return f"{pattern} + {removed} (experts removed)"
-    if config.sparsity_scope == SparsityScope.EXPERTS:
-        return f"{pattern} of expert parameters"
-    return pattern
+    inside = config.sparsity_scope == SparsityScope.EXPERTS
+    if config.expert_sparsity:  # the scope stays in the header: row labels leave it to the column
+        return f"{pattern}{' inside the experts' if inside else ''} + {removed} (experts removed)"
+    return f"{pattern} of expert parameters" if inside else pattern
 
 
 def _base_label(record: RunRecord) -> str:
