@@ -92,6 +92,10 @@ def test_methods_lists_paper_names(cli):
     assert code == 0
     for name in ["magnitude", "wanda", "ria", "sparsegpt", "cosp", "varp", "ace", "CosP+VarP", "SparseGPT"]:
         assert name in out
+    rows = [[cell.strip() for cell in line.split("│")] for line in out.splitlines() if line.startswith("│")]
+    groups = {row[1]: row[3] for row in rows if row[1]}  # a wrapped description's lines name no method
+    assert groups["ria"] == "layer" and groups["wanda"] == groups["ria+varp"] == "row"  # each its --group default
+    assert groups["sparsegpt"] == "blocks"  # its own masks, per 128 columns: --group is unused
 
 
 # case -> (arguments after MODEL-or-path built from (model, tmp, calib), expected words of the sentence)

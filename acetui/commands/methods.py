@@ -16,14 +16,16 @@ def methods() -> None:
     """List the pruning methods with a one-line description, the paper's name, and where each comes from
     (built in, an installed package's ``acetui.methods`` entry point, or a remembered plug-in). A
     remembered plug-in that cannot be imported is named after the table, with exit code 2."""
-    table = Table(title="Pruning methods (unstructured sparsity competes per output row unless --group layer)")
+    table = Table(title="Pruning methods (group: which weights compete for unstructured sparsity unless --group)")
     table.add_column("method", overflow="fold")
     table.add_column("paper name")
+    table.add_column("group")
     table.add_column("score (higher = keep)")
     table.add_column("from", overflow="fold")
     unusable: list[str] = []
     for method in available_methods(METHODS, preferences.load().plugins, unusable).values():
-        table.add_row(method.name, method.paper_name, escape(method.description), escape(method.source))
+        group = method.group if method.score is not None else "blocks"  # SparseGPT masks per 128 columns
+        table.add_row(method.name, method.paper_name, group, escape(method.description), escape(method.source))
     Console().print(table)
     if unusable:
         more = f" ({len(unusable) - 1} more remembered plug-in(s) cannot be used either)" if len(unusable) > 1 else ""
