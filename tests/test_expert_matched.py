@@ -104,3 +104,16 @@ def test_removal_with_a_mask_inside_the_experts_never_shares_a_cell_with_one_on_
         insert_run(store, clock, f"r{index}", run, created=100.0 * index, ppl=10.0 + index)
     table = comparison(store.list_runs())
     assert len(table.cells) == 2 and all(len(cell.values) == 1 for cell in table.cells.values())
+
+
+def test_the_experts_figure_of_runs_that_never_counted_what_they_removed_says_so(tmp_path, cli):
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.storage.store import Store
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    run = RunConfig(model="org/tiny-moe", method="wanda", sparsity="0", expert_sparsity=0.5)
+    insert_run(store, clock, "r0", run, created=100.0, ppl=10.0)  # finished before parameters_removed was kept
+    code, _, err = cli("figure", "experts", "-o", tmp_path / "experts.tex", "--store", store.path)
+    assert code == 2 and "None of the selected runs recorded the parameters it removed" in err

@@ -81,7 +81,13 @@ def figure_series(
     columns = "sparsity" if kind == "experts" else "seqlen"
     grid = judge(comparison(records, columns=columns, measure=measure), kept, level)
     xlabel = {"seqlen": "calibration length (tokens)", "experts": PARAMETERS_REMOVED}.get(kind, X_AXES[x_axis])
-    return series(grid, kind, x_axis), xlabel, Y_LABELS[measure]
+    lines = series(grid, kind, x_axis)
+    if kind == "experts" and not lines:  # finished and measured, but from before a run counted what it removed
+        raise UserError(
+            "None of the selected runs recorded the parameters it removed (a run finished before acetui "
+            "counted them did not), so there is nothing to draw against them; run them again."
+        )
+    return lines, xlabel, Y_LABELS[measure]
 
 
 def layer_series(records: list[RunRecord]) -> list[Series]:
