@@ -117,3 +117,11 @@ def test_the_experts_figure_of_runs_that_never_counted_what_they_removed_says_so
     insert_run(store, clock, "r0", run, created=100.0, ppl=10.0)  # finished before parameters_removed was kept
     code, _, err = cli("figure", "experts", "-o", tmp_path / "experts.tex", "--store", store.path)
     assert code == 2 and "None of the selected runs recorded the parameters it removed" in err
+
+
+def test_owl_inside_the_experts_prunes_them_to_the_target(make_moe, calib_file):
+    """OWL's layer sparsities average to --sparsity over the parameters the mask covers: a dense first layer
+    (DeepSeek-V3's) takes no part (it had a share of the target, though nothing in it was masked)."""
+    source = make_moe("deepseek_v3", first_k_dense_replace=1)
+    inside, _ = _run(source, calib_file, expert_sparsity=0, sparsity_scope="experts", allocation="owl")
+    assert inside.kinds.keys() == {"experts"} and abs(inside.kinds["experts"] - 0.5) < 0.01  # masks' rounding

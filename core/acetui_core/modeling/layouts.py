@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from acetui_core.basics.choices import SparsityScope
 from acetui_core.basics.errors import UserError
 
 SUPPORTED = (
@@ -153,6 +154,16 @@ def prunable_linears(layer: nn.Module) -> dict[str, Matrix]:
                         f"{name}.{expert}.{param}", _kind(name), module, param, expert, module.is_transposed
                     )
     return found
+
+
+def masked_linears(layer: nn.Module, scope: str) -> dict[str, Matrix]:
+    """The projections of ``layer`` that ``--sparsity`` masks: all of them, or the routed experts alone
+    (``--sparsity-scope experts``: the parameters ``--expert-sparsity`` removes, so the two compare at
+    matched parameters)."""
+    linears = prunable_linears(layer)
+    if scope == SparsityScope.EXPERTS:
+        return {name: matrix for name, matrix in linears.items() if matrix.kind == "experts"}
+    return linears
 
 
 def weight_matrix(matrix: Matrix) -> torch.Tensor:

@@ -7,8 +7,10 @@ OWL's definitions, computed with the chosen metric's scores:
   together) above ``M`` times the layer's mean score;
 - ``x_l = 2 lambda (r_l - min r) / (max r - min r)`` spreads the ratios over ``[0, 2 lambda]``;
 - the layer's sparsity is ``s_l = s - (x_l - mean_w x)``, where ``mean_w`` weighs each layer by its
-  number of prunable parameters, so the parameter-weighted mean of ``s_l`` is the target ``s`` exactly
-  (OWL's code takes the plain mean, the same thing when all layers are equal in size).
+  number of masked parameters, so the parameter-weighted mean of ``s_l`` is the target ``s`` exactly
+  (OWL's code takes the plain mean, the same thing when all layers are equal in size). With
+  ``--sparsity-scope experts`` the scores, ratios and sizes are the routed experts' alone, and a layer
+  without them takes no part, so the experts are pruned to ``s`` as without OWL.
 
 ``owl_allocation`` runs OWL's statistics pass over the dense model for the layer loop.
 """
@@ -19,7 +21,7 @@ import torch
 
 from acetui_core.basics.choices import StageName
 from acetui_core.basics.errors import UserError, check_stop
-from acetui_core.modeling.layouts import prunable_linears, weight_matrix
+from acetui_core.modeling.layouts import masked_linears, weight_matrix
 from acetui_core.modeling.placement import advance, layer_feed, module_device
 from acetui_core.pruning.layerstats import LayerWork, dense_weight, layer_stats, method_scores
 from acetui_core.run.events import Stage
@@ -36,16 +38,18 @@ def outlier_ratio(scores: list[torch.Tensor], m: float) -> float:
 def owl_sparsities(ratios: list[float], sizes: list[int], target: float, lam: float) -> list[float]:
     """Each layer's sparsity from its outlier ratio (module docstring); equal ratios give ``target``
     everywhere. A spread that leaves (0, 1) is refused."""
-    r = torch.tensor(ratios, dtype=torch.float64)
     w = torch.tensor(sizes, dtype=torch.float64)
-    if r.max() == r.min():
+    masked = w > 0  # a layer the mask does not cover (no routed experts, --sparsity-scope experts) has no ratio
+    r = torch.tensor(ratios, dtype=torch.float64).where(masked, 0.0)
+    low, high = r[masked].min(), r[masked].max()
+    if high == low:
         return [target] * len(ratios)
-    x = 2 * lam * (r - r.min()) / (r.max() - r.min())
+    x = (2 * lam * (r - low) / (high - low)).where(masked, 0.0)
     s = target - (x - (x * w).sum() / w.sum())
-    if s.min() <= 0 or s.max() >= 1:
+    if s[masked].min() <= 0 or s[masked].max() >= 1:
         raise UserError(
             f"OWL with --owl-lambda {lam:g} at sparsity {target:g} would give a layer sparsity of "
-            f"{s.min().item():.3f} to {s.max().item():.3f}; choose a smaller lambda."
+            f"{s[masked].min().item():.3f} to {s[masked].max().item():.3f}; choose a smaller lambda."
         )
     return s.tolist()
 
@@ -67,14 +71,17 @@ def owl_allocation(loaded, layers, inputs, config, method, sparsity, emit, cance
             device = module_device(layer) if feed is None else loaded.device
             if feed is not None:
                 feed.enter(index)
-            linears = prunable_linears(layer)
-            stats = layer_stats(LayerWork(index, layer, inputs, loaded, config, method, device), linears)
-            scores = [
-                method_scores(method, dense_weight(index, name, m), stats.get(name), config, f"layer {index} {name}")
-                for name, m in linears.items()
-            ]
-            ratios.append(outlier_ratio(scores, config.owl_m))
-            del scores
+            linears = masked_linears(layer, config.sparsity_scope)  # the mask's share is the target's
+            if linears:
+                stats = layer_stats(LayerWork(index, layer, inputs, loaded, config, method, device), linears)
+                scores = [
+                    method_scores(method, dense_weight(index, n, m), stats.get(n), config, f"layer {index} {n}")
+                    for n, m in linears.items()
+                ]
+                ratios.append(outlier_ratio(scores, config.owl_m))
+                del scores
+            else:
+                ratios.append(float("nan"))  # nothing masked here (owl_sparsities leaves it out)
             advance(layer, inputs, device)
             if feed is not None:
                 feed.leave(index)
@@ -82,6 +89,8 @@ def owl_allocation(loaded, layers, inputs, config, method, sparsity, emit, cance
         if feed is not None:
             feed.close()
     emit(Stage(StageName.OUTLIER_RATIOS, len(layers), len(layers)))
-    sizes = [sum(weight_matrix(m).numel() for m in prunable_linears(layer).values()) for layer in layers]
+    sizes = [
+        sum(weight_matrix(m).numel() for m in masked_linears(layer, config.sparsity_scope).values()) for layer in layers
+    ]
     allocated = owl_sparsities(ratios, sizes, sparsity.ratio, config.owl_lambda)
     return [LayerAllocation(i, r, s) for i, (r, s) in enumerate(zip(ratios, allocated, strict=True))]

@@ -26,12 +26,12 @@ from acetui_core.basics.errors import StopFlag, UserError, check_stop
 from acetui_core.modeling.conversion import by_saved_name
 from acetui_core.modeling.data import calibration_sample, sample_identity
 from acetui_core.modeling.layouts import (
-    Matrix,
     architecture,
     check_layout,
     check_pruned,
     decoder_layers,
     expert_layout,
+    masked_linears,
     prunable_linears,
     set_weight_matrix,
     weight_matrix,
@@ -158,16 +158,6 @@ def _prune_layer(
         _prune_linear(work, name, matrix, stats.get(name), sparsity, update, masks) for name, matrix in linears.items()
     ]
     return records, stats, cut_layer(scorer, removal) if scorer is not None else {}
-
-
-def masked_linears(layer, scope: str) -> dict[str, Matrix]:
-    """The projections of ``layer`` that ``--sparsity`` masks: all of them, or the routed experts alone
-    (``--sparsity-scope experts``: the parameters ``--expert-sparsity`` removes, so the two compare at
-    matched parameters)."""
-    linears = prunable_linears(layer)
-    if scope == SparsityScope.EXPERTS:
-        return {name: matrix for name, matrix in linears.items() if matrix.kind == "experts"}
-    return linears
 
 
 def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks) -> LinearRecord:
