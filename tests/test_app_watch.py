@@ -682,3 +682,16 @@ async def test_runs_show_perplexity_duration_and_a_bar_for_a_running_run(store):
         live_row, done_row = dict(zip(headers, rows[live], strict=True)), dict(zip(headers, rows[done], strict=True))
         assert live_row["Layers"] == "██░░░░ 1/4" and live_row["PPL"] == "–" and live_row["Took"].endswith("s")
         assert done_row["Layers"] == "2/2" and done_row["PPL"] == "71.47" and done_row["Took"] != "–"
+
+
+@pytest.mark.asyncio
+async def test_a_group_remembered_before_it_could_be_left_blank_gives_way_to_the_methods(store):
+    """A form saved before RIA's default became its code's held row as every method's default, not as a
+    choice: RIA started from it must not run the per-row variant. A row chosen since is kept."""
+    from textual.widgets import Select
+
+    for saved, shown in (({"group": "row"}, Select.NULL), ({"group": "row", "sparsity_scope": "all"}, "row")):
+        preferences.update(new_run={"seed": "0", **saved})
+        app = make_app(store)
+        async with app.run_test(size=SIZE):
+            assert app.screen.query_one("#group", Select).value == shown

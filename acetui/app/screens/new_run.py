@@ -174,6 +174,8 @@ class NewRunScreen(Screen):
             value = saved.get(widget.id)
             if widget.id == "model" or value is None:
                 continue
+            if widget.id == "group" and value == "row" and "sparsity_scope" not in saved:  # saved by a form whose
+                continue  # Group could not be blank (before Sparsity on came): row was its default, not a choice
             if isinstance(widget, Select):
                 with suppress(InvalidSelectValueError):  # e.g. a GPU this machine does not have: the default stays
                     widget.value = value
