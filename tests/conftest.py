@@ -33,13 +33,20 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(items) -> None:
-    """``--dist loadgroup``: the tests that share an expensive session resource run in one worker, so it is
-    made once: the real SmolLM2 model, the Slurm test cluster. Without ``tryfirst`` the marks came after
+    """``--dist loadgroup``: the tests that share an expensive resource run in one worker, so it is made
+    once: the real SmolLM2 model's module fixtures, the Slurm test cluster. Without ``tryfirst`` the marks came after
     xdist had read them: both workers loaded the model and ran its module fixtures twice."""
     for item in items:
         for fixture in SHARED_RESOURCES:
             if fixture in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group(fixture))
+                item.add_marker(pytest.mark.xdist_group(group_of(item, fixture)))
+
+
+def group_of(item, fixture: str) -> str:
+    """The real model's tests go by module: each module's fixtures (seven prunes, a zero-shot pass) are
+    minutes of one thread, so two modules run on two workers, each loading the model once (seconds); the
+    Slurm cluster is one group."""
+    return f"{fixture}-{item.module.__name__}" if fixture == "smollm" else fixture
 
 
 def pytest_runtest_setup(item) -> None:
@@ -48,7 +55,8 @@ def pytest_runtest_setup(item) -> None:
     if item.config.getoption("dist", "no") == "loadgroup" and os.environ.get("PYTEST_XDIST_WORKER"):
         for fixture in SHARED_RESOURCES:
             if fixture in item.fixturenames:
-                assert item.nodeid.endswith(f"@{fixture}"), f"{item.nodeid} runs outside xdist group {fixture}"
+                group = group_of(item, fixture)
+                assert item.nodeid.endswith(f"@{group}"), f"{item.nodeid} runs outside xdist group {group}"
 
 
 @pytest.fixture(autouse=True)
