@@ -293,11 +293,12 @@ def test_eval_bad_input_is_one_sentence_and_exit_2(args, env, message, make_tiny
 
 # ---------------------------------------------------------------- slow: the real SmolLM2-135M
 
-# Dense and Wanda 50% on the first 500 ARC-Easy and the first 500 HellaSwag examples: about 11 minutes on 2
-# idle cores (0.3 s per ARC-Easy and 0.37 s per HellaSwag example), where the whole ARC-Easy split (2376)
-# took 30. 500 keeps each claim several standard errors clear: dense ARC-Easy needs more than 0.36 (it
-# scores about 0.5), and Wanda's drop (about 9 points on ARC-Easy, 6 on HellaSwag) must pass 2.2 points.
-LIMIT = 500
+# Dense and Wanda 50% on the first 250 ARC-Easy and the first 250 HellaSwag examples: about 6 minutes of one
+# core (0.3 s per ARC-Easy and 0.37 s per HellaSwag example on 2 idle cores), where the whole ARC-Easy split
+# (2376) took 30. 250 keeps each claim clear of its standard error (~3 points): dense ARC-Easy needs more
+# than 0.41 (it scores about 0.5), and Wanda's drop (about 9 points on ARC-Easy, 6 on HellaSwag at 500)
+# must pass one standard error.
+LIMIT = 250
 SLOW_TASKS = ["arc_easy", "hellaswag"]
 
 
@@ -334,7 +335,7 @@ def dense_and_pruned(smollm, module_env):
 @pytest.mark.slow
 def test_smollm_is_well_above_chance_on_arc_easy(dense_and_pruned):
     dense, _ = dense_and_pruned
-    # Chance is 0.25 (four choices); on 500 examples the standard error is ~0.022.
+    # Chance is 0.25 (four choices); on 250 examples the standard error is ~0.032.
     assert (dense["arc_easy"].n, dense["arc_easy"].total, dense["arc_easy"].partial) == (LIMIT, 2376, True)
     assert dense["arc_easy"].acc > 0.25 + 5 * dense["arc_easy"].acc_stderr
 
