@@ -129,6 +129,28 @@ async def test_keys_typed_at_once_after_slash_all_reach_the_filter(store, screen
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("screen_key", "field", "table", "shown"), [("f4", "#runs-filter", "#runs", 5), ("f3", "#filter", "#results", 3)]
+)
+async def test_a_table_key_in_a_burst_acts_on_the_table_it_was_typed_into(store, screen_key, field, table, shown):
+    """One read: ``/``, "sd" in the filter, tab to the table, ``r`` (reverse the sort), shift+tab back, "l".
+    Focus is back in the filter before the ``r`` has bubbled up to the app, where Textual looks up the
+    screen's bindings from the field focused then, which takes ``r`` as text: the reversal was lost."""
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(screen_key)
+        await pilot_wait_until(pilot, lambda: app.screen.query_one(table, DataTable).row_count == shown, "the runs")
+        screen = app.screen
+        descending = screen.descending
+        burst = [("slash", "/"), ("s", "s"), ("d", "d"), ("tab", None), ("r", "r"), ("shift+tab", None), ("l", "l")]
+        for key, char in burst:  # one read, as the driver hands them over
+            app._driver.send_message(events.Key(key, char))
+        await pilot_wait_until(pilot, lambda: app.screen.query_one(field, Input).value == "sdl", "the typed filter")
+        await pilot.pause()
+        assert screen.descending is not descending
+
+
+@pytest.mark.asyncio
 async def test_rerun_fills_the_new_run_form_and_starts_the_same_settings(store, monkeypatch):
     fidelity = store.create_run(replace(CONFIG, method="ria", sparsity="2:4", seed=3, fidelity=True))
     store.set_status(fidelity, "failed", error="on purpose")

@@ -20,6 +20,7 @@ from acetui import notify, preferences
 from acetui.app import summary
 from acetui.app.commands import RunCommands
 from acetui.app.help import HelpScreen, screen_actions, screen_name
+from acetui.app.keyorder import KeysWhereTyped
 from acetui.app.screens.new_run import NewRunScreen
 from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
@@ -34,7 +35,7 @@ NOTIFY_TITLES = {
 }
 
 
-class AceApp(Workbench):
+class AceApp(KeysWhereTyped, Workbench):
     """Four screens (modes): New run, Run, Results, Runs; F1-F4 switch between them."""
 
     TITLE = "acetui"

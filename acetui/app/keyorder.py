@@ -1,0 +1,48 @@
+"""``KeysWhereTyped``: a key acts where it was typed, even when focus has moved on before it is handled.
+
+Textual hands a key to the focused widget, which lets it bubble up to the app; only there does the app look
+up the screen's and the app's bindings, from the widget focused *then*. In one burst (SSH, tmux, a fast
+typist) a priority key read after it may already have moved focus: ``/ lla Tab r BTab ma`` handed ``r`` to
+the table, but shift+tab had put focus back in the filter by the time ``r`` reached the app, and the
+filter's binding chain drops printable keys (a text field takes them), so the table's ``r`` (reverse the
+sort) was lost. The app notes which widget each key was handed to and, when focus has moved since, looks
+the key up from there. ``TextField`` (``acetui.app.widgets.textfield``) does the same inside a field, for
+the field's own editing keys.
+"""
+
+from __future__ import annotations
+
+from textual import events
+from textual.app import App
+from textual.binding import BindingsMap
+from textual.dom import DOMNode
+from textual.keys import key_to_character
+from textual.widget import Widget
+
+
+class KeysWhereTyped(App):
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            event.typed_into = self.focused  # type: ignore[attr-defined]  # the widget it is about to be handed to
+        await super().on_event(event)
+
+    async def _on_key(self, event: events.Key) -> None:
+        typed_into: Widget | None = getattr(event, "typed_into", None)
+        if typed_into is None or typed_into is self.focused or not typed_into.is_attached:
+            await super()._on_key(event)
+            return
+        for namespace, bindings in binding_chain(typed_into, event.key):
+            for binding in bindings.key_to_bindings.get(event.key, ()):
+                if not binding.priority and await self.run_action(binding.action, namespace):
+                    return
+
+
+def binding_chain(widget: Widget, key: str) -> list[tuple[DOMNode, BindingsMap]]:
+    """The bindings ``key`` meets from ``widget`` up, as Textual's own chain from the focused widget: up
+    to the first modal screen, and past a node that takes the key as text (an ``Input``) no further."""
+    chain: list[tuple[DOMNode, BindingsMap]] = []
+    for node in widget.ancestors_with_self:
+        chain.append((node, node._bindings))
+        if node.is_modal or node.check_consume_key(key, key_to_character(key)):
+            break
+    return chain
