@@ -7,11 +7,13 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 import torch
 from test_expert_removal import _run
 from test_moe import QUICK, _saved
 
 from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
 
 
 def test_sparsity_inside_the_experts_matches_the_parameters_expert_removal_saves(make_moe, calib_file, tmp_path):
@@ -32,9 +34,17 @@ def test_sparsity_inside_the_experts_matches_the_parameters_expert_removal_saves
     assert inside.overall_sparsity == 0.5 and inside.kinds == {"experts": 0.5}
 
 
-def test_sparsity_on_the_experts_alone_needs_routed_experts(make_moe, calib_file, cli):
-    code, _, err = cli("prune", make_moe("gpt_neox"), "--sparsity-scope", "experts", "--calib", calib_file, *QUICK)
-    assert code == 2 and "--sparsity-scope experts masks routed experts, and the 'gpt_neox' model has none." in err
+@pytest.mark.parametrize("command", ["prune", "compare"])
+@pytest.mark.parametrize("flags", [["--sparsity-scope", "experts"], ["--expert-sparsity", "0.5"]])
+def test_expert_settings_need_routed_experts_before_a_run_is_recorded(
+    make_moe, calib_file, cli, tmp_path, command, flags
+):
+    """compare recorded a failed run for these (the check ran once the model was loaded); prune and compare
+    both refuse them from the model's config, with nothing in the store."""
+    store = tmp_path / "runs.db"
+    code, _, err = cli(command, make_moe("gpt_neox"), *flags, "--calib", calib_file, *QUICK, "--store", store)
+    assert code == 2 and "and the 'gpt_neox' model has none." in err and "Traceback" not in err
+    assert not store.exists() or Store(store).list_runs() == []
 
 
 def _store_matched_runs(store) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from acetui_core.basics.errors import UserError, first_line
@@ -25,6 +25,7 @@ class Preflight:
 
     context: int  # the context length
     input_widths: tuple[tuple[str, int], ...] = ()  # (linear, its inputs) of the decoder layers, from the config
+    skeleton: object = field(default=None, compare=False, repr=False)  # the model on the meta device: no weights
 
 
 def preflight(source: str) -> Preflight:
@@ -137,7 +138,8 @@ def _preflight(kind: str, path: str, identity: str | None) -> Preflight:
             raise UserError(
                 f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."
             ) from error
-        return Preflight(context_length(config), _input_widths(meta_skeleton(config, tie_weights=False)))
+        skeleton = meta_skeleton(config, tie_weights=False)
+        return Preflight(context_length(config), _input_widths(skeleton), skeleton)
     if kind == "hub":
         path = str(Path(hub_config(path)).parent)
     try:
@@ -158,7 +160,7 @@ def _preflight(kind: str, path: str, identity: str | None) -> Preflight:
         raise UserError(
             f"The checkpoint folder {path} could not be loaded as a model ({first_line(error)})."
         ) from error
-    return Preflight(context_length(config), _input_widths(skeleton))
+    return Preflight(context_length(config), _input_widths(skeleton), skeleton)
 
 
 def _input_widths(skeleton) -> tuple[tuple[str, int], ...]:

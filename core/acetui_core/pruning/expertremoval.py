@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from acetui_core.basics.choices import ExpertScore
+from acetui_core.basics.choices import ExpertScore, SparsityScope
 from acetui_core.basics.errors import UserError
 from acetui_core.modeling.layerfeed import set_tensor
 from acetui_core.modeling.layouts import ROUTING, architecture, decoder_layers, expert_layout, fused_experts
@@ -88,6 +88,17 @@ def removed_per_group(count: int, groups: int, fraction: float) -> int:
     """How many experts of each routing group go: ``int(fraction x experts)`` as the reference code counts,
     per group when the router chooses groups first."""
     return int(fraction * count / groups)
+
+
+def check_expert_settings(model: nn.Module, config: RunConfig) -> None:
+    """``--sparsity-scope experts`` and ``--expert-sparsity`` fit the model: checked on its skeleton before a
+    run is recorded (``check_config``) and on the loaded model before any work."""
+    if config.sparsity_scope == SparsityScope.EXPERTS and expert_layout(model) is None:
+        raise UserError(
+            f"--sparsity-scope experts masks routed experts, and the '{architecture(model)}' model has none."
+        )
+    if config.expert_sparsity:
+        check_removable(model, config.expert_sparsity)
 
 
 def check_removable(model: nn.Module, fraction: float) -> None:

@@ -19,7 +19,6 @@ from acetui_core.basics.choices import (
     DSnoTPruneScore,
     Permute,
     Refine,
-    SparsityScope,
     StageName,
 )
 from acetui_core.basics.errors import StopFlag, UserError, check_stop
@@ -44,7 +43,7 @@ from acetui_core.pruning.allocation import owl_allocation
 from acetui_core.pruning.dsnot import DSnoTSettings, dsnot_refines, refine
 from acetui_core.pruning.expertremoval import (
     ExpertScores,
-    check_removable,
+    check_expert_settings,
     cut_layer,
     expert_choice,
     finish_expert_removal,
@@ -262,15 +261,10 @@ def prune(
     method, sparsity = get_method(config.method), config.sparsity_spec
     layers = decoder_layers(loaded.model)
     check_layout(loaded.model)  # a weight the table of layouts does not know stops the run before any work
-    if config.sparsity_scope == SparsityScope.EXPERTS and expert_layout(loaded.model) is None:
-        raise UserError(
-            f"--sparsity-scope experts masks routed experts, and the '{architecture(loaded.model)}' model has none."
-        )
+    check_expert_settings(loaded.model, config)
     for index, layer in enumerate(layers):  # an N:M pattern that does not fit fails here, before calibration
         for name, module in masked_linears(layer, config.sparsity_scope).items():
             check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
-    if config.expert_sparsity:
-        check_removable(loaded.model, config.expert_sparsity)
     calibrated = method.calibrated(config) or bool(config.expert_sparsity)  # experts are scored on calibration
     layout = expert_layout(loaded.model)
     experts = Experts(layout, config.moe_calibration) if layout is not None and calibrated else None
