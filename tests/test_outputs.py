@@ -40,10 +40,12 @@ def places(tmp_path, monkeypatch):
     store.check_log_folder()
     store.log_path("a0000001").write_text(PRECIOUS)
     (tmp_path / "store-link.db").symlink_to(store.path)
+    Path(f"{store.path}.study.lock").write_text(PRECIOUS)  # as `acetui study run` leaves it
     return {
         "store": store.path,
         "its WAL file": Path(f"{store.path}-wal"),
         "its log": store.log_path("a0000001"),
+        "its study lock": Path(f"{store.path}.study.lock"),
         "a link to the store": tmp_path / "store-link.db",
         "the model's config.json": model / "config.json",
         "a new file in the model": model / "table.csv",
@@ -70,6 +72,7 @@ PROTECTED = [
     ("store", "is the run store"),
     ("its WAL file", "is the run store"),
     ("its log", "lies inside a folder of the run store"),
+    ("its study lock", "is the run store's study lock"),
     ("a link to the store", "is the run store"),
     ("the model's config.json", "lies inside the model of run a0000001"),
     ("a new file in the model", "lies inside the model of run a0000001"),

@@ -220,6 +220,9 @@ def test_a_second_study_run_is_refused_naming_the_first_until_it_is_killed(
         in err
     )
     assert "--wait" in err and "nothing to run" not in err
+    (tmp_path / "link.db").symlink_to(store_path)  # the same store by another path: the same lock
+    code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(tmp_path / "link.db"))
+    assert code == 2 and f"by pid {holder.pid}" in err
 
     threading.Timer(0.5, holder.kill).start()  # SIGKILL: the kernel releases the lock
     code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(store_path), "--wait")
@@ -305,3 +308,14 @@ def test_a_mixture_of_files_passes_the_checks_of_each_file(tmp_path, make_tiny_m
     study = parse_study(f'model = "{model}"\ncalib = "c4+{calib_file}"\n{QUICK}', tmp_path / "s.toml")
     [cell] = study.cells()
     assert cell.calib == f"c4+{calib_file}"
+
+
+def test_status_tells_every_cell_apart_and_says_what_they_share_once(tmp_path, monkeypatch, capsys, make_tiny_model):
+    """Cells that differ in an axis the line did not name (``refine`` here) read alike before."""
+    model = make_tiny_model("llama")
+    study = _study(tmp_path / "s.toml", f'model = "{model}"\nmethod = "wanda"\nrefine = ["none", "dsnot"]\n{QUICK}')
+    code, out, err = cli(monkeypatch, capsys, "study", "status", str(study), "--store", str(tmp_path / "runs.db"))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 and len(set(lines)) == 2, out
+    assert lines[0].endswith(", refine none") and lines[1].endswith(", refine dsnot")
+    assert "Every cell of s: " in err and "eval_limit = 2" in err

@@ -37,15 +37,20 @@ StudyFile = Annotated[Path, typer.Argument(help="The study: a TOML file of run s
 POLL_SECONDS = 2.0  # how often a study waits on runs of another process
 
 
-def _cell_text(config) -> str:
-    return f"{config.label} at {config.sparsity} on {model_name(config.model)}, {config.calib}, seed {config.seed}"
+NAMED = {"model", "method", "sparsity", "calib", "seed", "seqlen"}  # what every cell's line says (seqlen: its label)
+
+
+def _cell_text(config, axes=()) -> str:
+    """A cell in words; with the study's other axes (``refine``, ``group``...), so no two cells read alike."""
+    text = f"{config.label} at {config.sparsity} on {model_name(config.model)}, {config.calib}, seed {config.seed}"
+    return text + "".join(f", {name} {getattr(config, name)}" for name in axes if name not in NAMED)
 
 
 class StudyProgress:
     """One bar for the whole study (cells ended, elapsed, ETA), the current run named beside it."""
 
-    def __init__(self, total: int, ended: int, store: Store):
-        self.store = store
+    def __init__(self, total: int, ended: int, store: Store, axes=()):
+        self.store, self.axes = store, axes
         self.bar = Progress(
             TextColumn("[bold]study[/]"),
             BarColumn(),
@@ -77,7 +82,7 @@ class StudyProgress:
             self.current = run_id
         if isinstance(event, RunStarted):
             config = self.store.get_run(run_id, layers=False).config
-            self.bar.update(self.task, description=_cell_text(config))
+            self.bar.update(self.task, description=_cell_text(config, self.axes))
 
 
 def _wait_for(store: Store, run_ids: list[str], progress: StudyProgress) -> None:
@@ -134,7 +139,7 @@ def _run(study: Study, study_file: Path, opened: Store, detach: bool, cluster) -
         print(f"Queued; follow with: acetui study status {study_file}", file=sys.stderr)
         return
     stopped: Cancelled | None = None
-    with StudyProgress(len(cells), counts[DONE], opened) as progress:
+    with StudyProgress(len(cells), counts[DONE], opened, tuple(study.axes)) as progress:
         if cluster is not None:  # a job array: followed through the store and its job folders
             others += launch(todo, cluster, opened)
         elif todo:
@@ -167,12 +172,15 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
         ]
         print(json.dumps(rows, indent=2))
         return
+    if study.common:  # said once, as the Results screen's "Every run:"
+        shared = ", ".join(f"{name} = {value}" for name, value in study.common.items())
+        print(f"Every cell of {study.name}: {shared}", file=sys.stderr)
     for cell, state, runs in states:
         newest = runs[-1] if runs else None
         error = (
             f": {newest.error}" if newest is not None and newest.status != RunStatus.FINISHED and newest.error else ""
         )
-        print(f"{state:<8} {newest.id if newest else '-':<8}  {_cell_text(cell)}{error}")
+        print(f"{state:<8} {newest.id if newest else '-':<8}  {_cell_text(cell, tuple(study.axes))}{error}")
     counts = {state: sum(1 for _, s, _ in states if s == state) for state in STATES}
     print(", ".join(f"{counts[state]} {state}" for state in STATES) + f" of {len(states)} cells.", file=sys.stderr)
 

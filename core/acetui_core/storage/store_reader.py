@@ -32,6 +32,8 @@ from acetui_core.storage.store_rows import (
 )
 from acetui_core.storage.store_schema import ACTIVE, sql_list
 
+STUDY_LOCK_SUFFIX = ".study.lock"  # beside the store's real file: one `acetui study run` at a time (studylock.py)
+
 
 def _local_path(text: str | None, key: str) -> Path | None:
     """The existing local file or folder that the JSON object ``text`` names under ``key`` (a model, a
@@ -89,6 +91,7 @@ class StoreReader:
         places = [
             *self.places(),
             *((Path(f"{self.path}{end}"), "the run store") for end in ("-wal", "-shm", "-journal")),
+            (Path(f"{self.path.resolve()}{STUDY_LOCK_SUFFIX}"), "the run store's study lock"),
         ]
         root = data_dir()
         if root is not None:

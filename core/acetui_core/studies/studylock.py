@@ -27,12 +27,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from acetui_core.basics.errors import UserError
+from acetui_core.storage.store_reader import STUDY_LOCK_SUFFIX
 
 POLL_SECONDS = 1.0  # how often a waiting study tries the lock again
 
 
 def lock_path(store: Path) -> Path:
-    return store.with_name(f"{store.name}.study.lock")
+    """Beside the store's real file: a link to the store and the store itself take the same lock."""
+    store = store.resolve()
+    return store.with_name(f"{store.name}{STUDY_LOCK_SUFFIX}")
 
 
 def _holder(path: Path) -> str:
