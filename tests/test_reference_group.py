@@ -1,5 +1,6 @@
 """Which weights compete for unstructured sparsity (``--group``) by default is the method's reference
-protocol: RIA's code (``prune_ria``, ``per_outneuron`` off) cuts each layer at one threshold; Wanda's and
+protocol: RIA's code (``prune_ria``, ``per_outneuron`` off) and Wanda's code for magnitude
+(``prune_magnitude``, the baseline of the Wanda and ACE papers) cut each layer at one threshold; Wanda's and
 the ACE paper's scores compete per output row. The other choice is a named variant, and a stored run keeps
 the group it ran with."""
 
@@ -16,11 +17,14 @@ from acetui_core.storage.store import Store
 QUICK = ["--nsamples", "4", "--seqlen", "16", "--eval", "none", "--device", "cpu"]
 
 
-def test_ria_prunes_each_layer_at_one_threshold_by_default(monkeypatch, capsys, make_tiny_model, calib_file, tmp_path):
+@pytest.mark.parametrize("method", ["ria", "magnitude"])
+def test_prunes_each_layer_at_one_threshold_by_default(
+    monkeypatch, capsys, make_tiny_model, calib_file, tmp_path, method
+):
     from safetensors.torch import load_file
 
     store = tmp_path / "runs.db"
-    code, out, err = run_cli(monkeypatch, capsys, "prune", make_tiny_model("llama"), "-m", "ria", "-s", "0.5",
+    code, out, err = run_cli(monkeypatch, capsys, "prune", make_tiny_model("llama"), "-m", method, "-s", "0.5",
                              "--calib", calib_file, *QUICK, "--save", tmp_path / "out", "--store", store, "--json")  # fmt: skip
     assert code == 0, err
     assert json.loads(out)["group"] == "layer"
@@ -35,9 +39,10 @@ def test_ria_prunes_each_layer_at_one_threshold_by_default(monkeypatch, capsys, 
 
 
 def test_each_method_defaults_to_its_references_group_and_the_other_is_a_variant():
-    assert RunConfig(model="m", method="ria").group == "layer"
-    assert RunConfig(model="m", method="ria", group="row").group == "row"
-    for method in ("wanda", "ace", "cosp", "varp", "magnitude", "sparsegpt"):
+    for method in ("ria", "magnitude"):
+        assert RunConfig(model="m", method=method).group == "layer"
+        assert RunConfig(model="m", method=method, group="row").group == "row"
+    for method in ("wanda", "ace", "cosp", "varp", "sparsegpt"):
         assert RunConfig(model="m", method=method).group == "row", method
 
 

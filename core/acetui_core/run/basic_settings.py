@@ -50,7 +50,7 @@ class BasicSettings:
     group: str = setting(  # None only until __post_init__: the method's reference group
         None,
         help="Which weights compete for unstructured sparsity: row or layer (default: the method's reference: "
-        "layer for RIA, as its code; row for the others, as Wanda's code and the ACE paper).",
+        "layer for RIA and magnitude, as their reference code; row for the others, as Wanda's code and the ACE paper).",
         label="Group",
         choices=tuple(SparsityGroup),
         placeholder="the method's reference",

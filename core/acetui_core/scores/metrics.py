@@ -90,10 +90,11 @@ METHODS: dict[str, Method] = {
         Method(
             "magnitude",
             "Magnitude",
-            "|W|: weight magnitude, no calibration data",
+            "|W|: weight magnitude, no calibration data (per layer as Wanda's code; --group row: per row)",
             magnitude,
             needs_activations=False,
             row_local=True,
+            group=SparsityGroup.LAYER,
         ),
         Method(
             "wanda", "Wanda", "|W| * ||X_j||: weight times input-activation norm (Sun et al.)", wanda, row_local=True
@@ -147,7 +148,7 @@ def get_method(name: str) -> Method:
 
 def reference_group(method: str) -> str:
     """Which weights compete for unstructured sparsity when ``--group`` is not given: those its reference
-    code compares (RIA's: the whole layer); per output row, Wanda's and the ACE paper's, for the others
+    code compares (RIA's and magnitude's in Wanda's code: the whole layer); per output row, Wanda's and the ACE paper's, for the others
     and for a plug-in (not imported here: a name is enough)."""
     return METHODS[method].group if method in METHODS else SparsityGroup.ROW
 
