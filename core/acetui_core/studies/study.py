@@ -25,7 +25,7 @@ from pathlib import Path
 
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import default_model
+from acetui_core.basics.paths import BUNDLED_PACKAGE, SMOLLM_GGUF, default_model
 from acetui_core.execution.launch import Grid, check
 from acetui_core.run.config import SETTINGS, RunConfig
 from acetui_core.storage.store import Store
@@ -67,8 +67,13 @@ class Study:
 
 
 def key(config: RunConfig) -> str:
-    """What makes two runs the same cell: their whole configuration."""
-    return json.dumps(config.to_dict(), sort_keys=True)
+    """What makes two runs the same cell: their whole configuration, where any installed copy of the
+    bundled model is the bundled model (a study that names no model resumes in a new environment)."""
+    settings = config.to_dict()
+    path = Path(settings["model"])
+    if path.name == SMOLLM_GGUF and path.parent.name == BUNDLED_PACKAGE:
+        settings["model"] = f"{BUNDLED_PACKAGE}/{SMOLLM_GGUF}"
+    return json.dumps(settings, sort_keys=True)
 
 
 def _value(name: str, value):
