@@ -140,6 +140,20 @@ def test_a_row_compared_with_a_one_seed_best_says_whose_seed_noise_is_unknown(st
     assert found["RIA-16"].note == "the column's best has 1 seed: seed noise unknown"
 
 
+def test_rows_tied_for_best_compare_the_others_with_the_one_of_more_seeds(store):
+    """Wanda (one seed) and RIA (two) print the same perplexity: CosP is tested against RIA, whose seed
+    noise is known, not reported 'unknown' against Wanda because Wanda came first."""
+    clock = store.clock_
+    add(store, clock, "a0000001")
+    add(store, clock, "b0000001", method="ria")  # the same windows' losses (the id's last two digits): the same ppl
+    add(store, clock, "c0000001", method="ria", seed=1)
+    for seed in range(2):
+        add(store, clock, f"d00000{seed + 2:02d}", method="cosp", seed=seed, shift=0.15)
+    found = verdicts(store)
+    assert found["Wanda-16"].verdict == found["RIA-16"].verdict == "best"
+    assert found["CosP-16"].verdict == "worse" and found["CosP-16"].p is not None
+
+
 def test_a_run_without_window_losses_shows_its_perplexity_and_cannot_be_tested(store):
     clock = store.clock_
     for seed in range(2):

@@ -27,10 +27,12 @@ class KeysWhereTyped(App):
         await super().on_event(event)
 
     async def _on_key(self, event: events.Key) -> None:
+        # Textual calls every class's ``_on_key`` down the MRO: returning hands the key to ``App._on_key``
+        # (the bindings of the widget focused now); ``prevent_default`` keeps it from there.
         typed_into: Widget | None = getattr(event, "typed_into", None)
         if typed_into is None or typed_into is self.focused or not typed_into.is_attached:
-            await super()._on_key(event)
             return
+        event.prevent_default()
         for namespace, bindings in binding_chain(typed_into, event.key):
             for binding in bindings.key_to_bindings.get(event.key, ()):
                 if not binding.priority and await self.run_action(binding.action, namespace):

@@ -112,6 +112,10 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
             continue
         pick = min if table.measure == "ppl" else max
         best = pick(finite, key=lambda key: table.cells[key].value)
+        # Rows tied for best as printed: the others are compared with the one of most seeds (whose seed
+        # noise is known), not with whichever row came first.
+        tied = [best, *(key for key in finite if key in table.best and key != best)]
+        best = max(tied, key=lambda key: len(table.cells[key].values))
         best_value = table.cells[best].value
         units = {key: _cell_units(table.cells[key], kept, table.measure, column[1]) for key in keys}
         best_units = units[best]
