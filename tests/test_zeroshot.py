@@ -293,13 +293,13 @@ def test_eval_bad_input_is_one_sentence_and_exit_2(args, env, message, make_tiny
 
 # ---------------------------------------------------------------- slow: the real SmolLM2-135M
 
-# Dense and Wanda 50% on the first 250 ARC-Easy and the first 250 HellaSwag examples: about 6 minutes of one
-# core (0.3 s per ARC-Easy and 0.37 s per HellaSwag example on 2 idle cores), where the whole ARC-Easy split
-# (2376) took 30. 250 keeps each claim clear of its standard error (~3 points): dense ARC-Easy needs more
-# than 0.41 (it scores about 0.5), and Wanda's drop (about 9 points on ARC-Easy, 6 on HellaSwag at 500)
-# must pass one standard error.
-LIMIT = 250
-SLOW_TASKS = ["arc_easy", "hellaswag"]
+# Dense and Wanda 50% on the first 150 ARC-Easy examples: about 1.1 s an example on one core (the forward
+# passes of four choices), so the two passes and the prune take about 7 minutes of one CI worker, the
+# longest real-model fixture. HellaSwag (1.75 s an example) is not scored here: its local file and the
+# harness's prompts are checked on the tiny model (test_local_file_feeds_the_harness_prompts...).
+# Measured 2026-11-27: dense 0.513 (standard error 0.041), clear of chance by more than six.
+LIMIT = 150
+SLOW_TASKS = ["arc_easy"]
 
 
 @pytest.fixture(scope="module")
@@ -307,43 +307,44 @@ def dense_and_pruned(smollm, module_env):
     from acetui_core.pruning import pipeline
 
     smollm.reset()
-    dense = {
-        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["arc_easy"], limit=LIMIT)[0],
-        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=LIMIT)[0],
-    }
-    # Pruned and scored on ARC-Easy by `acetui prune --eval zeroshot`'s path; HellaSwag on the same pruned weights.
+    dense, dense_docs = evaluate_zeroshot(smollm.model, smollm.tokenizer, SLOW_TASKS, limit=LIMIT)
+    # Pruned and scored by `acetui prune --eval zeroshot`'s path, which keeps each document's outcome.
     config = RunConfig(
         model=smollm.source,
         method="wanda",
         sparsity="0.5",
+        nsamples=32,
         evals=["zeroshot"],
-        tasks=["arc_easy"],
+        tasks=SLOW_TASKS,
         zeroshot_limit=LIMIT,
     )
-    pruned = {
-        **pipeline.run(config, loaded=smollm).zeroshot,
-        **evaluate_zeroshot(smollm.model, smollm.tokenizer, ["hellaswag"], limit=LIMIT)[0],
-    }
+    result = pipeline.run(config, loaded=smollm)
     smollm.reset()
+    pruned, pruned_docs = result.zeroshot, result.task_outcomes
     print(
         "\nSmolLM2-135M zero-shot acc (dense, Wanda 50%)",
         {t: (dense[t].n, round(dense[t].acc, 4), round(pruned[t].acc, 4)) for t in SLOW_TASKS},
     )
-    return dense, pruned
+    return dense, pruned, dense_docs, pruned_docs
 
 
 @pytest.mark.slow
 def test_smollm_is_well_above_chance_on_arc_easy(dense_and_pruned):
-    dense, _ = dense_and_pruned
-    # Chance is 0.25 (four choices); on 250 examples the standard error is ~0.032.
+    dense, *_ = dense_and_pruned
+    # Chance is 0.25 (four choices); on 150 examples the standard error is about 0.04.
     assert (dense["arc_easy"].n, dense["arc_easy"].total, dense["arc_easy"].partial) == (LIMIT, 2376, True)
-    assert dense["arc_easy"].acc > 0.25 + 5 * dense["arc_easy"].acc_stderr
+    assert dense["arc_easy"].acc > 0.25 + 4 * dense["arc_easy"].acc_stderr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", SLOW_TASKS)
-def test_wanda_50_scores_lower_than_dense(dense_and_pruned, task):
-    dense, pruned = dense_and_pruned
-    assert pruned[task].n == dense[task].n == LIMIT
-    # Lower by more than one standard error of the dense accuracy, not by a hair.
-    assert pruned[task].acc < dense[task].acc - dense[task].acc_stderr
+def test_wanda_50_scores_lower_than_dense_on_the_same_documents(dense_and_pruned):
+    """Paired on the documents (as the verdicts pair them): the drop is more than twice its standard error,
+    not a hair, and each document's outcome is kept in the order the harness scored it."""
+    import numpy as np
+
+    dense, pruned, dense_docs, pruned_docs = dense_and_pruned
+    assert pruned["arc_easy"].n == dense["arc_easy"].n == LIMIT
+    assert pruned_docs["arc_easy"].doc_ids == dense_docs["arc_easy"].doc_ids == list(range(LIMIT))
+    drop = np.array(dense_docs["arc_easy"].acc) - np.array(pruned_docs["arc_easy"].acc)
+    assert drop.mean() == pytest.approx(dense["arc_easy"].acc - pruned["arc_easy"].acc)
+    assert drop.mean() > 2 * drop.std(ddof=1) / np.sqrt(LIMIT)
