@@ -10,6 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from acetui_core.basics.errors import UserError, first_line
 from acetui_core.basics.imports import HEAVY_IMPORTS
@@ -25,7 +26,7 @@ class Preflight:
 
     context: int  # the context length
     input_widths: tuple[tuple[str, int], ...] = ()  # (linear, its inputs) of the decoder layers, from the config
-    skeleton: object = field(default=None, compare=False, repr=False)  # the model on the meta device: no weights
+    skeleton: Any = field(default=None, compare=False, repr=False)  # the model on the meta device: no weights
 
 
 def preflight(source: str) -> Preflight:
