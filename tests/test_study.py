@@ -25,6 +25,7 @@ from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
 from acetui_core.studies.study import cell_states, load_study, parse_study
 
+REPO = Path(__file__).resolve().parents[1]
 QUICK = 'nsamples = 4\neval_seqlen = 32\neval_limit = 2\ndevice = "cpu"\n'
 
 
@@ -332,3 +333,10 @@ def test_a_run_of_another_installed_copy_of_the_bundled_model_is_the_same_cell()
     assert key(here) == key(there)
     assert key(here) != key(replace(here, model="/models/SmolLM2-135M-Instruct.Q4_1.gguf"))  # a copy of one's own
     assert key(here) != key(replace(there, seed=1))
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "bench" / "studies").glob("*.toml")), ids=lambda path: path.name)
+def test_the_bundled_study_files_are_valid_studies(path):
+    """The files docs/methods.md runs: every key a run setting, every value checked."""
+    study = load_study(path)
+    assert study.axes and study.configs()
