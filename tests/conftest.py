@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(items) -> None:
 
 def group_of(item, fixture: str) -> str:
     """The real model's tests go by module: each module's fixtures (seven prunes, a zero-shot pass) are
-    minutes of one thread, so two modules run on two workers, each loading the model once (seconds); the
+    minutes of one thread, so two modules run on two workers, each loading the model once (about 40 s); the
     Slurm cluster is one group."""
     return f"{fixture}-{item.module.__name__}" if fixture == "smollm" else fixture
 
