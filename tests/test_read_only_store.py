@@ -18,6 +18,8 @@ READERS = {
     "verdict": ["verdict"],
     "figure": ["figure", "pareto", "-o", "{tmp}/p.tex"],
     "overlap": ["overlap", "a0000001", "b0000002"],
+    "study status": ["study", "status", "{tmp}/s.toml"],
+    "study report": ["study", "report", "{tmp}/s.toml", "-o", "{tmp}/report"],
 }
 
 
@@ -40,6 +42,7 @@ def test_a_read_only_command_refuses_a_store_that_is_not_one_and_makes_nothing(
     command, kind, tmp_path, monkeypatch, capsys
 ):
     store = _store(kind, tmp_path)
+    (tmp_path / "s.toml").write_text('method = ["wanda", "ria"]\n')  # a study needs its file
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     args = [arg.format(tmp=tmp_path) for arg in READERS[command]]
     code, out, err = cli(monkeypatch, capsys, *args, "--store", str(store))

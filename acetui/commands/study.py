@@ -163,7 +163,7 @@ def _run(study: Study, study_file: Path, opened: Store, detach: bool, cluster) -
 def status(study_file: StudyFile, store: options.StoreOption = None, as_json: options.JsonOption = False) -> None:
     """List the study's cells: done, running, failed or missing, with their newest run."""
     study = load_study(study_file)
-    opened = Store(store)
+    opened = Store(store, create=False)
     states = cell_states(study.cells(opened), opened)
     if as_json:
         rows = [
@@ -199,6 +199,6 @@ def report(
     from acetui_core.studies.studyreport import write_report
 
     study = load_study(study_file)
-    opened = Store(store)
+    opened = Store(store, create=False)
     written = write_report(study, study.cells(opened), opened, user_path(output), overwrite)
     print("\n".join(str(path) for path in written))
