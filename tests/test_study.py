@@ -316,6 +316,7 @@ def test_status_tells_every_cell_apart_and_says_what_they_share_once(tmp_path, m
     """Cells that differ in an axis the line did not name (``refine`` here) read alike before."""
     model = make_tiny_model("llama")
     study = _study(tmp_path / "s.toml", f'model = "{model}"\nmethod = "wanda"\nrefine = ["none", "dsnot"]\n{QUICK}')
+    Store(tmp_path / "runs.db")  # an empty store: status only reads one
     code, out, err = cli(monkeypatch, capsys, "study", "status", str(study), "--store", str(tmp_path / "runs.db"))
     lines = out.splitlines()
     assert code == 0 and len(lines) == 2 and len(set(lines)) == 2, out
