@@ -13,16 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from acetui_core.basics import parse
-from acetui_core.basics.choices import (
-    Allocation,
-    EvalKind,
-    Offload,
-    Permute,
-    Refine,
-    SparsityGroup,
-    SparsityScope,
-    Update,
-)
+from acetui_core.basics.choices import Allocation, EvalKind, Offload, Permute, Refine, SparsityGroup, Update
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.paths import data_dir, file_identity, user_path
 from acetui_core.modeling.checkpoint import check_save_dir
@@ -88,10 +79,9 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     facts = preflight(config.model.strip())  # last: it reads the model's files
     for name, inputs in facts.input_widths:  # the shapes from the config, long before any weight is loaded
         check_nm_fits(config.sparsity_spec, inputs, name)
-    if config.sparsity_scope == SparsityScope.EXPERTS or config.expert_sparsity:
-        from acetui_core.pruning.expertremoval import check_expert_settings
+    from acetui_core.pruning.expertremoval import check_expert_settings  # torch: preflight imported it already
 
-        check_expert_settings(facts.skeleton, config)
+    check_expert_settings(facts.skeleton, config)
     check_against_model(config, facts.context)
     check_calibration_fits(config, facts.context)
     return replace(config, model=config.model.strip())
