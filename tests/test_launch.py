@@ -78,6 +78,10 @@ async def test_the_app_and_the_cli_queue_the_same_runs_through_the_door(
         await pilot.pause()
         await pilot.press("ctrl+r")
         await pilot_wait_until(pilot, lambda: len(started) == 2, "the launch, from its thread")
+        # Then the app follows the first run (leaving mid-mount failed the test on a loaded machine).
+        first = started[1][1][0]
+        following = lambda: any(f"run {first}" in str(title.render()) for title in app.screen.query("#run-title"))  # noqa: E731
+        await pilot_wait_until(pilot, following, "the Run screen following the first run")
     assert [executor for executor, _ in started] == ["local processes"] * 2
     from_cli = [run.config for run in Store(cli_store).list_runs(ids=cli_ids)]
     from_app = [run.config for run in app_store.list_runs(ids=started[1][1])]

@@ -46,7 +46,7 @@ def open_app(
     if study is not None:  # the study's finished runs, selected on Results
         from acetui_core.studies.study import finished_runs, load_study
 
-        chosen = [run.id for run in finished_runs(load_study(study).cells(opened), opened)]
+        chosen = [run.id for run in finished_runs(load_study(study).cells(opened.path), opened)]
     app = make_app(opened, theme=theme, attach=attach, notify_mode=notify, chosen=chosen)  # bad input named first
     require_terminal()
     app.run()

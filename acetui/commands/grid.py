@@ -17,7 +17,7 @@ from acetui_core.analysis.comparison import check_table, comparison
 from acetui_core.analysis.export import to_markdown
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.paths import default_model
-from acetui_core.execution.launch import Grid, LocalProcesses, gpus_for, launch, run_and_wait
+from acetui_core.execution.launch import Grid, LocalProcesses, checked_store, gpus_for, launch, run_and_wait
 from acetui_core.run.config import SETTINGS, model_name
 from acetui_core.run.events import Event
 from acetui_core.storage.store import Store
@@ -73,11 +73,10 @@ def run_grid(
     """Launch every run of the grid, wait for them (unless detached or on a cluster), and print the
     comparison table."""
     check_table(cells, columns)  # before the grid runs, not after
-    opened = Store(store)
-    configs = grid.configs()
+    configs, opened = checked_store(grid.configs(), store, local_device=cluster is None)
     executor = LocalProcesses(detach=True, gpus=gpus_for(device))
     if detach or cluster is not None:
-        run_ids = launch(configs, cluster or executor, opened)
+        run_ids = launch(configs, cluster or executor, opened, checked=True)
         print("\n".join(run_ids))
         print(
             f"{len(run_ids)} runs queued in the background; follow one with: acetui runs watch ID; "
@@ -87,7 +86,9 @@ def run_grid(
         return
     progress = QueueProgress(opened)
     try:
-        run_ids, stopped = run_and_wait(configs, opened, executor, on_event=progress, watch=_watch_workers(opened))
+        run_ids, stopped = run_and_wait(
+            configs, opened, executor, on_event=progress, watch=_watch_workers(opened), checked=True
+        )
     finally:
         progress.close()
     records = opened.list_runs(ids=run_ids)

@@ -81,16 +81,15 @@ def prune(
 ) -> None:
     """Prune MODEL with one method and sparsity; evaluate and optionally save it."""
     from acetui.progress import EventProgress
-    from acetui_core.execution.launch import InProcess, LocalProcesses, launch, queue
-    from acetui_core.storage.store import Store
+    from acetui_core.execution.launch import InProcess, LocalProcesses, checked_store, launch, queue
 
     config = RunConfig(model=model or default_model(), **settings)
     save = config.save
-    opened = Store(store)
+    [config], opened = checked_store([config], store, local_device=cluster is None)  # before a progress bar
     if cluster is not None or detach:
-        print(launch([config], cluster or LocalProcesses(detach=True, gpus=0), opened)[0])
+        print(launch([config], cluster or LocalProcesses(detach=True, gpus=0), opened, checked=True)[0])
         return
-    [run_id] = queue([config], opened, InProcess())  # every check before a progress bar appears
+    [run_id] = queue([config], opened, InProcess(), checked=True)
     with EventProgress() as progress:
         in_process = InProcess(on_event=lambda run_id, event: progress(event))
         in_process.start(opened, [run_id])  # Ctrl-C: Cancelled, recorded; acetui.cli says so

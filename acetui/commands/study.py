@@ -20,9 +20,10 @@ from acetui_core.basics.errors import Cancelled
 from acetui_core.basics.paths import user_path
 from acetui_core.execution import jobfolder
 from acetui_core.execution.launch import LocalProcesses, gpus_for, launch, run_and_wait
-from acetui_core.run.config import model_name
+from acetui_core.run.config import RunConfig, model_name
 from acetui_core.run.events import RunStarted
 from acetui_core.storage.store import Store
+from acetui_core.storage.store_db import store_path
 from acetui_core.studies.study import DONE, FAILED, MISSING, RUNNING, STATES, Study, cell_states, load_study
 from acetui_core.studies.studylock import study_lock
 
@@ -114,13 +115,13 @@ def run(
     (with --detach: once the runs are queued). One `study run` on a store at a time: a second is refused,
     naming the first (or, with --wait, waits for it)."""
     study = load_study(study_file)
+    cells = study.cells(store_path(store), local_device=cluster is None)  # checked before a store is made
     opened = Store(store)
     with study_lock(opened.path, study_file, wait=wait, on_wait=lambda sentence: print(sentence, file=sys.stderr)):
-        _run(study, study_file, opened, detach, cluster)
+        _run(study, cells, study_file, opened, detach, cluster)
 
 
-def _run(study: Study, study_file: Path, opened: Store, detach: bool, cluster) -> None:
-    cells = study.cells(opened, local_device=cluster is None)
+def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, detach: bool, cluster) -> None:
     states = cell_states(cells, opened)
     counts = {state: sum(1 for _, s, _ in states if s == state) for state in STATES}
     if counts[DONE] == len(cells):
@@ -135,15 +136,15 @@ def _run(study: Study, study_file: Path, opened: Store, detach: bool, cluster) -
     )
     executor = cluster or LocalProcesses(detach=True, gpus=gpus_for(cells[0].device))
     if detach:
-        print("\n".join(launch(todo, executor, opened)))
+        print("\n".join(launch(todo, executor, opened, checked=True)))
         print(f"Queued; follow with: acetui study status {study_file}", file=sys.stderr)
         return
     stopped: Cancelled | None = None
     with StudyProgress(len(cells), counts[DONE], opened, tuple(study.axes)) as progress:
         if cluster is not None:  # a job array: followed through the store and its job folders
-            others += launch(todo, cluster, opened)
+            others += launch(todo, cluster, opened, checked=True)
         elif todo:
-            _, stopped = run_and_wait(todo, opened, executor, on_event=progress)
+            _, stopped = run_and_wait(todo, opened, executor, on_event=progress, checked=True)
             progress.ended()
         if stopped is None:
             _wait_for(opened, others, progress)
@@ -164,7 +165,7 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
     """List the study's cells: done, running, failed or missing, with their newest run."""
     study = load_study(study_file)
     opened = Store(store, create=False)
-    states = cell_states(study.cells(opened), opened)
+    states = cell_states(study.cells(opened.path), opened)
     if as_json:
         rows = [
             {"state": state, "run": runs[-1].id if runs else None, "config": cell.to_dict()}
@@ -200,5 +201,5 @@ def report(
 
     study = load_study(study_file)
     opened = Store(store, create=False)
-    written = write_report(study, study.cells(opened), opened, user_path(output), overwrite)
+    written = write_report(study, study.cells(opened.path), opened, user_path(output), overwrite)
     print("\n".join(str(path) for path in written))

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from acetui_core.basics.paths import model_key
 from acetui_core.run.config import SETTINGS, model_name
 from acetui_core.run.records import RunResult
 from acetui_core.storage.store_rows import RunRecord
@@ -43,7 +44,10 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
         skip |= _CALIBRATION
     values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
     values["dtype"] = result.dtype
-    values["model file"] = result.model_fingerprint
+    if "model" in values:  # an installed copy of the bundled model is the bundled model, whichever install
+        values["model"] = model_key(config.model)
+    bundled = model_key(config.model) != config.model
+    values["model file"] = None if bundled else result.model_fingerprint  # the copies differ in time alone
     if result.method_fingerprint is not None:  # a plug-in metric: its file's version
         values["method file"] = result.method_fingerprint
     if result.calibration is not None:  # named by its file, known by its content

@@ -23,6 +23,16 @@ def bundled_model() -> Path | None:
     return path if path.is_file() else None
 
 
+def model_key(model: str) -> str:
+    """A model as runs are compared and a study's cells are told apart: any installed copy of the bundled
+    model is the bundled model (every environment, every version of the package ships the same file), so
+    runs made from two virtual environments share a cell; any other model is its path or hub id."""
+    path = Path(model)
+    return (
+        f"{BUNDLED_PACKAGE}/{SMOLLM_GGUF}" if (path.name, path.parent.name) == (SMOLLM_GGUF, BUNDLED_PACKAGE) else model
+    )
+
+
 def default_model() -> str:
     """The model a run uses when none is named (every face asks here): the bundled SmolLM2-135M GGUF, or a
     UserError saying how to install it when it is missing."""

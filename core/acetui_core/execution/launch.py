@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from acetui_core.basics import parse
@@ -39,7 +40,9 @@ from acetui_core.pruning.validate import check_config
 from acetui_core.run.config import AXES, SETTINGS, RunConfig
 from acetui_core.run.events import OnRunEvent
 from acetui_core.scores.metrics import get_method
+from acetui_core.storage import store_files
 from acetui_core.storage.store import Store
+from acetui_core.storage.store_db import store_path
 
 
 @dataclass
@@ -89,9 +92,10 @@ class Executor(Protocol):
     def start(self, store: Store, run_ids: list[str]) -> None: ...
 
 
-def check(configs: list[RunConfig], *, local_device: bool = True, store: Store | None = None) -> list[RunConfig]:
-    """Every configuration checked and in normal form; the first problem raises its UserError."""
-    protected = store.places() if store is not None else ()
+def check(configs: list[RunConfig], *, local_device: bool = True, store: Path | None = None) -> list[RunConfig]:
+    """Every configuration checked and in normal form; the first problem raises its UserError. ``store``: the
+    run store's path, whose file and folders no checkpoint may be saved over or into."""
+    protected = store_files.places(store) if store is not None else ()
     checked = [check_config(config, local_device=local_device, protected=protected) for config in configs]
     if local_device:  # a Slurm node's memory is not this machine's
         for config in checked:
@@ -99,21 +103,34 @@ def check(configs: list[RunConfig], *, local_device: bool = True, store: Store |
     return checked
 
 
-def queue(configs: list[RunConfig], store: Store, executor: Executor) -> list[str]:
-    """Check every configuration and record the runs, queued for ``executor`` as one batch; return their ids.
+def checked_store(
+    configs: list[RunConfig], store: str | os.PathLike | None, *, local_device: bool = True
+) -> tuple[list[RunConfig], Store]:
+    """Every configuration checked, then the run store opened (made if new): a run the checks refuse leaves
+    no empty store behind."""
+    path = store_path(store)
+    return check(configs, local_device=local_device, store=path), Store(path)
+
+
+def queue(configs: list[RunConfig], store: Store, executor: Executor, *, checked: bool = False) -> list[str]:
+    """Check every configuration (unless ``checked``: they come from ``check``) and record the runs, queued
+    for ``executor`` as one batch; return their ids.
 
     Nothing is recorded when any configuration is bad."""
-    configs = check(configs, local_device=executor.local_device, store=store)
+    if not checked:
+        configs = check(configs, local_device=executor.local_device, store=store.path)
     store.check_log_folder()
     env = collect_env()
     batch = secrets.token_hex(4)
     return [store.create_run(config, env=env, executor=executor.kind, batch=batch) for config in configs]
 
 
-def launch(configs: list[RunConfig], executor: Executor, store: Store | None = None) -> list[str]:
+def launch(
+    configs: list[RunConfig], executor: Executor, store: Store | None = None, *, checked: bool = False
+) -> list[str]:
     """``queue`` the runs, then hand them to ``executor``; return their ids."""
     store = store or Store()
-    run_ids = queue(configs, store, executor)
+    run_ids = queue(configs, store, executor, checked=checked)
     start(executor, store, run_ids)
     return run_ids
 
@@ -143,15 +160,16 @@ def run_and_wait(
     *,
     on_event: OnRunEvent | None = None,
     watch: Callable[[list[str], list], Callable[[], bool]] | None = None,
+    checked: bool = False,
 ) -> tuple[list[str], Cancelled | None]:
     """Queue ``configs`` and execute them from this process until every run has ended: on several GPUs one
     worker process per GPU, followed here, else in this process one after another. ``on_event(run_id,
     event)`` sees each event of an in-process run; ``watch(run_ids, workers)`` returns the poll that follows
     workers (True once every run has ended; by default the store's statuses). Returns the run ids and
-    the stop that cut the grid short, if one did (each run records how it ended)."""
+    the stop that cut the grid short, if one did (each run records how it ended). ``checked``: as for ``queue``."""
     if len(executor.devices()) > 1 and len(configs) > 1:
         executor.detach = False
-        run_ids = queue(configs, store, executor)
+        run_ids = queue(configs, store, executor, checked=checked)
         try:
             start(executor, store, run_ids)
             if watch is not None:
@@ -163,7 +181,7 @@ def run_and_wait(
             return run_ids, stopped
         return run_ids, None
     in_process = InProcess(on_event=on_event)
-    run_ids = queue(configs, store, in_process)
+    run_ids = queue(configs, store, in_process, checked=checked)
     try:
         in_process.start(store, run_ids)
     except Cancelled as stopped:

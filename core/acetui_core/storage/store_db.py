@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import home
+from acetui_core.basics.paths import home, user_path
 from acetui_core.storage import store_schema
 from acetui_core.storage.store_schema import APPLICATION_ID, SCHEMA_VERSION
 
@@ -27,6 +27,11 @@ def default_store_path() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("acetui", appauthor=False)) / STORE_FILENAME
+
+
+def store_path(store: str | os.PathLike | None) -> Path:
+    """The run store a ``--store`` option names (``~`` expanded, made absolute), or the default one."""
+    return user_path(store).absolute() if store is not None else default_store_path()
 
 
 def open_database(path: Path, create: bool = True) -> None:

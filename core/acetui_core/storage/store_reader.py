@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import data_dir, user_path
+from acetui_core.basics.paths import data_dir
 from acetui_core.run.records import LayerRecord
 from acetui_core.storage import liveness, store_files
-from acetui_core.storage.store_db import default_store_path, open_database, transaction
+from acetui_core.storage.store_db import open_database, store_path, transaction
 from acetui_core.storage.store_rows import (
     SELECT_RUNS,
     RunEvidence,
@@ -58,8 +58,7 @@ class StoreReader:
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, clock=time.time, create: bool = True):
-        self.path = user_path(path) if path is not None else default_store_path()
-        self.path = self.path.absolute()
+        self.path = store_path(path)
         self.clock = clock
         open_database(self.path, create)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import BUNDLED_PACKAGE, SMOLLM_GGUF, default_model
+from acetui_core.basics.paths import default_model, model_key
 from acetui_core.execution.launch import Grid, check
 from acetui_core.run.config import SETTINGS, RunConfig
 from acetui_core.storage.store import Store
@@ -56,9 +56,10 @@ class Study:
         given = "model" in self.axes or "model" in self.common
         return Grid(self.axes, self.common if given else {"model": default_model(), **self.common}).configs()
 
-    def cells(self, store: Store | None = None, *, local_device: bool = True) -> list[RunConfig]:
+    def cells(self, store: Path | None = None, *, local_device: bool = True) -> list[RunConfig]:
         """The study's runs, each checked and in normal form (the first problem raises its sentence,
-        before anything runs); two combinations that check to the same run are one cell."""
+        before anything runs); two combinations that check to the same run are one cell. ``store``: the run
+        store's path, into which no cell may save."""
         try:
             checked = check(self.configs(), local_device=local_device, store=store)
         except UserError as problem:
@@ -70,9 +71,7 @@ def key(config: RunConfig) -> str:
     """What makes two runs the same cell: their whole configuration, where any installed copy of the
     bundled model is the bundled model (a study that names no model resumes in a new environment)."""
     settings = config.to_dict()
-    path = Path(settings["model"])
-    if path.name == SMOLLM_GGUF and path.parent.name == BUNDLED_PACKAGE:
-        settings["model"] = f"{BUNDLED_PACKAGE}/{SMOLLM_GGUF}"
+    settings["model"] = model_key(settings["model"])
     return json.dumps(settings, sort_keys=True)
 
 
