@@ -39,8 +39,8 @@ def test_sparsity_inside_the_experts_matches_the_parameters_expert_removal_saves
 def test_expert_settings_need_routed_experts_before_a_run_is_recorded(
     make_moe, calib_file, cli, tmp_path, command, flags
 ):
-    """compare recorded a failed run for these (the check ran once the model was loaded); prune and compare
-    both refuse them from the model's config, and no store is made (they made an empty one)."""
+    """compare recorded a failed run for these (the check ran once the model was loaded); prune, compare and
+    sweep refuse them from the model's config, and no store is made (they made an empty one)."""
     store = tmp_path / "runs.db"
     code, _, err = cli(command, make_moe("gpt_neox"), *flags, "--calib", calib_file, *QUICK, "--store", store)
     assert code == 2 and "and the 'gpt_neox' model has none." in err and "Traceback" not in err

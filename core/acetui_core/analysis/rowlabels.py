@@ -44,10 +44,9 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
         skip |= _CALIBRATION
     values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
     values["dtype"] = result.dtype
-    if "model" in values:  # an installed copy of the bundled model is the bundled model, whichever install
-        values["model"] = model_key(config.model)
-    bundled = model_key(config.model) != config.model
-    values["model file"] = None if bundled else result.model_fingerprint  # the copies differ in time alone
+    values["model"] = model_key(config.model)  # an installed copy of the bundled model is the bundled model
+    bundled = values["model"] != config.model
+    values["model file"] = None if bundled else result.model_fingerprint  # its copies differ in time alone
     if result.method_fingerprint is not None:  # a plug-in metric: its file's version
         values["method file"] = result.method_fingerprint
     if result.calibration is not None:  # named by its file, known by its content
