@@ -65,6 +65,8 @@ class Workbench(App):
         watch_runs(self.store, self.post_message, get_current_worker().cancelled_event)
 
     def on_runs_listed(self, message: RunsListed) -> None:
+        if not self.is_running:  # a list the watcher delivered as the app quits: its screens may be gone already
+            return
         before = {run.id: run for run in self.runs}
         self.runs = message.runs
         self.runs_listed = True
