@@ -115,8 +115,9 @@ def run(
     (with --detach: once the runs are queued). One `study run` on a store at a time: a second is refused,
     naming the first (or, with --wait, waits for it)."""
     study = load_study(study_file)
-    cells = study.cells(store_path(store), local_device=cluster is None)  # checked before a store is made
-    opened = Store(store)
+    path = store_path(store)
+    cells = study.cells(path, local_device=cluster is None)  # checked before a store is made
+    opened = Store(path)
     with study_lock(opened.path, study_file, wait=wait, on_wait=lambda sentence: print(sentence, file=sys.stderr)):
         _run(study, cells, study_file, opened, detach, cluster)
 
