@@ -179,6 +179,19 @@ def test_a_killed_process_leaves_an_interrupted_run_with_its_layers(tmp_path):
     child.wait()
 
 
+def test_a_run_queued_by_a_killed_process_is_interrupted_and_says_it_never_started(tmp_path):
+    store = Store(tmp_path / "runs.db")
+    run_id = store.create_run(config())
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    store.set_owner(run_id, child.pid)  # as a `compare` or `study run` owns the runs it queued
+    assert store.get_run(run_id).status == "queued"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    run = store.get_run(run_id)
+    assert (run.status, run.layers_done) == ("interrupted", 0)
+    assert run.error.startswith("Queued and never started")
+
+
 def test_a_reused_pid_is_not_mistaken_for_the_run(tmp_path):
     store = Store(tmp_path / "runs.db")
     run_id = store.create_run(config())

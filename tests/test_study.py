@@ -139,6 +139,11 @@ def test_a_study_resumes_after_sigkill_without_repeating_or_losing_a_cell(tmp_pa
     first.wait()
     finished_before = {r.id for r in store.list_runs() if r.status == "finished"}
     assert finished_before
+    # Nothing failed: the cells the killed study had queued or was running are interrupted, to run again.
+    cells = load_study(study).cells(store_path)
+    states = [state for _, state, _ in cell_states(cells, store)]
+    assert states.count("done") == len(finished_before) and "failed" not in states
+    assert {"interrupted", "missing"} >= set(states) - {"done"} and "interrupted" in states
     second = _study_run(study, store_path)
     _, err = second.communicate(timeout=600)
     assert second.returncode == 0, err

@@ -24,7 +24,7 @@ from acetui_core.run.config import RunConfig, model_name
 from acetui_core.run.events import RunStarted
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_db import store_path
-from acetui_core.studies.study import DONE, FAILED, MISSING, RUNNING, STATES, Study, cell_states, load_study
+from acetui_core.studies.study import DONE, FAILED, INTERRUPTED, MISSING, RUNNING, STATES, Study, cell_states, load_study
 from acetui_core.studies.studylock import study_lock
 
 study_app = typer.Typer(
@@ -128,11 +128,12 @@ def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, 
     if counts[DONE] == len(cells):
         print(f"All {len(cells)} cells of {study.name} have a finished run; nothing to run.", file=sys.stderr)
         return
-    todo = [cell for cell, state, _ in states if state in (MISSING, FAILED)]
+    todo = [cell for cell, state, _ in states if state in (MISSING, FAILED, INTERRUPTED)]
     others = [runs[-1].id for _, state, runs in states if state == RUNNING]
     print(
         f"{study.name}: {len(cells)} cells, {counts[DONE]} done, {len(todo)} to run "
-        f"({counts[FAILED]} again after a failure), {len(others)} running elsewhere (waited for).",
+        f"({counts[FAILED]} again after a failure, {counts[INTERRUPTED]} after an interruption), "
+        f"{len(others)} running elsewhere (waited for).",
         file=sys.stderr,
     )
     executor = cluster or LocalProcesses(detach=True, gpus=gpus_for(cells[0].device))
@@ -156,14 +157,18 @@ def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, 
         if state != DONE and runs:
             print(run_summary(runs[-1]), file=sys.stderr)
     ended = {state: sum(1 for _, s, _ in final if s == state) for state in STATES}
-    print(f"{study.name}: {ended[DONE]} of {len(cells)} cells done, {ended[FAILED]} failed.", file=sys.stderr)
+    print(
+        f"{study.name}: {ended[DONE]} of {len(cells)} cells done, {ended[FAILED]} failed, "
+        f"{ended[INTERRUPTED]} interrupted.",
+        file=sys.stderr,
+    )
     if ended[DONE] != len(cells):
         raise typer.Exit(1)
 
 
 @study_app.command("status", cls=options.Command)
 def status(study_file: StudyFile, store: options.StoreOption = None, as_json: options.JsonOption = False) -> None:
-    """List the study's cells: done, running, failed or missing, with their newest run."""
+    """List the study's cells: done, running, failed, interrupted or missing, with their newest run."""
     study = load_study(study_file)
     opened = Store(store, create=False)
     states = cell_states(study.cells(opened.path), opened)
@@ -182,7 +187,7 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
         error = (
             f": {newest.error}" if newest is not None and newest.status != RunStatus.FINISHED and newest.error else ""
         )
-        print(f"{state:<8} {newest.id if newest else '-':<8}  {_cell_text(cell, tuple(study.axes))}{error}")
+        print(f"{state:<11} {newest.id if newest else '-':<8}  {_cell_text(cell, tuple(study.axes))}{error}")
     counts = {state: sum(1 for _, s, _ in states if s == state) for state in STATES}
     print(", ".join(f"{counts[state]} {state}" for state in STATES) + f" of {len(states)} cells.", file=sys.stderr)
 

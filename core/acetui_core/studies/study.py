@@ -4,9 +4,10 @@
 axes), each with exactly the file's settings and the table's defaults for the rest.
 
 A cell is *done* when the store holds a finished run with exactly its configuration, whoever started it;
-*running* while a live process holds one (the store's liveness check tells a killed one), *failed* when
-its runs all failed, were cancelled or interrupted, else *missing*. So a study resumes from the store
-alone: nothing about a study is stored but its runs.
+*running* while a live process holds one (the store's liveness check tells a killed one); *failed* when
+its newest run failed (an error of its own), *interrupted* when that run was cancelled or its process
+stopped (a killed `study run` leaves every cell it had queued so, never started); else *missing*. So a study
+resumes from the store alone: nothing about a study is stored but its runs.
 
 Usage::
 
@@ -36,8 +37,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
     import tomli as tomllib
 
-DONE, RUNNING, FAILED, MISSING = "done", "running", "failed", "missing"
-STATES = (DONE, RUNNING, FAILED, MISSING)
+DONE, RUNNING, FAILED, INTERRUPTED, MISSING = "done", "running", "failed", "interrupted", "missing"
+STATES = (DONE, RUNNING, FAILED, INTERRUPTED, MISSING)
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,9 @@ def state_of(runs: list[RunRecord]) -> str:
         return DONE
     if any(run.active for run in runs):
         return RUNNING
-    return FAILED if runs else MISSING
+    if not runs:
+        return MISSING
+    return FAILED if runs[-1].status == RunStatus.FAILED else INTERRUPTED
 
 
 def cell_states(cells: list[RunConfig], store: Store) -> list[tuple[RunConfig, str, list[RunRecord]]]:
