@@ -24,7 +24,7 @@ from acetui_core.run.config import RunConfig, model_name
 from acetui_core.run.events import RunStarted
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_db import store_path
-from acetui_core.studies.study import DONE, FAILED, INTERRUPTED, MISSING, RUNNING, STATES, Study, cell_states, load_study
+from acetui_core.studies.study import DONE, FAILED, INTERRUPTED, RUNNING, STATES, Study, cell_states, load_study
 from acetui_core.studies.studylock import study_lock
 
 study_app = typer.Typer(
@@ -128,7 +128,7 @@ def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, 
     if counts[DONE] == len(cells):
         print(f"All {len(cells)} cells of {study.name} have a finished run; nothing to run.", file=sys.stderr)
         return
-    todo = [cell for cell, state, _ in states if state in (MISSING, FAILED, INTERRUPTED)]
+    todo = [cell for cell, state, _ in states if state not in (DONE, RUNNING)]  # missing, failed, interrupted
     others = [runs[-1].id for _, state, runs in states if state == RUNNING]
     print(
         f"{study.name}: {len(cells)} cells, {counts[DONE]} done, {len(todo)} to run "
