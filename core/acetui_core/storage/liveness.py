@@ -20,7 +20,9 @@ from acetui_core.storage.store_schema import ACTIVE, sql_list
 
 STALE_AFTER = 60.0  # seconds without a heartbeat before a run on another host counts as interrupted
 INTERRUPTED_ERROR = "The process running it stopped without finishing (killed, or its machine restarted)."
-NEVER_STARTED_ERROR = "Queued and never started: the process that was to run it stopped (killed, or its machine restarted)."
+NEVER_STARTED_ERROR = (
+    "Queued and never started: the process that was to run it stopped (killed, or its machine restarted)."
+)
 PID_START_TOLERANCE = 1.0  # seconds: psutil's create_time is rounded differently across calls
 
 HOST = socket.gethostname()
