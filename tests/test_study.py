@@ -160,6 +160,29 @@ def test_a_study_resumes_after_sigkill_without_repeating_or_losing_a_cell(tmp_pa
     assert len(store.list_runs()) == len(runs)
 
 
+@pytest.mark.slow  # starts acetui worker processes
+def test_a_study_on_several_gpus_counts_every_cell_as_its_worker_ends_it(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
+):
+    import acetui_core.execution.launch
+
+    monkeypatch.setattr(acetui_core.execution.launch, "visible_gpus", lambda: 2)  # the workers run on CPU here
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    quick = QUICK.replace('device = "cpu"\n', "")  # auto: spread over the GPUs
+    study = _study(
+        tmp_path / "s.toml",
+        f'model = "{make_tiny_model("llama")}"\nmethod = "wanda"\nsparsity = ["0.5", "2:4", "4:8"]\n'
+        f'calib = "{calib_file}"\n{quick}',
+    )
+    code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(tmp_path / "runs.db"))
+    assert code == 0, err
+    assert "3 runs on 2 GPUs" in err
+    ended = [line for line in err.splitlines() if line.startswith("[") and " finished: ppl " in line]
+    assert sorted(line.split("]")[0] for line in ended) == ["[1/3", "[2/3", "[3/3"]
+    runs = Store(tmp_path / "runs.db").list_runs()
+    assert sorted(r.env["cuda_visible_devices"] for r in runs) == ["0", "0", "1"]
+
+
 def test_study_run_waits_for_a_cell_an_earlier_invocation_is_still_running(
     tmp_path, monkeypatch, capsys, make_tiny_model, calib_file, gate
 ):
@@ -252,6 +275,8 @@ def test_the_report_of_a_study(tmp_path, monkeypatch, capsys, make_tiny_model, c
     store = str(tmp_path / "runs.db")
     code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", store)
     assert code == 0, err
+    ended = [line for line in err.splitlines() if line.startswith("[") and " finished: ppl " in line]
+    assert [line.split("]")[0] for line in ended] == [f"[{n}/5" for n in range(1, 6)]  # a line per cell
     code, out, _ = cli(monkeypatch, capsys, "study", "status", str(study), "--store", store)
     assert code == 0 and out.count("done") == 5  # wanda: 2 lengths x 2 seeds; magnitude once
     report = tmp_path / "report"

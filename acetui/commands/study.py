@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from acetui import options
@@ -48,10 +49,13 @@ def _cell_text(config, axes=()) -> str:
 
 
 class StudyProgress:
-    """One bar for the whole study (cells ended, elapsed, ETA), the current run named beside it."""
+    """One bar for the whole study (cells ended, elapsed, ETA), the current run named beside it, and a line
+    for each cell as it ends (what a log of a `study run` left under nohup shows, where no bar is drawn).
+    Runs in this process report through their events; runs of workers on several GPUs, of cluster jobs or
+    of another `study run` are followed through the store (``watch``, ``wait_for``)."""
 
     def __init__(self, total: int, ended: int, store: Store, axes=()):
-        self.store, self.axes = store, axes
+        self.store, self.axes, self.total, self.done = store, axes, total, ended
         self.bar = Progress(
             TextColumn("[bold]study[/]"),
             BarColumn(),
@@ -60,9 +64,11 @@ class StudyProgress:
             TextColumn("ETA"),
             TimeRemainingColumn(),
             TextColumn("{task.description}"),
+            console=Console(stderr=True),  # stdout is for what scripts read (--detach's run ids)
             transient=False,
         )
         self.task = self.bar.add_task("", total=total, completed=ended)
+        self.ended_runs: set[str] = set()
         self.current: str | None = None
 
     def __enter__(self) -> StudyProgress:
@@ -72,29 +78,48 @@ class StudyProgress:
     def __exit__(self, *exc) -> None:
         self.bar.__exit__(*exc)
 
-    def ended(self, count: int = 1) -> None:
-        self.bar.advance(self.task, count)
+    def cell_ended(self, run_id: str) -> None:
+        """Count the cell of ``run_id`` as ended (once) and say how its run ended."""
+        if run_id in self.ended_runs:
+            return
+        self.ended_runs.add(run_id)
+        self.done += 1
+        self.bar.update(self.task, completed=self.done)
+        run = self.store.get_run(run_id, layers=False)
+        line = f"[{self.done}/{self.total}] {_cell_text(run.config, self.axes)}: {run_summary(run)}"
+        self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line, greppable
 
     def __call__(self, run_id: str, event) -> None:
         """An in-process run's event: a new run ends the previous one on the bar."""
         if run_id != self.current:
             if self.current is not None:
-                self.ended()
+                self.cell_ended(self.current)
             self.current = run_id
         if isinstance(event, RunStarted):
             config = self.store.get_run(run_id, layers=False).config
             self.bar.update(self.task, description=_cell_text(config, self.axes))
 
+    def poll(self, run_ids: list[str]) -> bool:
+        """Count the runs of ``run_ids`` that have ended; True once none is active."""
+        active = False
+        for run in self.store.list_runs(ids=run_ids):
+            if run.active:
+                active = True
+            else:
+                self.cell_ended(run.id)
+        return not active
 
-def _wait_for(store: Store, run_ids: list[str], progress: StudyProgress) -> None:
-    """Wait until none of ``run_ids`` is active (runs of another process, or detached workers)."""
-    waiting = set(run_ids)
-    while waiting:
-        jobfolder.sync(store)  # cluster runs report through their job folders
-        ended = {run.id for run in store.list_runs(ids=list(waiting)) if not run.active}
-        progress.ended(len(ended))
-        waiting -= ended
-        if waiting:
+    def watch(self, run_ids: list[str], workers: list):
+        """How ``run_and_wait`` follows the workers of several GPUs: through the store."""
+        self.bar.console.print(f"{len(run_ids)} runs on {len(workers)} GPUs (logs in {self.store.folder / 'logs'}).")
+        return lambda: self.poll(run_ids)
+
+    def wait_for(self, run_ids: list[str]) -> None:
+        """Wait until none of ``run_ids`` is active (runs of another process, or cluster jobs)."""
+        while True:
+            jobfolder.sync(self.store)  # cluster runs report through their job folders
+            if self.poll(run_ids):
+                return
             time.sleep(POLL_SECONDS)
 
 
@@ -146,10 +171,13 @@ def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, 
         if cluster is not None:  # a job array: followed through the store and its job folders
             others += launch(todo, cluster, opened, checked=True)
         elif todo:
-            _, stopped = run_and_wait(todo, opened, executor, on_event=progress, checked=True)
-            progress.ended()
+            run_ids, stopped = run_and_wait(
+                todo, opened, executor, on_event=progress, watch=progress.watch, checked=True
+            )
+            if stopped is None:
+                progress.poll(run_ids)  # the last run, and any that ended before its first event
         if stopped is None:
-            _wait_for(opened, others, progress)
+            progress.wait_for(others)
     if stopped is not None:
         raise stopped  # its signal sets the exit code (143 for SIGTERM, 130 for Ctrl-C)
     final = cell_states(cells, opened)
