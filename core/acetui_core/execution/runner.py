@@ -33,7 +33,8 @@ from acetui_core.run.events import OnEvent, OnRunEvent, Stage
 STAGE_WRITE_SECONDS = 0.5  # zero-shot reports thousands of steps: record a stage's progress at most this often
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """The installed version of ``package``, None where it is not installed."""
     try:
         return version(package)
     except PackageNotFoundError:
@@ -65,7 +66,7 @@ def collect_env() -> dict:
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        **{package: _version(package) for package in NUMERIC_PACKAGES},
+        **{package: package_version(package) for package in NUMERIC_PACKAGES},
         "acetui": acetui_core.__version__,
     }
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:

@@ -6,7 +6,7 @@
 - ``figures/``: pgfplots ``.tex`` (and ``.png``/``.pdf`` where matplotlib is installed, the ``figures``
   extra): the matched-compute Pareto against prune seconds and against calibration tokens, perplexity
   against calibration length and against calibration source;
-- ``environment.md``: the versions of every package that can move a number, acetui's version and commit,
+- ``environment.md``: the versions of every package that can move a number (those each run records), acetui's version and commit,
   the machine and device of this report and of the runs, and the study file exactly as read
   (``study.toml`` beside it);
 - ``summary.md``: one sentence per comparison with its column's best, and a line when the methods of one
@@ -17,7 +17,6 @@ Every file goes inside the folder; nothing outside it is written or replaced.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import statistics
@@ -31,33 +30,17 @@ from acetui_core.analysis.export import to_csv, to_latex, to_markdown
 from acetui_core.analysis.figures import IMAGE_FORMATS, Series, figure_series, write_figure
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.outputs import check_output_file, refuse_protected, write_text_atomic
+from acetui_core.execution.runner import NUMERIC_PACKAGES, package_version
 from acetui_core.scores.metrics import paper_name
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
 from acetui_core.studies.study import Study, finished_runs
 
-# The packages whose version can move a number a study reports.
-PACKAGES = (
-    "torch",
-    "transformers",
-    "tokenizers",
-    "safetensors",
-    "accelerate",
-    "numpy",
-    "scipy",
-    "datasets",
-    "lm_eval",
-    "gguf",
-    "acetui",
-)
 MEASURES = {"ppl": "WikiText-2 perplexity", "zeroshot-mean": "mean zero-shot accuracy"}
 
 
 def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+    return package_version(package) or "not installed"
 
 
 def _commit() -> str:
@@ -92,7 +75,7 @@ def environment(study: Study, records: list[RunRecord]) -> str:
         "",
         "| package | version |",
         "|---|---|",
-        *(f"| {package} | {_version(package)} |" for package in PACKAGES),
+        *(f"| {package} | {_version(package)} |" for package in NUMERIC_PACKAGES),
         "",
         "## The runs (as each recorded where it executed)",
         "",
