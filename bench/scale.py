@@ -15,7 +15,7 @@ in ``--dir`` of the same shape and depth is reused.
 ``--grid`` measures the paper's table instead: every method of ``--grid-methods`` at every sparsity of
 ``--sparsities`` for every seed of ``--seeds``, each with WikiText-2 perplexity, in one process that
 reads the model once (as ``acetui compare`` does, through its ``ModelCache``), with the same breakdown
-per run plus evaluation; ``--model`` runs it on an existing model (the bundled GGUF by default on a CPU).
+per run plus evaluation; ``--model`` runs it on an existing model (the bundled GGUF by default with ``--device cpu``).
 
 The vocabulary is SmolLM2's tokenizer's (49152 tokens, the tokenizer bundled with acetui) instead of
 LLaMA's 32000: the embeddings and head are 1.5x LLaMA's; the decoder layers, which are what is
@@ -314,7 +314,9 @@ def main() -> None:
     parser.add_argument("--tokenizer", help="a saved SmolLM2 tokenizer folder (default: the bundled GGUF's)")
     grid = parser.add_argument_group("the paper's table (--grid)")
     grid.add_argument("--grid", action="store_true", help="run the grid below instead of --methods")
-    grid.add_argument("--model", help="prune this model instead of writing one of --shape")
+    grid.add_argument(
+        "--model", help="prune this model instead of writing one of --shape (--device cpu: the bundled GGUF)"
+    )
     grid.add_argument("--grid-methods", default="wanda,ria,ace")
     grid.add_argument("--sparsities", default="0.5,2:4")
     grid.add_argument("--seeds", default="0,1,2")
@@ -338,6 +340,10 @@ def main() -> None:
         print(json.dumps(worker(args.checkpoint, args.worker, args.nsamples, args.device)))
         return
 
+    if args.grid and not args.model and args.device == "cpu":  # a 7B shape's grid would take days on a CPU
+        from acetui_core.basics.paths import bundled_model
+
+        args.model = str(bundled_model())
     shape = SHAPES[args.shape]
     depth = shape["num_hidden_layers"]
     layers = args.layers or depth
@@ -383,7 +389,7 @@ def main() -> None:
             rows.append((label, nsamples, measured, floors[kind]))
             print(f"{label}: {measured}", file=sys.stderr)
     finally:
-        if not args.keep and not args.model:
+        if not args.keep and not (args.model and args.dir):  # with --model, the empty temporary folder
             shutil.rmtree(folder, ignore_errors=True)
     print(table(args.shape, rows, layers, depth, shape["max_position_embeddings"]))
 
