@@ -15,7 +15,8 @@ in ``--dir`` of the same shape and depth is reused.
 ``--grid`` measures the paper's table instead: every method of ``--grid-methods`` at every sparsity of
 ``--sparsities`` for every seed of ``--seeds``, each with WikiText-2 perplexity, in one process that
 reads the model once (as ``acetui compare`` does, through its ``ModelCache``), with the same breakdown
-per run plus evaluation; ``--model`` runs it on an existing model (the bundled GGUF by default with ``--device cpu``).
+per run plus evaluation; ``--model`` runs it on an existing model (the bundled GGUF by default with
+``--device cpu``).
 
 The vocabulary is SmolLM2's tokenizer's (49152 tokens, the tokenizer bundled with acetui) instead of
 LLaMA's 32000: the embeddings and head are 1.5x LLaMA's; the decoder layers, which are what is

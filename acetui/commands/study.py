@@ -55,7 +55,7 @@ class StudyProgress:
     of another `study run` are followed through the store (``watch``, ``wait_for``)."""
 
     def __init__(self, total: int, ended: int, store: Store, axes=()):
-        self.store, self.axes, self.total, self.done = store, axes, total, ended
+        self.store, self.axes, self.total, self.ended_before = store, axes, total, ended
         self.bar = Progress(
             TextColumn("[bold]study[/]"),
             BarColumn(),
@@ -83,10 +83,10 @@ class StudyProgress:
         if run_id in self.ended_runs:
             return
         self.ended_runs.add(run_id)
-        self.done += 1
-        self.bar.update(self.task, completed=self.done)
+        done = self.ended_before + len(self.ended_runs)
+        self.bar.update(self.task, completed=done)
         run = self.store.get_run(run_id, layers=False)
-        line = f"[{self.done}/{self.total}] {_cell_text(run.config, self.axes)}: {run_summary(run)}"
+        line = f"[{done}/{self.total}] {_cell_text(run.config, self.axes)}: {run_summary(run)}"
         self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line, greppable
 
     def __call__(self, run_id: str, event) -> None:

@@ -6,9 +6,9 @@
 - ``figures/``: pgfplots ``.tex`` (and ``.png``/``.pdf`` where matplotlib is installed, the ``figures``
   extra): the matched-compute Pareto against prune seconds and against calibration tokens, perplexity
   against calibration length and against calibration source;
-- ``environment.md``: the versions of every package that can move a number (those each run records), acetui's version and commit,
-  the machine and device of this report and of the runs, and the study file exactly as read
-  (``study.toml`` beside it);
+- ``environment.md``: the versions of every package that can move a number (those each run records),
+  acetui's version and commit, the machine and device of this report and of the runs, and the study file
+  exactly as read (``study.toml`` beside it);
 - ``summary.md``: one sentence per comparison with its column's best, and a line when the methods of one
   table were calibrated with different token budgets.
 
