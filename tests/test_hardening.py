@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -283,8 +284,14 @@ def test_a_killed_save_is_swept_by_the_next_save_and_by_runs_sync(make_tiny_mode
 
     model, out, store = make_tiny_model("llama"), tmp_path / "out" / "pruned", tmp_path / "runs.db"
     command = [*tiny_prune_command(str(model), "--save", str(out), "--store", str(store)), "--offload", "disk"]
+    # runs sync also sweeps the system temp folder, where other tests' killed runs leave theirs
+    system_temp = tmp_path / "system-temp"
+    system_temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_temp))
     # a prune killed while it writes its checkpoint: it leaves its temporary folder behind
-    killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(system_temp)}
+    )
     temps: list[Path] = []
     while killed.poll() is None and not any(p.glob("model-*") for p in temps):
         temps = list(out.parent.glob(".acetui-save-*"))
