@@ -304,12 +304,16 @@ def test_the_report_of_a_study(tmp_path, monkeypatch, capsys, make_tiny_model, c
     rows = [line.split("|")[1].strip() for line in table[1:]]
     assert {"Wanda-8", "Wanda-16", "Magnitude"} <= set(rows)
     summary = (report / "summary.md").read_text()
-    sentences = [line for line in summary.splitlines() if line.startswith("- at ")]
+    table_part, _, method_part = summary.partition("### Each method's variants against its best variant")
+    sentences = [line for line in table_part.splitlines() if line.startswith("- at ")]
     assert len(sentences) == 2  # three rows in the one column: two compared with its best
     for sentence in sentences:
         assert " than " in sentence or " with " in sentence
         assert "perplexity" in sentence and ("seeds." in sentence or "seed." in sentence)
     assert "different token budgets (32, 64)" in summary
+    # Wanda's two calibration lengths against each other; magnitude has one variant: no sentence
+    [within] = [line for line in method_part.splitlines() if line.startswith("- at ")]
+    assert within.count("Wanda-") == 2 and "Magnitude" not in within and "2 seeds." in within
 
 
 @pytest.mark.asyncio

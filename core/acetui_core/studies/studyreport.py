@@ -10,7 +10,8 @@
   acetui's version and commit, the machine and device of this report and of the runs, and the study file
   exactly as read (``study.toml`` beside it);
 - ``summary.md``: one sentence per comparison with its column's best, and a line when the methods of one
-  table were calibrated with different token budgets.
+  table were calibrated with different token budgets; then each method's variants against the method's
+  own best (the permutation, DSnoT, a calibration length: does it help this method?).
 
 Every file goes inside the folder; nothing outside it is written or replaced.
 """
@@ -105,18 +106,25 @@ def _worse(row: dict, best: dict, measure: str, column: str, seeds: int) -> str:
     return f"- {where}{row['row']} {verdict} {best['row']}: {shown}, {p}, {runs}."
 
 
-def summary(tables: dict[str, Comparison], records: list[RunRecord]) -> str:
+def _against_best(table: Comparison, measure: str) -> list[str]:
+    """A sentence for each row of ``table`` that is not its column's best."""
+    out = []
+    for column in verdicts.report(table)["columns"]:
+        best = next((row for row in column["rows"] if row["verdict"] == "best"), None)
+        if best is None:
+            continue
+        for row in column["rows"]:
+            if row is not best:
+                out.append(_worse(row, best, measure, column["column"], min(row["n"], best["n"])))
+    return out
+
+
+def summary(tables: dict[str, Comparison], by_method: dict[str, list[Comparison]], records: list[RunRecord]) -> str:
+    """``by_method``: per measure, one table per method of several variants (the same runs, judged among
+    themselves), so that "does DSnoT help Wanda?" has its own sentence, not only "is it the best?"."""
     out = ["# Summary", ""]
     for measure, table in tables.items():
-        data = verdicts.report(table)
-        out += [f"## {MEASURES[measure]}", ""]
-        for column in data["columns"]:
-            best = next((row for row in column["rows"] if row["verdict"] == "best"), None)
-            if best is None:
-                continue
-            for row in column["rows"]:
-                if row is not best:
-                    out.append(_worse(row, best, measure, column["column"], min(row["n"], best["n"])))
+        out += [f"## {MEASURES[measure]}", "", *_against_best(table, measure)]
         budgets = {
             r.results.calibration.nsamples * r.results.calibration.seqlen
             for r in records
@@ -125,6 +133,10 @@ def summary(tables: dict[str, Comparison], records: list[RunRecord]) -> str:
         if len(budgets) > 1:
             shown = ", ".join(str(b) for b in sorted(budgets))
             out.append(f"- Note: the methods of this table were calibrated with different token budgets ({shown}).")
+        within = [sentence for method in by_method.get(measure, []) for sentence in _against_best(method, measure)]
+        if within:
+            out += ["", "### Each method's variants against its best variant (as `acetui verdict --method` says)", ""]
+            out += within
         out.append("")
     return "\n".join(out)
 
@@ -193,6 +205,8 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
     (folder / "figures").mkdir(parents=True, exist_ok=True)  # after the checks above: nothing made for nothing
     written: dict[Path, str] = {}
     tables: dict[str, Comparison] = {}
+    by_method: dict[str, list[Comparison]] = {}
+    methods = sorted({r.config.method for r in records})
     for measure in MEASURES:
         try:
             table = verdicts.judge(comparison(records, columns="sparsity", measure=measure), kept)
@@ -203,7 +217,12 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
         written[folder / f"table-{measure}.md"] = to_markdown(table)
         written[folder / f"table-{measure}.csv"] = to_csv(records, table)
         written[folder / f"verdicts-{measure}.txt"] = verdicts.text(verdicts.report(table))
-    written[folder / "summary.md"] = summary(tables, records)
+        for method in methods:
+            runs = [r for r in records if r.config.method == method]
+            variants = verdicts.judge(comparison(runs, columns="sparsity", measure=measure), kept)
+            if len(variants.rows) > 1:
+                by_method.setdefault(measure, []).append(variants)
+    written[folder / "summary.md"] = summary(tables, by_method, records)
     written[folder / "environment.md"] = environment(study, records)
     written[folder / "study.toml"] = study.text
     for path in written:
