@@ -91,6 +91,20 @@ def test_column_statistics_match_definitions():
         assert s.e4[j].item() == pytest.approx(col(j, 4) / 4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_column_sums_leave_the_models_activations_as_they_were(dtype):
+    """The sums square a float64 copy in place: an input already in float64 is not squared with it; the
+    sums of x, x^2, x^4 and X^T X are the definitions'."""
+    x = X.to(dtype)
+    before = x.clone()
+    s, sq, q, x2_max, tokens, xtx = ColumnStats.column_sums(x, gram=True)
+    assert torch.equal(x, before)
+    exact = x.double()
+    assert torch.equal(s, exact.sum(0)) and torch.equal(sq, (exact * exact).sum(0))
+    assert torch.equal(q, (exact**4).sum(0)) and x2_max.item() == 9.0 and tokens == 4
+    assert torch.equal(xtx, exact.t() @ exact)
+
+
 @pytest.mark.parametrize("name", ["magnitude", "wanda", "ria", "cosp", "varp", "ace", "wanda+varp", "ria+varp"])
 def test_score_equals_formula(name):
     scores = METHODS[name].score(W, stats(), opts())

@@ -9,7 +9,6 @@ zero-shot. The shard index is ``shards``.
 from __future__ import annotations
 
 import copy
-import ctypes
 import logging
 import shutil
 import weakref
@@ -34,7 +33,6 @@ from acetui_core.run.events import OnEvent, Stage
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 AUTO_FRACTION = 0.7  # --offload auto streams a model whose weights take more than this share of available memory
 
 
@@ -124,17 +122,6 @@ def _tied(model: PreTrainedModel, name: str) -> bool:
     )
 
 
-def return_freed_layers_to_the_os() -> None:
-    """Serve every allocation of 1 MiB or more (a layer's weights, a batch's activations) by mmap, so it goes
-    back to the OS when freed. glibc otherwise raises its mmap threshold after the first large frees and
-    serves later layer-sized blocks from a heap that fragments and only grows: on a 56-layer checkpoint,
-    over 600 MB of RSS that no tensor held (tests/test_streaming.py measures it). No-op off glibc."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 1 << 20)
-    except (OSError, AttributeError):
-        pass
-
-
 def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event: OnEvent | None = None):
     """Load ``source`` whole (``models.load_model``) or, when ``offload`` says so, streamed: a ``Loaded``
     whose decoder layers stay on disk until the layer loop needs them."""
@@ -148,7 +135,6 @@ def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event
         return load_model(source, device=device, dtype=dtype, on_event=on_event)
     if on_event:
         on_event(Stage(StageName.LOAD, 0, 1))
-    return_freed_layers_to_the_os()
     model, tokenizer, streamed = load_streamed(folder, torch_dtype)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

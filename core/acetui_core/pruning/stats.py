@@ -40,9 +40,14 @@ class ColumnStats:
     def column_sums(x: torch.Tensor, gram: bool = False) -> tuple:
         """``(sum_t x, sum_t x^2, sum_t x^4, max x^2, T, X^T X or None)`` of one batch of inputs, any
         leading shape."""
-        x = x.detach().reshape(-1, x.shape[-1]).double()
-        x2 = x * x
-        return x.sum(dim=0), x2.sum(dim=0), (x2 * x2).sum(dim=0), x2.amax(), x.shape[0], x.t() @ x if gram else None
+        # One float64 copy, squared in place twice: the same values as x * x and x2 * x2 (the sums equal
+        # to the bit) without two more batch-sized float64 tensors, which took 40% of the time.
+        x = x.detach().reshape(-1, x.shape[-1]).to(torch.float64, copy=True)  # never square the model's tensor
+        s, xtx = x.sum(dim=0), x.t() @ x if gram else None
+        x.mul_(x)
+        sq, x2_max = x.sum(dim=0), x.amax()
+        x.mul_(x)
+        return s, sq, x.sum(dim=0), x2_max, x.shape[0], xtx
 
     def add(self, x: torch.Tensor, sums: tuple | None = None) -> None:
         """Accumulate one batch; ``sums`` are its ``column_sums`` when already computed for a linear
