@@ -316,6 +316,33 @@ def test_the_report_of_a_study(tmp_path, monkeypatch, capsys, make_tiny_model, c
     assert within.count("Wanda-") == 2 and "Magnitude" not in within and "2 seeds." in within
 
 
+def test_a_report_where_one_method_has_no_zero_shot_results(tmp_path, monkeypatch, capsys, make_tiny_model, calib_file):
+    """Wanda's runs have zero-shot results, RIA's only a perplexity: the zero-shot table and its
+    sentences are Wanda's, and RIA's variants are judged on perplexity alone (the report does not stop)."""
+    from test_verdicts import outcomes
+
+    model = make_tiny_model("llama")
+    text = f'model = "{model}"\nmethod = ["wanda", "ria"]\nseed = [0, 1]\nseqlen = [8, 16]\ncalib = "{calib_file}"\n'
+    study = _study(tmp_path / "s.toml", text + QUICK)
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for number, cell in enumerate(load_study(study).cells(store.path)):
+        tasks, kept = outcomes(number, 0.6 + 0.01 * number) if cell.method == "wanda" else (None, {})
+        result = {"task_outcomes": kept} if tasks else None
+        created = 1_700_000_000.0 + 60 * number
+        insert_run(
+            store, clock, f"c{number:07d}", cell, created=created, ppl=30.0 + number, zeroshot=tasks, result=result
+        )
+    report = tmp_path / "report"
+    code, _, err = cli(
+        monkeypatch, capsys, "study", "report", str(study), "-o", str(report), "--store", str(store.path)
+    )
+    assert code == 0, err
+    summary = (report / "summary.md").read_text()
+    _, _, zeroshot = summary.partition("## mean zero-shot accuracy")
+    assert "Wanda-8" in zeroshot and "RIA" not in zeroshot
+
+
 @pytest.mark.asyncio
 async def test_the_app_opens_on_results_with_a_studys_runs_selected(tmp_path, make_tiny_model, calib_file):
     from acetui.app import make_app

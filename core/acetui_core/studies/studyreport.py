@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from acetui_core.analysis import verdicts
-from acetui_core.analysis.comparison import Comparison, comparison
+from acetui_core.analysis.comparison import Comparison, comparison, measured
 from acetui_core.analysis.export import to_csv, to_latex, to_markdown
 from acetui_core.analysis.figures import IMAGE_FORMATS, Series, figure_series, write_figure
 from acetui_core.basics.errors import UserError
@@ -217,8 +217,10 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
         written[folder / f"table-{measure}.md"] = to_markdown(table)
         written[folder / f"table-{measure}.csv"] = to_csv(records, table)
         written[folder / f"verdicts-{measure}.txt"] = verdicts.text(verdicts.report(table))
-        for method in methods:
-            runs = [r for r in records if r.config.method == method]
+        for method in methods:  # a method whose runs lack this evaluation has no variants to judge on it
+            runs = [r for r in records if r.config.method == method and measured(r, measure)]
+            if not runs:
+                continue
             variants = verdicts.judge(comparison(runs, columns="sparsity", measure=measure), kept)
             if len(variants.rows) > 1:
                 by_method.setdefault(measure, []).append(variants)
