@@ -1,5 +1,5 @@
 """The CUDA path (``--device cuda``, bf16): one decoder layer at a time on the GPU, prefetched on a side
-stream, statistics in float32. Skipped without a GPU; run wherever one is present."""
+stream, statistics summed in float64 by a fused Triton kernel. Skipped without a GPU; run wherever one is present."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import torch
 from acetui_core.modeling.layouts import decoder_layers, prunable_linears
 from acetui_core.modeling.models import load_model
 from acetui_core.modeling.streaming import load_for_run
-from acetui_core.pruning import pipeline
+from acetui_core.pruning import pipeline, stats
+from acetui_core.pruning.stats import ColumnStats
 from acetui_core.run.config import RunConfig
 from acetui_core.run.events import LayerStarted
 
@@ -94,3 +95,18 @@ def test_streamed_cuda_prune_keeps_embeddings_and_head_off_the_gpu_while_layers_
 
     pipeline.prune(loaded, config, at_each_layer)
     assert places == [{"cpu"}, {"cpu"}]  # two layers, and nothing but them on the GPU while each is pruned
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_fused_statistics_add_the_eager_float64_values(dtype):
+    """A CUDA run's statistics come from the Triton kernel here, and they are the eager float64 sums up to
+    the order of the additions: the float32 statistics a score reads are the same."""
+    assert stats._fused_moments() is not None, "the fused statistics kernel could not run on this GPU"
+    x = (torch.randn(3, 1400 + 77, 11008 + 13, device="cuda") * 4).to(dtype)  # counts off the kernel's blocks
+    fused, eager = ColumnStats(x.shape[-1], x.device), ColumnStats(x.shape[-1], x.device)
+    fused.add(x)
+    eager.add(x, ColumnStats.eager_sums(x.reshape(-1, x.shape[-1])))
+    for a, b in [(fused.s, eager.s), (fused.sq, eager.sq), (fused.q, eager.q), (fused.x2_max, eager.x2_max)]:
+        assert torch.allclose(a, b, rtol=1e-12, atol=0)
+    assert fused.tokens == eager.tokens == 3 * (1400 + 77)
+    assert torch.equal(fused.norm, eager.norm) and torch.equal(fused.e2, eager.e2) and torch.equal(fused.e4, eager.e4)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+
 import torch
 
 from acetui_core.basics.choices import VarpScale
@@ -11,6 +14,26 @@ from acetui_core.run.records import ActStats, Spread
 # adds at most 1/(1 - 0.99) = 100 to a column's sum (the series diverges at |x/s| = 1, which max scaling
 # reaches at the largest activation and no scaling exceeds everywhere).
 INVERSE_CLAMP = 0.99
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _fused_moments():
+    """``acetui_core.pruning.fusedsums.column_moments`` once it has given the eager sums' values on a small
+    CUDA tensor, else None (no Triton, as in CPU builds of PyTorch, or a Triton that cannot build its kernel
+    on this machine): the eager sums then do the work, a little slower, with the same results."""
+    try:
+        from acetui_core.pruning.fusedsums import column_moments
+
+        x = torch.linspace(-3, 3, 40 * 70, device="cuda").reshape(40, 70).to(torch.bfloat16)
+        fused, eager = column_moments(x), ColumnStats.eager_sums(x)[:4]
+        if all(torch.allclose(a, b, rtol=1e-12, atol=0) for a, b in zip(fused, eager, strict=True)):
+            return column_moments
+        log.warning("The fused statistics kernel disagrees with the eager sums; using the eager sums.")
+    except Exception as error:  # ImportError, or Triton's compiler failing: either way the eager sums serve
+        log.warning("The fused statistics kernel cannot run here (%s); using the eager sums.", error)
+    return None
 
 
 class ColumnStats:
@@ -39,10 +62,19 @@ class ColumnStats:
     @staticmethod
     def column_sums(x: torch.Tensor, gram: bool = False) -> tuple:
         """``(sum_t x, sum_t x^2, sum_t x^4, max x^2, T, X^T X or None)`` of one batch of inputs, any
-        leading shape."""
+        leading shape: on a CUDA device in one fused kernel where Triton can build it, else eagerly."""
+        x = x.detach().reshape(-1, x.shape[-1])
+        fused = _fused_moments() if x.is_cuda and not gram and x.shape[0] > 0 else None
+        if fused is not None:  # one read of x instead of a float64 copy and five passes over it
+            return (*fused(x), x.shape[0], None)
+        return ColumnStats.eager_sums(x, gram)
+
+    @staticmethod
+    def eager_sums(x: torch.Tensor, gram: bool = False) -> tuple:
+        """``column_sums`` of a 2-D batch with PyTorch's own operations."""
         # One float64 copy, squared in place twice: the same values as x * x and x2 * x2 (the sums equal
         # to the bit) without two more batch-sized float64 tensors, which took 40% of the time.
-        x = x.detach().reshape(-1, x.shape[-1]).to(torch.float64, copy=True)  # never square the model's tensor
+        x = x.to(torch.float64, copy=True)  # never square the model's tensor
         s, xtx = x.sum(dim=0), x.t() @ x if gram else None
         x.mul_(x)
         sq, x2_max = x.sum(dim=0), x.amax()
