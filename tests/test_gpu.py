@@ -13,6 +13,7 @@ from acetui_core.pruning import pipeline, stats
 from acetui_core.pruning.stats import ColumnStats
 from acetui_core.run.config import RunConfig
 from acetui_core.run.events import LayerStarted
+from acetui_core.scores.masks import layer_mask
 
 pytestmark = [
     pytest.mark.gpu,
@@ -110,3 +111,12 @@ def test_fused_statistics_add_the_eager_float64_values(dtype):
         assert torch.allclose(a, b, rtol=1e-12, atol=0)
     assert fused.tokens == eager.tokens == 3 * (1400 + 77)
     assert torch.equal(fused.norm, eager.norm) and torch.equal(fused.e2, eager.e2) and torch.equal(fused.e4, eager.e4)
+
+
+def test_per_layer_mask_on_the_gpu_is_the_cpu_mask():
+    """RIA's and magnitude's one cut-off per matrix, bisected on the GPU, prunes what kthvalue's prunes."""
+    scores = torch.rand(1536, 4096, generator=torch.Generator().manual_seed(0))
+    scores[::7] = scores[::7].round(decimals=2)  # ties at the cut-off
+    cpu_mask, cpu_cut = layer_mask(scores, 0.5)
+    gpu_mask, gpu_cut = layer_mask(scores.cuda(), 0.5)
+    assert gpu_cut == cpu_cut and torch.equal(gpu_mask.cpu(), cpu_mask)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from acetui_core.basics.errors import UserError
-from acetui_core.scores.masks import check_nm_fits, layer_mask, nm_mask, prune_mask, row_mask
+from acetui_core.scores.masks import check_nm_fits, kth_smallest, layer_mask, nm_mask, prune_mask, row_mask
 from acetui_core.scores.sparsity import parse_sparsity
 
 
@@ -75,20 +75,47 @@ def test_bad_sparsity_is_one_sentence(text, message):
 @pytest.mark.parametrize("sparsity", ["0.5", "2:4"])
 def test_scoring_a_bf16_weight_in_slices_of_rows_gives_the_same_masks(make_tiny_model, monkeypatch, method, sparsity):
     """A row-local score is made a slice of rows at a time, never from a whole float32 copy of the weight
-    (on the GPU, 896 MiB for a 28672 x 8192 linear): the slices change no mask."""
+    (on the GPU, 896 MiB for a 28672 x 8192 linear), and where each row is chosen alone (Wanda, VarP; N:M)
+    the scores are masked, summed and sampled slice by slice, never held whole: the slices change no mask,
+    no cut-off, no histogram and no kept score."""
     from acetui_core.modeling.layouts import decoder_layers, prunable_linears, weight_matrix
     from acetui_core.modeling.models import load_model
-    from acetui_core.pruning import pipeline
+    from acetui_core.pruning import histograms, pipeline
     from acetui_core.run.config import RunConfig
+    from acetui_core.run.events import LayerPruned
     from acetui_core.scores import masks
 
+    monkeypatch.setattr(histograms, "SAMPLE", 97)  # a sampling stride that falls across the slices
     model = str(make_tiny_model("llama"))
     config = RunConfig(model=model, method=method, sparsity=sparsity, nsamples=8, seqlen=16, evals=[])
-    pruned = []
+    pruned, records = [], []
     for per_slice in (masks.SCORES_PER_SLICE, 64 * 3):  # one slice per linear, then three rows of 64 at a time
         monkeypatch.setattr(masks, "SCORES_PER_SLICE", per_slice)
         loaded = load_model(model, device="cpu", dtype="bfloat16")
-        pipeline.prune(loaded, config)
+        events: list = []
+        pipeline.prune(loaded, config, on_event=events.append)
         layers = decoder_layers(loaded.model)
         pruned.append([weight_matrix(m) == 0 for layer in layers for m in prunable_linears(layer).values()])
+        records.append([linear for e in events if isinstance(e, LayerPruned) for linear in e.layer.linears])
     assert all(torch.equal(a, b) for a, b in zip(*pruned, strict=True))
+    for whole, sliced in zip(*records, strict=True):
+        assert sliced.histogram == whole.histogram and sliced.histogram.stride > 1
+        assert sliced.choice.retained == pytest.approx(whole.choice.retained, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("values", ["normal", "ties and signed zeros", "subnormal"])
+def test_bisected_cutoff_is_kthvalue(dtype, values):
+    """The per-layer cut-off a GPU finds by bisection (one row, 45M scores) is the value kthvalue gives."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        n = int(torch.randint(1, 3000, (), generator=generator))
+        if values == "normal":
+            x = torch.randn(n, generator=generator, dtype=dtype)
+        elif values == "ties and signed zeros":
+            x = torch.randint(-3, 4, (n,), generator=generator).to(dtype) * 0.5
+            x[x == 0] = torch.where(torch.rand(int((x == 0).sum()), generator=generator) < 0.5, 0.0, -0.0).to(dtype)
+        else:
+            x = torch.rand(n, generator=generator, dtype=dtype) * torch.finfo(dtype).smallest_normal
+        for k in (1, n, int(torch.randint(1, n + 1, (), generator=generator))):
+            assert kth_smallest(x, k) == torch.kthvalue(x, k).values.item()

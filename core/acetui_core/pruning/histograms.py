@@ -19,9 +19,28 @@ def histogram(
     """Counts of an evenly strided sample of the scores (every ``stride``-th one) in ``bins`` bins;
     in log mode zeros fall into the first bin. With the mask (``pruned``, True = pruned) each bin also
     counts its pruned scores: under N:M, and per-row groups, a bin holds both, as no single threshold cuts."""
-    flat = scores.detach().flatten()
-    stride = max(1, flat.numel() // SAMPLE)
-    values = flat[::stride].float()
+    stride = sample_stride(scores.numel())
+    sampled = None if pruned is None else pruned.flatten()[::stride]
+    return sample_histogram(scores.detach().flatten()[::stride], sampled, stride, threshold, bins)
+
+
+def sample_stride(numel: int) -> int:
+    """Every how many scores ``histogram`` samples one."""
+    return max(1, numel // SAMPLE)
+
+
+def sample_rows(scores: torch.Tensor, pruned: torch.Tensor, first_row: int, stride: int) -> tuple:
+    """The part of a matrix's histogram sample (every ``stride``-th score of the whole flattened matrix)
+    that falls in a slice of its rows starting at ``first_row``, with the slice's mask at those places."""
+    start = -first_row * scores.shape[1] % stride
+    return scores.flatten()[start::stride], pruned.flatten()[start::stride]
+
+
+def sample_histogram(
+    values: torch.Tensor, pruned: torch.Tensor | None, stride: int, threshold: float | None, bins: int = BINS
+) -> Histogram:
+    """``histogram`` of an already drawn sample of the scores (and of the mask at the same places)."""
+    values = values.float()
     top = values.max().item()
     low = values.masked_fill(values <= 0, float("inf")).min().item() if top > 0 else 0.0
     log = 0 < low < math.inf and top / low > LOG_SPAN
@@ -33,7 +52,7 @@ def histogram(
     counts = torch.histc(data, bins, lo, hi).long()
     pruned_counts = None
     if pruned is not None:
-        pruned_counts = torch.histc(data[pruned.flatten()[::stride]], bins, lo, hi).long().tolist()
+        pruned_counts = torch.histc(data[pruned], bins, lo, hi).long().tolist()
     edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)
     edges = 10**edges if log else edges
     return Histogram(

@@ -19,6 +19,7 @@ from acetui_core.basics.choices import (
     DSnoTPruneScore,
     Permute,
     Refine,
+    SparsityGroup,
     StageName,
 )
 from acetui_core.basics.errors import StopFlag, UserError, check_stop
@@ -51,7 +52,8 @@ from acetui_core.pruning.expertremoval import (
     score_pass,
 )
 from acetui_core.pruning.fidelity import OutputAgreement, linear_fidelity
-from acetui_core.pruning.layerstats import LayerWork, check_finite, dense_weight, layer_stats, method_scores
+from acetui_core.pruning.layerstats import LayerWork, dense_weight, layer_stats, method_scores
+from acetui_core.pruning.slicedscores import mask_in_slices, scores_in_slices
 from acetui_core.pruning.stats import ColumnStats
 from acetui_core.pruning.validate import resolve_seqlen
 from acetui_core.run.config import RunConfig
@@ -68,7 +70,7 @@ from acetui_core.run.records import (
     kind_sparsity,
 )
 from acetui_core.scores.maskfile import mask_writer
-from acetui_core.scores.masks import check_nm_fits, nm_mask, prune_mask, row_slices
+from acetui_core.scores.masks import check_nm_fits, nm_mask, prune_mask
 from acetui_core.scores.metrics import get_method
 from acetui_core.scores.permute import channel_permutation, retained_fraction
 from acetui_core.scores.sparsity import Sparsity
@@ -175,9 +177,11 @@ def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks)
     mask = None  # a method without scores chooses its mask in its mask-and-update hook (SparseGPT)
     if sparsity.fraction == 0:  # --sparsity 0 with --expert-sparsity: the kept experts stay as they are
         pass
+    elif W is None and config.permute == Permute.NONE and (sparsity.is_nm or config.group == SparsityGroup.ROW):
+        mask, threshold, choice, histogram = mask_in_slices(work, name, matrix, stats, sparsity)
     elif method.score is not None:
         where = f"layer {index} {name}"
-        scores = _sliced_scores(index, name, matrix, stats, config, method) if W is None else None
+        scores = scores_in_slices(index, name, matrix, stats, config, method) if W is None else None
         scores = method_scores(method, W, stats, config, where) if scores is None else scores
         mask, threshold, choice = _choose_mask(W, scores, stats, config, sparsity, matrix.kind)
         histogram = histograms.histogram(scores, threshold, pruned=mask)
@@ -216,17 +220,6 @@ def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks)
         kind=matrix.kind,
         tokens=stats.tokens if stats is not None else None,
     )
-
-
-def _sliced_scores(index, name, matrix, stats, config, method) -> torch.Tensor:
-    """A row-local method's scores, a slice of rows of the stored weight at a time (``row_slices``): only a
-    slice is ever copied to float32."""
-    stored = weight_matrix(matrix)
-    scores = torch.empty(stored.shape, dtype=torch.float32, device=stored.device)
-    for rows in row_slices(scores):
-        W = check_finite(index, name, stored[rows].float())
-        scores[rows] = method.score(W, stats, config)
-    return scores
 
 
 @dataclass

@@ -6,6 +6,8 @@ Each function also returns the cut-off score it used (for the histograms).
 
 from __future__ import annotations
 
+import struct
+
 import torch
 
 from acetui_core.basics.choices import SparsityGroup
@@ -27,10 +29,47 @@ def check_nm_fits(sparsity: Sparsity, d_in: int, name: str) -> None:
         )
 
 
+# A float's bits read as an integer of its width, by dtype: what kth_smallest bisects over.
+_BITS = {torch.float32: ("<f", "<i", 32), torch.float64: ("<d", "<q", 64)}
+
+
+def _ordered_key(value: float, dtype: torch.dtype) -> int:
+    """An integer that orders as ``value`` does among floats of ``dtype`` (-0.0 and 0.0 share one)."""
+    real, integer, width = _BITS[dtype]
+    bits = struct.unpack(integer, struct.pack(real, value))[0]
+    return bits if bits >= 0 else -(bits & ((1 << (width - 1)) - 1))
+
+
+def _key_value(key: int, dtype: torch.dtype) -> float:
+    real, integer, width = _BITS[dtype]
+    bits = key if key >= 0 else -key - (1 << (width - 1))  # the sign bit set, read as a signed integer
+    return struct.unpack(real, struct.pack(integer, bits))[0]
+
+
+def kth_smallest(scores: torch.Tensor, k: int) -> float:
+    """The ``k``-th smallest of ``scores`` (1-based), as ``torch.kthvalue`` gives it, found by bisecting
+    the floats between the smallest and the largest score on the count of scores at or under each: one
+    comparison pass of the scores per bit of their dtype. On a GPU ``kthvalue`` selects within one row
+    on one block of threads: a 45M-score linear's per-layer cut-off took 0.2 s that way, 224 of them 49 s
+    of a LLaMA-7B RIA run. Finite float32 or float64 scores."""
+    low, high = _ordered_key(scores.min().item(), scores.dtype), _ordered_key(scores.max().item(), scores.dtype)
+    while low < high:  # the answer is the smallest key whose value has at least k scores at or under it
+        middle = (low + high) // 2
+        if torch.count_nonzero(scores <= _key_value(middle, scores.dtype)).item() >= k:
+            high = middle
+        else:
+            low = middle + 1
+    return _key_value(low, scores.dtype)
+
+
 def _lowest_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` lowest scores of each row, ties at the cut-off going to the lowest indices, and each
-    row's cut-off. A selection (``kthvalue``) instead of a full sort: the same mask, about 3x faster."""
-    cutoff = torch.kthvalue(scores, k, dim=1, keepdim=True).values
+    row's cut-off. A selection (``kthvalue``) instead of a full sort: the same mask, about 3x faster;
+    a single row on a GPU is bisected instead (``kth_smallest``)."""
+    if scores.shape[0] == 1 and not scores.is_cpu and scores.dtype in _BITS:
+        cutoff = scores.new_full((1, 1), kth_smallest(scores, k))
+    else:
+        cutoff = torch.kthvalue(scores, k, dim=1, keepdim=True).values
     below = scores < cutoff
     tied = scores == cutoff
     tied &= tied.cumsum(dim=1) <= k - below.sum(dim=1, keepdim=True)
@@ -46,6 +85,12 @@ def row_slices(scores: torch.Tensor) -> list[slice]:
 def row_mask(scores: torch.Tensor, ratio: float) -> tuple[torch.Tensor, float | None]:
     """Each row loses exactly ``floor(d_in * ratio)`` of its lowest scores; the cut-off reported is the
     median of the rows' cut-offs."""
+    mask, cutoffs = row_cutoff_mask(scores, ratio)
+    return mask, None if cutoffs is None else cutoffs.median().item()
+
+
+def row_cutoff_mask(scores: torch.Tensor, ratio: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``row_mask``'s mask and each row's cut-off (None when no row loses anything)."""
     k = int(scores.shape[1] * ratio)
     if k == 0:
         return torch.zeros_like(scores, dtype=torch.bool), None
@@ -54,7 +99,7 @@ def row_mask(scores: torch.Tensor, ratio: float) -> tuple[torch.Tensor, float | 
     for rows in row_slices(scores):
         mask[rows], cutoff = _lowest_k(scores[rows], k)
         cutoffs.append(cutoff)
-    return mask, torch.cat(cutoffs).median().item()
+    return mask, torch.cat(cutoffs)
 
 
 def layer_mask(scores: torch.Tensor, ratio: float) -> tuple[torch.Tensor, float | None]:

@@ -32,12 +32,18 @@ PERMUTATIONS_FILE = "permutations.json"  # beside a --save checkpoint (docs/meth
 
 def retained_fraction(scores: torch.Tensor, pruned: torch.Tensor) -> float:
     """Kept score over total score (the quantity the permutation maximizes); 1 when every score is 0."""
+    kept, total = kept_and_total(scores, pruned)
+    return kept / total if total else 1.0
+
+
+def kept_and_total(scores: torch.Tensor, pruned: torch.Tensor) -> tuple[float, float]:
+    """The score a mask keeps and the whole score, summed in float64."""
     total = kept = 0.0
     for rows in row_slices(scores):  # float64 copies of a slice, not of the whole matrix
         part = scores[rows].double()
         total += part.sum().item()
         kept += part.masked_fill_(pruned[rows], 0).sum().item()
-    return kept / total if total else 1.0
+    return kept, total
 
 
 def _kept_score(scores: torch.Tensor, n: int, m: int) -> float:
