@@ -190,13 +190,44 @@ def worker(checkpoint: str, label: str, nsamples: int, device: str) -> dict:
         seconds = floor(config)
         gpu = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() and device != "cpu" else None
         return {"seconds": seconds, "rss_mb": peak_rss_mb(), "gpu_mb": gpu}
+    phases = PhasePeaks() if device != "cpu" else None
     start = time.perf_counter()
     loaded = load_for_run(config.model, device=config.device, dtype=config.dtype, offload=config.offload)
     loading = time.perf_counter() - start
     start = time.perf_counter()
-    result = pipeline.run(config, loaded=loaded)
+    result = pipeline.run(config, loaded=loaded, on_event=phases)
     spent = breakdown(result, loading, time.perf_counter() - start)
-    return {"seconds": result.prune_seconds, "rss_mb": peak_rss_mb(), "gpu_mb": result.peak_gpu_mb, **spent}
+    gpu = result.peak_gpu_mb
+    if phases is not None:
+        phases(None)
+        print(f"{label}: peak GPU MiB by phase: {phases.peaks}", file=sys.stderr)
+        gpu = max(phases.peaks.values())  # the pipeline's own figure counts only since the last phase began
+    return {"seconds": result.prune_seconds, "rss_mb": peak_rss_mb(), "gpu_mb": gpu, **spent}
+
+
+class PhasePeaks:
+    """The GPU's peak allocated memory in each phase of a run (between progress events; layers and the
+    steps between them pooled over the layers): where a run's peak sits."""
+
+    def __init__(self):
+        self.phase, self.peaks = "loading and set-up", {}
+
+    def __call__(self, event) -> None:
+        import torch
+
+        from acetui_core.run.events import LayerPruned, LayerStarted, Stage
+
+        peak = torch.cuda.max_memory_allocated() / 2**20
+        self.peaks[self.phase] = round(max(self.peaks.get(self.phase, 0.0), peak))
+        torch.cuda.reset_peak_memory_stats()
+        if isinstance(event, Stage):
+            self.phase = event.name
+        elif isinstance(event, LayerStarted):
+            self.phase = "a layer's statistics and masks"
+        elif isinstance(event, LayerPruned):
+            self.phase = "after a layer (its pruned outputs, the next layer's read)"
+        elif event is not None:
+            self.phase = f"after {type(event).__name__}"
 
 
 def grid_worker(model: str, args) -> list[dict]:
