@@ -669,6 +669,45 @@ async def test_results_sort_by_method_sparsity_and_seed_and_reverse(store):
 
 
 @pytest.mark.asyncio
+async def test_results_name_runs_that_differ_only_in_a_variant_apart(store):
+    """Two Wanda runs at 4:8 that differ only in the permutation and DSnoT read the same label; the Method
+    cell says what tells them apart (as the paper view's rows do), and leaves out what the Calib column
+    already shows. Where the whole labels do not fit (60 columns here; the 72 runs of the methods study at
+    80), a setting at its default goes unsaid, and the whole run id stays."""
+    variants = {
+        "aaaa0001": {},
+        "bbbb0002": {"permute": "lsa"},
+        "cccc0003": {"permute": "lsa", "refine": "dsnot"},
+        "dddd0004": {"nsamples": 32},
+    }
+    for number, (run_id, settings) in enumerate(variants.items()):
+        config = RunConfig(model="tiny-llama", method="wanda", sparsity="4:8", **settings)
+        insert_run(store, Clock(), run_id, config, created=1_700_000_000.0 + number, ppl=20.0 + number)
+    cells = {}
+    for size in ((160, 40), (60, 24)):
+        app = make_app(store)
+        async with app.run_test(size=size) as pilot:
+            await pilot.press("f3")
+            table = app.screen.query_one("#results")
+            await pilot_wait_until(pilot, lambda: table.row_count == 4, "four results")
+            headers = [str(column.label) for column in table.columns.values()]
+            rows = [dict(zip(headers, map(str, table.get_row_at(i)), strict=True)) for i in range(4)]
+            cells[size[0]] = {row["Id"]: row["Method"] for row in rows}
+    assert cells[160] == {
+        "aaaa0001": "Wanda-16 (no permutation, no refinement)",
+        "bbbb0002": "Wanda-16 (lsa permutation, no refinement)",
+        "cccc0003": "Wanda-16 (lsa permutation, DSnoT)",
+        "dddd0004": "Wanda-16 (no permutation, no refinement)",  # its 32 samples: the Calib column's
+    }
+    assert cells[60] == {
+        "aaaa0001": "Wanda-16",
+        "bbbb0002": "Wanda-16 (lsa permutation)",
+        "cccc0003": "Wanda-16 (lsa permutation, DSnoT)",
+        "dddd0004": "Wanda-16",
+    }
+
+
+@pytest.mark.asyncio
 async def test_runs_show_perplexity_duration_and_a_bar_for_a_running_run(store):
     live = running_run(store, layers=1)  # 1 of 4 layers
     done = finished_run(store)

@@ -20,6 +20,7 @@ from acetui.app.screens.common import (
     refill,
     set_columns,
 )
+from acetui_core.analysis.rowlabels import row_labels
 from acetui_core.basics.choices import RunStatus
 from acetui_core.run.config import model_name
 from acetui_core.scores.metrics import METHODS
@@ -64,7 +65,7 @@ def _windows(run: RunRecord) -> str:
 
 COLUMNS = [
     Column("Model", lambda r: model_name(r.config.model), lambda r: model_name(r.config.model)),
-    Column("Method", lambda r: r.label, lambda r: r.label),
+    Column("Method", lambda r: r.label, lambda r: r.label),  # named apart by ResultsTable.method_names
     Column("Sparsity", _sparsity_order, lambda r: r.config.sparsity),
     Column("PPL", lambda r: missing_last(r.ppl), summary.ppl_text),
     Column("Prune", lambda r: missing_last(r.prune_seconds), lambda r: summary.fmt_seconds(r.prune_seconds)),
@@ -76,6 +77,8 @@ COLUMNS = [
     Column("Id", lambda r: r.id, lambda r: r.id),
 ]
 PPL_COLUMN = [c.title for c in COLUMNS].index("PPL")
+# Settings the columns above show (Calib, Eval), which a Method cell need not repeat to tell runs apart.
+SHOWN_SETTINGS = frozenset({"nsamples", "seqlen", "eval_seqlen", "eval_limit"})
 # Where the columns do not fit (80 columns): first those every listed run shares (said on a line above the
 # table instead), then the prune time and the date; then the model's path is cut at its start. The columns
 # that tell runs apart (method, sparsity, calibration, seed, evaluation, id) stay while they differ.
@@ -94,13 +97,38 @@ class ResultsTable(SortedRunListScreen):
         # Each run's evidence, by run id: a finished run's never changes, so it is read once.
         self.kept: dict[str, RunEvidence] = {}
         self.sort_column, self.descending = PPL_COLUMN, False
+        self.names: dict[str, str] = {}
+        self.briefs: dict[str, str] = {}  # the same, settings at their defaults unsaid: for 80 columns
+        self.named: frozenset[str] = frozenset()  # the runs ``names`` was made for
         super().on_mount()
 
     def filtered_runs(self) -> list[RunRecord]:
         """Finished runs matching the model filter, in the chosen order."""
         wanted = self.query_one("#filter", Input).value.strip().lower()
         runs = [r for r in self.runs if r.status == RunStatus.FINISHED and wanted in r.config.model.lower()]
+        self.method_names(runs)
         return sorted(runs, key=self.sort_key(), reverse=self.descending)
+
+    def method_names(self, runs: list[RunRecord]) -> None:
+        """Each listed run's Method cell: its label, and where runs of one label and model differ in a
+        setting that can move a number (a permutation, DSnoT, a calibration length), what tells it apart,
+        as the paper view names its rows (``Wanda-16 (lsa permutation, DSnoT)``): two rows never read
+        the same while their runs differ. Made again only when the listed runs change."""
+        named = [r for r in runs if r.results is not None]
+        if frozenset(r.id for r in named) != self.named:
+            base = {r.id: r.label for r in named}
+            self.names = row_labels(named, base, "ppl", "sparsity", shown=SHOWN_SETTINGS)
+            self.briefs = row_labels(named, base, "ppl", "sparsity", shown=SHOWN_SETTINGS, brief=True)
+            self.named = frozenset(self.names)
+
+    def method_name(self, run: RunRecord) -> str:
+        return self.names.get(run.id, run.label)
+
+    def sort_key(self):
+        return self.method_name if self.COLUMNS[self.sort_column].title == "Method" else super().sort_key()
+
+    def cell(self, column: Column, run: RunRecord) -> str:
+        return self.method_name(run) if column.title == "Method" else column.cell(run) if column.cell else ""
 
     def chosen(self) -> list[RunRecord]:
         """The selected runs still visible, or every visible run when none is selected."""
@@ -119,10 +147,11 @@ class ResultsTable(SortedRunListScreen):
         table = self.query_one("#results", DataTable)
         fitted = fit_columns(
             [c.title for c in COLUMNS],
-            [(r.id, tuple(c.cell(r) for c in COLUMNS if c.cell)) for r in visible],
+            [(r.id, tuple(self.cell(c, r) for c in COLUMNS)) for r in visible],
             self.table_width() - 1 - PADDING,  # the selection mark's column
             same_first=SAME_FIRST,
             optional=OPTIONAL,
+            briefs={"Method": [self.briefs.get(r.id, r.label) for r in visible]},
             squeeze="Model",
         )
         self.shown_columns = fitted.shown

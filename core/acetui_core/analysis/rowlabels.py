@@ -10,7 +10,7 @@ from dataclasses import fields
 from typing import Any
 
 from acetui_core.basics.paths import model_key
-from acetui_core.run.config import SETTINGS, model_name
+from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.run.records import RunResult
 from acetui_core.storage.store_rows import RunRecord
 
@@ -88,11 +88,24 @@ _DESCRIBE: dict[str, Callable[[Any], str]] = {
 }
 
 
-def row_labels(records: list[RunRecord], base: dict[str, str], measure: str, columns: str) -> dict[str, str]:
+_DEFAULTS = {f.name: f.default for f in fields(RunConfig) if isinstance(f.default, (str, int, float, bool))}
+
+
+def row_labels(
+    records: list[RunRecord],
+    base: dict[str, str],
+    measure: str,
+    columns: str,
+    shown: frozenset[str] = frozenset(),
+    brief: bool = False,
+) -> dict[str, str]:
     """Each run's row label: its base label, plus the settings in which it differs from the other runs of
     the same base label and model column (for example ``Wanda-16 (32 samples)``), so that runs with
     different settings never share a cell. File identities that differ are numbered in order of
-    appearance (``model file 2``), and so are two versions of what reads the same (a re-written file)."""
+    appearance (``model file 2``), and so are two versions of what reads the same (a re-written file).
+    ``shown``: settings that other columns of the table already show, which the label leaves out.
+    ``brief``: a setting at acetui's default is left unsaid (``Wanda-16`` beside ``Wanda-16 (DSnoT)``):
+    still one label per set of settings, for a narrow table."""
     groups: dict[tuple[str, str], list[RunRecord]] = {}
     for record in records:
         groups.setdefault((base[record.id], model_name(record.config.model)), []).append(record)
@@ -100,12 +113,16 @@ def row_labels(records: list[RunRecord], base: dict[str, str], measure: str, col
     for (label, _), group in groups.items():
         values = {record.id: settings(record, measure, columns) for record in group}
         names = list(dict.fromkeys(name for v in values.values() for name in v))
-        differing = [name for name in names if len({repr(v.get(name)) for v in values.values()}) > 1]
+        differing = [
+            name for name in names if name not in shown and len({repr(v.get(name)) for v in values.values()}) > 1
+        ]
         versions = {name: list(dict.fromkeys(repr(v.get(name)) for v in values.values())) for name in differing}
         for record in group:
             parts = []
             for name in differing:
                 value = values[record.id].get(name)
+                if brief and name in _DEFAULTS and value == _DEFAULTS[name]:
+                    continue
                 version = versions[name].index(repr(value)) + 1
                 if name.endswith(" file"):
                     parts.append(f"{name} {version}")
