@@ -689,7 +689,7 @@ async def test_results_name_runs_that_differ_only_in_a_variant_apart(store):
         async with app.run_test(size=size) as pilot:
             await pilot.press("f3")
             table = app.screen.query_one("#results")
-            await pilot_wait_until(pilot, lambda: table.row_count == 4, "four results")
+            await pilot_wait_until(pilot, lambda table=table: table.row_count == 4, "four results")
             headers = [str(column.label) for column in table.columns.values()]
             rows = [dict(zip(headers, map(str, table.get_row_at(i)), strict=True)) for i in range(4)]
             cells[size[0]] = {row["Id"]: row["Method"] for row in rows}
