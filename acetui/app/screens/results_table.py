@@ -99,7 +99,6 @@ class ResultsTable(SortedRunListScreen):
         self.sort_column, self.descending = PPL_COLUMN, False
         self.names: dict[str, str] = {}
         self.briefs: dict[str, str] = {}  # the same, settings at their defaults unsaid: for 80 columns
-        self.named: frozenset[str] = frozenset()  # the runs ``names`` was made for
         super().on_mount()
 
     def filtered_runs(self) -> list[RunRecord]:
@@ -115,11 +114,10 @@ class ResultsTable(SortedRunListScreen):
         as the paper view names its rows (``Wanda-16 (lsa permutation, DSnoT)``): two rows never read
         the same while their runs differ. Made again only when the listed runs change."""
         named = [r for r in runs if r.results is not None]
-        if frozenset(r.id for r in named) != self.named:
+        if {r.id for r in named} != self.names.keys():
             base = {r.id: r.label for r in named}
             self.names = row_labels(named, base, "ppl", "sparsity", shown=SHOWN_SETTINGS)
             self.briefs = row_labels(named, base, "ppl", "sparsity", shown=SHOWN_SETTINGS, brief=True)
-            self.named = frozenset(self.names)
 
     def method_name(self, run: RunRecord) -> str:
         return self.names.get(run.id, run.label)
