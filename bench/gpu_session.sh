@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU measurements of issue 35 in one run of at most 9 minutes, in order of value: the GPU tests, the
-# fused statistics kernel against the eager sums, the LLaMA-7B shape whole (32 layers) for ace-16 and
-# wanda-FL, the LLaMA-2-70B shape's peak GPU memory on one layer, then the paper's table (wanda, ria, ace at
-# 0.5 and 2:4, seeds 0-2, with WikiText-2 perplexity) on the 7B shape in one process, as `acetui compare`
-# runs it. Everything goes to $OUT as it is made, so a timeout keeps what finished.
+# The GPU measurements of issue 35 in one run of at most 9 minutes, what is still open first: the LLaMA-2-70B
+# shape's peak GPU memory on one layer (with the peak of each phase), then the paper's table (wanda, ria, ace
+# at 0.5 and 2:4, seeds 0-2, with WikiText-2 perplexity) on the LLaMA-7B shape in one process, as
+# `acetui compare` runs it; then the GPU tests, and with the time left, the fused statistics kernel against
+# the eager sums and the 7B shape whole (32 layers) for ace-16 and wanda-FL (both measured on 2026-11-27).
+# Everything goes to $OUT as it is made, so a timeout keeps what finished.
 #
 #   bash bench/gpu_session.sh                      # on the GPU machine, from the repository's root
 #   ACETUI_GPU_DRY=1 OUT=/tmp/out bash bench/gpu_session.sh   # the same steps on a CPU with a tiny shape
@@ -43,27 +44,28 @@ log "start; budget $BUDGET s; device $DEVICE"
   git log -1 --format='%h %s' 2>/dev/null || true; nproc; free -g | head -2; df -h /tmp | tail -1
 } 2>&1 | tee "$OUT/machine.txt"
 
-log "1. pytest -m gpu tests/test_gpu.py"
-timeout 150 python3 -m pytest -q -m gpu -n 0 -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log"
-log "pytest exit ${PIPESTATUS[0]}"
-
-if [ "$DEVICE" = cuda ]; then
-    log "1b. the statistics' column sums, eager and fused"
-    timeout 60 python3 bench/column_sums.py 2>&1 | tee "$OUT/column_sums.log"
-fi
-
-log "2. $BIG, every layer: ace-16 and wanda-FL"
-timeout $(($(left) - 210)) python3 bench/scale.py --shape $BIG --methods ace-16,wanda-FL --device $DEVICE --no-floor \
-    --dir $CKPT --keep $TOK 2>&1 | tee "$OUT/scale_7b.log"
-log "scale 7b exit ${PIPESTATUS[0]}"
-
-log "3. $HUGE, one layer: wanda-16 and ace-16 peak GPU memory"
-timeout $(($(left) > 240 ? 90 : $(left) - 150)) python3 bench/scale.py --shape $HUGE $LAYERS70 --methods wanda-16,ace-16 --device $DEVICE \
+log "1. $HUGE, one layer: wanda-16 and ace-16 peak GPU memory, by phase"
+timeout 100 python3 bench/scale.py --shape $HUGE $LAYERS70 --methods wanda-16,ace-16 --device $DEVICE \
     --no-floor $TOK 2>&1 | tee "$OUT/scale_70b.log"
 log "scale 70b exit ${PIPESTATUS[0]}"
 
-log "4. the paper's table on $BIG: seeds 0, 1, 2 in one process"
-timeout $(($(left) - 5)) python3 bench/scale.py --shape $BIG --grid --seeds 0,1,2 --device $DEVICE --dir $CKPT --keep \
+log "2. the paper's table on $BIG: seeds 0, 1, 2 in one process (the checkpoint written first, not timed)"
+timeout $(($(left) - 50)) python3 bench/scale.py --shape $BIG --grid --seeds 0,1,2 --device $DEVICE --dir $CKPT --keep \
     $GRID_LIMIT $TOK 2>&1 | tee "$OUT/grid.log"
 log "grid exit ${PIPESTATUS[0]}"
+
+log "3. pytest -m gpu tests/test_gpu.py"
+timeout $(($(left) - 5)) python3 -m pytest -q -m gpu -n 0 -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log"
+log "pytest exit ${PIPESTATUS[0]}"
+
+if [ "$(left)" -gt 90 ]; then
+    if [ "$DEVICE" = cuda ]; then
+        log "4. the statistics' column sums, eager and fused"
+        timeout 60 python3 bench/column_sums.py 2>&1 | tee "$OUT/column_sums.log"
+    fi
+    log "5. $BIG, every layer: ace-16 and wanda-FL"
+    timeout $(($(left) - 5)) python3 bench/scale.py --shape $BIG --methods ace-16,wanda-FL --device $DEVICE --no-floor \
+        --dir $CKPT --keep $TOK 2>&1 | tee "$OUT/scale_7b.log"
+    log "scale 7b exit ${PIPESTATUS[0]}"
+fi
 log "done"

@@ -257,6 +257,12 @@ def wait_until(condition, what: str, timeout: float = 120.0, every: float = 0.05
         time.sleep(every)
 
 
+def screen_shown(app, screen_type) -> bool:
+    """The app shows a ``screen_type`` whose widgets are mounted: ``switch_mode`` makes a new mode's screen
+    ``app.screen`` at once, before it is composed, so a query made then finds nothing."""
+    return isinstance(app.screen, screen_type) and app.screen.is_mounted
+
+
 async def pilot_wait_until(pilot, condition, what: str, timeout: float = 90.0, every: float = 0.1):
     """``wait_until`` for an app under Textual's Pilot: the pauses let its timers and threads deliver."""
     for found in _polls(condition, what, timeout):

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from rich.console import Console
-from runhelpers import layer_event, pilot_wait_until, tiny_prune_command, wait_until
+from runhelpers import layer_event, pilot_wait_until, screen_shown, tiny_prune_command, wait_until
 from textual.widgets import Button, Checkbox, ContentSwitcher, DataTable, Footer, Input, RichLog, SelectionList, Static
 
 import acetui_themes as themes
@@ -242,7 +242,7 @@ async def test_comparison_live_progress_results_and_export(store, make_tiny_mode
         await fill_form(pilot, model, ["wanda", "ria"])
         await pilot.press("ctrl+r")
         # The launcher checks the runs in a thread (issue 31, item 9), then the Run screen follows them.
-        await pilot_wait_until(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen of the runs")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen of the runs")
         runs = store.list_runs()
         assert [r.label for r in runs] == ["Wanda-16", "RIA-16"]
         assert app.batch == tuple(r.id for r in runs)
@@ -530,7 +530,7 @@ async def test_every_shown_key_fits_in_the_footer_at_80_columns(store):
         app.follow(ids[1], batch=tuple(ids))
         for key, screen in [("f1", NewRunScreen), ("f2", RunScreen), ("f3", ResultsScreen), ("f4", RunsScreen)]:
             await pilot.press(key)
-            await pilot_wait_until(pilot, lambda screen=screen: isinstance(app.screen, screen), f"{screen.__name__}")
+            await pilot_wait_until(pilot, lambda screen=screen: screen_shown(app, screen), f"{screen.__name__}")
             if screen is RunScreen:
                 await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run on the Run screen")
                 app.screen.refresh_bindings()

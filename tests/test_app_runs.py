@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import psutil
 import pytest
-from runhelpers import cli, layer_event, pilot_wait_until
+from runhelpers import cli, layer_event, pilot_wait_until, screen_shown
 from textual import events
 from textual.widgets import Checkbox, DataTable, Input, Static
 
@@ -162,7 +162,7 @@ async def test_rerun_fills_the_new_run_form_and_starts_the_same_settings(store, 
         await pilot_wait_until(pilot, lambda: len(listed(app)) == 6, "the runs")
         assert listed(app)[0] == fidelity
         await pilot.press("u")
-        await pilot_wait_until(pilot, lambda: isinstance(app.screen, NewRunScreen), "the New run form")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, NewRunScreen), "the New run form")
         screen = app.screen
         assert screen.query_one("#sparsity", Input).value == "2:4"
         assert screen.query_one("#seed", Input).value == "3"

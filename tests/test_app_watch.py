@@ -12,7 +12,16 @@ import time
 
 import psutil
 import pytest
-from runhelpers import Clock, cli, insert_run, layer_event, pilot_wait_until, result_for, tiny_prune_command
+from runhelpers import (
+    Clock,
+    cli,
+    insert_run,
+    layer_event,
+    pilot_wait_until,
+    result_for,
+    screen_shown,
+    tiny_prune_command,
+)
 from textual.actions import parse as parse_action
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
@@ -581,7 +590,7 @@ async def test_the_command_palette_holds_the_apps_actions(store):
             "the run among the palette's commands",
         )
         await pilot.press("enter")
-        await pilot_wait_until(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen")
         assert app.followed == run_id
 
 
@@ -617,7 +626,7 @@ async def test_escape_closes_the_keys_panel(store, screen_key):
         await pilot.press(screen_key)
         screen = app.screen
         await pilot.press("question_mark")  # the keys of this screen
-        await pilot_wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the keys of the screen")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, HelpScreen), "the keys of the screen")
         await pilot.press("escape")
         await pilot_wait_until(pilot, lambda: app.screen is screen, "the keys closed")
         app.action_show_help_panel()  # Textual's keys panel (the palette's "Keys")
