@@ -14,7 +14,11 @@ from acetui_core.basics.paths import bundled_model
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("ACETUI_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
 
-SHARED_RESOURCES = ("smollm", "slurm_cluster")  # session fixtures made once, by the one worker that runs their tests
+# Session fixtures made once, by the one worker that runs their tests: each is an xdist group of its own name.
+# The real model's two modules (test_smollm's eight prunes and evaluations, test_zeroshot's two ARC-Easy passes)
+# so share one load of it (about 35 s); xdist sends the largest groups out first, and the other worker takes the
+# rest of the suite meanwhile.
+SHARED_RESOURCES = ("smollm", "slurm_cluster")
 WORKERS = 2  # pytest-xdist workers for a run of the whole suite (pyproject's addopts say -n auto)
 # Each xdist worker takes its share of the cores (two workers on two cores: one thread each).
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
@@ -39,14 +43,7 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         for fixture in SHARED_RESOURCES:
             if fixture in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group(group_of(item, fixture)))
-
-
-def group_of(item, fixture: str) -> str:
-    """The real model's tests go by module: each module's fixtures (seven prunes, a zero-shot pass) are
-    minutes of one thread, so two modules run on two workers, each loading the model once (about 40 s); the
-    Slurm cluster is one group."""
-    return f"{fixture}-{item.module.__name__}" if fixture == "smollm" else fixture
+                item.add_marker(pytest.mark.xdist_group(fixture))
 
 
 def pytest_runtest_setup(item) -> None:
@@ -55,8 +52,7 @@ def pytest_runtest_setup(item) -> None:
     if item.config.getoption("dist", "no") == "loadgroup" and os.environ.get("PYTEST_XDIST_WORKER"):
         for fixture in SHARED_RESOURCES:
             if fixture in item.fixturenames:
-                group = group_of(item, fixture)
-                assert item.nodeid.endswith(f"@{group}"), f"{item.nodeid} runs outside xdist group {group}"
+                assert item.nodeid.endswith(f"@{fixture}"), f"{item.nodeid} runs outside xdist group {fixture}"
 
 
 @pytest.fixture(autouse=True)
