@@ -55,6 +55,20 @@ def test_tab_in_a_burst_moves_focus_in_order_and_the_filter_keeps_its_text(termi
     assert "0 selected" in screen  # "a" went to the filter, not to the table (a: select every run)
 
 
+def test_keys_after_a_screen_key_in_a_burst_reach_the_new_screen(terminal):
+    """``F3 / lla`` in one read, from the New run form: Results (composed for the first time) gets ``/`` and
+    "lla" in its filter; then ``Escape F4 / ma`` from the Results table: the Runs screen's filter gets "ma".
+    F3 was the app's binding, run once it had bubbled up from the field focused before it, so the keys after
+    it went to the form (the model field took "/lla") or to the screen left behind."""
+    terminal.wait_for("Start ▶", "the New run form")
+    terminal.keys("F3", "/", "lla")
+    results = terminal.wait_for(lambda text: text.splitlines()[1].split()[:1] == ["lla"], "Results' filter typed into")
+    assert "by PPL" in results
+    terminal.keys("Escape", "F4", "/", "ma")
+    runs = terminal.wait_for(lambda text: text.splitlines()[1].split()[:1] == ["ma"], "the Runs screen's filter")
+    assert "Created" in runs
+
+
 @pytest.mark.parametrize("no_color", [False, True], ids=["colour", "NO_COLOR"])
 def test_every_screen_reads_at_80x24(store, tmp_path, no_color):
     """Issue 31, items 3-5: the Run screen's every tab named, a gap between the log and the plots, the

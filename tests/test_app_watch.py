@@ -619,6 +619,32 @@ async def test_the_command_palette_offers_every_screens_actions_from_any_screen(
 
 
 @pytest.mark.asyncio
+async def test_screen_keys_wait_while_a_dialog_or_the_keys_screen_is_open(store):
+    """F1-F4 are priority bindings (so that the keys typed after them reach the new screen), which Textual runs
+    past a modal screen: under the keys screen and a confirm dialog they stay unused, as before."""
+    finished_run(store)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        await pilot_wait_until(
+            pilot,
+            lambda: screen_shown(app, RunsScreen) and app.screen.query_one("#runs", DataTable).row_count,
+            "the run",
+        )
+        await pilot.press("f5")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, HelpScreen), "the keys of the Runs screen")
+        await pilot.press("f1", "f2", "f3")
+        assert isinstance(app.screen, HelpScreen) and app.current_mode == "runs"
+        await pilot.press("escape", "d")  # delete the run: asks first
+        await pilot_wait_until(pilot, lambda: screen_shown(app, ConfirmScreen), "the delete dialog")
+        await pilot.press("f3", "f1")
+        assert isinstance(app.screen, ConfirmScreen) and app.current_mode == "runs"
+        await pilot.press("escape", "f3")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, ResultsScreen), "Results, once the dialog is closed")
+        assert store.list_runs()  # escape said no
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("screen_key", ["f3", "f4"])  # Results and Runs bind escape too (filter: back to the table)
 async def test_escape_closes_the_keys_panel(store, screen_key):
     app = make_app(store)

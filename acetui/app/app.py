@@ -14,6 +14,7 @@ from textual import events, on
 from textual.actions import SkipAction
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.widget import AwaitMount
 
 import acetui_themes as themes
 from acetui import notify, preferences
@@ -43,11 +44,21 @@ class AceApp(KeysWhereTyped, Workbench):
     CSS_PATH = themes.STYLESHEET
     COMMANDS = App.COMMANDS | {RunCommands}
     MODES = {"new": NewRunScreen, "run": RunScreen, "results": ResultsScreen, "runs": RunsScreen}
+    # The screens' keys are priority ones, run by the app as it reads the key and done once the screen is
+    # composed: the keys read in the same burst after F3 (SSH, tmux, a fast typist: "F3 / llama") then reach
+    # the Results screen. As bindings of the app alone, F3 was run only once it had bubbled up from the
+    # widget focused before it, after the keys that followed had been handed to that widget.
     BINDINGS = [
-        Binding("f1", "switch_mode('new')", "New", tooltip="The New run form"),
-        Binding("f2", "show_run", "Run", tooltip="The active run (else the one shown last, else the newest)"),
-        Binding("f3", "switch_mode('results')", "Results", tooltip="Finished runs side by side; export"),
-        Binding("f4", "switch_mode('runs')", "Runs", tooltip="Every run in the store"),
+        Binding("f1", "switch_mode('new')", "New", tooltip="The New run form", priority=True),
+        Binding(
+            "f2",
+            "show_run",
+            "Run",
+            tooltip="The active run (else the one shown last, else the newest)",
+            priority=True,
+        ),
+        Binding("f3", "switch_mode('results')", "Results", tooltip="Finished runs side by side; export", priority=True),
+        Binding("f4", "switch_mode('runs')", "Runs", tooltip="Every run in the store", priority=True),
         # F5 first, so the footer always shows it: it works while typing too, where a text field takes "?".
         Binding("f5,question_mark", "help", "Help", tooltip="The keys of this screen"),
         Binding("ctrl+t", "next_theme", "Theme", show=False, tooltip="Next theme: dark, light, ansi"),
@@ -126,12 +137,26 @@ class AceApp(KeysWhereTyped, Workbench):
         self.remember(notify=mode)
         self.notify(f"When a run ends: {NOTIFY_TITLES[mode].lower()}.", timeout=4)
 
-    def action_show_run(self) -> None:
+    def _skip_under_a_dialog(self) -> None:
+        """A dialog or the keys screen holds the keys: a screen key, a priority binding that Textual runs past
+        a modal screen, is skipped there (the dialog gets the key, as before)."""
+        if self.screen.is_modal:
+            raise SkipAction()
+
+    async def action_switch_mode(self, mode: str) -> None:
+        self._skip_under_a_dialog()
+        await self.switch_mode(mode)  # composed before the app reads the next key
+
+    async def action_show_run(self) -> None:
+        self._skip_under_a_dialog()
+        await self.show_run()
+
+    def show_run(self) -> AwaitMount:
+        """The Run screen, on the run to watch if another than the one shown (F2); awaitable: mounted."""
         pick = summary.run_to_show(self.runs, self.followed)
         if pick is not None and pick != self.followed:
-            self.follow(pick)
-        else:
-            self.switch_mode("run")
+            return self.follow(pick)
+        return self.switch_mode("run")
 
     # ---- help, panels, the command palette ----
 
@@ -148,9 +173,7 @@ class AceApp(KeysWhereTyped, Workbench):
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)
         yield SystemCommand("New run", "Open the New run form (F1)", lambda: self.switch_mode("new"))
-        yield SystemCommand(
-            "Show the active run", "The Run screen, on the active or latest run (F2)", self.action_show_run
-        )
+        yield SystemCommand("Show the active run", "The Run screen, on the active or latest run (F2)", self.show_run)
         yield SystemCommand("Results", "Finished runs side by side (F3)", lambda: self.switch_mode("results"))
         yield SystemCommand("Runs", "Every run in the store (F4)", lambda: self.switch_mode("runs"))
         for fmt, title in (("csv", "Export results as CSV"), ("latex", "Export results as LaTeX")):

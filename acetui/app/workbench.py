@@ -12,6 +12,7 @@ from textual.app import App
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.signal import Signal
+from textual.widget import AwaitMount
 from textual.worker import get_current_worker
 
 from acetui import notify, preferences
@@ -117,13 +118,13 @@ class Workbench(App):
 
     # ---- following runs ----
 
-    def follow(self, run_id: str, batch: tuple[str, ...] | None = None) -> None:
+    def follow(self, run_id: str, batch: tuple[str, ...] | None = None) -> AwaitMount:
         """Show ``run_id`` on the Run screen, live while it runs; ``batch``: the runs queued with it
-        (default: those its process owns, as far as the run list tells)."""
+        (default: those its process owns, as far as the run list tells). Awaitable: the Run screen mounted."""
         run = next((r for r in self.runs if r.id == run_id), None)
         self.batch = batch or (summary.batch_of(self.runs, run) if run else (run_id,))
         self.followed = run_id
-        self.switch_mode("run")
+        return self.switch_mode("run")
 
     def start_runs(self, configs: list[RunConfig]) -> list[str]:
         """Check ``configs`` and start them through the launcher as detached worker processes (one per
