@@ -31,9 +31,10 @@ def sample_stride(numel: int) -> int:
 
 def sample_rows(scores: torch.Tensor, pruned: torch.Tensor, first_row: int, stride: int) -> tuple:
     """The part of a matrix's histogram sample (every ``stride``-th score of the whole flattened matrix)
-    that falls in a slice of its rows starting at ``first_row``, with the slice's mask at those places."""
+    that falls in a slice of its rows starting at ``first_row``, with the slice's mask at those places.
+    Copies: a strided view would keep the whole slice's scores alive while the next slices are scored."""
     start = -first_row * scores.shape[1] % stride
-    return scores.flatten()[start::stride], pruned.flatten()[start::stride]
+    return scores.flatten()[start::stride].clone(), pruned.flatten()[start::stride].clone()
 
 
 def sample_histogram(

@@ -35,8 +35,8 @@ def mask_in_slices(work: LayerWork, name, matrix, stats, sparsity) -> tuple:
         part_kept, part_total = kept_and_total(scores, mask[rows])
         kept, total = kept + part_kept, total + part_total
         sample, sampled = histograms.sample_rows(scores, mask[rows], rows.start, stride)
-        values.append(sample.clone())  # a strided view would keep the whole slice's scores alive
-        pruned.append(sampled.clone())
+        values.append(sample)
+        pruned.append(sampled)
     threshold = torch.cat(cutoffs).median().item() if cutoffs else None
     choice = MaskChoice(retained=kept / total if total else 1.0)
     return mask, threshold, choice, histograms.sample_histogram(torch.cat(values), torch.cat(pruned), stride, threshold)
