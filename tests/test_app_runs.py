@@ -13,11 +13,12 @@ import psutil
 import pytest
 from runhelpers import cli, layer_event, pilot_wait_until, screen_shown
 from textual import events
-from textual.widgets import Checkbox, DataTable, Input, Static
+from textual.widgets import Checkbox, DataTable, Input, Static, TabbedContent
 
 from acetui.app import make_app
 from acetui.app.runview import describe_stage
 from acetui.app.screens.new_run import NewRunScreen
+from acetui.app.screens.run import RunScreen
 from acetui_core.execution.kill import KILLED
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
@@ -148,6 +149,32 @@ async def test_a_table_key_in_a_burst_acts_on_the_table_it_was_typed_into(store,
         await pilot_wait_until(pilot, lambda: app.screen.query_one(field, Input).value == "sdl", "the typed filter")
         await pilot.pause()
         assert screen.descending is not descending
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("screen_key", "table"), [("f4", "#runs"), ("f3", "#results")])
+async def test_keys_after_enter_in_a_burst_reach_the_run_it_opens(store, screen_key, table):
+    """One read on a run table: enter (open the highlighted run) then ``i`` (the Run screen's Config tab).
+    Enter was the table's key, handled after ``i`` had reached the table (where it does nothing, or ``l``
+    exported LaTeX); it is now run, and the Run screen composed, as the app reads it. A double click on
+    the highlighted row opens it too (a click on its highlighted cell: the first moves to the cell)."""
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(screen_key)
+        rows = app.screen.query_one(table, DataTable)
+        await pilot_wait_until(pilot, lambda: rows.row_count > 0, "the runs")
+        highlighted = app.screen.cursor_run(rows).id
+        for key, char in [("enter", "\r"), ("i", "i")]:  # one read, as the driver hands them over
+            app._driver.send_message(events.Key(key, char))
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen")
+        await pilot.pause()
+        assert app.followed == highlighted
+        assert app.screen.query_one("#plots", TabbedContent).active == "config"
+
+        await pilot.press(screen_key)
+        await pilot.double_click(table, offset=(6, 1))  # the highlighted (first) row, its second column
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen, by a click")
+        assert app.followed == highlighted
 
 
 @pytest.mark.asyncio

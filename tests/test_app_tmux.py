@@ -69,6 +69,26 @@ def test_keys_after_a_screen_key_in_a_burst_reach_the_new_screen(terminal):
     assert "Created" in runs
 
 
+def test_keys_after_enter_or_a_run_key_in_a_burst_reach_the_screen_it_opens(terminal):
+    """In one read each: ``/ 7b enter s`` on Results (the filter keeps "7b", the table sorts); ``enter i``
+    on the table (the Run screen opens on its Config tab); on Runs, ``u xyz`` (the New run form, filled with
+    the run's model, gets "xyz" after it). Enter and ``u`` were bindings run once they had bubbled up from
+    the field or table, after the keys that followed: "s" joined the filter, "i" was lost on Results, "xyz"
+    went to the Runs table (``enter l`` exported LaTeX instead of opening the run's log)."""
+    terminal.wait_for("Start ▶", "the New run form")
+    terminal.keys("F3")
+    terminal.wait_for("by PPL ↑", "the Results table, sorted by perplexity")
+    terminal.keys("/", "7b", "Enter", "s")
+    sorted_by = terminal.wait_for("by Prune ↑", "the table sorted by the next column")
+    assert sorted_by.splitlines()[1].split()[0] == "7b", "the filter keeps its text"
+    terminal.keys("Enter", "i")
+    terminal.wait_for("calibration  c4", "the Run screen's configuration")
+    terminal.keys("F4")
+    terminal.wait_for("2 of 2 ·", "the Runs table")
+    terminal.keys("u", "xyz")
+    terminal.wait_for("/models/llama-7bxyz", "the New run form filled, then typed into")
+
+
 @pytest.mark.parametrize("no_color", [False, True], ids=["colour", "NO_COLOR"])
 def test_every_screen_reads_at_80x24(store, tmp_path, no_color):
     """Issue 31, items 3-5: the Run screen's every tab named, a gap between the log and the plots, the

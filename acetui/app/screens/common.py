@@ -174,10 +174,32 @@ class SortedRunListScreen(RunListScreen):
             raise SkipAction()  # escape on the table: the app's (it closes the keys panel or a maximised pane)
         self.set_focus(table)
 
-    @on(Input.Submitted)
-    def _filter_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == self.FILTER:
-            self.set_focus(self.query_one(f"#{self.TABLE}", DataTable))
+    def action_leave_filter(self) -> None:
+        """Enter in the filter: back to the table, at once (``s`` typed next in the burst sorts it)."""
+        if self.focused is not self.query_one(f"#{self.FILTER}", Input):
+            raise SkipAction()  # enter elsewhere: the table's (open the run)
+        self.set_focus(self.query_one(f"#{self.TABLE}", DataTable))
+
+    def table_run(self) -> RunRecord | None:
+        """The highlighted run, for a key that leaves the screen (``o``, enter, ``u``). Those are priority
+        bindings, run and awaited as the app reads the key, so the keys after it in the same burst reach the
+        screen it opens (``enter l``: the Run screen's log, not a LaTeX export here). In the filter the key
+        is not this screen's: text, or enter back to the table (SkipAction)."""
+        if isinstance(self.focused, Input):
+            raise SkipAction()
+        return self.cursor_run(self.query_one(f"#{self.TABLE}", DataTable))
+
+    async def action_open_run(self) -> None:
+        run = self.table_run()
+        if run is not None:
+            await self.app.follow(run.id)
+
+    @on(DataTable.RowSelected)
+    async def _row_clicked(self, event: DataTable.RowSelected) -> None:
+        """A click on the highlighted row opens it (enter from the keyboard never reaches the table: the screen's
+        priority binding takes it)."""
+        if event.data_table.id == self.TABLE and (run := self.cursor_run(event.data_table)) is not None:
+            await self.app.follow(run.id)
 
     def sort_key(self):
         return self.COLUMNS[self.sort_column].order
@@ -207,8 +229,8 @@ class SortedRunListScreen(RunListScreen):
 
 
 def filter_keys(what: str) -> list[Binding]:
-    """``/`` and escape of a ``SortedRunListScreen``: to its filter field and back to its table. ``/`` is a
-    priority binding, run as the app reads the key (``action_focus_filter`` says why)."""
+    """``/`` of a ``SortedRunListScreen``, to its filter field, and escape and enter, back to its table:
+    priority bindings, run as the app reads the key (``action_focus_filter`` says why)."""
     return [
         Binding(
             "slash",
@@ -218,7 +240,20 @@ def filter_keys(what: str) -> list[Binding]:
             priority=True,
             tooltip=f"Filter by {what} (enter or escape: back)",
         ),
-        Binding("escape", "focus_table", "Table", show=False, tooltip="Back to the table from the filter"),
+        Binding(
+            "escape", "focus_table", "Table", show=False, priority=True, tooltip="Back to the table from the filter"
+        ),
+        Binding("enter", "leave_filter", show=False, priority=True),
+    ]
+
+
+def open_keys(description: str, *, show: bool) -> list[Binding]:
+    """``o`` and enter on a run table: the highlighted run on the Run screen. Priority bindings, run as the
+    app reads the key (``SortedRunListScreen.table_run`` says why); the footer shows ``o``."""
+    tooltip = "The highlighted run on the Run screen"
+    return [
+        Binding("o", "open_run", description, show=show, priority=True, tooltip=tooltip),
+        Binding("enter", "open_run", description, show=False, priority=True, tooltip=tooltip),
     ]
 
 

@@ -9,7 +9,7 @@ and evidence never change), so typing, selecting and scrolling never wait on sta
 from __future__ import annotations
 
 from rich.console import Group
-from textual import on, work
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Static
 
 from acetui.app import paper
-from acetui.app.screens.common import filter_keys
+from acetui.app.screens.common import filter_keys, open_keys
 from acetui.app.screens.results_export import ResultsExports
 from acetui.app.widgets.plots import DepthPlot, ParetoPlot
 from acetui.app.widgets.textfield import TextField
@@ -68,7 +68,7 @@ class ResultsScreen(ResultsExports):
             "g", "export('pareto')", "Save Pareto", show=False, tooltip="Save the Pareto view as a pgfplots figure"
         ),
         Binding("y", "copy_latex", "Copy", show=False, tooltip="Copy the LaTeX table (OSC 52, works over SSH)"),
-        Binding("o", "open_run", "Open run", show=False, tooltip="The highlighted run on the Run screen (also enter)"),
+        *open_keys("Open run", show=False),
         Binding(
             "f",
             "plot('fidelity')",
@@ -164,9 +164,3 @@ class ResultsScreen(ResultsExports):
         views.current = "paper" if views.current == "results" else "results"
         self.paper_shown = None
         self._show_paper()
-
-    @on(DataTable.RowSelected, "#results")
-    def action_open_run(self) -> None:
-        run = self.cursor_run(self.query_one("#results", DataTable))
-        if run is not None:
-            self.app.follow(run.id)

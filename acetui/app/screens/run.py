@@ -55,6 +55,7 @@ class RunScreen(Screen):
             "rerun",
             "Re-run",
             show=False,
+            priority=True,  # awaited as the app reads it: the keys after it in a burst reach the form
             tooltip="New run filled with this run's settings (ctrl+r starts it; change a field to vary it)",
         ),
         Binding(

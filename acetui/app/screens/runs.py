@@ -20,6 +20,7 @@ from acetui.app.screens.common import (
     filter_keys,
     fit_columns,
     missing_last,
+    open_keys,
     refill,
     set_columns,
     status_text,
@@ -86,7 +87,7 @@ class RunsScreen(SortedRunListScreen):
     COLUMNS = COLUMNS
     FILTER, TABLE = "runs-filter", "runs"
     BINDINGS = [
-        Binding("o", "open_run", "Open", tooltip="The highlighted run on the Run screen (also enter)"),
+        *open_keys("Open", show=True),
         Binding("c", "cancel_run", "Cancel", tooltip="Stop the highlighted run after its current layer (asks first)"),
         Binding(
             "k",
@@ -99,6 +100,7 @@ class RunsScreen(SortedRunListScreen):
             "u",
             "rerun",
             "Re-run",
+            priority=True,  # it leaves the screen: SortedRunListScreen.table_run says why
             tooltip="New run filled with the highlighted run's settings (ctrl+r starts it; change a field to vary it)",
         ),
         Binding("s", "sort(1)", "Sort", tooltip="Sort by the next column (header clicks too)"),
@@ -222,12 +224,6 @@ class RunsScreen(SortedRunListScreen):
             self.notify("No run selected.", severity="warning")
         return run
 
-    @on(DataTable.RowSelected, "#runs")
-    def action_open_run(self) -> None:
-        run = self._current()
-        if run is not None:
-            self.app.follow(run.id)
-
     def action_cancel_run(self) -> None:
         run = self._current()
         if run is not None:
@@ -239,7 +235,7 @@ class RunsScreen(SortedRunListScreen):
             self.app.kill_run(run)
 
     async def action_rerun(self) -> None:
-        run = self._current()
+        run = self.table_run()
         if run is not None:
             await rerun(self.app, run)
 
