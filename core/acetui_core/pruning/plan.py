@@ -7,8 +7,10 @@ The peaks add up what the layer loop holds at its fullest (ACE.md, "The pipeline
 activations (one copy: each layer's outputs replace its inputs), and the scratch of scoring the largest
 linear, or, when larger, the WikiText-2 evaluation's logits, plus for a streamed evaluation the hidden
 states of every window it evaluates (from a typical token count of the test split: the plan comes before
-any tokenizer runs). The process's own memory (Python, torch, transformers) is measured, not guessed: it
-is this process's RSS now.
+any tokenizer runs). Either phase also holds a decoder layer's temporaries for one batch of tokens (its
+MLP's intermediates, its attention's projections). A GGUF file adds a third phase, its loading: every
+tensor dequantized beside the model being filled. The process's own memory (Python, torch, transformers)
+is measured, not guessed: it is this process's RSS now.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from acetui_core.modeling.shards import checkpoint_bytes, local_checkpoint
 from acetui_core.modeling.streaming import streaming_folder
 from acetui_core.pruning.evaluate import EVAL_TOKENS_PER_BATCH, LOGIT_ENTRIES_PER_CHUNK
 from acetui_core.pruning.expertremoval import parameters_removed
+from acetui_core.pruning.layerloop import calibration_batch
 from acetui_core.pruning.validate import resolve_seqlen
 from acetui_core.run.config import RunConfig
 from acetui_core.scores.metrics import get_method
@@ -47,6 +50,15 @@ SCORE_BYTES_PER_WEIGHT = 24  # scoring one linear: float32 weight copy, |W|, sco
 # SmolLM2's fast tokenizer: 91 MB resident for its 305k tokens, 164 MB at its height)
 TOKENIZED_BYTES_PER_TOKEN = 300
 ASSUMED_GPU_BYTES = 80 * 2**30  # planning for a GPU this machine does not have: an 80 GB card
+# A decoder layer's temporaries per token of a batch, in widths of the layer: the MLP's gate, up and their
+# product (3 x its widest output), the attention's q, k, v and output and the residual sum (4 x hidden).
+# SmolLM2 (CPU, float32) held 129 MiB beyond its logits, hidden states and tokens while it evaluated batches
+# of 4096 tokens; this count gives 108 MiB.
+MLP_TEMPORARIES, ATTENTION_TEMPORARIES = 3, 4
+# transformers dequantizes a GGUF file's tensors (float32) and copies them into the model one at a time:
+# at the height of the load about two of the largest beside the model (SmolLM2: 224 MiB over what it holds
+# once loaded; its embeddings take 108 MiB), and the file's pages stay in the process (a memory map).
+GGUF_TENSORS_IN_FLIGHT = 2
 
 
 @dataclass
@@ -97,6 +109,9 @@ def plan_run(run: RunConfig) -> Plan:
     shapes = [weight_matrix(m).shape for m in prunable_linears(widest_layer).values()]
     largest = max(d_out * d_in for d_out, d_in in shapes)
     widest = max(d_in for _, d_in in shapes)
+    temporaries_per_token = MLP_TEMPORARIES * max(d_out for d_out, _ in shapes) + ATTENTION_TEMPORARIES * int(
+        config.hidden_size
+    )
     linears_in = [d_in for _, d_in in shapes]
 
     on_gpu = run.device.startswith("cuda") or (run.device == "auto" and torch.cuda.is_available())
@@ -115,10 +130,13 @@ def plan_run(run: RunConfig) -> Plan:
     streaming = streaming_folder(run.model, run.offload, dtype) is not None
 
     method = get_method(run.method)
-    calibration, seqlen = 0, None
+    calibration, seqlen, calibration_temporaries = 0, None, 0
     if method.needs_activations or run.expert_sparsity:  # experts are scored on calibration tokens
         seqlen = resolve_seqlen(run.seqlen, context_length(config))
         calibration = run.nsamples * seqlen * int(config.hidden_size) * size
+        batch_device = torch.device("cuda" if on_gpu else "cpu")
+        batch_tokens = min(run.nsamples, calibration_batch(seqlen, batch_device)) * seqlen
+        calibration_temporaries = batch_tokens * temporaries_per_token * size
     scoring = SCORE_BYTES_PER_WEIGHT * largest
     # SparseGPT's X^T X per linear, accumulated in float64
     statistics = 8 * sum(d * d for d in linears_in) if method.mask_and_update is not None else 0
@@ -132,9 +150,10 @@ def plan_run(run: RunConfig) -> Plan:
     evaluation = evaluation_tokens = evaluation_hidden = 0
     if EvalKind.WIKITEXT2 in run.evals:
         eval_seqlen = resolve_seqlen(run.eval_seqlen, context_length(config), "--eval-seqlen")
-        evaluation_tokens = max(1, EVAL_TOKENS_PER_BATCH // eval_seqlen) * eval_seqlen
+        windows = max(1, EVAL_TOKENS_PER_BATCH // eval_seqlen)  # a batch, of at most --eval-limit windows
+        windows = min(windows, run.eval_limit) if run.eval_limit else windows
+        evaluation_tokens = windows * eval_seqlen
         vocabulary = int(config.vocab_size)
-        windows = evaluation_tokens // eval_seqlen
         # the head's logits for a few positions of each window at a time (``evaluate.batch_nll``), their
         # float32 log-softmax and, when they are not float32, a float32 copy; beside them the batch's hidden
         # states (the decoder stack's output, and the normalized copy the head reads)
@@ -143,6 +162,7 @@ def plan_run(run: RunConfig) -> Plan:
         evaluation = (
             entries * (size + 4 + (4 if size != 4 else 0)) + 2 * evaluation_tokens * int(config.hidden_size) * size
         )
+        evaluation += evaluation_tokens * temporaries_per_token * size  # the forward pass through each layer
         evaluation += WIKITEXT2_TEST_TOKENS * TOKENIZED_BYTES_PER_TOKEN
         if streaming:
             evaluated = min(WIKITEXT2_TEST_TOKENS, (run.eval_limit or WIKITEXT2_TEST_TOKENS) * eval_seqlen)
@@ -163,12 +183,21 @@ def plan_run(run: RunConfig) -> Plan:
         held = resident * size + (2 * layer if not on_gpu else 3 * layer) + layer_parameters * stored
     else:
         held = parameters * size
+    loading = 0
+    if kind == "gguf":
+        held += on_disk
+        largest_tensor = max(p.numel() for p in model.parameters())
+        loading = GGUF_TENSORS_IN_FLIGHT * largest_tensor * 4
     # Evaluation comes after pruning, with the same model held: each peak is the larger of the two phases.
     gpu = None
     if on_gpu:
         assert gpu_free is not None  # measured (or assumed) above for every GPU plan
-        cpu = baseline + held + max(0 if activations_on_gpu else activations, 0 if hidden_on_gpu else evaluation_hidden)
-        pruning = scoring + statistics + (activations if activations_on_gpu else 0)
+        cpu = (
+            baseline
+            + held
+            + max(loading, 0 if activations_on_gpu else activations, 0 if hidden_on_gpu else evaluation_hidden)
+        )
+        pruning = scoring + statistics + calibration_temporaries + (activations if activations_on_gpu else 0)
         # an in-memory model goes to the GPU whole for evaluation when it fits (``placement.place_for_eval``)
         placed = resident * size + 2 * layer if streaming else min(parameters * size, int(0.8 * gpu_free))
         evaluating = placed + evaluation + (evaluation_hidden if hidden_on_gpu else 0)
@@ -177,7 +206,8 @@ def plan_run(run: RunConfig) -> Plan:
         capturing = resident * size + (activations if activations_on_gpu else 0)
         gpu = max(2 * layer + pruning, capturing, evaluating)
     else:
-        cpu = baseline + held + max(activations + scoring + statistics, evaluation + evaluation_hidden)
+        pruning = activations + scoring + statistics + calibration_temporaries
+        cpu = baseline + held + max(loading, pruning, evaluation + evaluation_hidden)
     saved_parameters = saved_bytes = None
     if run.expert_sparsity:
         saved_parameters = parameters - parameters_removed(model, run.expert_sparsity)
