@@ -178,6 +178,19 @@ async def test_keys_after_enter_in_a_burst_reach_the_run_it_opens(store, screen_
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("mode", ["run", "results", "runs"])
+async def test_quitting_while_a_screen_is_composed_ends_cleanly(store, mode):
+    """A screen switch nothing waits on (the Run screen opened once a start's checks pass, the first screen
+    of ``acetui --study``) and a quit at once: Textual mounts nothing into a screen of an exiting app but
+    still sends it Mount, whose queries raised NoMatches (a traceback on the way out); now it ends with 0."""
+    app = make_app(store)
+    async with app.run_test(size=SIZE):
+        app.switch_mode(mode)
+        app.exit()
+    assert app.return_code == 0
+
+
+@pytest.mark.asyncio
 async def test_rerun_fills_the_new_run_form_and_starts_the_same_settings(store, monkeypatch):
     fidelity = store.create_run(replace(CONFIG, method="ria", sparsity="2:4", seed=3, fidelity=True))
     store.set_status(fidelity, "failed", error="on purpose")

@@ -110,6 +110,12 @@ def _cut(text: str, room: int) -> str:
     return text if cell_len(text) <= room else "…" + text[-(room - 1) :]
 
 
+def exiting(screen: Screen) -> bool:
+    """The app exits: a screen it was composing then has none of its widgets (Textual mounts nothing into a
+    closing screen) yet still gets its Mount event, where a query would raise (a switch and a quit at once)."""
+    return screen.app.return_code is not None
+
+
 class RunListScreen(Screen):
     """A screen showing the app's run list (which one thread polls for every screen); subclasses
     implement ``show_runs``."""
@@ -118,6 +124,8 @@ class RunListScreen(Screen):
 
     def on_mount(self) -> None:
         self.runs: list[RunRecord] = list(self.app.runs)
+        if exiting(self):
+            return
         self.app.theme_changed_signal.subscribe(self, lambda theme: self.show_runs())
         self.app.runs_signal.subscribe(self, self._runs_listed)
         self.show_runs()

@@ -41,6 +41,7 @@ from textual.worker import get_current_worker
 from acetui.app import form
 from acetui.app.candidates import model_candidates, starting_model
 from acetui.app.messages import CandidatesFound, CostEstimated, RunsChecked
+from acetui.app.screens.common import exiting
 from acetui.app.widgets.completions import ModelCompletions
 from acetui.app.widgets.marks import Tick, TickList
 from acetui.app.widgets.settingfields import (
@@ -141,6 +142,8 @@ class NewRunScreen(Screen):
     def on_mount(self) -> None:
         self._model_touched = False
         self._starting: dict | None = None  # the form's values while the launcher checks its runs (_checking)
+        if exiting(self):
+            return
         self.query_one("#model-candidates").display = False
         self.restore(self.app.preferences.new_run)
         self.find_candidates()

@@ -23,6 +23,7 @@ from textual.worker import get_current_worker
 from acetui.app import summary
 from acetui.app.messages import LogLines, RunProgress, StoreFailed
 from acetui.app.runview import batch_line, describe_stage, layer_row, token_load
+from acetui.app.screens.common import exiting
 from acetui.app.screens.new_run import rerun
 from acetui.app.screens.run_plots import name_tabs, plot_tabs, replot, replot_histogram
 from acetui.app.summary import STATUS_COLOR
@@ -109,6 +110,8 @@ class RunScreen(Screen):
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
+        if exiting(self):
+            return
         table = self.query_one("#layers", DataTable)
         table.add_columns("Layer", "Lin", "Time", "Sparsity", escape("Var[x²]"))
         self.query_one("#run-error").display = False
