@@ -269,6 +269,23 @@ def test_plan_counts_a_streamed_evaluations_hidden_states(sharded, monkeypatch, 
     assert planned("--offload", "none") == 0
 
 
+def test_a_gpu_plan_without_evaluation_never_places_the_whole_model(tmp_path, tokenizer_dir, monkeypatch, capsys):
+    """On a GPU an in-memory model goes to the card whole only to be evaluated: with --eval none the peak is
+    the layer loop's, the same whether the layers wait in CPU memory or on disk (the LLaMA-2-70B shape was
+    planned at 64 GiB in memory, the whole model capped at 80% of the card, for layers that take a few).
+    Four layers as large as its tied embeddings, so that the whole model outweighs them."""
+    model = _checkpoint(tmp_path, tokenizer_dir, layers=4, hidden=256, intermediate=1024, tied=True, shard="20MB")
+
+    def planned(*args):
+        code, out, err = cli(monkeypatch, capsys, "plan", model, "--device", "cuda", *args, "--json")
+        assert code == 0, err
+        return json.loads(out)["peak_gpu_bytes"]
+
+    in_memory = planned("--offload", "none", "--eval", "none")
+    assert in_memory == planned("--offload", "disk", "--eval", "none")
+    assert in_memory < planned("--offload", "none", "--eval-seqlen", "64")
+
+
 def test_planning_in_threads_leaves_every_other_model_real(tmp_path, tokenizer_dir):
     """The New run form plans in threads while the app (or a test) builds models: no model built meanwhile
     or afterwards may end up on the meta device (accelerate's init_empty_weights patches nn.Module for the

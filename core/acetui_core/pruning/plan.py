@@ -8,7 +8,7 @@ activations (one copy: each layer's outputs replace its inputs), and the scratch
 linear, or, when larger, the WikiText-2 evaluation's logits, plus for a streamed evaluation the hidden
 states of every window it evaluates (from a typical token count of the test split: the plan comes before
 any tokenizer runs). Either phase also holds a decoder layer's temporaries for one batch of tokens (its
-MLP's intermediates, its attention's projections). A GGUF file adds a third phase, its loading: every
+MLP's intermediates, its attention's projections): while pruning, before a layer is scored, not beside it. A GGUF file adds a third phase, its loading: every
 tensor dequantized beside the model being filled. The process's own memory (Python, torch, transformers)
 is measured, not guessed: it is this process's RSS now.
 """
@@ -197,16 +197,17 @@ def plan_run(run: RunConfig) -> Plan:
             + held
             + max(loading, 0 if activations_on_gpu else activations, 0 if hidden_on_gpu else evaluation_hidden)
         )
-        pruning = scoring + statistics + calibration_temporaries + (activations if activations_on_gpu else 0)
-        # an in-memory model goes to the GPU whole for evaluation when it fits (``placement.place_for_eval``)
+        pruning = max(scoring, calibration_temporaries) + statistics + (activations if activations_on_gpu else 0)
+        # an in-memory model goes to the GPU whole for evaluation when it fits (``placement.place_for_eval``);
+        # without an evaluation (--eval none) nothing is placed
         placed = resident * size + 2 * layer if streaming else min(parameters * size, int(0.8 * gpu_free))
-        evaluating = placed + evaluation + (evaluation_hidden if hidden_on_gpu else 0)
+        evaluating = placed + evaluation + (evaluation_hidden if hidden_on_gpu else 0) if run.evals else 0
         # the embeddings and head are on the GPU only while layer 0's inputs are captured
         # (``placement.all_but_layers_on``), not while layers are pruned
         capturing = resident * size + (activations if activations_on_gpu else 0)
         gpu = max(2 * layer + pruning, capturing, evaluating)
     else:
-        pruning = activations + scoring + statistics + calibration_temporaries
+        pruning = activations + max(scoring, calibration_temporaries) + statistics
         cpu = baseline + held + max(loading, pruning, evaluation + evaluation_hidden)
     saved_parameters = saved_bytes = None
     if run.expert_sparsity:
