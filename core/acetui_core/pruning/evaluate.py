@@ -41,6 +41,11 @@ LOGIT_ENTRIES_PER_CHUNK = 1 << 25
 MAX_EXP = math.log(sys.float_info.max)
 
 
+def eval_batch(seqlen: int) -> int:
+    """WikiText-2 windows of ``seqlen`` tokens per forward pass (the last batch may hold fewer)."""
+    return max(1, EVAL_TOKENS_PER_BATCH // seqlen)
+
+
 @torch.no_grad()
 def perplexity(
     model,
@@ -57,7 +62,7 @@ def perplexity(
     total = ids.numel() // seqlen
     windows = min(total, limit) if limit else total
     device = device or next(model.parameters()).device
-    batch = max(1, EVAL_TOKENS_PER_BATCH // seqlen)
+    batch = eval_batch(seqlen)
     nll: list[float] = []
     if on_event:  # before the first batch, so the stage shows for the whole evaluation
         on_event(Stage(StageName.WIKITEXT2, 0, windows))
@@ -197,7 +202,7 @@ def streamed_perplexity(
     total = ids.numel() // seqlen
     windows = min(total, limit) if limit else total
     tokens = ids[: windows * seqlen].reshape(windows, seqlen)
-    batch = max(1, EVAL_TOKENS_PER_BATCH // seqlen)
+    batch = eval_batch(seqlen)
     hidden_size = loaded.model.config.hidden_size
     inputs = capture_layer0_inputs(
         loaded, tokens, batch, activation_device(loaded, tokens, hidden_size), cancel, "WikiText-2"

@@ -8,9 +8,10 @@ activations (one copy: each layer's outputs replace its inputs), and the scratch
 linear, or, when larger, the WikiText-2 evaluation's logits, plus for a streamed evaluation the hidden
 states of every window it evaluates (from a typical token count of the test split: the plan comes before
 any tokenizer runs). Either phase also holds a decoder layer's temporaries for one batch of tokens (its
-MLP's intermediates, its attention's projections): while pruning, before a layer is scored, not beside it. A GGUF file adds a third phase, its loading: every
-tensor dequantized beside the model being filled. The process's own memory (Python, torch, transformers)
-is measured, not guessed: it is this process's RSS now.
+MLP's intermediates, its attention's projections): while pruning, before a layer is scored, not beside
+it. A GGUF file adds a third phase, its loading: every tensor dequantized beside the model being filled.
+The process's own memory (Python, torch, transformers) is measured, not guessed: it is this process's RSS
+now.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from acetui_core.modeling.models import (
 from acetui_core.modeling.preflight import model_config, preflight
 from acetui_core.modeling.shards import checkpoint_bytes, local_checkpoint
 from acetui_core.modeling.streaming import streaming_folder
-from acetui_core.pruning.evaluate import EVAL_TOKENS_PER_BATCH, LOGIT_ENTRIES_PER_CHUNK
+from acetui_core.pruning.evaluate import LOGIT_ENTRIES_PER_CHUNK, eval_batch
 from acetui_core.pruning.expertremoval import parameters_removed
 from acetui_core.pruning.layerloop import calibration_batch
 from acetui_core.pruning.validate import resolve_seqlen
@@ -150,7 +151,7 @@ def plan_run(run: RunConfig) -> Plan:
     evaluation = evaluation_tokens = evaluation_hidden = 0
     if EvalKind.WIKITEXT2 in run.evals:
         eval_seqlen = resolve_seqlen(run.eval_seqlen, context_length(config), "--eval-seqlen")
-        windows = max(1, EVAL_TOKENS_PER_BATCH // eval_seqlen)  # a batch, of at most --eval-limit windows
+        windows = eval_batch(eval_seqlen)  # a batch, of at most --eval-limit windows
         windows = min(windows, run.eval_limit) if run.eval_limit else windows
         evaluation_tokens = windows * eval_seqlen
         vocabulary = int(config.vocab_size)
@@ -201,7 +202,7 @@ def plan_run(run: RunConfig) -> Plan:
         # an in-memory model goes to the GPU whole for evaluation when it fits (``placement.place_for_eval``);
         # without an evaluation (--eval none) nothing is placed
         placed = resident * size + 2 * layer if streaming else min(parameters * size, int(0.8 * gpu_free))
-        evaluating = placed + evaluation + (evaluation_hidden if hidden_on_gpu else 0) if run.evals else 0
+        evaluating = (placed + evaluation + (evaluation_hidden if hidden_on_gpu else 0)) if run.evals else 0
         # the embeddings and head are on the GPU only while layer 0's inputs are captured
         # (``placement.all_but_layers_on``), not while layers are pruned
         capturing = resident * size + (activations if activations_on_gpu else 0)
