@@ -19,7 +19,6 @@ from acetui_core.basics.choices import (
     DSnoTPruneScore,
     Permute,
     Refine,
-    SparsityGroup,
     StageName,
 )
 from acetui_core.basics.errors import StopFlag, UserError, check_stop
@@ -53,7 +52,7 @@ from acetui_core.pruning.expertremoval import (
 )
 from acetui_core.pruning.fidelity import OutputAgreement, linear_fidelity
 from acetui_core.pruning.layerstats import LayerWork, dense_weight, layer_stats, method_scores
-from acetui_core.pruning.slicedscores import mask_in_slices, scores_in_slices
+from acetui_core.pruning.slicedscores import Scoring, mask_in_slices, scores_in_slices, scoring_path
 from acetui_core.pruning.stats import ColumnStats
 from acetui_core.pruning.validate import resolve_seqlen
 from acetui_core.run.config import RunConfig
@@ -170,14 +169,14 @@ def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks)
     histogram, fidelity, choice, dense = None, None, None, None
     # A row-local score needs no whole float32 copy of W: it is scored a slice of rows at a time and the
     # stored weight masked in its own dtype. Anything that reads W whole afterwards takes the copy.
-    sliced = method.row_local and update is None and not config.fidelity and config.refine == Refine.NONE
-    W = None if sliced else dense_weight(index, name, matrix)
+    path = scoring_path(method, config, sparsity)
+    W = dense_weight(index, name, matrix) if path == Scoring.WHOLE_WEIGHT else None
     if W is not None and config.fidelity and stats is not None:
         dense = W.clone()
     mask = None  # a method without scores chooses its mask in its mask-and-update hook (SparseGPT)
     if sparsity.fraction == 0:  # --sparsity 0 with --expert-sparsity: the kept experts stay as they are
         pass
-    elif W is None and config.permute == Permute.NONE and (sparsity.is_nm or config.group == SparsityGroup.ROW):
+    elif path == Scoring.MASK_IN_SLICES:
         mask, threshold, choice, histogram = mask_in_slices(work, name, matrix, stats, sparsity)
     elif method.score is not None:
         where = f"layer {index} {name}"

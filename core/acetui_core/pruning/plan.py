@@ -38,15 +38,29 @@ from acetui_core.modeling.streaming import streaming_folder
 from acetui_core.pruning.evaluate import LOGIT_ENTRIES_PER_CHUNK, eval_batch
 from acetui_core.pruning.expertremoval import parameters_removed
 from acetui_core.pruning.layerloop import calibration_batch
+from acetui_core.pruning.slicedscores import Scoring, each_row_alone, scoring_path
 from acetui_core.pruning.validate import resolve_seqlen
 from acetui_core.run.config import RunConfig
+from acetui_core.scores.masks import rows_per_slice
+from acetui_core.scores.method import Method
 from acetui_core.scores.metrics import get_method
+from acetui_core.scores.sparsity import parse_sparsity
 
 # WikiText-2's test split in tokens, at the upper end of common tokenizers (LLaMA-2's: 166 windows of 2048,
 # about 341k; GPT-2's: 287k): a streamed evaluation holds every window's hidden states, and the plan is
 # made before any tokenizer runs.
 WIKITEXT2_TEST_TOKENS = 342_000
-SCORE_BYTES_PER_WEIGHT = 24  # scoring one linear: float32 weight copy, |W|, scores, the kthvalue cut and its masks
+# Scoring one linear (``slicedscores.Scoring``), in bytes per weight. A mask chosen in slices holds the mask
+# (1) and 24 per score of one slice (the float32 rows, their scores, the selection's int64 tie count or sort
+# indices, its boolean masks). Whole scores hold the score's own height (``Method.score_bytes``) and 6 more
+# when each row is chosen alone (the mask, a kept-score product), 22 when a whole layer competes (the
+# selection over all its scores at once), and 4 more for the float32 copy of a weight stored in another
+# dtype or for output fidelity's dense copy. Measured on a 33.5M-weight linear in float32 on the CPU
+# (2026-11-28): Wanda per row 6 to 9 (1 + 24 x 8.4M / 33.5M = 7), CosP+VarP per row 9.0 (2:4: 9.8),
+# RIA per row 18.0, per layer 22.4 (RIA, CosP+VarP) and 20.5 (magnitude); from bfloat16 RIA 27.7,
+# CosP+VarP 17.2.
+SLICE_BYTES_PER_SCORE, MASK_BYTES_PER_WEIGHT = 24, 1
+ROW_CHOICE_BYTES, LAYER_CHOICE_BYTES, COPY_BYTES = 6, 22, 4
 # What tokenizing the WikiText-2 test split leaves in the process while it is evaluated (measured with
 # SmolLM2's fast tokenizer: 91 MB resident for its 305k tokens, 164 MB at its height)
 TOKENIZED_BYTES_PER_TOKEN = 300
@@ -96,6 +110,25 @@ def _bytes(dtype) -> int:
     return dtype.itemsize if isinstance(dtype, torch.dtype) else 2
 
 
+def _scoring_bytes(method: Method, run: RunConfig, shapes, dtype: torch.dtype) -> int:
+    """The scratch of scoring the costliest of the linears of ``shapes`` (d_out, d_in) in a run of ``method``
+    with ``run`` in a model of ``dtype``, by the way it is scored (``slicedscores.scoring_path``)."""
+    sparsity = parse_sparsity(run.sparsity, allow_zero=True)
+    path = scoring_path(method, run, sparsity)
+    per_row = each_row_alone(run, sparsity)
+    choice = method.score_bytes + ROW_CHOICE_BYTES if per_row else max(method.score_bytes, LAYER_CHOICE_BYTES)
+    copies = (path == Scoring.WHOLE_WEIGHT and dtype != torch.float32) + bool(run.fidelity)
+
+    def linear(d_out: int, d_in: int) -> int:
+        if path == Scoring.MASK_IN_SLICES:
+            return (
+                MASK_BYTES_PER_WEIGHT * d_out * d_in + SLICE_BYTES_PER_SCORE * min(d_out, rows_per_slice(d_in)) * d_in
+            )
+        return (choice + COPY_BYTES * copies) * d_out * d_in
+
+    return max(linear(d_out, d_in) for d_out, d_in in shapes)
+
+
 def plan_run(run: RunConfig) -> Plan:
     check_device_name(run.device)  # a device this machine lacks may be planned for, an unknown one not
     preflight(run.model)  # a damaged checkpoint gets the sentence prune gives it
@@ -108,7 +141,6 @@ def plan_run(run: RunConfig) -> Plan:
     # the layer with the most prunable weights (DeepSeek's first layers are dense, the rest have experts)
     widest_layer = max(layers, key=lambda layer: sum(m.weight.numel() for m in prunable_linears(layer).values()))
     shapes = [weight_matrix(m).shape for m in prunable_linears(widest_layer).values()]
-    largest = max(d_out * d_in for d_out, d_in in shapes)
     widest = max(d_in for _, d_in in shapes)
     temporaries_per_token = MLP_TEMPORARIES * max(d_out for d_out, _ in shapes) + ATTENTION_TEMPORARIES * int(
         config.hidden_size
@@ -138,7 +170,7 @@ def plan_run(run: RunConfig) -> Plan:
         batch_device = torch.device("cuda" if on_gpu else "cpu")
         batch_tokens = min(run.nsamples, calibration_batch(seqlen, batch_device)) * seqlen
         calibration_temporaries = batch_tokens * temporaries_per_token * size
-    scoring = SCORE_BYTES_PER_WEIGHT * largest
+    scoring = _scoring_bytes(method, run, shapes, dtype)
     # SparseGPT's X^T X per linear, accumulated in float64
     statistics = 8 * sum(d * d for d in linears_in) if method.mask_and_update is not None else 0
     if method.mask_and_update is not None:

@@ -4,14 +4,39 @@ alone no whole matrix of its scores, is held: on the GPU each is 0.9 GiB for a 2
 
 from __future__ import annotations
 
+from enum import Enum
+
 import torch
 
+from acetui_core.basics.choices import Permute, Refine, SparsityGroup
 from acetui_core.modeling.layouts import weight_matrix
 from acetui_core.pruning import histograms
 from acetui_core.pruning.layerstats import LayerWork, check_finite
 from acetui_core.run.records import MaskChoice
 from acetui_core.scores.masks import nm_mask, row_cutoff_mask, row_slices
+from acetui_core.scores.method import Method
 from acetui_core.scores.permute import kept_and_total
+from acetui_core.scores.sparsity import Sparsity
+
+
+class Scoring(Enum):
+    """How a linear is scored and masked (``layerloop._prune_linear``), which sets its scratch (``plan``)."""
+
+    MASK_IN_SLICES = "mask in slices"  # each row chosen alone: scores, selection and sample a slice at a time
+    SCORES_IN_SLICES = "scores in slices"  # the whole scores compete (per layer, permuted): no float32 W copy
+    WHOLE_WEIGHT = "whole weight"  # a float32 copy of W (a score reading all of W, an update, fidelity, DSnoT)
+
+
+def scoring_path(method: Method, config, sparsity: Sparsity) -> Scoring:
+    """Which way ``method`` scores and masks each linear of a run with ``config`` at ``sparsity``."""
+    if not method.row_local or method.update(config) is not None or config.fidelity or config.refine != Refine.NONE:
+        return Scoring.WHOLE_WEIGHT
+    return Scoring.MASK_IN_SLICES if each_row_alone(config, sparsity) else Scoring.SCORES_IN_SLICES
+
+
+def each_row_alone(config, sparsity: Sparsity) -> bool:
+    """Whether each row's mask is chosen apart from the others' (per row, or N:M in the original order)."""
+    return config.permute == Permute.NONE and (sparsity.is_nm or config.group == SparsityGroup.ROW)
 
 
 def mask_in_slices(work: LayerWork, name, matrix, stats, sparsity) -> tuple:

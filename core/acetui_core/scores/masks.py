@@ -76,9 +76,14 @@ def _lowest_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
     return below | tied, cutoff
 
 
+def rows_per_slice(d_in: int) -> int:
+    """How many rows of ``d_in`` scores make a slice of about ``SCORES_PER_SLICE`` scores."""
+    return max(1, SCORES_PER_SLICE // d_in)
+
+
 def row_slices(scores: torch.Tensor) -> list[slice]:
     """The rows of ``scores`` in slices of about ``SCORES_PER_SLICE`` scores."""
-    rows = max(1, SCORES_PER_SLICE // scores.shape[1])
+    rows = rows_per_slice(scores.shape[1])
     return [slice(start, start + rows) for start in range(0, scores.shape[0], rows)]
 
 

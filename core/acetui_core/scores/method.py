@@ -19,6 +19,9 @@ class Method:
     needs_activations: bool = True
     uses_varp: bool = False  # reads V_j, so --varp-scale and --varp-form change it
     row_local: bool = False  # a row's scores read only that row of W (and the statistics): scored in row slices
+    # Bytes per weight the score holds at its height from a float32 W, its scores included (``plan``): 4 for
+    # one matrix made in place; RIA's quotients hold four. A plug-in's is not known: assumed four too.
+    score_bytes: int = 16
     group: str = SparsityGroup.ROW  # which weights compete for unstructured sparsity in its reference code
     source: str = "built-in"  # or where a plug-in came from: a file, a module, an entry point's package
     fingerprint: str | None = None  # a plug-in's file: its SHA-256, recorded with the run

@@ -94,10 +94,16 @@ METHODS: dict[str, Method] = {
             magnitude,
             needs_activations=False,
             row_local=True,
+            score_bytes=4,
             group=SparsityGroup.LAYER,
         ),
         Method(
-            "wanda", "Wanda", "|W| * ||X_j||: weight times input-activation norm (Sun et al.)", wanda, row_local=True
+            "wanda",
+            "Wanda",
+            "|W| * ||X_j||: weight times input-activation norm (Sun et al.)",
+            wanda,
+            row_local=True,
+            score_bytes=4,
         ),
         Method(
             "ria",
@@ -113,7 +119,7 @@ METHODS: dict[str, Method] = {
             None,
             mask_and_update=mask_and_update,
         ),
-        Method("cosp", "CosP", "|W| * ||X_j|| * C: activation cosine-similarity loss (ACE)", cosp),
+        Method("cosp", "CosP", "|W| * ||X_j|| * C: activation cosine-similarity loss (ACE)", cosp, score_bytes=4),
         Method(
             "varp",
             "VarP",
@@ -121,8 +127,16 @@ METHODS: dict[str, Method] = {
             varp,
             uses_varp=True,
             row_local=True,
+            score_bytes=4,
         ),
-        Method("ace", "CosP+VarP", "|W| * V_j * C: CosP+VarP, the paper's combination (ACE)", ace, uses_varp=True),
+        Method(
+            "ace",
+            "CosP+VarP",
+            "|W| * V_j * C: CosP+VarP, the paper's combination (ACE)",
+            ace,
+            uses_varp=True,
+            score_bytes=4,
+        ),
         Method(
             "wanda+varp",
             "Wanda+VarP",
@@ -130,6 +144,7 @@ METHODS: dict[str, Method] = {
             wanda_varp,
             uses_varp=True,
             row_local=True,
+            score_bytes=4,
         ),
         Method("ria+varp", "RIA+VarP", "RIA's score times VarP's V_j", ria_varp, uses_varp=True),
     ]
