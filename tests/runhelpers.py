@@ -179,8 +179,10 @@ def insert_run(
     error: str | None = None,
     zeroshot: dict | None = None,
     result: dict | None = None,
+    pin_env: bool = True,
 ) -> str:
-    """Record a whole run through the store's public API at fixed times, then pin its pid and host."""
+    """Record a whole run through the store's public API at fixed times, then pin its pid and host and,
+    unless not ``pin_env``, its environment (what the store recorded names this machine's folders)."""
     clock.now = created
     store.create_run(config, env=dict(ENV), run_id=run_id)
     clock.now = created + 1
@@ -200,10 +202,10 @@ def insert_run(
     else:
         store.set_status(run_id, status, error=error)
     with sqlite3.connect(store.path) as db:
-        db.execute(
-            "UPDATE runs SET pid = 4242, host = 'gpu-box', pid_started = 1699999000.0, env = ? WHERE id = ?",
-            (json.dumps({**ENV, "log": f"/home/me/.local/share/acetui/logs/{run_id}.log"}), run_id),
-        )
+        db.execute("UPDATE runs SET pid = 4242, host = 'gpu-box', pid_started = 1699999000.0 WHERE id = ?", (run_id,))
+        if pin_env:
+            env = {**ENV, "log": f"/home/me/.local/share/acetui/logs/{run_id}.log"}
+            db.execute("UPDATE runs SET env = ? WHERE id = ?", (json.dumps(env), run_id))
     db.close()
     return run_id
 

@@ -100,6 +100,27 @@ def test_nothing_the_runs_read_or_keep_is_written_even_with_overwrite(
     assert [run.id for run in Store(places["store"]).list_runs()] == ["a0000001"]
 
 
+@pytest.mark.parametrize("target", ["model/config.json", "calib.jsonl", "out/config.json"])
+def test_relative_paths_of_a_run_are_protected_from_any_folder(tmp_path, monkeypatch, capsys, target):
+    """A run recorded from folder ``work`` with a relative model, calibration file and --save names them
+    as typed; an export from another folder with --overwrite must still refuse to write over them (it
+    read them from its own folder and replaced the model's weights)."""
+    work = tmp_path / "work"
+    for folder in ("model", "out"):
+        (work / folder).mkdir(parents=True)
+        (work / folder / "config.json").write_text(PRECIOUS)
+    (work / "calib.jsonl").write_text(PRECIOUS)
+    store = Store(tmp_path / "runs.db", clock=Clock())
+    monkeypatch.chdir(work)
+    config = RunConfig(model="model", method="wanda", sparsity="0.5", calib="calib.jsonl")
+    insert_run(store, Clock(), "a0000001", config, created=1.7e9, ppl=9.0, result={"saved_to": "out"}, pin_env=False)
+    monkeypatch.chdir(tmp_path)
+    args = ["export", "--format", "csv", "-o", f"work/{target}", "--overwrite", "--store", "runs.db"]
+    code, out, err = cli(monkeypatch, capsys, *args)
+    assert code == 2 and "run a0000001" in err, err
+    assert (work / target).read_text() == PRECIOUS
+
+
 @pytest.mark.parametrize("command", ["export", "figure"])
 def test_an_existing_file_is_replaced_only_with_overwrite_and_keeps_its_mode(places, monkeypatch, capsys, command):
     target = places["tmp"] / ("x.csv" if command == "export" else "existing.tex")

@@ -45,6 +45,14 @@ from acetui_core.storage.store_rows import dumps, evidence_rows, write_layer
 from acetui_core.storage.store_schema import ACTIVE, STATUSES, TERMINAL, sql_list
 
 
+def working_folder() -> str | None:
+    """This process's working folder (None when it has been deleted under it)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 class Store(StoreReader):
     """The run store at ``path`` (see the module docstring for where it lives by default), read
     (``StoreReader``) and written: what is done with runs, each write one transaction.
@@ -72,7 +80,9 @@ class Store(StoreReader):
                 candidate = secrets.token_hex(4)
                 if not db.execute("SELECT 1 FROM runs WHERE id = ?", (candidate,)).fetchone():
                     run_id = candidate
-            env = {**(env or {}), "log": str(self.log_path(run_id))}
+            # the folder its relative paths (model, calibration file, --save) are read from, whatever
+            # folder a later command runs in (``protected_places``)
+            env = {**(env or {}), "log": str(self.log_path(run_id)), "folder": working_folder()}
             db.execute(
                 "INSERT INTO runs (id, status, created, heartbeat, host, pid, pid_started, config, env, executor, batch)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

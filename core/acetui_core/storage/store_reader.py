@@ -35,17 +35,28 @@ from acetui_core.storage.store_schema import ACTIVE, sql_list
 STUDY_LOCK_SUFFIX = ".study.lock"  # beside the store's real file: one `acetui study run` at a time (studylock.py)
 
 
-def _local_path(text: str | None, key: str) -> Path | None:
-    """The existing local file or folder that the JSON object ``text`` names under ``key`` (a model, a
-    calibration file, a saved checkpoint), or None: a hub id, ``c4``, a damaged row."""
+def _local_paths(text: str | None, key: str, folder: str | None) -> list[Path]:
+    """The existing local files or folders that the JSON object ``text`` names under ``key`` (a model, a
+    calibration file, a saved checkpoint): a relative path read from the run's working ``folder`` and, for
+    runs recorded before their folder was, from here. None for a hub id, ``c4``, a damaged row."""
     try:
         value = json.loads(text).get(key) if text else None
     except (ValueError, AttributeError):
-        return None
+        return []
     if not isinstance(value, str) or not value.strip() or value.strip() in ("c4", "wikitext2"):
-        return None
+        return []
     path = Path(value.strip()).expanduser()
-    return path if path.exists() else None
+    candidates = [path] if path.is_absolute() or not folder else [Path(folder) / path, path]
+    return [candidate for candidate in candidates if candidate.exists()]
+
+
+def _run_folder(env: str | None) -> str | None:
+    """The working folder a run was recorded from (``Store.create_run``), if its row says."""
+    try:
+        folder = json.loads(env).get("folder") if env else None
+    except (ValueError, AttributeError):
+        return None
+    return folder if isinstance(folder, str) else None
 
 
 class StoreReader:
@@ -86,7 +97,8 @@ class StoreReader:
     def protected_places(self) -> list[tuple[Path, str]]:
         """What no file acetui writes may replace or enter, even with ``--overwrite`` (``acetui_core.basics.outputs``):
         the store with its SQLite companions and folders, the data folder, and the local models and
-        calibration files its runs read and the checkpoints they saved (a relative path as seen from here)."""
+        calibration files its runs read and the checkpoints they saved (a relative path as seen from the
+        folder the run was recorded from)."""
         places = [
             *self.places(),
             *((Path(f"{self.path}{end}"), "the run store") for end in ("-wal", "-shm", "-journal")),
@@ -96,16 +108,15 @@ class StoreReader:
         if root is not None:
             places.append((root, "the data folder (ACETUI_DATA_DIR)"))
         with self._db() as db:
-            rows = db.execute("SELECT id, config, results FROM runs").fetchall()
+            rows = db.execute("SELECT id, config, results, env FROM runs").fetchall()
         for row in rows:
+            folder = _run_folder(row["env"])
             for column, key, what in (
                 ("config", "model", "the model of run"),
                 ("config", "calib", "the calibration file of run"),
                 ("results", "saved_to", "the checkpoint saved by run"),
             ):
-                path = _local_path(row[column], key)
-                if path is not None:
-                    places.append((path, f"{what} {row['id']}"))
+                places += [(path, f"{what} {row['id']}") for path in _local_paths(row[column], key, folder)]
         return places
 
     def check_log_folder(self) -> None:

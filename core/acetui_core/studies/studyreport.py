@@ -83,7 +83,7 @@ def environment(study: Study, records: list[RunRecord]) -> str:
     ]
     seen: dict[str, list[str]] = {}
     for record in records:
-        env = {k: v for k, v in record.env.items() if k != "log"}  # the log is each run's own
+        env = {k: v for k, v in record.env.items() if k not in ("log", "folder")}  # each run's own places
         env["device"] = record.results.device if record.results else "?"
         seen.setdefault(", ".join(f"{k} {v}" for k, v in sorted(env.items())), []).append(record.id)
     lines += [f"- {len(ids)} run(s): {text}" for text, ids in seen.items()] or ["- no finished run"]
