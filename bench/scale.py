@@ -194,6 +194,8 @@ def worker(checkpoint: str, label: str, nsamples: int, device: str) -> dict:
     start = time.perf_counter()
     loaded = load_for_run(config.model, device=config.device, dtype=config.dtype, offload=config.offload)
     loading = time.perf_counter() - start
+    if phases is not None:
+        phases(None)  # the load's peak, taken before the run starts its own (``reset_peak_memory``)
     start = time.perf_counter()
     result = pipeline.run(config, loaded=loaded, on_event=phases)
     spent = breakdown(result, loading, time.perf_counter() - start)

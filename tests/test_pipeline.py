@@ -129,6 +129,20 @@ def test_layer_group_uses_one_threshold_per_matrix(make_tiny_model, calib_file):
     assert len(set((W == 0).sum(dim=1).tolist())) > 1
 
 
+def test_a_run_after_a_larger_one_in_the_same_process_reports_its_own_peak(make_tiny_model, calib_file):
+    """compare runs its grid in one process: each run's peak RSS is its own, not the process's highest so
+    far (every run of a grid reported the same figure, to the byte)."""
+    from acetui_core.basics.resources import peak_rss_mb
+
+    held = bytearray(600 * 2**20)
+    held[::4096] = b"\1" * len(held[::4096])  # resident: the high-water mark of a larger run before this one
+    del held
+    before = peak_rss_mb()
+    loaded = load_model(str(make_tiny_model("llama")), device="cpu")
+    result = pipeline.run(config(loaded.source, "wanda", calib=calib_file), loaded=loaded)
+    assert result.peak_rss_mb < before - 400, (result.peak_rss_mb, before)
+
+
 def test_cancel_stops_between_layers(make_tiny_model, calib_file):
     import threading
 

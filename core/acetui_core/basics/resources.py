@@ -63,6 +63,20 @@ def _gpu_fields() -> dict:
     }
 
 
+def reset_peak_memory() -> None:
+    """Start this process's high-water marks again from what it holds now: VmHWM (Linux's ``clear_refs``)
+    and, once CUDA is in use, PyTorch's peak of allocated GPU memory. A run that follows others in one
+    process (``acetui compare``'s grid, a study) then reports its own peak, not the highest before it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:  # not Linux: ru_maxrss cannot be reset, the peak stays the process's
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory since it started running its program. Linux's ``ru_maxrss``
     keeps the high-water mark of the process that forked it across exec, so a run started by a 4 GB

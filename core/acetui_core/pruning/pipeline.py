@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from acetui_core.basics.errors import Cancelled, StopFlag, UserError
-from acetui_core.basics.resources import peak_rss_mb
+from acetui_core.basics.resources import peak_rss_mb, reset_peak_memory
 from acetui_core.modeling.checkpoint import save_checkpoint
 from acetui_core.modeling.models import Loaded
 from acetui_core.modeling.streaming import PrunedLayers, load_for_run
@@ -42,6 +42,7 @@ def run(
     time; only its fit to the loaded model is, which needs the model."""
     if not checked:
         config = check_config(config)
+    reset_peak_memory()  # this run's peak, not that of the runs before it in this process
     if loaded is None:
         loaded = load_for_run(
             config.model, device=config.device, dtype=config.dtype, offload=config.offload, on_event=on_event
