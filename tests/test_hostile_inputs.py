@@ -67,6 +67,8 @@ CASES = {
     ),
     "unicode digit": (["prune", "{model}", "--seqlen", "²"], "--seqlen must be a number of tokens or 'full', not '²'"),
     "letters for a number": (["prune", "{model}", "--nsamples", "abc"], "--nsamples must be a whole number, not 'abc'"),
+    "a negative count": (["prune", "{model}", "--nsamples", "-5"], "--nsamples must be at least 1 (got -5)"),
+    "a negative seed": (["compare", "{model}", "--seeds", "0,-1"], "--seeds must be at least 0 (got -1)"),
     "unicode digit in a list": (["compare", "{model}", "--seeds", "0,³"], "--seeds must be a whole number, not '³'"),
     "unicode digit for --last": (["runs", "--last", "²"], "--last must be a whole number, not '²'"),
     "letters for the zero-shot limit": (["eval", "{model}", "--limit", "x"], "--limit must be a whole number, not 'x'"),

@@ -153,6 +153,11 @@ class Comparison:
         """Whether some cell is a mean over several seeds."""
         return any(len(cell.values) > 1 for cell in self.cells.values())
 
+    @property
+    def shows_sd(self) -> bool:
+        """Whether a cell shows its seeds' standard deviation (``--ci none``, a cell of several seeds)."""
+        return self.ci == "none" and any(cell.sd is not None for cell in self.cells.values())
+
     def text(self, row: str, column: tuple[str, str], bold, dagger: str, bar: str, pm: str) -> str:
         """A cell as text, with the markup of the target format; ``--`` where no run is."""
         cell = self.cells.get((row, column))
@@ -163,11 +168,13 @@ class Comparison:
             value = bold(value)
         verdict = self.verdicts.get((row, column))
         interval = verdict.ci if verdict is not None else None
+        # one spread per table, named in its note (``export.verdict_note``): with --ci, a cell that has no
+        # interval shows none rather than a standard deviation behind the same ±
         if self.ci == "pm" and interval is not None:
             value += f" {pm} {(interval[1] - interval[0]) / 2:.2f}"
         elif self.ci == "interval" and interval is not None:
             value += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
-        elif cell.sd is not None:
+        elif self.ci == "none" and cell.sd is not None:
             value += f" {pm} {cell.sd:.2f}"
         if len(cell.values) > 1:
             value += f" (n={len(cell.values)})"

@@ -174,8 +174,9 @@ def verdict_note(table: Comparison, dash: str = "–") -> str | None:
     """The footnote of a table with verdicts: the test, its level, the seeds per cell and the interval."""
     unknown = any(v.verdict == "unknown" for v in table.verdicts.values())
     repeats = table.repeats_note()
+    spread = "± is the standard deviation of a cell's seeds." if table.shows_sd else None
     if not table.tested and not unknown:
-        return repeats
+        return " ".join(part for part in (spread, repeats) if part) or None
     level = f"{table.level * 100:g}%"
     units = "windows" if table.measure == "ppl" else "documents"
     seeds = sorted({len(cell.values) for cell in table.cells.values()})
@@ -188,6 +189,8 @@ def verdict_note(table: Comparison, dash: str = "–") -> str | None:
         parts.append(f"± is half the {level} interval.")
     elif table.ci == "interval":
         parts.append(f"[low, high] is the {level} interval.")
+    elif spread:
+        parts.append(spread)
     if unknown:
         parts.append("A calibrated method with one seed is not tested: its seed noise is unknown.")
     if repeats:

@@ -12,7 +12,7 @@ import re
 from acetui_core.basics.choices import EvalKind
 from acetui_core.basics.errors import UserError
 
-_WHOLE = re.compile(r"[0-9]+")
+_WHOLE = re.compile(r"[+-]?[0-9]+")  # a sign too: "-1" is out of range, not "not a whole number"
 
 
 def items(text: str | None) -> list[str]:
