@@ -34,6 +34,10 @@ def _broken_checkpoint(tmp: Path, model: Path, how: str) -> Path:
     weights = folder / "model.safetensors"
     if how == "truncated":
         weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif how in ("no-weights", "no-tokenizer"):  # a config.json alone, or weights without their tokenizer
+        for path in folder.iterdir():
+            if path.name != "config.json" and (how == "no-weights" or "token" in path.name or "vocab" in path.name):
+                path.unlink()
     else:
         config = json.loads((folder / "config.json").read_text())
         config["hidden_size"] = "wide" if how == "wrong-type" else 32
@@ -50,7 +54,7 @@ def _checkpoint_with(tmp: Path, model: Path, name: str, extra: str | None) -> Pa
     return folder
 
 
-BROKEN = ("truncated", "wrong-type", "wrong-shape")
+BROKEN = ("truncated", "wrong-type", "wrong-shape", "no-weights", "no-tokenizer")
 GOOD_RUN = "a0000001"  # a finished run already in the store: no command below may touch it
 
 # case -> (arguments, the sentence's fragment[, environment]); {name} is a place the test prepares. Every
@@ -78,6 +82,8 @@ CASES = {
     "unknown option": (["prune", "{model}", "--nsampels", "4"], "No such option: --nsampels"),
     "option without its value": (["prune", "{model}", "--nsamples"], "requires an argument"),
     "truncated safetensors": (["prune", "{truncated}"], "could not be loaded as a model"),
+    "a folder of config.json alone": (["prune", "{no-weights}"], "holds no weights: no .safetensors or .bin file"),
+    "weights without a tokenizer": (["compare", "{no-tokenizer}"], "holds no tokenizer: none of tokenizer.json"),
     "config value of the wrong type": (["prune", "{wrong-type}"], "could not be loaded as a model"),
     "weights that do not fit the config": (["prune", "{wrong-shape}"], "could not be loaded as a model"),
     "evaluation window too short": (["prune", "{model}", "--eval-seqlen", "1"], "--eval-seqlen must be at least 2"),

@@ -40,6 +40,28 @@ def preflight(source: str) -> Preflight:
         return _preflight(kind, str(path), identity)
 
 
+WEIGHT_FILES = ("*.safetensors", "*.bin")  # what transformers loads a checkpoint folder's weights from
+# what AutoTokenizer reads a folder's tokenizer from: at least one of them
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_runnable(source: str) -> None:
+    """A local checkpoint folder a run will load must hold weights and a tokenizer beside its config.json
+    (``acetui plan`` needs the config alone: a folder of just config.json can be planned)."""
+    kind, path = model_source(source)
+    if kind != "folder":
+        return
+    if not any(any(path.glob(pattern)) for pattern in WEIGHT_FILES):
+        raise UserError(
+            f"The checkpoint folder {source} holds no weights: no .safetensors or .bin file beside its config.json."
+        )
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(
+            f"The checkpoint folder {source} holds no tokenizer: none of {', '.join(TOKENIZER_FILES)} "
+            f"(save the tokenizer beside the model: tokenizer.save_pretrained)."
+        )
+
+
 def model_config(source: str):
     """The model's configuration as transformers reads it (of a hub id, its config.json in the local cache,
     fetched there first when it is not: ``hub_config``)."""

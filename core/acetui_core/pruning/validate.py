@@ -26,7 +26,7 @@ from acetui_core.modeling.data import (
     no_window,
 )
 from acetui_core.modeling.models import check_device_name, model_source, resolve_device
-from acetui_core.modeling.preflight import model_tokenizer, preflight
+from acetui_core.modeling.preflight import check_runnable, model_tokenizer, preflight
 from acetui_core.modeling.streaming import streaming_folder
 from acetui_core.run.basic_settings import FULL_CONTEXT_CAP
 from acetui_core.run.config import SETTINGS, RunConfig, needing
@@ -77,6 +77,7 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
         streaming_folder(config.model.strip(), config.offload)  # says why a model cannot stream
     check_save_dir(config.save, config.overwrite, (*_model_places(config.model.strip()), *protected))
     facts = preflight(config.model.strip())  # last: it reads the model's files
+    check_runnable(config.model.strip())
     for name, inputs in facts.input_widths:  # the shapes from the config, long before any weight is loaded
         check_nm_fits(config.sparsity_spec, inputs, name)
     from acetui_core.pruning.expertremoval import check_expert_settings  # torch: preflight imported it already
