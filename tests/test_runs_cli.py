@@ -64,6 +64,9 @@ def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, 
 
     code, out, _ = cli(monkeypatch, capsys, "runs", "--store", store_path)
     assert code == 0 and run.id in out and "finished" in out and "Wanda-16" in out
+    header, row = out.splitlines()[:2]  # the calib column names the source, as --calib does
+    calib = Path(fast[fast.index("--calib") + 1]).name
+    assert row.split()[header.split().index("calib")] == calib, out
     code, out, _ = cli(monkeypatch, capsys, "runs", "--json", "--store", store_path)
     assert [r["id"] for r in json.loads(out)] == [run.id]
     code, out, _ = cli(monkeypatch, capsys, "runs", "show", run.id[:5], "--json", "--store", store_path)

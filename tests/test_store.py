@@ -54,7 +54,8 @@ def test_a_run_is_recorded_layer_by_layer_with_its_statistics(tmp_path):
 
     run = store.get_run(run_id[:4])  # a unique prefix is enough
     assert (run.id, run.status, run.num_layers, run.current_layer) == (run_id, "running", 3, None)
-    assert run.env == {"torch": "2.4.0", "device": "cpu", "device_name": "", "log": str(store.log_path(run_id))}
+    log, folder = str(store.log_path(run_id)), os.getcwd()  # the folder its relative paths are read from
+    assert run.env == {"torch": "2.4.0", "device": "cpu", "device_name": "", "log": log, "folder": folder}
     assert run.stage == Stage("calibration", 4, 4)
     assert [layer.index for layer in run.layers] == [0, 1] and run.layers_done == 2
     assert run.layers[0].sparsity == pytest.approx(0.25)
@@ -100,7 +101,7 @@ def test_list_runs_filters_and_orders(tmp_path):
     assert [r.id for r in store.list_runs(last=2)] == ["aaaa0002", "bbbb0003"]
     assert [r.id for r in store.list_runs(ids=["bbbb", "aaaa0001"])] == ["bbbb0003", "aaaa0001"]
     assert store.list_runs()[0].layers == [] and store.list_runs(layers=True)[0].layers_done == 2
-    with pytest.raises(UserError, match="ambiguous"):
+    with pytest.raises(UserError, match=r"ambiguous: it starts 2 runs \(aaaa0001, aaaa0002\)\.$"):
         store.get_run("aaaa")
     with pytest.raises(UserError, match="no run 'ffff'"):
         store.get_run("ffff")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -19,6 +20,7 @@ from acetui_core.basics.texttable import text_table
 from acetui_core.execution import jobfolder
 from acetui_core.run.config import model_name
 from acetui_core.run.records import LayerRecord
+from acetui_core.scores.metrics import get_method
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
 from acetui_core.storage.store_schema import STATUSES, TERMINAL
@@ -40,6 +42,16 @@ def age(seconds: float) -> str:
         if seconds >= size:
             return f"{int(seconds // size)}{unit}"
     return f"{max(0, int(seconds))}s"
+
+
+def _calibration(config) -> str:
+    """The run's calibration source as ``--calib`` names it (a file by its name; its windows' length is in
+    the method's label), ``-`` for a run that reads none (magnitude)."""
+    try:
+        calibrated = get_method(config.method).calibrated(config)
+    except UserError:  # a plug-in this environment cannot import
+        calibrated = True
+    return "+".join(Path(part).name for part in config.calib.split("+")) if calibrated else "-"
 
 
 def _ppl_text(run: RunRecord) -> str:
@@ -105,7 +117,7 @@ def runs(
             model_name(r.config.model),
             r.label,
             r.config.sparsity,
-            str(r.config.seqlen),
+            _calibration(r.config),
             _ppl_text(r),
             "-" if r.prune_seconds is None else f"{r.prune_seconds:.1f}",
             age(now - r.created),

@@ -144,7 +144,8 @@ class StoreReader:
                 return matches[0]
             if matches:
                 raise UserError(
-                    f"Run id '{run_id}' is ambiguous: it starts {len(matches)} runs ({', '.join(matches[:4])}…)."
+                    f"Run id '{run_id}' is ambiguous: it starts {len(matches)} runs ({', '.join(matches[:4])}"
+                    f"{', …' if len(matches) > 4 else ''})."
                 )
         raise UserError(f"There is no run '{run_id}' in {self.path} (acetui runs lists them).")
 

@@ -196,7 +196,7 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
     refuse_protected(folder, f"-o {folder}", protected, "give the report a folder of its own.")
 
     def guard(path: Path) -> Path:
-        return check_output_file(path, f"-o {folder}: {path.name}", overwrite=overwrite, protected=protected)
+        return check_output_file(path, "-o", overwrite=overwrite, protected=protected)  # "-o rep/table-ppl.tex"
 
     records = finished_runs(cells, store)
     if not records:
