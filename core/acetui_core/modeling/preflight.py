@@ -48,9 +48,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 def check_runnable(source: str) -> None:
     """A local checkpoint folder a run will load must hold weights and a tokenizer beside its config.json
     (``acetui plan`` needs the config alone: a folder of just config.json can be planned)."""
-    kind, path = model_source(source)
+    kind, where = model_source(source)
     if kind != "folder":
         return
+    path = Path(where)
     if not any(any(path.glob(pattern)) for pattern in WEIGHT_FILES):
         raise UserError(
             f"The checkpoint folder {source} holds no weights: no .safetensors or .bin file beside its config.json."
