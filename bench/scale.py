@@ -170,6 +170,7 @@ def worker(checkpoint: str, label: str, nsamples: int, device: str) -> dict:
     from acetui_core.basics.resources import peak_rss_mb
     from acetui_core.modeling.streaming import load_for_run
     from acetui_core.pruning import pipeline
+    from acetui_core.pruning.plan import plan_run
     from acetui_core.run.config import RunConfig
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -190,6 +191,7 @@ def worker(checkpoint: str, label: str, nsamples: int, device: str) -> dict:
         seconds = floor(config)
         gpu = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() and device != "cpu" else None
         return {"seconds": seconds, "rss_mb": peak_rss_mb(), "gpu_mb": gpu}
+    planned = plan_run(config)  # what `acetui plan` says of this run, printed beside what it measured
     phases = PhasePeaks() if device != "cpu" else None
     start = time.perf_counter()
     loaded = load_for_run(config.model, device=config.device, dtype=config.dtype, offload=config.offload)
@@ -204,7 +206,8 @@ def worker(checkpoint: str, label: str, nsamples: int, device: str) -> dict:
         phases(None)
         print(f"{label}: peak GPU MiB by phase: {phases.peaks}", file=sys.stderr)
         gpu = max(phases.peaks.values())  # the pipeline's own figure counts only since the last phase began
-    return {"seconds": result.prune_seconds, "rss_mb": peak_rss_mb(), "gpu_mb": gpu, **spent}
+    plan = {"plan_rss_mb": planned.peak_cpu_bytes / 2**20, "plan_gpu_mb": (planned.peak_gpu_bytes or 0) / 2**20}
+    return {"seconds": result.prune_seconds, "rss_mb": peak_rss_mb(), "gpu_mb": gpu, **spent, **plan}
 
 
 class PhasePeaks:
@@ -432,20 +435,20 @@ def table(shape: str, rows, layers: int, depth: int, context: int) -> str:
     scale = depth / layers
     total = "total s" if layers == depth else f"total s (extrapolated from {layers} of {depth} layers)"
     lines = [
-        f"| {shape} | windows | s/layer | {total} | load s | calibration s | scoring s | peak RSS MiB "
-        "| peak GPU MiB | x floor | x paper A100 |",
+        f"| {shape} | windows | s/layer | {total} | load s | calibration s | scoring s | peak RSS MiB (plan) "
+        "| peak GPU MiB (plan) | x floor | x paper A100 |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, nsamples, measured, floor_run in rows:
         length = context if label.endswith("FL") else 16
         per_layer = measured["seconds"] / layers
         paper = PAPER_A100_7B.get(label) if shape == "llama-7b" else None
-        gpu = f"{measured['gpu_mb']:.0f}" if measured["gpu_mb"] is not None else "-"
+        gpu = f"{measured['gpu_mb']:.0f} ({measured['plan_gpu_mb']:.0f})" if measured["gpu_mb"] is not None else "-"
         floor_ratio = f"{measured['seconds'] / floor_run['seconds']:.2f}" if floor_run else "-"
         lines.append(
             f"| {label} | {nsamples}x{length} | {per_layer:.2f} | {per_layer * depth if scale != 1 else measured['seconds']:.1f} "
             f"| {measured['load_s']:.1f} | {measured['calib_s']:.1f} | {measured['score_s']:.1f} "
-            f"| {measured['rss_mb']:.0f} | {gpu} | {floor_ratio} "
+            f"| {measured['rss_mb']:.0f} ({measured['plan_rss_mb']:.0f}) | {gpu} | {floor_ratio} "
             f"| {f'{per_layer * depth / paper:.2f}' if paper else '-'} |"
         )
     return "\n".join(lines)

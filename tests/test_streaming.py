@@ -286,6 +286,26 @@ def test_a_gpu_plan_without_evaluation_never_places_the_whole_model(tmp_path, to
     assert in_memory < planned("--offload", "none", "--eval-seqlen", "64")
 
 
+def test_a_gpu_plan_counts_a_next_layer_only_where_there_is_one(tmp_path, monkeypatch, capsys):
+    """The GPU holds the layer being pruned and the next one, copied over beside it: a model of one layer
+    has no next (bench/scale.py measures one layer of the LLaMA-2-70B shape against its plan). Planned
+    from config.json alone, as `acetui plan` can."""
+    from transformers import LlamaConfig
+
+    def planned(layers: int) -> int:
+        folder = tmp_path / f"layers{layers}"
+        shape = dict(hidden_size=256, intermediate_size=65536, num_attention_heads=4, vocab_size=1024)
+        LlamaConfig(num_hidden_layers=layers, tie_word_embeddings=True, **shape).save_pretrained(folder)
+        args = ("plan", folder, "--device", "cuda", "--method", "magnitude", "--eval", "none", "--json")
+        code, out, err = cli(monkeypatch, capsys, *args)
+        assert code == 0, err
+        return json.loads(out)["peak_gpu_bytes"]
+
+    layer = (4 * 256 * 256 + 3 * 256 * 65536 + 2 * 256) * 2  # bf16, with its two norms
+    assert planned(2) - planned(1) == layer
+    assert planned(3) == planned(2)
+
+
 def test_planning_in_threads_leaves_every_other_model_real(tmp_path, tokenizer_dir):
     """The New run form plans in threads while the app (or a test) builds models: no model built meanwhile
     or afterwards may end up on the meta device (accelerate's init_empty_weights patches nn.Module for the

@@ -238,7 +238,8 @@ def plan_run(run: RunConfig) -> Plan:
         # the embeddings and head are on the GPU only while layer 0's inputs are captured
         # (``placement.all_but_layers_on``), not while layers are pruned
         capturing = resident * size + (activations if activations_on_gpu else 0)
-        gpu = max(2 * layer + pruning, capturing, evaluating)
+        # the layer being pruned and the next one copied over beside it (a model of one layer has no next)
+        gpu = max(min(2, len(layers)) * layer + pruning, capturing, evaluating)
     else:
         pruning = activations + max(scoring, calibration_temporaries) + statistics
         cpu = baseline + held + max(loading, pruning, evaluation + evaluation_hidden)
