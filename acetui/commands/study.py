@@ -226,7 +226,10 @@ def report(
     output: Annotated[Path, typer.Option("--output", "-o", help="The report's folder (made if missing).")],
     store: options.StoreOption = None,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace the files of an earlier report in the folder.")
+        bool,
+        typer.Option(
+            "--overwrite", help="Replace files already in the folder under the report's names (an earlier report's)."
+        ),
     ] = False,
 ) -> None:
     """Write the study's report from the store alone: tables (LaTeX, Markdown, CSV) with verdicts, figures,
