@@ -13,6 +13,7 @@ import torch
 from acetui_core.basics.errors import Cancelled, StopFlag, UserError
 from acetui_core.basics.resources import peak_rss_mb, reset_peak_memory
 from acetui_core.modeling.checkpoint import save_checkpoint
+from acetui_core.modeling.layerfeed import return_freed_memory_to_the_os
 from acetui_core.modeling.models import Loaded
 from acetui_core.modeling.streaming import PrunedLayers, load_for_run
 from acetui_core.pruning.evaluate import evaluate
@@ -42,7 +43,10 @@ def run(
     time; only its fit to the loaded model is, which needs the model."""
     if not checked:
         config = check_config(config)
-    reset_peak_memory()  # this run's peak, not that of the runs before it in this process
+    # this run's peak, not that of the runs before it in this process: what they freed goes back to the OS
+    # first, so that the mark starts from what is held now
+    return_freed_memory_to_the_os()
+    reset_peak_memory()
     if loaded is None:
         loaded = load_for_run(
             config.model, device=config.device, dtype=config.dtype, offload=config.offload, on_event=on_event
