@@ -178,6 +178,25 @@ async def test_keys_after_enter_in_a_burst_reach_the_run_it_opens(store, screen_
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(("screen_key", "table"), [("f4", "#runs"), ("f3", "#results")])
+async def test_an_arrow_before_enter_in_a_burst_opens_the_run_it_moved_to(store, screen_key, table):
+    """``Down enter`` in one read: enter, run as the app reads it, opened the run highlighted before the
+    arrow (the arrow was still on its way through the table), a run the user did not pick."""
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(screen_key)
+        rows = app.screen.query_one(table, DataTable)
+        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+        first = app.screen.cursor_run(rows).id
+        for key, char in [("down", None), ("enter", "\r")]:  # one read, as the driver hands them over
+            app._driver.send_message(events.Key(key, char))
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen")
+        assert app.followed != first
+        await pilot.press(screen_key)
+        assert app.screen.cursor_run(rows).id == app.followed  # the row the arrow moved to
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("mode", ["run", "results", "runs"])
 async def test_quitting_while_a_screen_is_composed_ends_cleanly(store, mode):
     """A screen switch nothing waits on (the Run screen opened once a start's checks pass, the first screen

@@ -18,13 +18,24 @@ from textual.binding import BindingsMap
 from textual.dom import DOMNode
 from textual.keys import key_to_character
 from textual.widget import Widget
+from textual.widgets import DataTable
 
 
 class KeysWhereTyped(App):
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key) and not event.is_forwarded:
+            if isinstance(self.focused, DataTable) and await self._table_key_now(event.key):
+                return
             event.typed_into = self.focused  # type: ignore[attr-defined]  # the widget it is about to be handed to
         await super().on_event(event)
+
+    async def _table_key_now(self, key: str) -> bool:
+        """A key typed into a run table acts as the app reads it, its bindings looked up from the table as
+        Textual would once the key had bubbled back up: the screens' keys that leave the table (enter,
+        ``o``, ``u``) act when read, so an arrow typed before them in one burst (``Up u``) must have moved
+        the cursor by then, and a key typed before an arrow (``space Down space``) must act on its row.
+        A table handles keys by bindings alone (no key handler of its own), so nothing else is skipped."""
+        return await self._check_bindings(key, priority=True) or await self._check_bindings(key)
 
     async def _on_key(self, event: events.Key) -> None:
         # Textual calls every class's ``_on_key`` down the MRO: returning hands the key to ``App._on_key``
