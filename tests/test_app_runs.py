@@ -197,6 +197,23 @@ async def test_an_arrow_before_enter_in_a_burst_opens_the_run_it_moved_to(store,
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("view", ["p", "f", "m"])
+async def test_the_results_table_has_the_keys_again_after_a_plot(store, view):
+    """``p p`` (or ``f f``, ``m m``): the plot and back. The table, hidden with the plot, had lost the focus:
+    no cursor, arrows did nothing, and ``space`` selected a row the user could not see."""
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        rows = app.screen.query_one("#results", DataTable)
+        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+        await pilot.press(view, view)
+        assert app.focused is rows
+        before = rows.cursor_row
+        await pilot.press("down")
+        assert rows.cursor_row == before + 1
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("mode", ["run", "results", "runs"])
 async def test_quitting_while_a_screen_is_composed_ends_cleanly(store, mode):
     """A screen switch nothing waits on (the Run screen opened once a start's checks pass, the first screen

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from textual import work
 from textual.message import Message
-from textual.widgets import ContentSwitcher, Static
+from textual.widgets import ContentSwitcher, DataTable, Static
 
 from acetui.app import summary
 from acetui.app.screens.results_table import ResultsTable
@@ -35,6 +35,7 @@ class ResultsPlots(ResultsTable):
         views = self.query_one("#results-views", ContentSwitcher)
         if views.current == f"{kind}-view":
             views.current = "results"
+            self.set_focus(self.query_one("#results", DataTable))  # hidden with the view, it had lost the focus
             return
         views.current = f"{kind}-view"
         {"fidelity": self._plot_fidelity, "pareto": self._plot_pareto, "overlap": self._plot_overlap}[kind]()
