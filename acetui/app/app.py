@@ -137,18 +137,21 @@ class AceApp(KeysWhereTyped, Workbench):
         self.remember(notify=mode)
         self.notify(f"When a run ends: {NOTIFY_TITLES[mode].lower()}.", timeout=4)
 
-    def _skip_under_a_dialog(self) -> None:
-        """A dialog or the keys screen holds the keys: a screen key, a priority binding that Textual runs past
-        a modal screen, is skipped there (the dialog gets the key, as before)."""
+    async def _skip_under_a_dialog(self) -> None:
+        """A dialog holds the keys: a screen key, a priority binding that Textual runs past a modal screen,
+        is skipped there (the dialog gets the key, as before). The keys screen is left instead: it asks
+        nothing, and a key that closed it in the same burst (``escape F3``) reaches it only after F3."""
+        if isinstance(self.screen, HelpScreen):
+            await self.pop_screen()
         if self.screen.is_modal:
             raise SkipAction()
 
     async def action_switch_mode(self, mode: str) -> None:
-        self._skip_under_a_dialog()
+        await self._skip_under_a_dialog()
         await self.switch_mode(mode)  # composed before the app reads the next key
 
     async def action_show_run(self) -> None:
-        self._skip_under_a_dialog()
+        await self._skip_under_a_dialog()
         await self.show_run()
 
     def show_run(self) -> AwaitMount:
