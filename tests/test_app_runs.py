@@ -214,6 +214,30 @@ async def test_the_results_table_has_the_keys_again_after_a_plot(store, view):
 
 
 @pytest.mark.asyncio
+async def test_the_pareto_view_names_every_series_at_80_columns(store):
+    """At 80 columns the line under the x axis cannot hold six series' names (it was blank): the caption,
+    which wraps, names each by its glyph."""
+    from runhelpers import Clock, insert_run
+
+    from acetui.app.widgets.plots import SERIES_MARKERS
+
+    for index, (method, sparsity) in enumerate([(m, s) for m in ("wanda", "ria", "ace") for s in ("0.5", "2:4")]):
+        config = replace(CONFIG, method=method, sparsity=sparsity)
+        insert_run(store, Clock(), f"b000000{index}", config, created=1.7e9 + index, ppl=10.0 + index)
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        rows = app.screen.query_one("#results", DataTable)
+        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+        await pilot.press("p")
+        series, _, _ = app.screen.pareto()
+        caption = str(app.screen.query_one("#pareto-caption", Static).render())
+    assert len(series) > 1
+    for line, marker in zip(series, SERIES_MARKERS, strict=False):
+        assert f"{marker}{line.name}" in caption, caption
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("mode", ["run", "results", "runs"])
 async def test_quitting_while_a_screen_is_composed_ends_cleanly(store, mode):
     """A screen switch nothing waits on (the Run screen opened once a start's checks pass, the first screen

@@ -4,13 +4,14 @@ series), and the mask overlap of two selected runs (read in a thread)."""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import work
 from textual.message import Message
 from textual.widgets import ContentSwitcher, DataTable, Static
 
 from acetui.app import summary
 from acetui.app.screens.results_table import ResultsTable
-from acetui.app.widgets.plots import SERIES_COLORS, DepthPlot, ParetoPlot
+from acetui.app.widgets.plots import SERIES_COLORS, SERIES_MARKERS, DepthPlot, ParetoPlot
 from acetui_core.analysis.figures import X_AXES, Y_LABELS, Series, figure_series
 from acetui_core.basics.errors import UserError
 from acetui_core.run.records import linear_kind
@@ -63,7 +64,10 @@ class ResultsPlots(ResultsTable):
         )
         if len(lines) > len(shown):
             caption += f" The first {len(shown)} of {len(lines)} methods are shown."
-        self.query_one("#pareto-caption", Static).update(caption)
+        # every series by its glyph in the caption, which wraps: at 80 columns six names do not fit the one
+        # line under the x axis
+        names = "  ".join(f"{marker}{line.name}" for line, marker in zip(shown, SERIES_MARKERS, strict=False))
+        self.query_one("#pareto-caption", Static).update(Text(f"{names}\n{caption}"))
         better = "lower" if self.pareto_quality == "ppl" else "higher"
         plot.show(shown, xlabel, f"{ylabel} ({better} is better)")
 
