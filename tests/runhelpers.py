@@ -259,6 +259,15 @@ def wait_until(condition, what: str, timeout: float = 120.0, every: float = 0.05
         time.sleep(every)
 
 
+def send_in_one_read(app, burst: list[tuple[str, str | None]]) -> None:
+    """Hand the app ``burst`` (key, character) as its driver does one read of a burst (SSH, tmux, a fast
+    typist): every key queued before the app handles the first."""
+    from textual import events
+
+    for key, character in burst:
+        app._driver.send_message(events.Key(key, character))
+
+
 def screen_shown(app, screen_type) -> bool:
     """The app shows a ``screen_type`` whose widgets are mounted: ``switch_mode`` makes a new mode's screen
     ``app.screen`` at once, before it is composed, so a query made then finds nothing."""

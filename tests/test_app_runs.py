@@ -11,8 +11,7 @@ from dataclasses import replace
 
 import psutil
 import pytest
-from runhelpers import cli, layer_event, pilot_wait_until, screen_shown
-from textual import events
+from runhelpers import cli, layer_event, pilot_wait_until, screen_shown, send_in_one_read
 from textual.widgets import Checkbox, DataTable, Input, Static, TabbedContent
 
 from acetui.app import make_app
@@ -123,8 +122,7 @@ async def test_keys_typed_at_once_after_slash_all_reach_the_filter(store, screen
         screen = app.screen
         order = (screen.sort_column, screen.descending)
         burst = [("slash", "/"), ("s", "s"), ("d", "d"), ("l", "l"), ("slash", "/"), ("x", "x")]
-        for key, char in burst:  # one read, as the driver hands them over
-            app._driver.send_message(events.Key(key, char))
+        send_in_one_read(app, burst)
         await pilot_wait_until(pilot, lambda: app.screen.query_one(field, Input).value == "sdl/x", "the typed filter")
         assert app.screen is screen and (screen.sort_column, screen.descending) == order  # nothing deleted or sorted
 
@@ -144,8 +142,7 @@ async def test_a_table_key_in_a_burst_acts_on_the_table_it_was_typed_into(store,
         screen = app.screen
         descending = screen.descending
         burst = [("slash", "/"), ("s", "s"), ("d", "d"), ("tab", None), ("r", "r"), ("shift+tab", None), ("l", "l")]
-        for key, char in burst:  # one read, as the driver hands them over
-            app._driver.send_message(events.Key(key, char))
+        send_in_one_read(app, burst)
         await pilot_wait_until(pilot, lambda: app.screen.query_one(field, Input).value == "sdl", "the typed filter")
         await pilot.pause()
         assert screen.descending is not descending
@@ -162,10 +159,9 @@ async def test_keys_after_enter_in_a_burst_reach_the_run_it_opens(store, screen_
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(screen_key)
         rows = app.screen.query_one(table, DataTable)
-        await pilot_wait_until(pilot, lambda: rows.row_count > 0, "the runs")
+        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
         highlighted = app.screen.cursor_run(rows).id
-        for key, char in [("enter", "\r"), ("i", "i")]:  # one read, as the driver hands them over
-            app._driver.send_message(events.Key(key, char))
+        send_in_one_read(app, [("enter", "\r"), ("i", "i")])
         await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen")
         await pilot.pause()
         assert app.followed == highlighted
@@ -176,22 +172,11 @@ async def test_keys_after_enter_in_a_burst_reach_the_run_it_opens(store, screen_
         await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen, by a click")
         assert app.followed == highlighted
 
-
-@pytest.mark.asyncio
-@pytest.mark.parametrize(("screen_key", "table"), [("f4", "#runs"), ("f3", "#results")])
-async def test_an_arrow_before_enter_in_a_burst_opens_the_run_it_moved_to(store, screen_key, table):
-    """``Down enter`` in one read: enter, run as the app reads it, opened the run highlighted before the
-    arrow (the arrow was still on its way through the table), a run the user did not pick."""
-    app = make_app(store)
-    async with app.run_test(size=SIZE) as pilot:
+        # ``down enter`` in one read: enter opened the run highlighted before the arrow, which was still on
+        # its way through the table, a run the user did not pick
         await pilot.press(screen_key)
-        rows = app.screen.query_one(table, DataTable)
-        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
-        first = app.screen.cursor_run(rows).id
-        for key, char in [("down", None), ("enter", "\r")]:  # one read, as the driver hands them over
-            app._driver.send_message(events.Key(key, char))
-        await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen")
-        assert app.followed != first
+        send_in_one_read(app, [("down", None), ("enter", "\r")])
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen) and app.followed != highlighted, "the next")
         await pilot.press(screen_key)
         assert app.screen.cursor_run(rows).id == app.followed  # the row the arrow moved to
 

@@ -20,9 +20,9 @@ from runhelpers import (
     pilot_wait_until,
     result_for,
     screen_shown,
+    send_in_one_read,
     tiny_prune_command,
 )
-from textual import events
 from textual.actions import parse as parse_action
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
@@ -636,8 +636,7 @@ async def test_screen_keys_wait_while_a_dialog_is_open_and_leave_the_keys_screen
         )
         await pilot.press("f5")
         await pilot_wait_until(pilot, lambda: screen_shown(app, HelpScreen), "the keys of the Runs screen")
-        for key, char in [("escape", None), ("f1", None)]:  # one read, as the driver hands them over
-            app._driver.send_message(events.Key(key, char))
+        send_in_one_read(app, [("escape", None), ("f1", None)])
         await pilot_wait_until(pilot, lambda: screen_shown(app, NewRunScreen), "the New run form")
         await pilot.press("f4")
         await pilot_wait_until(pilot, lambda: screen_shown(app, RunsScreen), "the Runs screen again")

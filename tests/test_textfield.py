@@ -7,7 +7,7 @@ over (``pilot.press`` would wait between keys); ``test_app_tmux.py`` sends it th
 from __future__ import annotations
 
 import pytest
-from textual import events
+from runhelpers import send_in_one_read
 from textual.app import App
 from textual.widgets import Input
 
@@ -33,8 +33,7 @@ async def typed_in_one_read(kind: type[Input]) -> str:
         field = app.query_one(Input)
         field.focus()
         await pilot.pause()
-        for key, character in BURST:
-            app._driver.send_message(events.Key(key, character))
+        send_in_one_read(app, BURST)
         await pilot.pause(0.2)
         await pilot.pause()
         return field.value
