@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,6 +17,7 @@ from acetui_core.basics.choices import ExecutorKind, RunStatus
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.texttable import text_table
 from acetui_core.execution import jobfolder
+from acetui_core.modeling.data import source_names
 from acetui_core.run.config import model_name
 from acetui_core.run.records import LayerRecord
 from acetui_core.scores.metrics import get_method
@@ -51,7 +51,7 @@ def _calibration(config) -> str:
         calibrated = get_method(config.method).calibrated(config)
     except UserError:  # a plug-in this environment cannot import
         calibrated = True
-    return "+".join(Path(part).name for part in config.calib.split("+")) if calibrated else "-"
+    return source_names(config.calib) if calibrated else "-"
 
 
 def _ppl_text(run: RunRecord) -> str:

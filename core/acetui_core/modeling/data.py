@@ -87,6 +87,12 @@ def mixture(source: str) -> list[tuple[str, float]]:
     return [(name, share / total) for name, share in parts]
 
 
+def source_names(source: str, joiner: str = "+") -> str:
+    """A calibration source as a table names it: each part of a mixture (``c4+/data/dom.jsonl@2``) with a file
+    by its name (``c4+dom.jsonl@2``), joined by ``joiner``."""
+    return joiner.join(Path(part).name for part in source.split("+"))
+
+
 def mixture_counts(shares: list[float], nsamples: int) -> list[int]:
     """Windows per source: ``nsamples`` split by the shares, the remainder to the largest fractions
     (the first source on a tie), so the counts always sum to ``nsamples``."""

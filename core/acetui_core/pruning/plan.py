@@ -44,7 +44,6 @@ from acetui_core.run.config import RunConfig
 from acetui_core.scores.masks import rows_per_slice
 from acetui_core.scores.method import Method
 from acetui_core.scores.metrics import get_method
-from acetui_core.scores.sparsity import parse_sparsity
 
 # WikiText-2's test split in tokens, at the upper end of common tokenizers (LLaMA-2's: 166 windows of 2048,
 # about 341k; GPT-2's: 287k): a streamed evaluation holds every window's hidden states, and the plan is
@@ -113,7 +112,7 @@ def _bytes(dtype) -> int:
 def _scoring_bytes(method: Method, run: RunConfig, shapes, dtype: torch.dtype) -> int:
     """The scratch of scoring the costliest of the linears of ``shapes`` (d_out, d_in) in a run of ``method``
     with ``run`` in a model of ``dtype``, by the way it is scored (``slicedscores.scoring_path``)."""
-    sparsity = parse_sparsity(run.sparsity, allow_zero=True)
+    sparsity = run.sparsity_spec
     path = scoring_path(method, run, sparsity)
     per_row = each_row_alone(run, sparsity)
     choice = method.score_bytes + ROW_CHOICE_BYTES if per_row else max(method.score_bytes, LAYER_CHOICE_BYTES)

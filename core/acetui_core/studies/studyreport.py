@@ -32,6 +32,7 @@ from acetui_core.analysis.figures import IMAGE_FORMATS, Series, figure_series, w
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.outputs import check_output_file, refuse_protected, write_text_atomic
 from acetui_core.execution.runner import NUMERIC_PACKAGES, package_version
+from acetui_core.modeling.data import source_names
 from acetui_core.scores.metrics import paper_name
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
@@ -155,7 +156,7 @@ def _by_source(records: list[RunRecord]) -> tuple[list[Series], list[str]]:
         Series(name, [(sources.index(s) + 1, statistics.mean(v), min(v), max(v)) for s, v in values.items()])
         for name, values in groups.items()
     ]
-    return lines, [" + ".join(Path(part).name for part in source.split("+")) for source in sources]
+    return lines, [source_names(source, " + ") for source in sources]
 
 
 def _figures(folder: Path, records: list[RunRecord], kept: dict, formats: tuple[str, ...], guard) -> list[Path]:
