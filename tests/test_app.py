@@ -564,6 +564,36 @@ async def test_no_color_starts_in_the_ansi_theme_without_colour(store, monkeypat
         assert app.no_color
 
 
+def _underlined(widget) -> bool:
+    """Whether ``widget`` draws any underlined cell: a mark that survives NO_COLOR."""
+    return any(seg.style and seg.style.underline for y in range(widget.region.height) for seg in widget.render_line(y))
+
+
+@pytest.mark.asyncio
+async def test_under_no_color_the_focused_field_choice_and_button_are_marked(store, monkeypatch):
+    """The focus ring and the text cursor are colours; NO_COLOR removed them and nothing showed where keys
+    would go. Each kind of control is underlined while focused, and no longer once focus moves on."""
+    from textual.widgets import Select
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        form = app.screen
+        group = form.query_one("#group", Select)
+        controls = {  # the control that takes focus, and the part of it that draws the mark
+            "field": (form.query_one("#sparsity", Input),) * 2,
+            "choice": (group, group.query_one("SelectCurrent #label")),
+            "button": (form.query_one("Button.preset", Button),) * 2,
+        }
+        for kind, (control, drawn) in controls.items():
+            control.focus()
+            await pilot.pause()
+            assert _underlined(drawn), f"the focused {kind} shows no mark under NO_COLOR"
+            form.query_one("#seed", Input).focus()
+            await pilot.pause()
+            assert not _underlined(drawn), f"the {kind} stays marked after focus left it"
+
+
 def test_unknown_theme_is_one_sentence(store):
     with pytest.raises(UserError, match="Unknown theme 'neon'; choose one of: dark, light, ansi"):
         make_app(store, theme="neon")
