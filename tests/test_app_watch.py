@@ -40,7 +40,7 @@ from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
 from acetui.app.widgets.marks import Tick
-from acetui.app.widgets.plots import count_label, sparsity_series, sparsity_title
+from acetui.app.widgets.plots import count_label, sparsity_series, sparsity_title, uniform_note
 from acetui_core.basics.paths import bundled_model
 from acetui_core.run.config import RunConfig
 from acetui_core.run.events import RunFinished, RunStarted
@@ -310,6 +310,31 @@ async def test_the_config_panel_shows_what_the_run_was_started_with(store):
 
 
 @pytest.mark.asyncio
+async def test_the_variance_tab_says_why_a_run_drew_none(store):
+    """Magnitude reads no activations: its Var[x²] tab was an empty box. It now says why; a run that has
+    the statistic shows no note."""
+    config = RunConfig(model="tiny-llama", method="magnitude", sparsity="0.5")
+    run_id = store.create_run(config)
+    store.claim(run_id)
+    store.record_event(run_id, RunStarted(config.model, config.method, config.sparsity, 2, "cpu"))
+    for index in range(2):
+        event = layer_event(index, 2)
+        for linear in event.layer.linears:
+            linear.act_stats = None  # what a magnitude run records
+        store.record_event(run_id, event)
+    for attach, note in ((run_id, "Magnitude reads no calibration activations"), (finished_run(store), None)):
+        app = make_app(store, attach=attach)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot_wait_until(pilot, lambda: app.screen.query_one("#layers", DataTable).row_count == 2, "layers")
+            await pilot.press("v")
+            shown = app.screen.query_one("#variance-note", Static)
+            if note is None:
+                assert not shown.display
+            else:
+                assert shown.display and str(shown.render()).startswith(note)
+
+
+@pytest.mark.asyncio
 async def test_the_config_panel_follows_a_queued_run_as_it_starts(store):
     """Opened while the run waits in its queue, the panel must not keep saying "queued"."""
     run_id = store.create_run(CONFIG)
@@ -422,6 +447,20 @@ def test_the_sparsity_plot_has_one_line_per_kind_of_linear():
     assert list(series) == ["q", "k", "v", "o", "gate", "up", "down"]
     assert series["q"] == [(0, 0.5), (1, 0.5)]
     assert sparsity_title(series) == "sparsity: every linear 0.500"
+    assert uniform_note(series) == "Every linear of every layer is at 0.500: the 7 lines lie on one another."
+
+
+def test_a_linear_a_hair_over_the_rest_still_reads_as_uniform():
+    """2:4 on weights that held a few zeros before pruning leaves a linear at 0.5001: on the plot and in
+    the 3 decimals shown it is the others' 0.500, so the title and the note say every linear is there."""
+    layers = [layer_event(i, 2).layer for i in range(2)]
+    layers[1].linears[2].sparsity = 0.50013
+    series = sparsity_series(layers)
+    assert sparsity_title(series) == "sparsity: every linear 0.500"
+    assert uniform_note(series).startswith("Every linear of every layer is at 0.500")
+    layers[1].linears[2].sparsity = 0.52  # a real difference still shows as one
+    series = sparsity_series(layers)
+    assert sparsity_title(series) == "sparsity by layer and linear" and uniform_note(series) == ""
 
 
 # ---- help, cancel, settings -----------------------------------------------------------------------
@@ -624,7 +663,8 @@ async def test_screen_keys_wait_while_a_dialog_is_open_and_leave_the_keys_screen
     """F1-F4 are priority bindings (so that the keys typed after them reach the new screen), which Textual runs
     past a modal screen: under a confirm dialog they stay unused, as before; the keys screen, which asks
     nothing, they close and switch. ``escape F1`` in one burst switched nothing: F1 was read while the keys
-    screen that escape was closing still held the keys."""
+    screen that escape was closing still held the keys; ``n F3`` dropped F3, read while the dialog that n
+    answered was still on the stack."""
     finished_run(store)
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
@@ -644,8 +684,15 @@ async def test_screen_keys_wait_while_a_dialog_is_open_and_leave_the_keys_screen
         await pilot_wait_until(pilot, lambda: screen_shown(app, ConfirmScreen), "the delete dialog")
         await pilot.press("f3", "f1")
         assert isinstance(app.screen, ConfirmScreen) and app.current_mode == "runs"
-        await pilot.press("escape", "f3")
+        send_in_one_read(app, [("n", "n"), ("f3", None)])  # the answer and the next screen, in one read
         await pilot_wait_until(pilot, lambda: screen_shown(app, ResultsScreen), "Results, once the dialog is closed")
+        assert store.list_runs()  # n said no
+        await pilot.press("f4")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunsScreen), "the Runs screen once more")
+        await pilot.press("d")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, ConfirmScreen), "the delete dialog again")
+        send_in_one_read(app, [("escape", None), ("f1", None)])
+        await pilot_wait_until(pilot, lambda: screen_shown(app, NewRunScreen), "the New run form, once closed")
         assert store.list_runs()  # escape said no
 
 

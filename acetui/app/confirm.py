@@ -12,7 +12,12 @@ from textual.widgets import Footer, Static
 class ConfirmScreen(ModalScreen[bool]):
     """A yes/no question; ``y`` or ``n`` (escape is no)."""
 
-    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+    # Priority: the answer is taken as the app reads the key, so the dialog is off the stack before the
+    # next key of the same burst (``n F3``) is read; otherwise F3 met the dialog still open and was dropped.
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes", priority=True),
+        Binding("n,escape", "answer(False)", "No", priority=True),
+    ]
 
     def __init__(self, question: str) -> None:
         super().__init__()

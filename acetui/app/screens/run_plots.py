@@ -24,6 +24,7 @@ from acetui.app.widgets.plots import (
     variance_series,
 )
 from acetui_core.run.records import LayerRecord
+from acetui_core.scores.metrics import METHODS
 from acetui_core.storage.store_rows import RunRecord
 
 # Each tab's name, and the short one it takes where the full names do not fit beside the layers (under
@@ -53,6 +54,7 @@ def plot_tabs() -> ComposeResult:
             yield Static("", id="sparsity-note", classes="note")
             yield DepthPlot("sparsity by layer", ylim=(0, 1), id="sparsity-plot")
         with TabPane(escape("Var[x²]"), id="variance"):
+            yield Static("", id="variance-note", classes="note")
             yield DepthPlot("Var[x²] of inputs by layer", log=True, id="variance-plot")
         with TabPane("Fidelity", id="fidelity"):
             yield Static("", id="fidelity-note", classes="note")
@@ -77,12 +79,22 @@ def replot(screen: DOMNode, run: RunRecord | None, layers: list[LayerRecord], li
     series = sparsity_series(layers)
     screen.query_one("#sparsity-plot", DepthPlot).show(total, series, sparsity_title(series) if layers else None)
     _show_note(screen, "sparsity", uniform_note(series))
-    screen.query_one("#variance-plot", DepthPlot).show(total, variance_series(layers))
+    variance = variance_series(layers)
+    screen.query_one("#variance-plot", DepthPlot).show(total, variance)
+    _show_note(screen, "variance", _no_variance(run) if layers and not variance["median"] else "")
     fidelity = fidelity_series(layers)
     screen.query_one("#fidelity-plot", DepthPlot).show(total, fidelity, fidelity_title(fidelity))
     recorded = run is None or run.config.fidelity or not layers
     _show_note(screen, "fidelity", "" if fidelity or recorded else NO_FIDELITY)
     replot_histogram(screen, run, layers, linear)
+
+
+def _no_variance(run: RunRecord | None) -> str:
+    """Why a run with layers drew no Var[x²]: its method reads no activations, or it predates the statistic."""
+    method = METHODS.get(run.config.method) if run else None
+    if method is not None and not method.calibrated(run.config):
+        return f"{method.paper_name} reads no calibration activations, so this run has no Var[x²] of inputs to draw."
+    return "This run recorded no Var[x²] of its layers' inputs (runs before the statistic was kept did not)."
 
 
 def _show_note(screen: DOMNode, tab: str, text: str) -> None:
