@@ -325,7 +325,9 @@ async def test_the_variance_tab_says_why_a_run_drew_none(store):
     for attach, note in ((run_id, "Magnitude reads no calibration activations"), (finished_run(store), None)):
         app = make_app(store, attach=attach)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot_wait_until(pilot, lambda: app.screen.query_one("#layers", DataTable).row_count == 2, "layers")
+            await pilot_wait_until(
+                pilot, lambda app=app: app.screen.query_one("#layers", DataTable).row_count == 2, "layers"
+            )
             await pilot.press("v")
             shown = app.screen.query_one("#variance-note", Static)
             if note is None:
