@@ -223,6 +223,36 @@ async def test_the_pareto_view_names_every_series_at_80_columns(store):
 
 
 @pytest.mark.asyncio
+async def test_a_plot_with_nothing_to_draw_shows_only_why(store):
+    """``m`` with no two runs selected, ``p z`` over runs without zero-shot accuracy, and ``f`` over runs
+    without fidelity drew empty axes (``, log`` for an x label) under the sentence that says why."""
+    from runhelpers import Clock, insert_run
+
+    from acetui.app.widgets.plots import DepthPlot, ParetoPlot
+
+    for index, method in enumerate(("wanda", "ace")):  # beside the store's three
+        insert_run(store, Clock(), f"c000000{index}", replace(CONFIG, method=method), created=1.7e9 + index, ppl=20.0)
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        results = app.screen
+        rows = results.query_one("#results", DataTable)
+        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+        for keys, view, plot_type, why in (
+            (("m",), "overlap", DepthPlot, "Select exactly two runs"),
+            (("m", "f"), "fidelity", DepthPlot, "None of the chosen runs recorded output fidelity"),
+            (("f", "p", "z"), "pareto", ParetoPlot, "None of the 5 selected run(s) has finished with zero-shot"),
+        ):
+            await pilot.press(*keys)
+            await pilot.pause()
+            assert str(results.query_one(f"#{view}-caption", Static).render()).startswith(why)
+            assert not results.query_one(f"#{view}-overlay", plot_type).display, f"{view}: empty axes drawn"
+        await pilot.press("z")  # back to perplexity, which both runs have: the plot is drawn again
+        await pilot.pause()
+        assert results.query_one("#pareto-overlay", ParetoPlot).display
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize("mode", ["run", "results", "runs"])
 async def test_quitting_while_a_screen_is_composed_ends_cleanly(store, mode):
     """A screen switch nothing waits on (the Run screen opened once a start's checks pass, the first screen

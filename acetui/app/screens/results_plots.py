@@ -53,8 +53,9 @@ class ResultsPlots(ResultsTable):
             lines, xlabel, ylabel = self.pareto()
         except UserError as error:
             self.query_one("#pareto-caption", Static).update(f"{error} (p: back)")
-            plot.show([], "", "")
+            plot.display = False  # empty axes under the sentence read as a plot of nothing
             return
+        plot.display = True
         shown = lines[: len(SERIES_COLORS)]
         other = "calibration tokens" if self.pareto_axis == "seconds" else "prune seconds"
         quality = "accuracy" if self.pareto_quality == "ppl" else "perplexity"
@@ -84,8 +85,12 @@ class ResultsPlots(ResultsTable):
         self.notify(f"Pareto quality: {Y_LABELS[self.pareto_quality]}.")
 
     def _show_overlay(self, kind: str, caption: str, title: str, series: dict, total_layers: int) -> None:
+        """The caption, and the plot only when it has a series: empty axes under "select two runs" or
+        "reading the masks…" read as a plot of nothing."""
         self.query_one(f"#{kind}-caption", Static).update(caption)
-        self.query_one(f"#{kind}-overlay", DepthPlot).show(total_layers, series, title)
+        plot = self.query_one(f"#{kind}-overlay", DepthPlot)
+        plot.display = bool(series)
+        plot.show(total_layers, series, title)
 
     def _plot_fidelity(self) -> None:
         chosen = [r.id for r in self.chosen()]
