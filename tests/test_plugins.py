@@ -154,3 +154,28 @@ async def test_a_plugin_given_on_the_command_line_is_in_the_new_run_metric_list(
         metrics = app.screen.query_one("#metrics", SelectionList)
         values = [metrics.get_option_at_index(i).value for i in range(metrics.option_count)]
     assert values[:2] == ["magnitude", "wanda"] and values[-1] == f"{tmp_path / 'mine.py'}:my_wanda"
+
+
+@pytest.mark.asyncio
+async def test_the_new_run_form_says_which_plugin_and_remembered_metric_it_left_out(tmp_path, monkeypatch):
+    """A plug-in named in the settings that no longer imports vanished from Metrics without a word, and a
+    remembered metric that is not available here was silently not ticked (CosP+VarP stayed instead)."""
+    from textual.widgets import SelectionList
+
+    from acetui import preferences
+    from acetui.app import make_app
+
+    monkeypatch.setenv("ACETUI_CONFIG_DIR", str(tmp_path / "config"))
+    (tmp_path / "broken.py").write_text("import no_such_module_anywhere\n")
+    preferences.update(
+        plugins=[f"{tmp_path}/broken.py:score"],
+        new_run={"metrics": [f"{tmp_path}/broken.py:score", "wanda"]},
+    )
+    app = make_app(Store(tmp_path / "runs.db"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        said = [str(notice.message) for notice in app._notifications]
+        metrics = app.screen.query_one("#metrics", SelectionList)
+        assert metrics.selected == ["wanda"]
+    assert any("broken.py could not be imported" in line and "left out of Metrics" in line for line in said), said
+    assert any(line.startswith("Not ticked: the metric(s) ") and "broken.py:score" in line for line in said), said

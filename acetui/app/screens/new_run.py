@@ -94,7 +94,10 @@ class NewRunScreen(Screen):
     def methods(self) -> dict:
         """The built-in metrics, installed entry points, and the plug-ins the settings name (``acetui --method``)."""
         if not hasattr(self, "_methods"):
-            self._methods = available_methods(METHODS, self.app.preferences.plugins)
+            unusable: list[str] = []
+            self._methods = available_methods(METHODS, self.app.preferences.plugins, unusable)
+            for why in unusable:  # a plug-in the settings name but that cannot be imported: said, not hidden
+                self.notify(f"{why} It is left out of Metrics.", severity="warning", timeout=15)
         return self._methods
 
     def compose(self) -> ComposeResult:
@@ -145,7 +148,13 @@ class NewRunScreen(Screen):
         if exiting(self):
             return
         self.query_one("#model-candidates").display = False
-        self.restore(self.app.preferences.new_run)
+        missing = self.restore(self.app.preferences.new_run)
+        if missing:
+            self.notify(
+                f"Not ticked: the metric(s) {', '.join(missing)} of your last start are not available here.",
+                severity="warning",
+                timeout=15,
+            )
         self.find_candidates()
         self.check_all()
 
@@ -169,10 +178,10 @@ class NewRunScreen(Screen):
             "metrics": list(self.query_one("#metrics", SelectionList).selected),
         }
 
-    def restore(self, saved: dict, model: str | None = None) -> None:
+    def restore(self, saved: dict, model: str | None = None) -> list[str]:
         """Fill the form with remembered values; what no longer fits (a GPU gone, a method renamed) is
         left at its default. The model is ``model`` if given, else the last one while it exists, else the
-        bundled model."""
+        bundled model. Returns the saved metrics that are not available here (none of them ticked)."""
         for widget in self._settings():
             value = saved.get(widget.id)
             if widget.id == "model" or value is None:
@@ -190,12 +199,14 @@ class NewRunScreen(Screen):
         for tick in TICKS:
             if isinstance(saved.get(tick), bool):
                 self.query_one(f"#{tick}", Checkbox).value = saved[tick]
-        metrics = [m for m in saved.get("metrics") or [] if m in self.methods]
+        saved_metrics = [str(m) for m in saved.get("metrics") or []]
+        metrics = [m for m in saved_metrics if m in self.methods]
         if metrics:
             chosen = self.query_one("#metrics", SelectionList)
             chosen.deselect_all()
             for metric in metrics:
                 chosen.select(metric)
+        return [m for m in saved_metrics if m not in self.methods]
 
     def fill(self, config: RunConfig) -> None:
         """The form set to a run's configuration (re-run or duplicate it); a notice names what no longer
