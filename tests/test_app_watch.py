@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import subprocess
 import time
 
@@ -379,6 +380,33 @@ async def test_the_finished_line_fits_at_80_columns_with_its_partial_mark(store)
         assert stage.content_region.width >= len(text)
 
 
+def test_a_long_comparison_line_keeps_the_shown_run_in_its_room():
+    """Twelve runs do not fit the batch line's two lines at 80 columns: it was cut at its end, and the run
+    shown, the twelfth, was the one lost. The runs around it are shown, with how many are left out."""
+    from types import SimpleNamespace
+
+    from rich.text import Text
+
+    from acetui.app.runview import batch_line
+    from acetui_core.basics.choices import RunStatus
+
+    runs = [
+        SimpleNamespace(
+            id=f"r{i:02d}", status=RunStatus.QUEUED, label="CosP+VarP-16", config=SimpleNamespace(sparsity="2:4")
+        )
+        for i in range(12)
+    ]
+    batch = tuple(run.id for run in runs)
+    everything = Text.from_markup(batch_line(batch, runs, "r11")).plain
+    assert everything.startswith("1 ") and "12 " in everything and "before" not in everything
+    for shown, marks in (("r11", ["before"]), ("r00", ["after"]), ("r05", ["before", "after"])):
+        line = Text.from_markup(batch_line(batch, runs, shown, room=140)).plain
+        place = int(shown[1:]) + 1
+        assert len(line) <= 140 and f"  {place} · CosP" in f"  {line}" and all(mark in line for mark in marks), line
+        left_out = sum(int(n) for n in re.findall(r"(\d+) (?:before|after)", line))
+        assert left_out + line.count("CosP+VarP-16") == 12, line
+
+
 def test_resource_line_without_a_sample_says_why():
     run = type("R", (), {"resources": None, "status": "running", "host": "gpu-7", "active": True})()
     assert summary.resource_line(run, "laptop", 0.0) == "resources: no sample recorded yet (the run is on gpu-7)"
@@ -398,6 +426,31 @@ def test_resource_line_without_a_sample_says_why():
         summary.resource_line(run, "laptop", 160.0)
         == "resources: RSS 512 MiB · CPU 99% · cuda:0 40.0 GiB/80.0 GiB 88% (sampled 1m00s ago)"
     )
+
+
+@pytest.mark.asyncio
+async def test_the_full_screen_log_names_its_run_and_scrolls_with_the_keys(store):
+    """Full screen (l), the keys went to the hidden layers table: Home did not reach the top of a long log,
+    and nothing said whose log it was."""
+    config = RunConfig(model="tiny-llama", method="wanda", sparsity="0.5")
+    run_id = store.create_run(config)
+    store.log_path(run_id).parent.mkdir(parents=True, exist_ok=True)
+    store.log_path(run_id).write_text("".join(f"12:00:{i % 60:02d} line {i}\n" for i in range(200)))
+    store.set_status(run_id, "failed", error="RuntimeError: out of patience")
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.screen.query_one("#log", RichLog)
+        await pilot_wait_until(pilot, lambda: len(log.lines) >= 200, "the log file's lines")
+        await pilot.press("l")
+        await pilot.pause()
+        assert app.focused is log and run_id in log.border_title
+        await pilot.press("home")
+        await pilot_wait_until(pilot, lambda: log.scroll_y == 0, "the top of the log")
+        await pilot.press("end")
+        await pilot_wait_until(pilot, lambda: log.scroll_y == log.max_scroll_y > 0, "the end of the log")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen.maximized is None and isinstance(app.focused, DataTable) and not log.border_title
 
 
 @pytest.mark.asyncio

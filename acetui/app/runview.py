@@ -54,10 +54,15 @@ def layer_row(layer: LayerRecord) -> tuple[str, ...]:
     )
 
 
-def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None) -> str:
-    """Every run of a comparison with its status mark and, once finished, its perplexity (markup)."""
+SEPARATOR = "  │  "
+
+
+def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None, room: int = 10_000) -> str:
+    """Every run of a comparison with its status mark and, once finished, its perplexity (markup), in at
+    most ``room`` characters: a long comparison shows the runs around the one ``shown``, with how many
+    are left out on each side (cut at the line's end, the shown run was the one lost at 80 columns)."""
     by_id = {run.id: run for run in runs}
-    parts = []
+    parts: list[tuple[str, bool]] = []  # each run's text, and whether it is the one shown
     for place, run_id in enumerate(batch, 1):
         run = by_id.get(run_id)
         if run is None:
@@ -71,9 +76,32 @@ def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None)
                 else run.status
             )
         )
-        text = escape(f"{place} {STATUS_MARK[run.status]} {run.label} {run.config.sparsity} {result}")
-        parts.append(f"[b]{text}[/b]" if run_id == shown else text)
-    return "  │  ".join(parts)
+        parts.append((f"{place} {STATUS_MARK[run.status]} {run.label} {run.config.sparsity} {result}", run_id == shown))
+    first, last = _window([text for text, _ in parts], next((i for i, (_, on) in enumerate(parts) if on), 0), room)
+    shown_parts = [f"[b]{escape(text)}[/b]" if on else escape(text) for text, on in parts[first:last]]
+    if first:
+        shown_parts.insert(0, f"… {first} before")
+    if last < len(parts):
+        shown_parts.append(f"{len(parts) - last} after …")
+    return SEPARATOR.join(shown_parts)
+
+
+def _window(texts: list[str], centre: int, room: int) -> tuple[int, int]:
+    """The widest run of ``texts`` around ``centre`` that fits ``room`` with its "… N before/after" marks."""
+
+    def width(first: int, last: int) -> int:
+        marks = (first > 0) + (last < len(texts))
+        return sum(len(t) for t in texts[first:last]) + len(SEPARATOR) * (last - first - 1 + marks) + 12 * marks
+
+    first, last = centre, min(centre + 1, len(texts))
+    grew = True
+    while grew:
+        grew = False
+        for wider in ((first, last + 1), (first - 1, last)):
+            if wider[0] >= 0 and wider[1] <= len(texts) and width(*wider) <= room:
+                first, last = wider
+                grew = True
+    return first, last
 
 
 def token_load(run: RunRecord, layers: list[LayerRecord]) -> Text:

@@ -122,6 +122,7 @@ class RunScreen(Screen):
 
     def on_resize(self) -> None:
         name_tabs(self, self.app.size.width)
+        self._show_batch()
 
     # ---- following a run ----
 
@@ -260,7 +261,9 @@ class RunScreen(Screen):
         line = self.query_one("#batch", Static)
         line.display = len(batch) > 1
         if len(batch) > 1:
-            line.update(batch_line(batch, self.app.runs, self.app.followed))
+            # Its two lines, less what wrapping at word ends may leave unused.
+            room = 2 * (self.app.size.width - 2) - 16
+            line.update(batch_line(batch, self.app.runs, self.app.followed, room))
 
     def _advance_batch(self, run: RunRecord) -> None:
         """When a run of a comparison ends, follow the next one of the batch (the batch line keeps each
@@ -310,6 +313,19 @@ class RunScreen(Screen):
             self.minimize()
         else:
             self.maximize(log, container=False)
+
+    def watch_maximized(self, maximized) -> None:
+        """Full screen, the log takes the keys (the arrows, Home, End and the pages scroll it; they went to
+        the hidden layers table) and names its run; back (l or escape), the table has them again."""
+        log = self.query_one("#log", LogPane)
+        if maximized is log:
+            run = self._run
+            log.border_title = f"log of {run.label} {run.id} · l: back" if run else "log · l: back"
+            log.focus()
+        else:
+            log.border_title = None
+            if self.focused is log:
+                self.query_one("#layers", DataTable).focus()
 
     # check_action has made sure these make sense before they run.
 
