@@ -202,6 +202,30 @@ async def test_model_field_completes_from_recent_models(store, monkeypatch, tmp_
         assert screen.query_one("#model", Input).value == recent
 
 
+@pytest.mark.asyncio
+async def test_typing_tab_and_enter_in_one_burst_picks_the_completion(store, monkeypatch, tmp_path):
+    """``C-u recent Tab Enter`` in one read: tab, a priority key, acted before the field had typed
+    "recent", so it skipped the completions that typing would show, and Enter unticked a metric."""
+    from runhelpers import send_in_one_read
+
+    monkeypatch.chdir(tmp_path)
+    recent = "org/recent-model"
+    store.create_run(configs(model=recent, method=["wanda"], sparsity=["0.5"], seqlen=[16], seed=0, evals=[])[0])
+    store.set_status(store.list_runs()[0].id, "failed", error="test")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        options = screen.query_one("#model-candidates")
+        await pilot_wait_until(pilot, lambda: options.candidates, "model candidates")
+        screen.query_one("#model", Input).focus()
+        await pilot.pause()
+        ticked = list(screen.query_one("#metrics", SelectionList).selected)
+        send_in_one_read(app, [("ctrl+u", None), *((c, c) for c in "recent"), ("tab", None), ("enter", None)])
+        picked = lambda: screen.query_one("#model", Input).value == recent  # noqa: E731
+        await pilot_wait_until(pilot, picked, "the completion picked", timeout=15)
+        assert screen.query_one("#metrics", SelectionList).selected == ticked
+
+
 def test_local_checkpoints_gguf_files_and_the_hub_cache_are_candidates(tmp_path):
     (tmp_path / "ckpt" / "llama-tiny").mkdir(parents=True)
     (tmp_path / "ckpt" / "llama-tiny" / "config.json").write_text("{}")
@@ -420,6 +444,25 @@ async def test_the_run_screen_shown_during_the_checks_follows_the_runs_once_they
         title = app.screen.query_one("#run-title", Static)
         await pilot_wait_until(pilot, lambda: slow_launcher.outcome[0] in str(title.render()), "the started run")
         assert app.followed == slow_launcher.outcome[0]
+
+
+@pytest.mark.asyncio
+async def test_runs_that_start_after_the_user_moved_on_do_not_take_the_screen(store, slow_launcher):
+    """The checks end seconds after ctrl+r: the app switched to the Run screen whatever the user was doing
+    by then, and the keys typed for the Runs filter (``u``, ``s``) re-ran a run and typed into the form."""
+    slow_launcher.outcome = [store.create_run(RunConfig(model="some-org/some-model", method="wanda"))]
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_start_and_see_it_checking(pilot)
+        await pilot.press("f4", "slash")
+        slow_launcher.release.set()
+        said = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
+        await pilot_wait_until(pilot, lambda: "1 run(s) started: F2 shows them." in said(), "the notice")
+        assert isinstance(app.screen, RunsScreen) and app.followed == slow_launcher.outcome[0]
+        await pilot.press("f2")
+        await pilot_wait_until(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen")
+        title = app.screen.query_one("#run-title", Static)
+        await pilot_wait_until(pilot, lambda: slow_launcher.outcome[0] in str(title.render()), "the started run")
 
 
 @pytest.mark.asyncio

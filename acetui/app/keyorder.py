@@ -20,6 +20,8 @@ from textual.keys import key_to_character
 from textual.widget import Widget
 from textual.widgets import DataTable
 
+from acetui.app.widgets.textfield import TextField
+
 
 class KeysWhereTyped(App):
     async def on_event(self, event: events.Event) -> None:
@@ -36,6 +38,21 @@ class KeysWhereTyped(App):
         the cursor by then, and a key typed before an arrow (``space Down space``) must act on its row.
         A table handles keys by bindings alone (no key handler of its own), so nothing else is skipped."""
         return await self._check_bindings(key, priority=True) or await self._check_bindings(key)
+
+    async def action_focus_next(self) -> None:
+        await self._keys_typed_before_tab()
+        self.screen.focus_next()
+
+    async def action_focus_previous(self) -> None:
+        await self._keys_typed_before_tab()
+        self.screen.focus_previous()
+
+    async def _keys_typed_before_tab(self) -> None:
+        """Tab is a priority key, run as the app reads it; the keys before it in the burst may still wait in
+        the focused field. ``C-u Smol Tab Enter`` tabbed past the model's completions, which "Smol" had not
+        yet shown, and Enter then unticked a metric."""
+        if isinstance(self.focused, TextField):
+            await self.focused.keys_applied()
 
     async def _on_key(self, event: events.Key) -> None:
         # Textual calls every class's ``_on_key`` down the MRO: returning hands the key to ``App._on_key``

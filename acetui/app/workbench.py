@@ -121,10 +121,14 @@ class Workbench(App):
     def follow(self, run_id: str, batch: tuple[str, ...] | None = None) -> AwaitMount:
         """Show ``run_id`` on the Run screen, live while it runs; ``batch``: the runs queued with it
         (default: those its process owns, as far as the run list tells). Awaitable: the Run screen mounted."""
+        self.follow_later(run_id, batch)
+        return self.switch_mode("run")
+
+    def follow_later(self, run_id: str, batch: tuple[str, ...] | None = None) -> None:
+        """Make ``run_id`` the run the Run screen (F2) shows, without switching to it."""
         run = next((r for r in self.runs if r.id == run_id), None)
         self.batch = batch or (summary.batch_of(self.runs, run) if run else (run_id,))
         self.followed = run_id
-        return self.switch_mode("run")
 
     def start_runs(self, configs: list[RunConfig]) -> list[str]:
         """Check ``configs`` and start them through the launcher as detached worker processes (one per

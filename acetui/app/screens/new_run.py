@@ -148,6 +148,7 @@ class NewRunScreen(Screen):
         if exiting(self):
             return
         self.query_one("#model-candidates").display = False
+        self.watch(self.query_one("#model", Input), "value", self._model_typed, init=False)
         missing = self.restore(self.app.preferences.new_run)
         if missing:
             self.notify(
@@ -333,8 +334,12 @@ class NewRunScreen(Screen):
     def _changed(self, event: Input.Changed) -> None:
         if event.input.id == "model":
             self._model_touched = self._model_touched or bool(event.value)
-            self.query_one("#model-candidates", ModelCompletions).show_matches(event.value)
         self.check_all()
+
+    def _model_typed(self, value: str) -> None:
+        # As the field's value changes, not when its Changed message reaches the screen: a tab read right after
+        # the typing (in one burst) must find the completions of what was typed (KeysWhereTyped.action_focus_next).
+        self.query_one("#model-candidates", ModelCompletions).show_matches(value)
 
     @on(SelectionList.SelectedChanged)
     @on(Checkbox.Changed)
@@ -398,8 +403,14 @@ class NewRunScreen(Screen):
             self.notify(message.refusal, severity="error", timeout=8)
             return
         self.app.remember(new_run=values)
-        if message.run_ids:
-            self.app.follow(message.run_ids[0], tuple(message.run_ids))
+        if not message.run_ids:
+            return
+        batch = tuple(message.run_ids)
+        if self.app.screen is self:
+            self.app.follow(batch[0], batch)
+        else:  # the user moved on while the runs were checked: the keys they type now are meant for that screen
+            self.app.follow_later(batch[0], batch)
+            self.notify(f"{len(batch)} run(s) started: F2 shows them.", timeout=8)
 
 
 async def rerun(app: App, run: RunRecord) -> None:

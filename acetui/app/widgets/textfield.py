@@ -12,6 +12,8 @@ bindings as the key reaches it, before the next key is read from its queue.
 
 from __future__ import annotations
 
+import asyncio
+
 from textual import events
 from textual.widgets import Input
 
@@ -27,3 +29,10 @@ class TextField(Input):
                     event.prevent_default()
                     return
         await super()._on_key(event)
+
+    async def keys_applied(self) -> None:
+        """Wait until the keys handed to the field before now are typed: a priority key read after them
+        (tab) acts on the field as they leave it (the model field's completions shown for what was typed)."""
+        applied = asyncio.Event()
+        self.call_later(applied.set)  # queued behind those keys
+        await asyncio.wait_for(applied.wait(), timeout=1.0)
