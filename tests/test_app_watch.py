@@ -338,6 +338,23 @@ async def test_the_variance_tab_says_why_a_run_drew_none(store):
 
 
 @pytest.mark.asyncio
+async def test_a_deleted_run_leaves_the_run_screen(store):
+    """Deleted (from Runs, or by ``acetui runs rm`` in another terminal), a run stayed on the Run screen, and
+    ``u`` still re-ran it. The screen moves to the run F2 would show."""
+    kept = finished_run(store)
+    config = RunConfig(model="tiny-llama", method="ria", sparsity="0.5")
+    doomed = insert_run(store, Clock(), "del00001", config, created=1_700_000_100.0, ppl=80.0)
+    app = make_app(store, attach=doomed)
+    async with app.run_test(size=SIZE) as pilot:
+        title = app.screen.query_one("#run-title", Static)
+        await pilot_wait_until(pilot, lambda: doomed in str(title.render()), "the run shown")
+        await pilot_wait_until(pilot, lambda: app.runs_listed, "the run list")
+        store.delete_runs([doomed])
+        await pilot_wait_until(pilot, lambda: kept in str(title.render()), "the run F2 would show", timeout=20)
+        assert app.followed == kept and doomed not in app.batch
+
+
+@pytest.mark.asyncio
 async def test_the_config_panel_follows_a_queued_run_as_it_starts(store):
     """Opened while the run waits in its queue, the panel must not keep saying "queued"."""
     run_id = store.create_run(CONFIG)

@@ -75,12 +75,24 @@ class Workbench(App):
             if run.id in before and before[run.id].active and not run.active:
                 self.announce_end(run)
         self._announce_new_runs(before)
+        self._forget_deleted_runs(before)
         if self.followed is None and self.current_mode == "run" and (pick := summary.run_to_show(self.runs, None)):
             self.follow(pick)
         elif self.batch == (self.followed,) and (shown := next((r for r in self.runs if r.id == self.followed), None)):
             self.batch = summary.batch_of(self.runs, shown)  # attached before the list came: find its comparison
         self.runs_signal.publish(self.runs)
         self.refresh_bindings()  # F2 on the Run screen depends on which runs are active
+
+    def _forget_deleted_runs(self, before: dict[str, RunRecord]) -> None:
+        """A run deleted (here, or by ``acetui runs rm``) leaves the Run screen and its comparison's line;
+        the screen shows the next run of the comparison, else the run F2 would pick."""
+        listed = {run.id for run in self.runs}
+        gone = {run_id for run_id in (*self.batch, self.followed) if run_id in before and run_id not in listed}
+        if not gone:
+            return
+        self.batch = tuple(run_id for run_id in self.batch if run_id not in gone)
+        if self.followed in gone:
+            self.followed = self.batch[0] if self.batch else None
 
     def _announce_new_runs(self, before: dict[str, RunRecord]) -> None:
         """On the Run screen of an ended run, say that a new run (from the CLI, a script, another session)
