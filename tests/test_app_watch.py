@@ -793,6 +793,29 @@ async def test_escape_closes_the_keys_panel(store, screen_key):
 
 
 @pytest.mark.asyncio
+async def test_results_sort_steps_only_through_the_columns_shown(store):
+    """Every run at seed 0 leaves Seed out of the table (it is in "Every run:"): ``s`` stopped on it, and on
+    every other column left out, with nothing sorted that a user could see."""
+    for number, (method, ppl) in enumerate((("wanda", 20.0), ("ace", 10.0), ("magnitude", 30.0))):
+        config = RunConfig(model="tiny-llama", method=method, sparsity="0.5", seed=0)
+        insert_run(store, Clock(), f"srt0000{number}", config, created=1_700_000_000.0 + number, ppl=ppl)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        screen = app.screen
+        table = screen.query_one("#results")
+        await pilot_wait_until(pilot, lambda: table.row_count == 3, "three results")
+        info = lambda: str(screen.query_one("#results-info", Static).render())  # noqa: E731
+        headers = {str(column.label).rstrip(" ▲▼↑↓") for column in table.columns.values()}
+        assert "Seed" not in headers
+        seen = set()
+        for key in ["s"] * len(screen.COLUMNS) + ["S"] * len(screen.COLUMNS):
+            await pilot.press(key)
+            seen.add(info().split(" by ", 1)[1].split(" ")[0])
+        assert "Seed" not in seen and seen <= headers, seen - headers
+
+
+@pytest.mark.asyncio
 async def test_results_sort_by_method_sparsity_and_seed_and_reverse(store):
     def add(run_id, method, sparsity, seed, ppl):
         config = RunConfig(model="tiny-llama", method=method, sparsity=sparsity, seed=seed)

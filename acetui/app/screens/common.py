@@ -227,7 +227,14 @@ class SortedRunListScreen(RunListScreen):
         self.show_runs()
 
     def action_sort(self, step: int) -> None:
-        self.sort_column = (self.sort_column + step) % len(self.COLUMNS)
+        """The next (``step`` 1) or previous (-1) column the table shows: a column left out because every
+        row has one value, or for want of room, sorts nothing a user can see."""
+        column = self.sort_column
+        for _ in self.COLUMNS:
+            column = (column + step) % len(self.COLUMNS)
+            if self.shown_columns is None or column in self.shown_columns:
+                break
+        self.sort_column = column
         self.descending = False
         self.show_runs()
 
