@@ -223,6 +223,29 @@ async def test_the_pareto_view_names_every_series_at_80_columns(store):
 
 
 @pytest.mark.asyncio
+async def test_the_pareto_view_says_which_method_has_no_place_on_a_log_axis_of_tokens(store):
+    """Magnitude reads no calibration tokens: against tokens (x) its points at 0 have no place on the log axis
+    and were left out without a word, its glyph still named."""
+    from runhelpers import Clock, insert_run
+
+    for index, (method, calibration) in enumerate((("wanda", {}), ("magnitude", {"calibration": None}))):
+        config = replace(CONFIG, method=method)
+        insert_run(store, Clock(), f"t000000{index}", config, created=1.7e9 + index, ppl=20.0, result=calibration)
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        rows = app.screen.query_one("#results", DataTable)
+        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+        caption = app.screen.query_one("#pareto-caption", Static)
+        await pilot.press("p")
+        assert "against prune time (s)" in str(caption.render()) and "Not on the log axis" not in str(caption.render())
+        await pilot.press("x")
+        await pilot.pause()
+        text = str(caption.render())
+    assert "against calibration tokens" in text and "Not on the log axis at 0: Magnitude." in text, text
+
+
+@pytest.mark.asyncio
 async def test_a_plot_with_nothing_to_draw_shows_only_why(store):
     """``m`` with no two runs selected, ``p z`` over runs without zero-shot accuracy, and ``f`` over runs
     without fidelity drew empty axes (``, log`` for an x label) under the sentence that says why."""

@@ -338,6 +338,29 @@ async def test_the_variance_tab_says_why_a_run_drew_none(store):
 
 
 @pytest.mark.asyncio
+async def test_the_histogram_title_keeps_its_layer_and_threshold_at_80_columns(store):
+    """``L11 self_attn.q_proj (1/7) thr 0.291`` is wider than the plot at 80 columns: it was cut at its end,
+    the threshold lost. The linear's name gives way instead."""
+    config = RunConfig(model="tiny-llama", method="wanda", sparsity="0.5")
+    run_id = store.create_run(config)
+    store.claim(run_id)
+    store.record_event(run_id, RunStarted(config.model, config.method, config.sparsity, 12, "cpu"))
+    for index in range(12):
+        event = layer_event(index, 12)
+        event.layer.linears[0].histogram.threshold = 0.2912
+        store.record_event(run_id, event)
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.screen.query_one("#layers", DataTable)
+        await pilot_wait_until(pilot, lambda: table.row_count == 12, "the layers")
+        table.move_cursor(row=11)
+        await pilot.pause()
+        drawn = app.screen.query_one("#histogram").render().plain
+        title = next(line for line in drawn.splitlines() if "L11 " in line)
+        assert "…" in title and title.strip().startswith("L11 ") and title.rstrip().endswith("(1/7) thr 0.291"), title
+
+
+@pytest.mark.asyncio
 async def test_a_deleted_run_leaves_the_run_screen(store):
     """Deleted (from Runs, or by ``acetui runs rm`` in another terminal), a run stayed on the Run screen, and
     ``u`` still re-ran it. The screen moves to the run F2 would show."""

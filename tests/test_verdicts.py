@@ -427,7 +427,7 @@ def add_length_study(store, shapes: list[tuple[int, int]]) -> None:
 
 @pytest.mark.asyncio
 async def test_the_pareto_view_draws_what_g_saves(store, tmp_path, no_color):
-    from textual.widgets import ContentSwitcher
+    from textual.widgets import ContentSwitcher, Static
 
     from acetui.app.widgets.plots import ParetoPlot
 
@@ -438,7 +438,9 @@ async def test_the_pareto_view_draws_what_g_saves(store, tmp_path, no_color):
         plot = results.query_one("#pareto-overlay", ParetoPlot)
         await pilot.pause()
         drawn = plot.render().plain
-        assert "•Wanda" in drawn and "xRIA" in drawn  # each method its glyph, named under the plot
+        caption = str(results.query_one("#pareto-caption", Static).render())
+        assert "•Wanda" in caption and "xRIA" in caption  # each method its glyph, named in the caption
+        assert "calibration tokens (samples x length), log" in drawn  # and x says what it is
         assert all(tick in drawn for tick in ("128", "256", "512"))  # 8 x 16, 8 x 32, 4 x 128 tokens
         shown = {line.name: line.points for line in plot._lines}
         await pilot.press("g")

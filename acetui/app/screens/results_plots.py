@@ -60,11 +60,14 @@ class ResultsPlots(ResultsTable):
         other = "calibration tokens" if self.pareto_axis == "seconds" else "prune seconds"
         quality = "accuracy" if self.pareto_quality == "ppl" else "perplexity"
         caption = (
-            "Each method across calibration lengths, bars: 95% intervals. "
-            f"x: by {other} · z: {quality} · g: save .tex · p: back"
+            f"Each method across calibration lengths against {xlabel}, bars: 95% intervals. "
+            f"x: {other} instead · z: {quality} instead · g: save .tex · p: back"
         )
         if len(lines) > len(shown):
             caption += f" The first {len(shown)} of {len(lines)} methods are shown."
+        off_axis = [line.name for line in shown if any(x <= 0 for x, *_ in line.points)]
+        if off_axis:  # a log axis has no place for 0 (tokens of a method without calibration data)
+            caption += f" Not on the log axis at 0: {', '.join(off_axis)}."
         # every series by its glyph in the caption, which wraps: at 80 columns six names do not fit the one
         # line under the x axis
         names = "  ".join(f"{marker}{line.name}" for line, marker in zip(shown, SERIES_MARKERS, strict=False))

@@ -127,7 +127,7 @@ def replot_histogram(screen: DOMNode, run: RunRecord | None, layers: list[LayerR
         title += ": no scores (solved, not scored)"
     elif histogram.threshold is not None:
         title += f" thr {histogram.threshold:.3g}"
-    plot.show(title, histogram)
+    plot.show(title, histogram, keep=len(f"L{layer.index} "))  # cut in the linear's name, not the threshold
     config = run.config if run else None
     text = histogram_caption(config.sparsity, config.group, histogram) if config else ""
     caption.update(escape(" ".join(filter(None, (text, choice_caption(shown.choice))))))

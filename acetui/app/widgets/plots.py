@@ -52,10 +52,15 @@ class Plot(PlotextPlot):
     def on_resize(self) -> None:
         self.replot()  # the title and legend are fitted to the width
 
-    def fit(self, text: str) -> str:
-        """``text`` cut to what plotext shows of a title or an axis label at this width."""
+    def fit(self, text: str, *, keep: int = 0) -> str:
+        """``text`` cut to what plotext shows of a title or an axis label at this width; with ``keep``, its
+        first ``keep`` characters and its end stay and the middle is cut (a figure at the end is the point)."""
         room = max(self.size.width - AXIS_WIDTH, 8)
-        return text if len(text) <= room else text[: room - 1] + "…"
+        if len(text) <= room:
+            return text
+        if keep and room > keep + 8:
+            return text[:keep] + "…" + text[len(text) - (room - keep - 1) :]
+        return text[: room - 1] + "…"
 
     def draw(self) -> None:
         raise NotImplementedError
@@ -76,16 +81,19 @@ class ScoreHistogram(Plot):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._title = "no layer pruned yet"
+        self._keep = 0
         self._histogram: Histogram | None = None
 
-    def show(self, title: str, histogram: Histogram | None) -> None:
-        self._title = title
+    def show(self, title: str, histogram: Histogram | None, keep: int = 0) -> None:
+        """``keep``: the title's first characters that stay when it is cut in the middle (the layer), the
+        end staying too (the threshold)."""
+        self._title, self._keep = title, keep
         self._histogram = histogram
         self.replot()
 
     def draw(self) -> None:
         plt = self.plt
-        plt.title(self.fit(self._title))
+        plt.title(self.fit(self._title, keep=self._keep))
         histogram = self._histogram
         if not histogram or not histogram.counts:
             return
@@ -285,7 +293,7 @@ def fidelity_title(series: dict[str, list[tuple[int, float]]]) -> str:
 class ParetoPlot(Plot):
     """Quality against cost, one series per method (``acetui_core.analysis.figures.figure_series``, the figure file's
     own): each point on a log10 cost axis labelled with the costs themselves, its interval a vertical bar;
-    glyphs named under the plot. Points at no cost (tokens of a method without calibration data) have no
+    glyphs named in the caption over it. Points at no cost (tokens of a method without calibration data) have no
     place on a log axis and are left out (pgfplots discards them from the figure file too)."""
 
     def __init__(self, **kwargs) -> None:
@@ -314,5 +322,6 @@ class ParetoPlot(Plot):
         costs = sorted({x for line, _, _ in styles for x, *_ in line.points if x > 0})
         if costs:
             plt.xticks([math.log10(x) for x in costs], [count_label(x) if x >= 1 else f"{x:.2g}" for x in costs])
-        legend = self.legend(f"{self._xlabel}, log", [(marker, line.name) for line, _, marker in styles])
-        plt.xlabel(self.fit(legend))
+        # The axis alone: the caption names each series by its glyph (at 80 columns their names left no room
+        # for the axis's, and nothing said what x was).
+        plt.xlabel(self.fit(f"{self._xlabel}, log"))
