@@ -223,6 +223,26 @@ async def test_the_pareto_view_names_every_series_at_80_columns(store):
 
 
 @pytest.mark.asyncio
+async def test_escape_leaves_the_paper_view_and_the_plots_for_the_table(store):
+    """Escape did nothing in the paper view and the plots: only their own key again went back."""
+    from textual.widgets import ContentSwitcher
+
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        rows = app.screen.query_one("#results", DataTable)
+        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+        views = app.screen.query_one("#results-views", ContentSwitcher)
+        for key in ("v", "p", "f", "m"):
+            await pilot.press(key)
+            assert views.current != "results"
+            await pilot.press("escape")
+            assert views.current == "results" and app.focused is rows, key
+        await pilot.press("slash", "escape")  # from the filter, escape still goes to the table
+        assert app.focused is rows and views.current == "results"
+
+
+@pytest.mark.asyncio
 async def test_the_pareto_view_says_which_method_has_no_place_on_a_log_axis_of_tokens(store):
     """Magnitude reads no calibration tokens: against tokens (x) its points at 0 have no place on the log axis
     and were left out without a word, its glyph still named."""
