@@ -259,7 +259,9 @@ def test_zeroshot_tables_bold_the_highest_accuracy(store):
 
 # ---- runs with different settings never share a cell ----------------------------------------------------
 
-BASE = RunConfig(model=LLAMA, method="wanda", sparsity="2:4", seqlen=16, seed=0)
+BASE = RunConfig(
+    model=LLAMA, method="wanda", sparsity="0.5", seqlen=16, seed=0
+)  # a ratio: at N:M the group never splits a row
 CALIBRATION = {"source": "c4", "nsamples": 128, "seqlen": 16, "seed": 0, "fingerprint": "6553273:1"}
 # setting -> (config changes, result changes) of a second run that differs from BASE in that setting alone
 ONE_SETTING_APART = {
@@ -319,6 +321,26 @@ def test_runs_that_differ_only_in_their_seed_share_a_cell(tmp_path):
     [cell] = table.cells.values()
     assert cell.values == [11.70, 12.30] and cell.sd == pytest.approx(0.4243, rel=1e-3)
     assert "| Wanda-16 | **12.00** ± 0.42 (n=2) |" in to_markdown(table)
+
+
+@pytest.mark.parametrize("method", ["magnitude", "ria"])
+def test_a_methods_ratio_and_n_m_runs_share_its_row(tmp_path, method):
+    """Magnitude and RIA choose per layer at a ratio; every N:M run records row groups (N:M competes within
+    rows whatever --group says): the paper's table had each in two half-empty rows, "(layer groups)" at
+    0.5 and "(row groups)" at 2:4. A ratio run at row groups still has a row of its own."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    calibration = None if method == "magnitude" else CALIBRATION
+    for number, (sparsity, group) in enumerate((("0.5", "layer"), ("2:4", "row"), ("0.5", "row"))):
+        config = RunConfig(**{**BASE.to_dict(), "method": method, "sparsity": sparsity, "group": group})
+        insert_run(store, clock, f"g000000{number}", config, created=1.7e9 + number, ppl=20.0 + number,
+                   result={"calibration": calibration, "group": group})  # fmt: skip
+    table = comparison(store.list_runs())
+    assert len(table.rows) == 2, table.rows
+    [default] = [row for row in table.rows if "layer groups" in row]
+    [other] = [row for row in table.rows if row != default]
+    assert [column[1] for row, column in table.cells if row == default] == ["50%", "2:4"], table.cells.keys()
+    assert "row groups" in other and [column[1] for row, column in table.cells if row == other] == ["50%"]
 
 
 def test_runs_of_the_bundled_model_from_two_environments_share_a_cell(tmp_path):

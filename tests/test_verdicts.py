@@ -154,6 +154,19 @@ def test_rows_tied_for_best_compare_the_others_with_the_one_of_more_seeds(store)
     assert found["CosP-16"].verdict == "worse" and found["CosP-16"].p is not None
 
 
+def test_one_window_gives_no_interval_and_no_verdict(store):
+    """``--eval-limit 1``: one window per run, so nothing measures the windows' sampling noise. Two
+    seed-free magnitude variants were called worse at p < 0.001, each with a zero-width interval."""
+    clock = store.clock_
+    add(store, clock, "a0000001", method="magnitude", calibration=None, windows=(1, SEQLEN))
+    add(store, clock, "b0000002", method="magnitude", calibration=None, windows=(1, SEQLEN), shift=0.3, group="row")
+    found = verdicts(store)
+    [best, other] = sorted(found, key=lambda row: found[row].verdict)
+    assert found[best].verdict == "best" and found[best].ci is None
+    assert found[other].verdict == "untested" and found[other].p is None and found[other].ci is None
+    assert found[other].note.startswith("cannot be tested: evaluated on 1 window")
+
+
 def test_a_run_without_window_losses_shows_its_perplexity_and_cannot_be_tested(store):
     clock = store.clock_
     for seed in range(2):

@@ -53,6 +53,12 @@ class Group:
     def seed_noise_known(self) -> bool:
         return self.seed_free or self.seeds >= 2
 
+    @property
+    def unit_noise_known(self) -> bool:
+        """Whether the sampling noise of the units can be measured: a stratum of two units or more. One
+        window (``--eval-limit 1``) gives none, and a zero-width interval would claim certainty."""
+        return any(len(units) > 1 for units in self.runs[0])
+
     def run_means(self) -> np.ndarray:
         return np.array([stratified_mean(strata) for strata in self.runs])
 

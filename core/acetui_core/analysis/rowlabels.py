@@ -9,9 +9,11 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from acetui_core.basics.choices import SparsityGroup
 from acetui_core.basics.paths import model_key
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.run.records import RunResult
+from acetui_core.scores.metrics import METHODS
 from acetui_core.storage.store_rows import RunRecord
 
 
@@ -43,6 +45,12 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     if result.calibration is None:  # no calibration data: its settings cannot matter
         skip |= _CALIBRATION
     values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
+    if "group" in values and config.sparsity_spec.is_nm:
+        # N:M competes within each row's runs of M inputs whatever --group says: the run sits in the row of
+        # its method's reference group, beside that method's ratio runs (magnitude's are per layer), not in
+        # a half-empty "(row groups)" row of its own.
+        method = METHODS.get(config.method)
+        values["group"] = str(method.group if method is not None else SparsityGroup.ROW)
     values["dtype"] = result.dtype
     values["model"] = model_key(config.model)  # an installed copy of the bundled model is the bundled model
     bundled = values["model"] != config.model

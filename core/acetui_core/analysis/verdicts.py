@@ -2,7 +2,8 @@
 column's best (``best``, ``tied``, ``worse``), by a paired test on the same windows or documents with the
 seed spread included and Holm's correction over the column (``acetui_core.analysis.evidence``). A cell is
 ``unknown`` when a calibrated method has one seed (its seed noise cannot be measured), ``untested`` when a
-run kept no per-unit record (recorded before acetui kept them) or was not evaluated on the best's units.
+run kept no per-unit record (recorded before acetui kept them), was not evaluated on the best's units, or
+on one unit only (one window: no sampling noise to measure).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ NOT_KEPT = {
 OTHER_UNITS = "cannot be tested: not evaluated on the same windows or documents as the best"
 BEST_UNTESTED = "cannot be tested: the column's best kept no per-unit record to compare with"
 BEST_ONE_SEED = "the column's best has 1 seed: seed noise unknown"
+ONE_UNIT = {
+    "ppl": "cannot be tested: evaluated on 1 window, whose sampling noise cannot be measured (--eval-limit)",
+    "zeroshot": "cannot be tested: 1 document per task, whose sampling noise cannot be measured (--zeroshot-limit)",
+}
 
 
 @dataclass
@@ -124,7 +129,8 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
         for key in keys:
             cell, own = table.cells[key], units[key]
             ratio = cell.value / best_value if best_value else math.nan
-            ci = _interval(own, table.measure, level) if isinstance(own, _Units) else None
+            measured = isinstance(own, _Units) and own.group.unit_noise_known
+            ci = _interval(own, table.measure, level) if measured else None
             note = None
             difference = None
             if key == best or key in table.best:  # the best, or equal to it as printed
@@ -135,6 +141,8 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
                 verdict, note = "untested", BEST_UNTESTED
             elif own.identity != best_units.identity:
                 verdict, note = "untested", OTHER_UNITS
+            elif not (measured and best_units.group.unit_noise_known):
+                verdict, note = "untested", ONE_UNIT[kind]
             else:
                 paired = evidence.paired_difference(own.group, best_units.group, level)
                 difference = _difference(table.measure, paired, best_units.group.mean)
