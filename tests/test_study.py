@@ -403,3 +403,25 @@ def test_the_bundled_study_files_are_valid_studies(path):
     """The files docs/methods.md runs: every key a run setting, every value checked."""
     study = load_study(path)
     assert study.axes and study.configs()
+
+
+def test_the_source_figure_keeps_settings_apart_and_counts_a_repeated_seed_once(tmp_path):
+    """ppl_vs_source drew Wanda at 4 and at 8 samples as one series, their perplexities averaged as if they
+    were seeds, and a seed run twice counted twice."""
+    from acetui_core.studies.studyreport import _by_source
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    runs = ((4, 0, 30.0), (8, 0, 20.0), (8, 0, 22.0), (8, 1, 24.0))  # nsamples, seed, ppl: seed 0 of 8 twice
+    for number, (nsamples, seed, ppl) in enumerate(runs):
+        config = RunConfig(model="org/tiny", method="wanda", sparsity="0.5", nsamples=nsamples, seed=seed)
+        calibration = {"source": "c4", "nsamples": nsamples, "seqlen": 16, "seed": seed, "fingerprint": "1:1"}
+        insert_run(store, clock, f"s000000{number}", config, created=1.7e9 + number, ppl=ppl,
+                   result={"calibration": calibration})  # fmt: skip
+    lines, sources = _by_source(store.list_runs())
+    assert sources == ["c4"]
+    points = {line.name: line.points for line in lines}
+    assert points == {
+        "Wanda-16 (4 samples) at 0.5": [(1, 30.0, 30.0, 30.0)],
+        "Wanda-16 (8 samples) at 0.5": [(1, 23.0, 22.0, 24.0)],  # seed 0's latest run (22) and seed 1
+    }

@@ -20,20 +20,19 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from acetui_core.analysis import verdicts
-from acetui_core.analysis.comparison import Comparison, comparison, measured
+from acetui_core.analysis.comparison import Cell, Comparison, comparison, measured
 from acetui_core.analysis.export import to_csv, to_latex, to_markdown
 from acetui_core.analysis.figures import IMAGE_FORMATS, Series, figure_series, write_figure
+from acetui_core.analysis.rowlabels import row_labels
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.outputs import check_output_file, refuse_protected, write_text_atomic
 from acetui_core.execution.runner import NUMERIC_PACKAGES, package_version
 from acetui_core.modeling.data import source_names
-from acetui_core.scores.metrics import paper_name
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
 from acetui_core.studies.study import Study, finished_runs
@@ -143,18 +142,23 @@ def summary(tables: dict[str, Comparison], by_method: dict[str, list[Comparison]
 
 
 def _by_source(records: list[RunRecord]) -> tuple[list[Series], list[str]]:
-    """Perplexity against calibration source: one series per method, length and sparsity; a point per
-    source at the mean over seeds, the bars at the lowest and highest seed."""
-    sources = list(dict.fromkeys(r.config.calib for r in records if r.results and r.results.calibration))
-    groups: dict[str, dict[str, list[float]]] = {}
-    for record in records:
-        if record.ppl is None or record.results is None or record.results.calibration is None:
-            continue
-        name = f"{paper_name(record.config.method)}-{record.config.seqlen} at {record.config.sparsity}"
-        groups.setdefault(name, {}).setdefault(record.config.calib, []).append(record.ppl)
+    """Perplexity against calibration source: one series per row of the study's tables (every setting but
+    the source alike: ``Wanda-16 (4 samples)`` apart from ``Wanda-16 (8 samples)``) and sparsity; a point per
+    source at the mean over seeds (a repeated seed counted once, as in the tables), the bars at the lowest
+    and highest seed."""
+    calibrated = [r for r in records if r.ppl is not None and r.results is not None and r.results.calibration]
+    sources = list(dict.fromkeys(r.config.calib for r in calibrated))
+    labels = row_labels(calibrated, {r.id: r.label for r in calibrated}, "ppl", "sparsity", frozenset({"calibration"}))
+    groups: dict[str, dict[str, Cell]] = {}
+    for record in calibrated:
+        name = f"{labels[record.id]} at {record.config.sparsity}"
+        cell = groups.setdefault(name, {}).setdefault(record.config.calib, Cell([], [], False))
+        cell.add(record, record.ppl, False)
     lines = [
-        Series(name, [(sources.index(s) + 1, statistics.mean(v), min(v), max(v)) for s, v in values.items()])
-        for name, values in groups.items()
+        Series(
+            name, [(sources.index(s) + 1, cell.value, min(cell.values), max(cell.values)) for s, cell in cells.items()]
+        )
+        for name, cells in groups.items()
     ]
     return lines, [source_names(source, " + ") for source in sources]
 
@@ -167,7 +171,8 @@ def _figures(folder: Path, records: list[RunRecord], kept: dict, formats: tuple[
         ("ppl_vs_seqlen", lambda: figure_series(records, kept, "seqlen"), True, None),
     ]
     lines, sources = _by_source(records)
-    wanted.append(("ppl_vs_source", lambda: (lines, "calibration source", MEASURES["ppl"]), False, sources))
+    ylabel = f"{MEASURES['ppl']} (bars: lowest and highest seed)"  # the other figures' bars are 95% intervals
+    wanted.append(("ppl_vs_source", lambda: (lines, "calibration source", ylabel), False, sources))
     for name, make, log_x, ticks in wanted:
         series, xlabel, ylabel = make()
         if not series:
