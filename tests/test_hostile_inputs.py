@@ -74,6 +74,11 @@ CASES = {
     "a negative count": (["prune", "{model}", "--nsamples", "-5"], "--nsamples must be at least 1 (got -5)"),
     "a negative seed": (["compare", "{model}", "--seeds", "0,-1"], "--seeds must be at least 0 (got -1)"),
     "unicode digit in a list": (["compare", "{model}", "--seeds", "0,³"], "--seeds must be a whole number, not '³'"),
+    "a seed given twice": (["compare", "{model}", "--seeds", "0,1,0"], "--seeds gives 0 twice; give each value once."),
+    "one sparsity written two ways": (
+        ["compare", "{model}", "--sparsity", "0.5,2:4,0.50"],
+        "--sparsity gives 0.5 twice; give each value once.",
+    ),
     "unicode digit for --last": (["runs", "--last", "²"], "--last must be a whole number, not '²'"),
     "letters for the zero-shot limit": (["eval", "{model}", "--limit", "x"], "--limit must be a whole number, not 'x'"),
     "letters for seconds": (["runs", "watch", GOOD_RUN, "--interval", "abc"], "--interval must be a number, not 'abc'"),

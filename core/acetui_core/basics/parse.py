@@ -15,9 +15,10 @@ from acetui_core.basics.errors import UserError
 _WHOLE = re.compile(r"[+-]?[0-9]+")  # a sign too: "-1" is out of range, not "not a whole number"
 
 
-def items(text: str | None) -> list[str]:
-    """Comma-separated items, stripped, empty ones dropped, repeats removed (first kept)."""
-    return list(dict.fromkeys(part.strip() for part in str(text or "").split(",") if part.strip()))
+def items(text: str | None, unique: bool = True) -> list[str]:
+    """Comma-separated items, stripped, empty ones dropped, repeats removed (first kept) when ``unique``."""
+    parts = [part.strip() for part in str(text or "").split(",") if part.strip()]
+    return list(dict.fromkeys(parts)) if unique else parts
 
 
 def some(text: str | None, flag: str) -> list[str]:

@@ -58,16 +58,21 @@ class Setting:
         return self.parse(typed, flag or self.flag) if self.parse is not None else typed
 
     def values(self, typed: Any, flag: str | None = None) -> list:
-        """Several values (an axis's): a list, or text separated by commas; each through the parser,
-        repeats dropped, at least one. The one reading of a list for the CLI, the form and a study."""
+        """Several values (an axis's): a list, or text separated by commas; each through the parser, at
+        least one, none twice. The one reading of a list for the CLI, the form and a study. A repeat is
+        refused, not dropped: ``--seeds 0,0`` meant two seeds and would run one."""
         flag = flag or self.grid_flag
         if typed is None or isinstance(typed, str):
-            items: list = parse.items(typed)
+            items: list = parse.items(typed, unique=False)
         else:
             items = list(typed) if isinstance(typed, list | tuple) else [typed]
         if not items:
             raise UserError(f"{flag} needs at least one value: {self.help[0].lower()}{self.help[1:]}")
-        return list(dict.fromkeys(self.value(item, flag) for item in items))
+        values = [self.value(item, flag) for item in items]
+        repeated = next((value for i, value in enumerate(values) if value in values[:i]), None)
+        if repeated is not None:
+            raise UserError(f"{flag} gives {repeated} twice; give each value once.")
+        return values
 
     @property
     def text(self) -> str:

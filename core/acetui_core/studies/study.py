@@ -118,7 +118,10 @@ def parse_study(text: str, path: Path) -> Study:
                 if not value:
                     raise UserError(f"{name} is an empty list; give at least one value.")
                 values = [_value(name, item) for item in value]
-                axes[name] = [v for i, v in enumerate(values) if v not in values[:i]]  # repeats dropped
+                repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+                if repeated is not None:  # seed = [0, 0] meant two seeds and would run one
+                    raise UserError(f"{name} gives {repeated} twice; give each value once.")
+                axes[name] = values
             else:
                 common[name] = _value(name, value)
         except UserError as problem:
