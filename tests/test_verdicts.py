@@ -532,6 +532,26 @@ def test_figures_draw_each_method_with_its_intervals(store, tmp_path, monkeypatc
     assert code == 2 and "Unknown figure 'bars'; choose one of: pareto, seqlen" in err
 
 
+def test_a_method_without_calibration_tokens_is_named_not_drawn_at_zero_on_a_log_axis(
+    store, tmp_path, monkeypatch, capsys
+):
+    """Magnitude reads no calibration tokens: the figure put it at x = 0 under xmode=log, which pgfplots
+    drops without a word. It is left out, and the file and the command say so."""
+    clock = store.clock_
+    for seed in range(2):
+        add(store, clock, f"a00000{seed:02d}", seed=seed)
+    add(store, clock, "m0000009", method="magnitude", calibration=None, shift=1.5)
+    tex = tmp_path / "pareto.tex"
+    code, _, err = cli(monkeypatch, capsys, "figure", "pareto", "--x", "tokens", "-o", tex, "--store", store.path)
+    assert code == 0, err
+    text = tex.read_text()
+    assert "\\addlegendentry{Magnitude}" not in text and "\n  (0, " not in text
+    assert "% Not on the log x axis (x = 0: no calibration data): Magnitude." in text
+    assert "Not on the log x axis (x = 0: no calibration data): Magnitude." in err
+    code, _, err = cli(monkeypatch, capsys, "figure", "pareto", "-o", tmp_path / "s.tex", "--store", store.path)
+    assert code == 0 and "Magnitude" in (tmp_path / "s.tex").read_text() and "Not on" not in err  # seconds: drawn
+
+
 def test_a_length_study_with_fewer_long_windows_keeps_one_series_per_method(store, tmp_path, monkeypatch, capsys):
     import re
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from acetui_core.analysis.figures import (
     check_figure_file,
     figure_series,
     layer_series,
+    off_log_axis,
     write_figure,
 )
 from acetui_core.basics.errors import check_choice
@@ -52,4 +54,7 @@ def figure(
     else:
         lines, xlabel, ylabel = figure_series(records, kept, kind, x, table, level)
         write_figure(lines, xlabel, ylabel, target, log_x=kind != "experts", replace=overwrite)
+        lost = off_log_axis(lines)[1] if kind != "experts" else []
+        if lost:
+            print(f"Not on the log x axis (x = 0: no calibration data): {', '.join(lost)}.", file=sys.stderr)
     print(output)

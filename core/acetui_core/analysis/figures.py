@@ -109,11 +109,29 @@ def _tex_text(text: str) -> str:
     return "".join("\\" + char if char in "&%$#_{}" else char for char in text)
 
 
+def off_log_axis(lines: list[Series]) -> tuple[list[Series], list[str]]:
+    """The series with their points that a log x axis can place, and the names of those that lost points
+    at x = 0 (calibration tokens or length of a method that reads no calibration data): pgfplots and
+    matplotlib would drop them without a word, or draw them at a meaningless 0."""
+    kept, lost = [], []
+    for line in lines:
+        placed = [point for point in line.points if point[0] > 0]
+        if len(placed) < len(line.points):
+            lost.append(line.name)
+        if placed:
+            kept.append(Series(line.name, placed))
+    return kept, lost
+
+
 def to_pgfplots(
     lines: list[Series], xlabel: str, ylabel: str, log_x: bool = True, ticks: list[str] | None = None
 ) -> str:
     """A ``tikzpicture`` with one ``\\addplot`` (asymmetric error bars) and legend entry per series;
-    ``ticks`` names the x positions 1, 2, ... (categories such as calibration sources)."""
+    ``ticks`` names the x positions 1, 2, ... (categories such as calibration sources). On a log axis,
+    points at x = 0 are left out, and a comment names their series."""
+    lost: list[str] = []
+    if log_x:
+        lines, lost = off_log_axis(lines)
     named = (
         f", xtick={{{','.join(str(i) for i in range(1, len(ticks) + 1))}}}, "
         f"xticklabels={{{','.join('{' + _tex_text(t) + '}' for t in ticks)}}}"
@@ -122,6 +140,7 @@ def to_pgfplots(
     )
     out = [
         "% acetui figure: needs \\usepackage{pgfplots} in the preamble.",
+        *([f"% Not on the log x axis (x = 0: no calibration data): {', '.join(lost)}."] if lost else []),
         "\\begin{tikzpicture}",
         f"\\begin{{axis}}[xlabel={{{_tex_text(xlabel)}}}, ylabel={{{_tex_text(ylabel)}}}, "
         f"xmode={'log' if log_x else 'normal'}{named}, legend pos=outer north east]",
@@ -200,7 +219,7 @@ def write_figure(
             "(a .tex figure needs nothing)."
         ) from None
     figure, axes = plt.subplots(figsize=(6, 4))
-    for line in lines:
+    for line in off_log_axis(lines)[0] if log_x else lines:
         xs, ys, lows, highs = zip(*line.points, strict=True)
         below = [y - low for y, low in zip(ys, lows, strict=True)]
         above = [high - y for y, high in zip(ys, highs, strict=True)]
