@@ -138,6 +138,10 @@ def test_a_row_compared_with_a_one_seed_best_says_whose_seed_noise_is_unknown(st
     assert found["Wanda-16"].verdict == "best"
     assert found["RIA-16"].verdict == "unknown" and found["RIA-16"].p is None
     assert found["RIA-16"].note == "the column's best has 1 seed: seed noise unknown"
+    from acetui_core.analysis.export import verdict_note
+
+    table = judge(comparison(store.list_runs()), store.evidence([r.id for r in store.list_runs()]))
+    assert "not tested where it or its column's best is a calibrated method with one seed" in verdict_note(table)
 
 
 def test_rows_tied_for_best_compare_the_others_with_the_one_of_more_seeds(store):

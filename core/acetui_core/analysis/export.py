@@ -192,7 +192,10 @@ def verdict_note(table: Comparison, dash: str = "–") -> str | None:
     elif spread:
         parts.append(spread)
     if unknown:
-        parts.append("A calibrated method with one seed is not tested: its seed noise is unknown.")
+        parts.append(
+            "A row is not tested where it or its column's best is a calibrated method with one seed: "
+            "that seed noise is unknown."
+        )
     if repeats:
         parts.append(repeats)
     return " ".join(parts)
