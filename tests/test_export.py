@@ -154,6 +154,22 @@ def test_seqlen_columns_give_the_appendix_layout(store):
     assert "| RIA    | **7.27** |       -- |" in to_markdown(table)
 
 
+def test_a_method_without_calibration_data_is_under_no_calibration_length(tmp_path):
+    """Magnitude's --seqlen is unused: it sat under a calibration length of its own (``8``), bold as the
+    best of that column."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for number, (method, seqlen, calibration) in enumerate(
+        (("wanda", 16, CALIBRATION), ("wanda", 32, {**CALIBRATION, "seqlen": 32}), ("magnitude", 8, None))
+    ):
+        config = RunConfig(**{**BASE.to_dict(), "method": method, "seqlen": seqlen})
+        insert_run(store, clock, f"n000000{number}", config, created=1.7e9 + number, ppl=20.0 + number,
+                   result={"calibration": calibration})  # fmt: skip
+    table = comparison(store.list_runs(), columns="seqlen")
+    assert [h for _, h in table.columns] == ["16", "32", "no calibration"]
+    assert [header for row, (_, header) in table.cells if row == "Magnitude"] == ["no calibration"]
+
+
 def test_latex_escapes_model_names():
     assert latex_escape("my_model#2 50%") == r"my\_model\#2 50\%"
 

@@ -303,7 +303,9 @@ def comparison(
         suffix = f" ({_sparsity_header(config)})" if several_sparsities else ""
         if columns == "seqlen":
             length = "FL" if config.seqlen == "full" else str(config.seqlen)
-            if several_budgets and result_of(record).calibration is not None:
+            if result_of(record).calibration is None:  # magnitude: under no length (its --seqlen was unused)
+                length = "no calibration"
+            elif several_budgets:
                 length = f"{config.nsamples}x{length}"
             return paper_name(config.method) + suffix, length
         if columns == "seed":
