@@ -223,6 +223,21 @@ async def test_the_pareto_view_names_every_series_at_80_columns(store):
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(("screen_key", "table_id"), [("f4", "#runs"), ("f3", "#results")])
+async def test_home_and_end_go_to_the_first_and_last_run(store, screen_key, table_id):
+    """DataTable's home and end move a column cursor: on a table of runs (a row cursor) they did nothing."""
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(screen_key)
+        rows = app.screen.query_one(table_id, DataTable)
+        await pilot_wait_until(pilot, lambda: rows.row_count > 2, "the runs")
+        await pilot.press("end")
+        assert rows.cursor_row == rows.row_count - 1
+        await pilot.press("home")
+        assert rows.cursor_row == 0
+
+
+@pytest.mark.asyncio
 async def test_escape_leaves_the_paper_view_and_the_plots_for_the_table(store):
     """Escape did nothing in the paper view and the plots: only their own key again went back."""
     from textual.widgets import ContentSwitcher

@@ -20,6 +20,7 @@ from acetui.app import paper
 from acetui.app.screens.common import filter_keys, open_keys
 from acetui.app.screens.results_export import ResultsExports
 from acetui.app.widgets.plots import DepthPlot, ParetoPlot
+from acetui.app.widgets.rowtable import RowTable
 from acetui.app.widgets.textfield import TextField
 from acetui_core.storage.store_rows import RunRecord
 
@@ -87,7 +88,7 @@ class ResultsScreen(ResultsExports):
         yield Static("", id="results-common")
         yield Static("", id="results-empty")
         with ContentSwitcher(initial="results", id="results-views"):
-            yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
+            yield RowTable(id="results")
             with VerticalScroll(id="paper"):
                 yield Static("", id="paper-table")
             with Vertical(id="fidelity-view", classes="overlay"):

@@ -29,6 +29,7 @@ from acetui.app.screens.run_plots import name_tabs, plot_tabs, replot, replot_hi
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.watch import follow_run, tail_log
 from acetui.app.widgets.logpane import LogPane
+from acetui.app.widgets.rowtable import RowTable
 from acetui.app.workbench import Workbench
 from acetui_core.basics.choices import RunStatus
 from acetui_core.run.config import model_name
@@ -104,7 +105,7 @@ class RunScreen(Screen):
         yield Static("", id="run-error", classes="error")
         with Horizontal(id="run-body"):
             with Vertical(id="run-left"):
-                yield DataTable(id="layers", cursor_type="row", zebra_stripes=True)
+                yield RowTable(id="layers")
                 yield LogPane(id="log", wrap=True, min_width=20, markup=False, highlight=False, max_lines=5000)
             yield from plot_tabs()
         yield Footer(show_command_palette=False, compact=True)

@@ -27,6 +27,7 @@ from acetui.app.screens.common import (
 )
 from acetui.app.screens.new_run import rerun
 from acetui.app.summary import STATUS_COLOR
+from acetui.app.widgets.rowtable import RowTable
 from acetui.app.widgets.textfield import TextField
 from acetui_core.basics.errors import UserError
 from acetui_core.run.config import model_name
@@ -119,7 +120,7 @@ class RunsScreen(SortedRunListScreen):
                 select_on_focus=False,
             )
             yield Static("", id="runs-info")
-        yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+        yield RowTable(id="runs")
         yield Static("", id="run-detail")
         yield Footer(show_command_palette=False, compact=True)
 
