@@ -83,7 +83,7 @@ class ResultsScreen(ResultsExports):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="results-bar"):
-            yield TextField(placeholder="filter by model (/)", id="filter", compact=True, select_on_focus=False)
+            yield TextField(placeholder="/ filter by model", id="filter", compact=True, select_on_focus=False)
             yield Static("", id="results-info")
         yield Static("", id="results-common")
         yield Static("", id="results-empty")

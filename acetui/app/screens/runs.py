@@ -114,7 +114,7 @@ class RunsScreen(SortedRunListScreen):
         yield Header()
         with Horizontal(id="runs-bar"):
             yield TextField(
-                placeholder="filter: status, model or method words (/)",
+                placeholder="/ filter: status, model or method words",  # the key first: a narrow field cuts the end
                 id="runs-filter",
                 compact=True,
                 select_on_focus=False,
