@@ -299,7 +299,7 @@ async def test_a_plot_with_nothing_to_draw_shows_only_why(store):
         for keys, view, plot_type, why in (
             (("m",), "overlap", DepthPlot, "Select exactly two runs"),
             (("m", "f"), "fidelity", DepthPlot, "None of the chosen runs recorded output fidelity"),
-            (("f", "p", "z"), "pareto", ParetoPlot, "None of the 5 selected run(s) has finished with zero-shot"),
+            (("f", "p", "z"), "pareto", ParetoPlot, "None of the 5 run(s) has finished with mean zero-shot accuracy"),
         ):
             await pilot.press(*keys)
             await pilot.pause()

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from acetui_core.analysis.comparison import Comparison, comparison
+from acetui_core.analysis.comparison import Comparison, comparison, measured
 from acetui_core.analysis.verdicts import judge
 from acetui_core.basics.errors import UserError, check_choice
 from acetui_core.basics.outputs import atomic_file, write_text_atomic
@@ -78,6 +78,9 @@ def figure_series(
     check_choice(kind, ("pareto", "seqlen", "experts"), "figure")
     check_choice(x_axis, X_AXES, "--x")
     check_choice(measure, Y_LABELS, "--table")
+    if not any(measured(record, "ppl" if measure == "ppl" else "zeroshot") for record in records):
+        # said here, not by the table: a figure has no "--format csv" to fall back on
+        raise UserError(f"None of the {len(records)} run(s) has finished with {Y_LABELS[measure]}: nothing to draw.")
     columns = "sparsity" if kind == "experts" else "seqlen"
     grid = judge(comparison(records, columns=columns, measure=measure), kept, level)
     xlabel = {"seqlen": "calibration length (tokens)", "experts": PARAMETERS_REMOVED}.get(kind, X_AXES[x_axis])
