@@ -205,11 +205,12 @@ async def test_model_field_completes_from_recent_models(store, monkeypatch, tmp_
 @pytest.mark.asyncio
 async def test_typing_tab_and_enter_in_one_burst_picks_the_completion(store, monkeypatch, tmp_path):
     """``C-u recent Tab Enter`` in one read: tab, a priority key, acted before the field had typed
-    "recent", so it skipped the completions that typing would show, and Enter unticked a metric."""
+    "recent", so it skipped the completions that typing would show, and Enter unticked a metric. The pick
+    shows the end of its path (the file name), not its first folders."""
     from runhelpers import send_in_one_read
 
     monkeypatch.chdir(tmp_path)
-    recent = "org/recent-model"
+    recent = "a-very-long-organisation-name-for-this-test/recent-model-with-an-even-longer-name-v2"  # wider than the field
     store.create_run(configs(model=recent, method=["wanda"], sparsity=["0.5"], seqlen=[16], seed=0, evals=[])[0])
     store.set_status(store.list_runs()[0].id, "failed", error="test")
     app = make_app(store)
@@ -223,6 +224,8 @@ async def test_typing_tab_and_enter_in_one_burst_picks_the_completion(store, mon
         send_in_one_read(app, [("ctrl+u", None), *((c, c) for c in "recent"), ("tab", None), ("enter", None)])
         picked = lambda: screen.query_one("#model", Input).value == recent  # noqa: E731
         await pilot_wait_until(pilot, picked, "the completion picked", timeout=15)
+        field = screen.query_one("#model", Input)
+        await pilot_wait_until(pilot, lambda: field.scroll_x == field.max_scroll_x > 0, "the file name in view", 15)
         assert screen.query_one("#metrics", SelectionList).selected == ticked
 
 

@@ -352,6 +352,7 @@ class NewRunScreen(Screen):
         model = event.option.id
         assert model is not None  # each candidate's id is its model (ModelCompletions)
         self.query_one("#model", Input).value = model
+        self.call_after_refresh(self._show_model_end)  # its file name in view, not its first folders
         self.query_one("#metrics").focus()
 
     @on(Button.Pressed, ".preset")
