@@ -210,7 +210,9 @@ async def test_typing_tab_and_enter_in_one_burst_picks_the_completion(store, mon
     from runhelpers import send_in_one_read
 
     monkeypatch.chdir(tmp_path)
-    recent = "a-very-long-organisation-name-for-this-test/recent-model-with-an-even-longer-name-v2"  # wider than the field
+    recent = (
+        "a-very-long-organisation-name-for-this-test/recent-model-with-an-even-longer-name-v2"  # wider than the field
+    )
     store.create_run(configs(model=recent, method=["wanda"], sparsity=["0.5"], seqlen=[16], seed=0, evals=[])[0])
     store.set_status(store.list_runs()[0].id, "failed", error="test")
     app = make_app(store)
