@@ -493,6 +493,24 @@ async def test_runs_that_start_after_the_user_moved_on_do_not_take_the_screen(st
 
 
 @pytest.mark.asyncio
+async def test_runs_that_start_while_another_run_is_watched_leave_it_on_the_screen(store, slow_launcher):
+    """On the Run screen of another run when the checks end: the screen changed run under the user's keys
+    (``u`` re-ran the new one). It stays on the run being watched."""
+    watched = store.create_run(RunConfig(model="some-org/some-model", method="ria"))
+    store.set_status(watched, "failed", error="test")
+    slow_launcher.outcome = [store.create_run(RunConfig(model="some-org/some-model", method="wanda"))]
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await press_start_and_see_it_checking(pilot)
+        app.follow(watched)
+        await pilot_wait_until(pilot, lambda: isinstance(app.screen, RunScreen), "the Run screen")
+        slow_launcher.release.set()
+        said = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
+        await pilot_wait_until(pilot, lambda: "1 run(s) started: Runs (F4) lists them." in said(), "the notice")
+        assert app.followed == watched and isinstance(app.screen, RunScreen)
+
+
+@pytest.mark.asyncio
 async def test_a_damaged_checkpoint_is_refused_before_any_run(store, tmp_path):
     damaged = tmp_path / "damaged-model"
     damaged.mkdir()

@@ -168,6 +168,11 @@ def test_a_method_without_calibration_data_is_under_no_calibration_length(tmp_pa
     table = comparison(store.list_runs(), columns="seqlen")
     assert [h for _, h in table.columns] == ["16", "32", "no calibration"]
     assert [header for row, (_, header) in table.cells if row == "Magnitude"] == ["no calibration"]
+    assert not any(header == "no calibration" for _, (_, header) in table.best)  # alone there: ranked against nothing
+    from acetui_core.analysis.verdicts import judge
+
+    judged = judge(table, store.evidence([r.id for r in store.list_runs()]))
+    assert judged.verdicts[("Magnitude", table.columns[-1])].verdict == "untested"
 
 
 def test_latex_escapes_model_names():

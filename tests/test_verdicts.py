@@ -550,10 +550,14 @@ def test_a_method_without_calibration_tokens_is_named_not_drawn_at_zero_on_a_log
     assert code == 0, err
     text = tex.read_text()
     assert "\\addlegendentry{Magnitude}" not in text and "\n  (0, " not in text
-    assert "% Not on the log x axis (x = 0: no calibration data): Magnitude." in text
-    assert "Not on the log x axis (x = 0: no calibration data): Magnitude." in err
+    assert "% Not on the log x axis (at x = 0): Magnitude." in text
+    assert "Not on the log x axis (at x = 0): Magnitude." in err
     code, _, err = cli(monkeypatch, capsys, "figure", "pareto", "-o", tmp_path / "s.tex", "--store", store.path)
     assert code == 0 and "Magnitude" in (tmp_path / "s.tex").read_text() and "Not on" not in err  # seconds: drawn
+    only = ["--runs", "m0000009"]  # magnitude alone: nothing on a log axis of tokens, and no empty figure
+    code, _, err = cli(monkeypatch, capsys, "figure", "pareto", "--x", "tokens", "-o", tmp_path / "m.tex", *only,
+                       "--store", store.path)  # fmt: skip
+    assert code == 2 and "none off x = 0 on the log axis" in err and not (tmp_path / "m.tex").exists()
 
 
 def test_a_length_study_with_fewer_long_windows_keeps_one_series_per_method(store, tmp_path, monkeypatch, capsys):

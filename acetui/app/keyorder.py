@@ -39,11 +39,11 @@ class KeysWhereTyped(App):
         A table handles keys by bindings alone (no key handler of its own), so nothing else is skipped."""
         return await self._check_bindings(key, priority=True) or await self._check_bindings(key)
 
-    async def action_focus_next(self) -> None:
+    async def action_focus_next(self) -> None:  # type: ignore[override]  # Textual awaits an async action
         await self._keys_typed_before_tab()
         self.screen.focus_next()
 
-    async def action_focus_previous(self) -> None:
+    async def action_focus_previous(self) -> None:  # type: ignore[override]
         await self._keys_typed_before_tab()
         self.screen.focus_previous()
 

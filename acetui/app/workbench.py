@@ -90,9 +90,12 @@ class Workbench(App):
         gone = {run_id for run_id in (*self.batch, self.followed) if run_id in before and run_id not in listed}
         if not gone:
             return
+        at = self.batch.index(self.followed) if self.followed in self.batch else 0
+        after = [run_id for run_id in self.batch[at:] if run_id not in gone]  # the next run of the comparison
         self.batch = tuple(run_id for run_id in self.batch if run_id not in gone)
         if self.followed in gone:
-            self.followed = self.batch[0] if self.batch else None
+            # the next run of the comparison, else the one before it, else none (F2's pick)
+            self.followed = after[0] if after else (self.batch[-1] if self.batch else None)
 
     def _announce_new_runs(self, before: dict[str, RunRecord]) -> None:
         """On the Run screen of an ended run, say that a new run (from the CLI, a script, another session)

@@ -17,7 +17,6 @@ from acetui_core.analysis.figures import (
     check_figure_file,
     figure_series,
     layer_series,
-    off_log_axis,
     write_figure,
 )
 from acetui_core.basics.errors import check_choice
@@ -53,8 +52,7 @@ def figure(
         write_figure(lines, "decoder layer", "sparsity, or 1 - cosine of the layer output", target, False, overwrite)
     else:
         lines, xlabel, ylabel = figure_series(records, kept, kind, x, table, level)
-        write_figure(lines, xlabel, ylabel, target, log_x=kind != "experts", replace=overwrite)
-        lost = off_log_axis(lines)[1] if kind != "experts" else []
+        lost = write_figure(lines, xlabel, ylabel, target, log_x=kind != "experts", replace=overwrite)
         if lost:
-            print(f"Not on the log x axis (x = 0: no calibration data): {', '.join(lost)}.", file=sys.stderr)
+            print(f"Not on the log x axis (at x = 0): {', '.join(lost)}.", file=sys.stderr)
     print(output)

@@ -409,6 +409,8 @@ class NewRunScreen(Screen):
         batch = tuple(message.run_ids)
         if self.app.screen is self:
             self.app.follow(batch[0], batch)
+        elif self.app.current_mode == "run" and self.app.followed is not None:  # watching a run: it stays
+            self.notify(f"{len(batch)} run(s) started: Runs (F4) lists them.", timeout=8)
         else:  # the user moved on while the runs were checked: the keys they type now are meant for that screen
             self.app.follow_later(batch[0], batch)
             self.notify(f"{len(batch)} run(s) started: F2 shows them.", timeout=8)

@@ -10,7 +10,7 @@ import time
 from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, tmux_drops_clipboard
 from acetui.app.screens.results_plots import ResultsPlots
 from acetui_core.analysis.export import export
-from acetui_core.analysis.figures import to_pgfplots
+from acetui_core.analysis.figures import off_log_axis, to_pgfplots
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.outputs import reserve_new_file
 
@@ -26,8 +26,8 @@ class ResultsExports(ResultsPlots):
         try:
             if fmt == "pareto":  # the Pareto view's figure, as acetui figure pareto writes it
                 lines, xlabel, ylabel = self.pareto()
-                if not lines:
-                    raise UserError("The chosen runs have nothing to draw (no finished run with a perplexity).")
+                if not off_log_axis(lines)[0]:  # none, or every point at x = 0 (magnitude alone, by tokens)
+                    raise UserError("The chosen runs have nothing to draw on the view's log axis.")
                 return to_pgfplots(lines, xlabel, ylabel)
             return export(runs, fmt, evidence=self.evidence(runs))  # tied rows bold, the CSV's verdicts
         except UserError as error:

@@ -23,8 +23,9 @@ from acetui.app.widgets.plots import (
     uniform_note,
     variance_series,
 )
+from acetui_core.basics.errors import UserError
 from acetui_core.run.records import LayerRecord
-from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.metrics import get_method
 from acetui_core.storage.store_rows import RunRecord
 
 # Each tab's name, and the short one it takes where the full names do not fit beside the layers (under
@@ -91,8 +92,11 @@ def replot(screen: DOMNode, run: RunRecord | None, layers: list[LayerRecord], li
 
 def _no_variance(run: RunRecord | None) -> str:
     """Why a run with layers drew no Var[x²]: its method reads no activations, or it predates the statistic."""
-    method = METHODS.get(run.config.method) if run else None
-    if method is not None and not method.calibrated(run.config):
+    try:
+        method = get_method(run.config.method) if run is not None else None
+    except UserError:  # a plug-in this environment cannot import
+        method = None
+    if run is not None and method is not None and not method.calibrated(run.config):
         return f"{method.paper_name} reads no calibration activations, so this run has no Var[x²] of inputs to draw."
     return "This run recorded no Var[x²] of its layers' inputs (runs before the statistic was kept did not)."
 

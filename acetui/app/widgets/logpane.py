@@ -10,13 +10,10 @@ from collections import deque
 
 from rich.text import Text
 from textual import events
-from textual.containers import ScrollableContainer
 from textual.widgets import RichLog
 
 
 class LogPane(RichLog):
-    BINDINGS = ScrollableContainer.BINDINGS  # RichLog has none: Home, End and the pages did not scroll it
-
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._texts: deque[Text] = deque(maxlen=self.max_lines)

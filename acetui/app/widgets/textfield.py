@@ -13,6 +13,7 @@ bindings as the key reaches it, before the next key is read from its queue.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from textual import events
 from textual.widgets import Input
@@ -34,5 +35,7 @@ class TextField(Input):
         """Wait until the keys handed to the field before now are typed: a priority key read after them
         (tab) acts on the field as they leave it (the model field's completions shown for what was typed)."""
         applied = asyncio.Event()
-        self.call_later(applied.set)  # queued behind those keys
-        await asyncio.wait_for(applied.wait(), timeout=1.0)
+        if not self.call_later(applied.set):  # queued behind those keys; False: the field is closing
+            return
+        with contextlib.suppress(TimeoutError):  # a loaded machine: tab then acts without waiting, as before
+            await asyncio.wait_for(applied.wait(), timeout=1.0)

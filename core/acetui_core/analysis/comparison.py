@@ -34,6 +34,7 @@ from acetui_core.storage.store_rows import RunRecord
 MEASURES = ("ppl", "zeroshot", "zeroshot-mean")
 CELLS = ("ppl", "ppl-time")
 COLUMNS = ("sparsity", "seqlen", "seed")
+NO_CALIBRATION = "no calibration"  # the column of a by-length table that holds methods without calibration data
 CI_STYLES = ("none", "pm", "interval")  # --ci: no interval, "73.5 ± 1.5" (half its width), "[72.1, 75.0]"
 
 
@@ -304,7 +305,7 @@ def comparison(
         if columns == "seqlen":
             length = "FL" if config.seqlen == "full" else str(config.seqlen)
             if result_of(record).calibration is None:  # magnitude: under no length (its --seqlen was unused)
-                length = "no calibration"
+                length = NO_CALIBRATION
             elif several_budgets:
                 length = f"{config.nsamples}x{length}"
             return paper_name(config.method) + suffix, length
@@ -342,6 +343,8 @@ def comparison(
     )
     pick = min if measure == "ppl" else max
     for column in table.columns:
+        if column[1] == NO_CALIBRATION:  # the methods without calibration data: no calibration length to rank at
+            continue
         shown = {
             row: round(grid[(row, column)].value, 2)
             for row in table.rows

@@ -114,8 +114,8 @@ def _tex_text(text: str) -> str:
 
 def off_log_axis(lines: list[Series]) -> tuple[list[Series], list[str]]:
     """The series with their points that a log x axis can place, and the names of those that lost points
-    at x = 0 (calibration tokens or length of a method that reads no calibration data): pgfplots and
-    matplotlib would drop them without a word, or draw them at a meaningless 0."""
+    at x = 0 (calibration tokens or length of a method that reads no calibration data, a run that recorded
+    no prune time): pgfplots and matplotlib would drop them without a word, or draw them at a meaningless 0."""
     kept, lost = [], []
     for line in lines:
         placed = [point for point in line.points if point[0] > 0]
@@ -143,7 +143,7 @@ def to_pgfplots(
     )
     out = [
         "% acetui figure: needs \\usepackage{pgfplots} in the preamble.",
-        *([f"% Not on the log x axis (x = 0: no calibration data): {', '.join(lost)}."] if lost else []),
+        *([f"% Not on the log x axis (at x = 0): {', '.join(lost)}."] if lost else []),
         "\\begin{tikzpicture}",
         f"\\begin{{axis}}[xlabel={{{_tex_text(xlabel)}}}, ylabel={{{_tex_text(ylabel)}}}, "
         f"xmode={'log' if log_x else 'normal'}{named}, legend pos=outer north east]",
@@ -201,15 +201,20 @@ def write_figure(
     log_x: bool = True,
     replace: bool = False,
     ticks: list[str] | None = None,
-) -> None:
+) -> list[str]:
     """``output`` by its suffix: ``.tex`` (pgfplots) or an image through matplotlib, written beside it and
-    renamed (``acetui_core.basics.outputs``; ``replace``: over an existing file, which ``--overwrite`` allowed)."""
-    if not lines:
-        raise UserError("The selected runs have nothing to draw (no finished run with that measure).")
+    renamed (``acetui_core.basics.outputs``; ``replace``: over an existing file, which ``--overwrite`` allowed).
+    Returns the names of the series that lost points at x = 0 on a log axis (``off_log_axis``)."""
+    lost = off_log_axis(lines)[1] if log_x else []
+    if not lines or (log_x and not off_log_axis(lines)[0]):
+        raise UserError(
+            "The selected runs have nothing to draw (no finished run with that measure"
+            + (", or none off x = 0 on the log axis)." if lines else ").")
+        )
     check_figure_file(output)
     if output.suffix == ".tex":
         write_text_atomic(output, to_pgfplots(lines, xlabel, ylabel, log_x, ticks), replace=replace)
-        return
+        return lost
     try:
         import matplotlib
 
@@ -243,3 +248,4 @@ def write_figure(
             figure.savefig(file, format=output.suffix[1:])
     finally:
         plt.close(figure)
+    return lost

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from acetui_core.analysis import evidence
-from acetui_core.analysis.comparison import Cell, Comparison, Verdict
+from acetui_core.analysis.comparison import NO_CALIBRATION, Cell, Comparison, Verdict
 from acetui_core.basics.texttable import text_table
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
@@ -27,6 +27,7 @@ NOT_KEPT = {
 OTHER_UNITS = "cannot be tested: not evaluated on the same windows or documents as the best"
 BEST_UNTESTED = "cannot be tested: the column's best kept no per-unit record to compare with"
 BEST_ONE_SEED = "the column's best has 1 seed: seed noise unknown"
+NO_LENGTH = "not ranked: no calibration length to compare at (the method reads no calibration data)"
 ONE_UNIT = {
     "ppl": "cannot be tested: evaluated on 1 window, whose sampling noise cannot be measured (--eval-limit)",
     "zeroshot": "cannot be tested: 1 document per task, whose sampling noise cannot be measured (--zeroshot-limit)",
@@ -94,6 +95,13 @@ def _to_scale(measure: str, value: float) -> float:
     return 100 * value
 
 
+def _measured_interval(units: _Units | str | None, measure: str, level: float) -> tuple[float, float] | None:
+    """A cell's interval; None without kept units, or on one unit (one window: no sampling noise measured)."""
+    if not isinstance(units, _Units) or not units.group.unit_noise_known:
+        return None
+    return _interval(units, measure, level)
+
+
 def _interval(units: _Units, measure: str, level: float) -> tuple[float, float]:
     group = units.group
     if group.seeds == 1:
@@ -115,6 +123,12 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
         finite = [key for key in keys if math.isfinite(table.cells[key].value)]
         if not finite:
             continue
+        if column[1] == NO_CALIBRATION:  # compared with nothing: each cell its interval alone
+            for key in keys:
+                alone = _cell_units(table.cells[key], kept, table.measure, column[1])
+                table.verdicts[key] = Verdict("untested", _measured_interval(alone, table.measure, level), None,
+                                              math.nan, NO_LENGTH)  # fmt: skip
+            continue
         pick = min if table.measure == "ppl" else max
         best = pick(finite, key=lambda key: table.cells[key].value)
         # Rows tied for best as printed: the others are compared with the one of most seeds (whose seed
@@ -129,8 +143,7 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
         for key in keys:
             cell, own = table.cells[key], units[key]
             ratio = cell.value / best_value if best_value else math.nan
-            measured = isinstance(own, _Units) and own.group.unit_noise_known
-            ci = _interval(own, table.measure, level) if measured else None
+            ci = _measured_interval(own, table.measure, level)
             note = None
             difference = None
             if key == best or key in table.best:  # the best, or equal to it as printed
@@ -141,7 +154,7 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
                 verdict, note = "untested", BEST_UNTESTED
             elif own.identity != best_units.identity:
                 verdict, note = "untested", OTHER_UNITS
-            elif not (measured and best_units.group.unit_noise_known):
+            elif not (own.group.unit_noise_known and best_units.group.unit_noise_known):
                 verdict, note = "untested", ONE_UNIT[kind]
             else:
                 paired = evidence.paired_difference(own.group, best_units.group, level)

@@ -27,12 +27,13 @@ from pathlib import Path
 from acetui_core.analysis import verdicts
 from acetui_core.analysis.comparison import Cell, Comparison, comparison, measured
 from acetui_core.analysis.export import to_csv, to_latex, to_markdown
-from acetui_core.analysis.figures import IMAGE_FORMATS, Series, figure_series, write_figure
+from acetui_core.analysis.figures import IMAGE_FORMATS, Series, figure_series, off_log_axis, write_figure
 from acetui_core.analysis.rowlabels import row_labels
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.outputs import check_output_file, refuse_protected, write_text_atomic
 from acetui_core.execution.runner import NUMERIC_PACKAGES, package_version
 from acetui_core.modeling.data import source_names
+from acetui_core.run.config import model_name
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
 from acetui_core.studies.study import Study, finished_runs
@@ -150,10 +151,13 @@ def _by_source(records: list[RunRecord]) -> tuple[list[Series], list[str]]:
     sources = list(dict.fromkeys(r.config.calib for r in calibrated))
     labels = row_labels(calibrated, {r.id: r.label for r in calibrated}, "ppl", "sparsity", frozenset({"calibration"}))
     groups: dict[str, dict[str, Cell]] = {}
+    several_models = len({model_name(r.config.model) for r in calibrated}) > 1
     for record in calibrated:
         name = f"{labels[record.id]} at {record.config.sparsity}"
+        if several_models:  # one model's seed is not another's: a series each
+            name += f" on {model_name(record.config.model)}"
         cell = groups.setdefault(name, {}).setdefault(record.config.calib, Cell([], [], False))
-        cell.add(record, record.ppl, False)
+        cell.add(record, record.ppl, False)  # type: ignore[arg-type]  # kept above: every one has a perplexity
     lines = [
         Series(
             name, [(sources.index(s) + 1, cell.value, min(cell.values), max(cell.values)) for s, cell in cells.items()]
@@ -175,7 +179,7 @@ def _figures(folder: Path, records: list[RunRecord], kept: dict, formats: tuple[
     wanted.append(("ppl_vs_source", lambda: (lines, "calibration source", ylabel), False, sources))
     for name, make, log_x, ticks in wanted:
         series, xlabel, ylabel = make()
-        if not series:
+        if not series or (log_x and not off_log_axis(series)[0]):  # nothing to draw (magnitude alone on tokens)
             continue
         for suffix in formats:
             path = guard(folder / f"{name}{suffix}")
