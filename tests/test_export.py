@@ -154,6 +154,17 @@ def test_seqlen_columns_give_the_appendix_layout(store):
     assert "| RIA    | **7.27** |       -- |" in to_markdown(table)
 
 
+def test_a_group_read_back_as_its_enum_and_as_text_is_one_row(tmp_path):
+    """A run stored without a group reads back with the enum's default, newer runs with the text: their
+    reprs differ, and the table split them into "(row groups v1)" and "(row groups v2)"."""
+    from acetui_core.basics.choices import SparsityGroup
+
+    runs = two_runs(tmp_path, ({}, {}), seed=1)
+    runs[0].config.group = SparsityGroup.ROW
+    runs[1].config.group = "row"
+    assert comparison(runs).rows == ["Wanda-16"]
+
+
 def test_a_method_without_calibration_data_is_under_no_calibration_length(tmp_path):
     """Magnitude's --seqlen is unused: it sat under a calibration length of its own (``8``), bold as the
     best of that column."""
