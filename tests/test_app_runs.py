@@ -71,6 +71,14 @@ def test_the_cli_lists_runs_newest_first(store, monkeypatch, capsys):
     assert [line.split()[0] for line in out.splitlines()[1:]] == [run.id for run in store.list_runs()][:-3:-1]
 
 
+async def results_table(pilot) -> DataTable:
+    """F3, and the Results table once it lists the runs."""
+    await pilot.press("f3")
+    rows = pilot.app.screen.query_one("#results", DataTable)
+    await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+    return rows
+
+
 @pytest.mark.asyncio
 async def test_runs_newest_first_filtered_by_status_model_method_and_sorted_by_column(store):
     newest_first = [run.id for run in store.list_runs()][::-1]
@@ -188,9 +196,7 @@ async def test_the_results_table_has_the_keys_again_after_a_plot(store, view):
     no cursor, arrows did nothing, and ``space`` selected a row the user could not see."""
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("f3")
-        rows = app.screen.query_one("#results", DataTable)
-        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+        rows = await results_table(pilot)
         await pilot.press(view, view)
         assert app.focused is rows
         before = rows.cursor_row
@@ -211,9 +217,7 @@ async def test_the_pareto_view_names_every_series_at_80_columns(store):
         insert_run(store, Clock(), f"b000000{index}", config, created=1.7e9 + index, ppl=10.0 + index)
     app = make_app(store)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("f3")
-        rows = app.screen.query_one("#results", DataTable)
-        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+        await results_table(pilot)
         await pilot.press("p")
         series, _, _ = app.screen.pareto()
         caption = str(app.screen.query_one("#pareto-caption", Static).render())
@@ -244,9 +248,7 @@ async def test_escape_leaves_the_paper_view_and_the_plots_for_the_table(store):
 
     app = make_app(store)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("f3")
-        rows = app.screen.query_one("#results", DataTable)
-        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+        rows = await results_table(pilot)
         views = app.screen.query_one("#results-views", ContentSwitcher)
         for key in ("v", "p", "f", "m"):
             await pilot.press(key)
@@ -268,9 +270,7 @@ async def test_the_pareto_view_says_which_method_has_no_place_on_a_log_axis_of_t
         insert_run(store, Clock(), f"t000000{index}", config, created=1.7e9 + index, ppl=20.0, result=calibration)
     app = make_app(store)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("f3")
-        rows = app.screen.query_one("#results", DataTable)
-        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
+        await results_table(pilot)
         caption = app.screen.query_one("#pareto-caption", Static)
         await pilot.press("p")
         assert "against prune time (s)" in str(caption.render()) and "Not on the log axis" not in str(caption.render())
@@ -292,10 +292,8 @@ async def test_a_plot_with_nothing_to_draw_shows_only_why(store):
         insert_run(store, Clock(), f"c000000{index}", replace(CONFIG, method=method), created=1.7e9 + index, ppl=20.0)
     app = make_app(store)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("f3")
+        await results_table(pilot)
         results = app.screen
-        rows = results.query_one("#results", DataTable)
-        await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
         for keys, view, plot_type, why in (
             (("m",), "overlap", DepthPlot, "Select exactly two runs"),
             (("m", "f"), "fidelity", DepthPlot, "None of the chosen runs recorded output fidelity"),

@@ -83,6 +83,16 @@ def running_run(store: Store, config: RunConfig = CONFIG, layers: int = 1) -> st
     return run_id
 
 
+def running_with_layers(store: Store, config: RunConfig, events: list) -> str:
+    """A run started and with ``events`` (``layer_event``s, changed as a test needs) recorded."""
+    run_id = store.create_run(config)
+    store.claim(run_id)
+    store.record_event(run_id, RunStarted(config.model, config.method, config.sparsity, len(events), "cpu"))
+    for event in events:
+        store.record_event(run_id, event)
+    return run_id
+
+
 def finished_run(store: Store) -> str:
     return insert_run(
         store,
@@ -314,15 +324,11 @@ async def test_the_config_panel_shows_what_the_run_was_started_with(store):
 async def test_the_variance_tab_says_why_a_run_drew_none(store):
     """Magnitude reads no activations: its Var[x²] tab was an empty box. It now says why; a run that has
     the statistic shows no note."""
-    config = RunConfig(model="tiny-llama", method="magnitude", sparsity="0.5")
-    run_id = store.create_run(config)
-    store.claim(run_id)
-    store.record_event(run_id, RunStarted(config.model, config.method, config.sparsity, 2, "cpu"))
-    for index in range(2):
-        event = layer_event(index, 2)
+    events = [layer_event(index, 2) for index in range(2)]
+    for event in events:
         for linear in event.layer.linears:
             linear.act_stats = None  # what a magnitude run records
-        store.record_event(run_id, event)
+    run_id = running_with_layers(store, RunConfig(model="tiny-llama", method="magnitude", sparsity="0.5"), events)
     for attach, note in ((run_id, "Magnitude reads no calibration activations"), (finished_run(store), None)):
         app = make_app(store, attach=attach)
         async with app.run_test(size=SIZE) as pilot:
@@ -341,14 +347,10 @@ async def test_the_variance_tab_says_why_a_run_drew_none(store):
 async def test_the_histogram_title_keeps_its_layer_and_threshold_at_80_columns(store):
     """``L11 self_attn.q_proj (1/7) thr 0.291`` is wider than the plot at 80 columns: it was cut at its end,
     the threshold lost. The linear's name gives way instead."""
-    config = RunConfig(model="tiny-llama", method="wanda", sparsity="0.5")
-    run_id = store.create_run(config)
-    store.claim(run_id)
-    store.record_event(run_id, RunStarted(config.model, config.method, config.sparsity, 12, "cpu"))
-    for index in range(12):
-        event = layer_event(index, 12)
+    events = [layer_event(index, 12) for index in range(12)]
+    for event in events:
         event.layer.linears[0].histogram.threshold = 0.2912
-        store.record_event(run_id, event)
+    run_id = running_with_layers(store, RunConfig(model="tiny-llama", method="wanda", sparsity="0.5"), events)
     app = make_app(store, attach=run_id)
     async with app.run_test(size=SIZE) as pilot:
         table = app.screen.query_one("#layers", DataTable)
