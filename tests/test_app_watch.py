@@ -344,6 +344,20 @@ async def test_the_variance_tab_says_why_a_run_drew_none(store):
 
 
 @pytest.mark.asyncio
+async def test_a_run_that_ended_before_its_first_layer_does_not_say_yet(store):
+    """A run cancelled before any layer said "no layer pruned yet", as if one were coming."""
+    run_id = store.create_run(RunConfig(model="tiny-llama", method="wanda", sparsity="0.5"))
+    store.set_status(run_id, "cancelled", error="Stopped on request before its first layer.")
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        title = app.screen.query_one("#run-title", Static)
+        await pilot_wait_until(pilot, lambda: "cancelled" in str(title.render()), "the cancelled run")
+        await pilot.pause()
+        drawn = app.screen.query_one("#histogram").render().plain
+        assert "the run ended before a layer" in drawn and "yet" not in drawn
+
+
+@pytest.mark.asyncio
 async def test_the_histogram_title_keeps_its_layer_and_threshold_at_80_columns(store):
     """``L11 self_attn.q_proj (1/7) thr 0.291`` is wider than the plot at 80 columns: it was cut at its end,
     the threshold lost. The linear's name gives way instead."""

@@ -170,6 +170,8 @@ class RunScreen(Screen):
         if not run.active:
             self._log_ended.set()
         self._add_layers(message.new_layers)
+        if not self._layers and (previous is None or previous.active != run.active):
+            self._replot_histogram()  # no layer: whether one is still to come is the run's status
         self.query_one("#experts-text", Static).update(token_load(run, self._layers))
         self._show_status(run)
         self.refresh_bindings()

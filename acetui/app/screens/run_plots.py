@@ -114,7 +114,8 @@ def replot_histogram(screen: DOMNode, run: RunRecord | None, layers: list[LayerR
     caption = screen.query_one("#histogram-caption", Static)
     table = screen.query_one("#layers", DataTable)
     if not layers or table.row_count == 0:
-        plot.show("no layer pruned yet", None)
+        ended = run is not None and not run.active  # cancelled or failed before its first layer ended
+        plot.show("the run ended before a layer" if ended else "no layer pruned yet", None)
         caption.update("")
         return
     layer = layers[min(table.cursor_row, len(layers) - 1)]
