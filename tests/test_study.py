@@ -299,6 +299,7 @@ def test_the_report_of_a_study(tmp_path, monkeypatch, capsys, make_tiny_model, c
     } <= set(names)
     assert all(str(report) in line for line in out.splitlines())  # nothing outside the folder
     assert (report / "study.toml").read_text() == text
+    assert "bars: lowest and highest seed" in (report / "figures/ppl_vs_source.tex").read_text()
     environment = (report / "environment.md").read_text()
     assert "| torch |" in environment and "| transformers |" in environment and text.strip() in environment
     table = [line for line in (report / "table-ppl.md").read_text().splitlines() if line.startswith("| ")]

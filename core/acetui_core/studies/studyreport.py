@@ -175,8 +175,8 @@ def _figures(folder: Path, records: list[RunRecord], kept: dict, formats: tuple[
         ("ppl_vs_seqlen", lambda: figure_series(records, kept, "seqlen"), True, None),
     ]
     lines, sources = _by_source(records)
-    ylabel = f"{MEASURES['ppl']} (bars: lowest and highest seed)"  # the other figures' bars are 95% intervals
-    wanted.append(("ppl_vs_source", lambda: (lines, "calibration source", ylabel), False, sources))
+    by_seeds = f"{MEASURES['ppl']} (bars: lowest and highest seed)"  # the other figures' bars are 95% intervals
+    wanted.append(("ppl_vs_source", lambda: (lines, "calibration source", by_seeds), False, sources))
     for name, make, log_x, ticks in wanted:
         series, xlabel, ylabel = make()
         if not series or (log_x and not off_log_axis(series)[0]):  # nothing to draw (magnitude alone on tokens)
