@@ -12,7 +12,7 @@ from textual.widgets import ContentSwitcher, DataTable, Static
 from acetui.app import summary
 from acetui.app.screens.results_table import ResultsTable
 from acetui.app.widgets.plots import SERIES_COLORS, SERIES_MARKERS, DepthPlot, ParetoPlot
-from acetui_core.analysis.figures import X_AXES, Y_LABELS, Series, figure_series
+from acetui_core.analysis.figures import X_AXES, Y_LABELS, Series, figure_series, off_log_axis
 from acetui_core.basics.errors import UserError
 from acetui_core.run.records import linear_kind
 from acetui_core.scores.maskfile import run_overlap, total
@@ -65,7 +65,7 @@ class ResultsPlots(ResultsTable):
         )
         if len(lines) > len(shown):
             caption += f" The first {len(shown)} of {len(lines)} methods are shown."
-        off_axis = [line.name for line in shown if any(x <= 0 for x, *_ in line.points)]
+        off_axis = off_log_axis(shown)[1]
         if off_axis:  # a log axis has no place for 0 (tokens of a method without calibration data)
             caption += f" Not on the log axis at 0: {', '.join(off_axis)}."
         # every series by its glyph in the caption, which wraps: at 80 columns six names do not fit the one

@@ -205,8 +205,8 @@ def write_figure(
     """``output`` by its suffix: ``.tex`` (pgfplots) or an image through matplotlib, written beside it and
     renamed (``acetui_core.basics.outputs``; ``replace``: over an existing file, which ``--overwrite`` allowed).
     Returns the names of the series that lost points at x = 0 on a log axis (``off_log_axis``)."""
-    lost = off_log_axis(lines)[1] if log_x else []
-    if not lines or (log_x and not off_log_axis(lines)[0]):
+    placed, lost = off_log_axis(lines) if log_x else (lines, [])
+    if not placed:
         raise UserError(
             "The selected runs have nothing to draw (no finished run with that measure"
             + (", or none off x = 0 on the log axis)." if lines else ").")
@@ -227,7 +227,7 @@ def write_figure(
             "(a .tex figure needs nothing)."
         ) from None
     figure, axes = plt.subplots(figsize=(6, 4))
-    for line in off_log_axis(lines)[0] if log_x else lines:
+    for line in placed:
         xs, ys, lows, highs = zip(*line.points, strict=True)
         below = [y - low for y, low in zip(ys, lows, strict=True)]
         above = [high - y for y, high in zip(ys, highs, strict=True)]

@@ -45,14 +45,15 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     if result.calibration is None:  # no calibration data: its settings cannot matter
         skip |= _CALIBRATION
     values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
-    if "group" in values:  # a run stored without a group reads back as the enum, newer ones as text
-        values["group"] = str(values["group"])
-    if "group" in values and config.sparsity_spec.is_nm:
-        # N:M competes within each row's runs of M inputs whatever --group says: the run sits in the row of
-        # its method's reference group, beside that method's ratio runs (magnitude's are per layer), not in
-        # a half-empty "(row groups)" row of its own.
-        method = METHODS.get(config.method)
-        values["group"] = str(method.group if method is not None else SparsityGroup.ROW)
+    if "group" in values:
+        group = values["group"]
+        if config.sparsity_spec.is_nm:
+            # N:M competes within each row's runs of M inputs whatever --group says: the run sits in the row of
+            # its method's reference group, beside that method's ratio runs (magnitude's are per layer), not
+            # in a half-empty "(row groups)" row of its own.
+            method = METHODS.get(config.method)
+            group = method.group if method is not None else SparsityGroup.ROW
+        values["group"] = str(group)  # text: a run stored without a group reads back as the enum
     values["dtype"] = result.dtype
     values["model"] = model_key(config.model)  # an installed copy of the bundled model is the bundled model
     bundled = values["model"] != config.model

@@ -21,6 +21,14 @@ def items(text: str | None, unique: bool = True) -> list[str]:
     return list(dict.fromkeys(parts)) if unique else parts
 
 
+def each_once(values: list, flag: str) -> list:
+    """``values``, refused when one repeats: ``--seeds 0,0`` meant two seeds and would run one."""
+    repeated = next((value for i, value in enumerate(values) if value in values[:i]), None)
+    if repeated is not None:
+        raise UserError(f"{flag} gives {repeated} twice; give each value once.")
+    return values
+
+
 def some(text: str | None, flag: str) -> list[str]:
     """``items``, at least one."""
     values = items(text)

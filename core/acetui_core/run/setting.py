@@ -59,8 +59,7 @@ class Setting:
 
     def values(self, typed: Any, flag: str | None = None) -> list:
         """Several values (an axis's): a list, or text separated by commas; each through the parser, at
-        least one, none twice. The one reading of a list for the CLI, the form and a study. A repeat is
-        refused, not dropped: ``--seeds 0,0`` meant two seeds and would run one."""
+        least one, none twice (``parse.each_once``). The one reading of a list for the CLI, the form and a study."""
         flag = flag or self.grid_flag
         if typed is None or isinstance(typed, str):
             items: list = parse.items(typed, unique=False)
@@ -68,11 +67,7 @@ class Setting:
             items = list(typed) if isinstance(typed, list | tuple) else [typed]
         if not items:
             raise UserError(f"{flag} needs at least one value: {self.help[0].lower()}{self.help[1:]}")
-        values = [self.value(item, flag) for item in items]
-        repeated = next((value for i, value in enumerate(values) if value in values[:i]), None)
-        if repeated is not None:
-            raise UserError(f"{flag} gives {repeated} twice; give each value once.")
-        return values
+        return parse.each_once([self.value(item, flag) for item in items], flag)
 
     @property
     def text(self) -> str:

@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from acetui_core.basics import parse
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.paths import default_model, model_key
@@ -117,11 +118,7 @@ def parse_study(text: str, path: Path) -> Study:
             if _is_axis(name, value):
                 if not value:
                     raise UserError(f"{name} is an empty list; give at least one value.")
-                values = [_value(name, item) for item in value]
-                repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
-                if repeated is not None:  # seed = [0, 0] meant two seeds and would run one
-                    raise UserError(f"{name} gives {repeated} twice; give each value once.")
-                axes[name] = values
+                axes[name] = parse.each_once([_value(name, item) for item in value], name)
             else:
                 common[name] = _value(name, value)
         except UserError as problem:
