@@ -118,6 +118,10 @@ BAD_INPUTS = {
     "save unwritable": (lambda m, t, c: [m, "--save", t / "a-file" / "out"], "cannot be written"),
     "cuda without gpu": (lambda m, t, c: [m, "--device", "cuda"], "no CUDA GPU"),
     "unknown calib": (lambda m, t, c: [m, "--calib", "nowhere"], "neither c4, wikitext2 nor an existing file"),
+    "magnitude's unused calib file": (
+        lambda m, t, c: [m, "--method", "magnitude", "--calib", t / "nowhere.jsonl"],
+        "neither c4, wikitext2 nor an existing file",
+    ),
     "unknown eval": (lambda m, t, c: [m, "--eval", "mmlu"], "Unknown evaluation 'mmlu'"),
 }
 

@@ -61,6 +61,8 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     config = parsed(config, "nsamples", "seqlen", "seed", "batch_size", "evals", "ria_alpha")
     if get_method(config.method).calibrated(config) or config.expert_sparsity:
         check_calibration_source(config.calib)
+    else:  # unused, but recorded with the run: a file it names must be one, the built-in corpora need not be
+        check_calibration_files(config.calib)
     if EvalKind.WIKITEXT2 in config.evals:
         config = parsed(config, "eval_seqlen", "eval_limit")
         _local_file("WikiText-2 test split", LOCAL_WIKITEXT2["test"])
@@ -197,6 +199,14 @@ def check_calibration_source(source: str) -> None:
     else:
         path = user_path(source)
         _holds_text(source, file_identity(path) if path.is_file() else None)
+
+
+def check_calibration_files(source: str) -> None:
+    """The files a calibration source names (not the built-in corpora, which a method without calibration
+    never reads, so an offline run needs no local copy of them) are checked as a used source's are."""
+    for part, _ in mixture(source):
+        if part not in ("c4", "wikitext2"):
+            check_calibration_source(part)
 
 
 # No tokenizer's tokens average more characters than this over a document: a document this many times
