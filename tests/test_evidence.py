@@ -55,6 +55,20 @@ def test_identical_windows_give_p_one():
     assert difference.p == 1.0 and difference.value == 0.0 and difference.seed_noise_known
 
 
+def test_one_task_of_0_1_outcomes_run_against_run_is_mcnemars_exact_test():
+    """5 of 10 documents flipped one way: McNemar's exact p is 2 / 2^5; the t-test said 0.015."""
+    right, wrong = np.array([1] * 5 + [0] * 5), np.zeros(10)
+    assert paired_difference(Group([[right]]), Group([[wrong]])).p == pytest.approx(0.0625)
+    assert stats.ttest_rel(right, wrong).pvalue < 0.05
+
+
+def test_units_that_all_moved_alike_get_the_sign_test_not_p_zero():
+    """Two documents, both right on each of three seeds against both wrong: no spread for a t, and two
+    units can never give p < 0.001 (it said p = 0, "worse")."""
+    difference = paired_difference(Group([[np.ones(2)]] * 3), Group([[np.zeros(2)]] * 3))
+    assert difference.p == pytest.approx(0.5)
+
+
 def test_a_paired_difference_needs_the_same_units():
     with pytest.raises(ValueError, match="same units"):
         paired_difference(Group([[np.zeros(4)]]), Group([[np.zeros(5)]]))

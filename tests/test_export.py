@@ -289,6 +289,18 @@ def test_zeroshot_tables_bold_the_highest_accuracy(store):
     assert [header for _, header in mean.columns] == ["50%"]
 
 
+def test_a_zero_shot_csv_gives_each_run_its_mean_over_the_tasks(store):
+    """The value, interval and verdict columns were boolq's (the first task column), not Avg.'s."""
+    import csv as csv_module
+
+    from acetui_core.analysis.export import export
+
+    text = export(store.list_runs(model=LLAMA), "csv", measure="zeroshot")
+    rows = {row["id"]: row for row in csv_module.DictReader(io.StringIO(text))}
+    assert float(rows["a0000001"]["value"]) == pytest.approx(100 * (0.65 + 0.62) / 2)
+    assert rows["a0000001"]["verdict"] != "best"  # CosP+VarP's Avg. is higher, though Wanda's rte is the best
+
+
 # ---- runs with different settings never share a cell ----------------------------------------------------
 
 BASE = RunConfig(

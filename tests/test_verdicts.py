@@ -158,6 +158,26 @@ def test_rows_tied_for_best_compare_the_others_with_the_one_of_more_seeds(store)
     assert found["CosP-16"].verdict == "worse" and found["CosP-16"].p is not None
 
 
+def test_a_cell_is_centred_where_its_interval_and_test_are(store):
+    """One diverged seed of ten: the mean of the perplexities (2323 here) lay outside the cell's own
+    interval, ranked Wanda behind magnitude and called it worse, while the paired test found Wanda
+    better. A cell's perplexity is the geometric mean of its seeds', exp of their mean NLL, as the test's."""
+    clock = store.clock_
+    add(store, clock, "a0000001", method="magnitude", calibration=None, shift=1.9)
+    for seed in range(10):
+        add(store, clock, f"b00000{seed + 10:02d}", seed=seed, shift=5.0 if seed == 9 else 0.0)
+    runs = store.list_runs()
+    table = judge(comparison(runs), store.evidence([r.id for r in runs]))
+    column = table.columns[0]
+    wanda, magnitude = table.cells[("Wanda-16", column)], table.cells[("Magnitude", column)]
+    low, high = table.verdicts[("Wanda-16", column)].ci
+    assert low < wanda.value < high
+    assert wanda.value == pytest.approx(np.exp(np.mean(np.log(wanda.values))))
+    assert wanda.value < magnitude.value < np.mean(wanda.values)
+    assert table.verdicts[("Wanda-16", column)].verdict == "best"
+    assert table.verdicts[("Magnitude", column)].verdict in ("tied", "worse")
+
+
 def test_one_window_gives_no_interval_and_no_verdict(store):
     """``--eval-limit 1``: one window per run, so nothing measures the windows' sampling noise. Two
     seed-free magnitude variants were called worse at p < 0.001, each with a zero-width interval."""
@@ -364,6 +384,39 @@ def test_zero_shot_verdicts_pair_the_documents(store):
     [column] = mean.columns
     low, high = mean.verdicts[("Wanda-16", column)].ci
     assert low < mean.cells[("Wanda-16", column)].value < high
+
+
+def test_a_p_value_is_never_printed_across_the_threshold_of_its_verdict():
+    """0.04958 printed 0.050 beside "worse"; p = 0.05 exactly was "worse" (1 - 0.95 > 0.05 in floats)."""
+    from acetui_core.analysis.verdicts import alpha, p_text
+
+    assert p_text(0.04958, 0.95) == "0.0496" and p_text(0.0504, 0.95) == "0.050"
+    assert p_text(0.0123, 0.95) == "0.012" and p_text(0.0004, 0.95) == "<0.001" and p_text(None, 0.95) == "–"
+    assert p_text(0.00951, 0.99) == "0.0095"
+    assert 0.05 >= alpha(0.95)
+
+
+def test_an_accuracy_interval_stays_within_0_and_100_and_is_never_a_point(store):
+    """Three seeds on 2 documents: a t-interval passed 100% ([11, 155]), and 2 documents right on every
+    seed gave [100, 100], certainty from two documents."""
+    clock = store.clock_
+    for run_id, method, seed, correct in [
+        *((f"a0{seed}", "wanda", seed, right) for seed, right in enumerate(([1, 1], [1, 1], [1, 0]))),
+        *((f"b0{seed}", "ria", seed, [1, 1]) for seed in range(3)),
+    ]:
+        fields = {"acc_stderr": 0.01, "acc_norm": None, "acc_norm_stderr": None, "partial": True, "source": "local"}
+        tasks = {"boolq": {"acc": sum(correct) / 2, "n": 2, "total": 3270, **fields}}
+        kept = {"boolq": {"task": "boolq", "lm_eval": "0.4.9", "limit": 2, "doc_ids": [0, 1], "acc": correct}}
+        run = RunConfig(model="org/tiny", method=method, sparsity="0.5", seed=seed, evals=["zeroshot"])
+        result = {"calibration": C4, "task_outcomes": kept | {"boolq": {**kept["boolq"], "acc_norm": None}}}
+        insert_run(store, clock, run_id, run, created=clock.now + 10, ppl=None, zeroshot=tasks, result=result)
+    runs = store.list_runs()
+    table = judge(comparison(runs, measure="zeroshot-mean"), store.evidence([r.id for r in runs]))
+    [column] = table.columns
+    wanda, ria = (table.verdicts[(row, column)] for row in ("Wanda-16", "RIA-16"))
+    assert 0 <= wanda.ci[0] < wanda.ci[1] == 100
+    assert ria.verdict == "best" and 0 < ria.ci[0] < ria.ci[1] == 100
+    assert wanda.verdict == "tied" and wanda.p > 0.05
 
 
 def test_two_runs_zero_shot_difference_pairs_their_documents(store):

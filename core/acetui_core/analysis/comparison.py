@@ -56,6 +56,9 @@ class Cell:
     partial: bool
     runs: list[RunRecord] = field(default_factory=list)  # the runs behind ``values``, in the same order
     repeats: list[RunRecord] = field(default_factory=list)  # earlier runs of a seed the cell holds: not counted
+    # Perplexities are averaged as their NLLs are (the geometric mean: exp of the seeds' mean NLL), the
+    # centre of the cell's interval and of the test against its column's best (acetui_core.analysis.evidence)
+    geometric: bool = False
 
     def add(self, record: RunRecord, value: float, partial: bool) -> None:
         """Count ``record``'s ``value`` as a sample, unless the cell holds a run of its seed: a repeat of
@@ -75,6 +78,8 @@ class Cell:
 
     @property
     def value(self) -> float:
+        if self.geometric and len(self.values) > 1 and all(value > 0 for value in self.values):
+            return statistics.geometric_mean(self.values)
         return statistics.fmean(self.values)
 
     @property
@@ -332,7 +337,9 @@ def comparison(
         for row, header, value, partial in _values(record, measure, labels[record.id], keys(record)[1]):
             rows.append(row)
             headers[model].append(header)
-            grid.setdefault((row, (model, header)), Cell([], [], False)).add(record, value, partial)
+            grid.setdefault((row, (model, header)), Cell([], [], False, geometric=measure == "ppl")).add(
+                record, value, partial
+            )
     table = Comparison(
         models,
         [(m, h) for m in models for h in dict.fromkeys(headers[m])],

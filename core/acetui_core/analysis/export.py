@@ -9,7 +9,7 @@ import io
 from datetime import datetime, timezone
 
 from acetui_core.analysis.comparison import Comparison, comparison
-from acetui_core.analysis.verdicts import judge
+from acetui_core.analysis.verdicts import AVERAGE, judge
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.texttable import aligned
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
@@ -99,9 +99,10 @@ VERDICT_COLUMNS = ["value", "ci_low", "ci_high", "n", "verdict"]
 
 def verdict_columns(table: Comparison | None) -> dict[str, dict]:
     """Per run id, the comparison cell it belongs to: its value (mean over seeds), interval, seeds and
-    verdict (the first column it appears in)."""
+    verdict (in the per-task zero-shot table, its Avg. column: its mean over the tasks, not its first task)."""
     columns: dict[str, dict] = {}
-    for (row, column), cell in table.cells.items() if table else []:
+    cells = sorted(table.cells.items(), key=lambda item: item[0][1][1] != AVERAGE) if table else []
+    for (row, column), cell in cells:
         verdict = table.verdicts.get((row, column)) if table else None
         for run in [*cell.runs, *cell.repeats]:
             said = verdict.verdict if verdict else None

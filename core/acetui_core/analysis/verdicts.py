@@ -112,6 +112,10 @@ def _interval(units: _Units, measure: str, level: float) -> tuple[float, float]:
             low, high = evidence.accuracy_interval(strata[0], level)
             return 100 * low, 100 * high
     low, high = evidence.group_interval(group, level)
+    if measure != "ppl":
+        if low == high and len(group.runs[0]) == 1:  # seeds alike, units alike (2 documents, both right):
+            low, high = evidence.accuracy_interval(group.unit_means()[0], level)  # the binomial interval
+        low, high = max(low, 0.0), min(high, 1.0)  # an accuracy's t-interval can pass 0% or 100%
     return _to_scale(measure, low), _to_scale(measure, high)
 
 
@@ -168,8 +172,25 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
         for key, p in zip(tested, evidence.holm(list(tested.values())), strict=True):
             judged = table.verdicts[key]
             judged.p = p
-            judged.verdict = "tied" if p >= 1 - level else "worse"
+            judged.verdict = "tied" if p >= alpha(level) else "worse"
     return table
+
+
+def alpha(level: float) -> float:
+    """The test's threshold, exact as written: 1 - 0.95 is 0.050000000000000044 in floats, which made
+    p = 0.05 "worse" where the docs say tied."""
+    return round(1 - level, 12)
+
+
+def p_text(p: float | None, level: float) -> str:
+    """A p-value as a table prints it: three decimals, more where three would round it across the test's
+    threshold (0.04958 is "0.0496", never "0.050" beside "worse")."""
+    if p is None:
+        return "–"
+    if p < 0.001:
+        return "<0.001"
+    shown = f"{p:.3f}"
+    return f"{p:.4f}" if (float(shown) >= alpha(level)) != (p >= alpha(level)) else shown
 
 
 def _difference(measure: str, paired: evidence.Difference, best_mean: float) -> tuple[float, float, float]:
@@ -227,10 +248,6 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _p(p: float | None) -> str:
-    return "–" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
 def text(data: dict) -> str:
     """The report as plain text: one block per column, notes under it."""
     level = f"{data['level'] * 100:g}%"
@@ -248,7 +265,7 @@ def text(data: dict) -> str:
                     str(row["n"]),
                     _number(row["ratio"], 3),
                     f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "–",
-                    _p(row["p"]),
+                    p_text(row["p"], data["level"]),
                     row["verdict"],
                     _number(row["prune_seconds"], 1),
                     _number(row["calibration_tokens"], 0),

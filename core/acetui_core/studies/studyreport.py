@@ -92,7 +92,7 @@ def environment(study: Study, records: list[RunRecord]) -> str:
     return "\n".join([*lines, study.text.rstrip("\n"), "```", ""])
 
 
-def _worse(row: dict, best: dict, measure: str, column: str, seeds: int) -> str:
+def _worse(row: dict, best: dict, measure: str, column: str, seeds: int, level: float) -> str:
     """One sentence comparing a row with its column's best."""
     what = "perplexity" if measure == "ppl" else "points of mean accuracy"
     where = f"at {column}, " if column else ""
@@ -101,7 +101,8 @@ def _worse(row: dict, best: dict, measure: str, column: str, seeds: int) -> str:
         shown = f"{delta:+.2f} {what} [{low:+.2f}, {high:+.2f}]"
     else:
         shown = f"{row['value']:.2f} against {best['value']:.2f} ({row['note'] or 'no interval'})"
-    p = "p < 0.001" if row["p"] is not None and row["p"] < 0.001 else f"p = {row['p']:.3f}" if row["p"] else "p –"
+    p_shown = verdicts.p_text(row["p"], level)
+    p = "p –" if row["p"] is None else "p < 0.001" if p_shown == "<0.001" else f"p = {p_shown}"
     verdict = {"worse": "is worse than", "tied": "is tied with"}.get(row["verdict"], f"is {row['verdict']} beside")
     runs = f"{seeds} seed{'s' if seeds != 1 else ''}"
     return f"- {where}{row['row']} {verdict} {best['row']}: {shown}, {p}, {runs}."
@@ -116,7 +117,7 @@ def _against_best(table: Comparison, measure: str) -> list[str]:
             continue
         for row in column["rows"]:
             if row is not best:
-                out.append(_worse(row, best, measure, column["column"], min(row["n"], best["n"])))
+                out.append(_worse(row, best, measure, column["column"], min(row["n"], best["n"]), table.level))
     return out
 
 
@@ -156,7 +157,7 @@ def _by_source(records: list[RunRecord]) -> tuple[list[Series], list[str]]:
         name = f"{labels[record.id]} at {record.config.sparsity}"
         if several_models:  # one model's seed is not another's: a series each
             name += f" on {model_name(record.config.model)}"
-        cell = groups.setdefault(name, {}).setdefault(record.config.calib, Cell([], [], False))
+        cell = groups.setdefault(name, {}).setdefault(record.config.calib, Cell([], [], False, geometric=True))
         cell.add(record, record.ppl, False)  # type: ignore[arg-type]  # kept above: every one has a perplexity
     lines = [
         Series(
