@@ -393,7 +393,7 @@ def test_a_p_value_is_never_printed_across_the_threshold_of_its_verdict():
     assert p_text(0.04958, 0.95) == "0.0496" and p_text(0.0504, 0.95) == "0.050"
     assert p_text(0.0123, 0.95) == "0.012" and p_text(0.0004, 0.95) == "<0.001" and p_text(None, 0.95) == "–"
     assert p_text(0.00951, 0.99) == "0.0095"
-    assert 0.05 >= alpha(0.95)
+    assert alpha(0.95) <= 0.05
 
 
 def test_an_accuracy_interval_stays_within_0_and_100_and_is_never_a_point(store):
