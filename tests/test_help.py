@@ -52,3 +52,28 @@ def test_help_reads_at_80_columns(monkeypatch, capsys, path):
     assert "…" not in out  # nothing cut short
     for panel in _panels(out):
         assert _help_column(panel) >= NARROWEST_HELP, "\n".join(panel)
+
+
+def _all_flags(command) -> set[str]:
+    flags = {flag for param in getattr(command, "params", []) for flag in getattr(param, "opts", [])}
+    for sub in getattr(command, "commands", {}).values():
+        flags |= _all_flags(sub)
+    return flags
+
+
+def test_every_flag_the_engine_names_in_a_sentence_exists():
+    """A note told users to pass --zeroshot-limit, which no command has (the flag is --limit)."""
+    import re
+    from pathlib import Path
+
+    import acetui_core
+
+    # other programs' flags the engine names: pip's, the DSnoT reference code's, scancel's, a docstring's
+    foreign = {"--no-deps", "--skip_layer", "--signal", "--the-name", "--no-the-name"}
+    flags = _all_flags(typer.main.get_command(app)) | foreign
+    named = {
+        (path.name, flag)
+        for path in Path(acetui_core.__file__).parent.rglob("*.py")
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*[a-z0-9]", path.read_text())
+    }
+    assert {(where, flag) for where, flag in named if flag not in flags} == set()

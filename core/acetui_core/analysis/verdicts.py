@@ -30,7 +30,7 @@ BEST_ONE_SEED = "the column's best has 1 seed: seed noise unknown"
 NO_LENGTH = "not ranked: no calibration length to compare at (the method reads no calibration data)"
 ONE_UNIT = {
     "ppl": "cannot be tested: evaluated on 1 window, whose sampling noise cannot be measured (--eval-limit)",
-    "zeroshot": "cannot be tested: 1 document per task, whose sampling noise cannot be measured (--zeroshot-limit)",
+    "zeroshot": "cannot be tested: 1 document per task, whose sampling noise cannot be measured (--limit)",
 }
 
 

@@ -241,7 +241,7 @@ class TaskOutcomes:
 
     task: str
     lm_eval: str  # the harness's version
-    limit: int | None  # --zeroshot-limit: the first N documents only
+    limit: int | None  # --limit: the first N documents only
     doc_ids: list[int]
     acc: list[int]
     acc_norm: list[int] | None  # None for tasks the harness scores by acc only

@@ -15,7 +15,7 @@ from acetui_core.storage.store_rows import RunRecord
 
 LOG_FOLDER = "logs"  # beside the store: one log file per run
 MASK_FOLDER = "masks"  # beside the store: one mask file per run that kept its masks (--keep-masks)
-JOB_FOLDER = "slurm"  # beside the store: the Slurm job folders (unless --slurm-folder puts them elsewhere)
+JOB_FOLDER = "slurm"  # beside the store: the Slurm job folders
 
 
 def log_path(folder: Path, run_id: str) -> Path:
