@@ -236,7 +236,14 @@ def test_exports_bold_every_tied_row_and_say_how(store):
     assert "paired t-test on the same windows" in markdown and "95% level" in markdown and "n = 3 seed(s)" in markdown
     assert "[" in wanda[0] and "[low, high] is the 95% interval." in markdown
     latex = export(runs, "latex", evidence=kept, ci="pm")
-    assert latex.count("\\textbf{") == 2 and "95\\% level" in latex and "$\\pm$ is half the 95\\% interval" in latex
+    assert latex.count("\\textbf{") == 2 and "95\\% level" in latex and "$\\pm$ is the distance" in latex
+    # a perplexity interval is not symmetric about the value: each end's distance, as the interval gives it
+    table = judge(comparison(runs), kept)
+    table.ci = "pm"
+    low, high = table.verdicts[("RIA-16", table.columns[0])].ci
+    value = table.cells[("RIA-16", table.columns[0])].value
+    assert f"$^{{+{high - value:.2f}}}_{{-{value - low:.2f}}}$" in latex
+    assert f"{value:.2f} +{high - value:.2f}/−{value - low:.2f} (n=3)" in export(runs, "markdown", evidence=kept, ci="pm")
     rows = export(runs, "csv", evidence=kept).splitlines()
     assert rows[0].endswith(",value,ci_low,ci_high,n,verdict")
     assert sorted(line.rsplit(",", 1)[1] for line in rows[1:]).count("worse") == 3

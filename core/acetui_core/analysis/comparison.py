@@ -164,8 +164,11 @@ class Comparison:
         """Whether a cell shows its seeds' standard deviation (``--ci none``, a cell of several seeds)."""
         return self.ci == "none" and any(cell.sd is not None for cell in self.cells.values())
 
-    def text(self, row: str, column: tuple[str, str], bold, dagger: str, bar: str, pm: str) -> str:
-        """A cell as text, with the markup of the target format; ``--`` where no run is."""
+    def text(
+        self, row: str, column: tuple[str, str], bold, dagger: str, bar: str, pm: str, uneven: str = " +{up}/−{down}"
+    ) -> str:
+        """A cell as text, with the markup of the target format; ``--`` where no run is. ``uneven``: how
+        ``--ci pm`` writes an interval that is not symmetric about the value (``{up}``, ``{down}``)."""
         cell = self.cells.get((row, column))
         if cell is None:
             return "--"
@@ -176,8 +179,9 @@ class Comparison:
         interval = verdict.ci if verdict is not None else None
         # one spread per table, named in its note (``export.verdict_note``): with --ci, a cell that has no
         # interval shows none rather than a standard deviation behind the same ±
-        if self.ci == "pm" and interval is not None:
-            value += f" {pm} {(interval[1] - interval[0]) / 2:.2f}"
+        if self.ci == "pm" and interval is not None:  # the distances to the interval's ends, as printed
+            up, down = f"{interval[1] - cell.value:.2f}", f"{cell.value - interval[0]:.2f}"
+            value += f" {pm} {up}" if up == down else uneven.format(up=up, down=down)
         elif self.ci == "interval" and interval is not None:
             value += f" [{interval[0]:.2f}, {interval[1]:.2f}]"
         elif self.ci == "none" and cell.sd is not None:

@@ -187,7 +187,10 @@ def verdict_note(table: Comparison, dash: str = "–") -> str | None:
         f"seed-to-seed spread added, Holm-corrected per column, at the {level} level; n = {n} seed(s) per cell."
     ]
     if table.ci == "pm":
-        parts.append(f"± is half the {level} interval.")
+        parts.append(
+            f"± is the distance from the value to either end of its {level} interval; where the ends are at "
+            "different distances, the cell gives both (+up/−down)."
+        )
     elif table.ci == "interval":
         parts.append(f"[low, high] is the {level} interval.")
     elif spread:
@@ -238,7 +241,15 @@ def to_latex(table: Comparison) -> str:
     lines.append("\\midrule")
     for row in table.rows:
         cells = [
-            table.text(row, column, lambda v: f"\\textbf{{{v}}}", "$^\\dagger$", "\\textbar{}", "$\\pm$")
+            table.text(
+                row,
+                column,
+                lambda v: f"\\textbf{{{v}}}",
+                "$^\\dagger$",
+                "\\textbar{}",
+                "$\\pm$",
+                "$^{{+{up}}}_{{-{down}}}$",
+            )
             for column in table.columns
         ]
         lines.append(" & ".join([latex_escape(row), *cells]) + " \\\\")
@@ -248,7 +259,7 @@ def to_latex(table: Comparison) -> str:
         lines.append(f"\\par\\smallskip{{\\footnotesize $^\\dagger$ {_partial_note(table, '')}}}")
     note = verdict_note(table, dash="--")
     if note:
-        note = latex_escape(note).replace("±", "$\\pm$")
+        note = latex_escape(note).replace("±", "$\\pm$").replace("+up/−down", "$^{+\\mathrm{up}}_{-\\mathrm{down}}$")
         lines.append(f"\\par\\smallskip{{\\footnotesize {note}}}")
     lines.append("\\end{table}")
     return "\n".join(lines) + "\n"
