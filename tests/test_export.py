@@ -154,6 +154,26 @@ def test_seqlen_columns_give_the_appendix_layout(store):
     assert "| RIA    | **7.27** |       -- |" in to_markdown(table)
 
 
+@pytest.mark.parametrize("columns, measure", [("seqlen", "ppl"), ("seed", "ppl"), ("sparsity", "zeroshot")])
+def test_runs_of_other_sparsities_are_never_ranked_in_one_column(tmp_path, columns, measure):
+    """By length, by seed or by task, Wanda at 60% and 50% shared a column as "Wanda (60%)" and "Wanda
+    (50%)", both bold, one's ratio taken to the other."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for number, (method, sparsity, ppl) in enumerate(
+        (("wanda", "0.5", 20.0), ("ria", "0.5", 21.0), ("wanda", "0.6", 30.0))
+    ):
+        config = RunConfig(
+            **{**BASE.to_dict(), "method": method, "sparsity": sparsity, "evals": ["wikitext2", "zeroshot"]}
+        )
+        insert_run(store, clock, f"p000000{number}", config, created=1.7e9 + number, ppl=ppl, zeroshot=ZEROSHOT,
+                   result={"calibration": CALIBRATION})  # fmt: skip
+    table = comparison(store.list_runs(), columns=columns, measure=measure)
+    assert sorted(table.models) == ["Llama-2-7b-hf, 50%", "Llama-2-7b-hf, 60%"]
+    sixty = [column for column in table.columns if column[0].endswith("60%")]
+    assert {row for row, column in table.cells if column in sixty} == {"Wanda" if columns == "seqlen" else "Wanda-16"}
+
+
 def test_a_group_read_back_as_its_enum_and_as_text_is_one_row(tmp_path):
     """A run stored without a group reads back with the enum's default, newer runs with the text: their
     reprs differ, and the table split them into "(row groups v1)" and "(row groups v2)"."""
@@ -354,8 +374,11 @@ def two_runs(tmp_path, changes: tuple[dict, dict], seed: int = 0) -> list:
 @pytest.mark.parametrize("setting", list(ONE_SETTING_APART))
 def test_runs_that_differ_in_one_setting_get_rows_of_their_own(tmp_path, setting):
     table = comparison(two_runs(tmp_path, ONE_SETTING_APART[setting]))
-    assert len(table.rows) == 2, table.rows
     assert all(len(cell.values) == 1 for cell in table.cells.values())
+    if setting == "model path":  # another model: a column group of its own, named by the folder that tells them apart
+        assert table.models == ["meta-llama/Llama-2-7b-hf", "models/Llama-2-7b-hf"] and len(table.cells) == 2
+        return
+    assert len(table.rows) == 2, table.rows
     assert len(set(table.rows)) == 2  # two labels: the mixed-selection golden shows how they name the difference
 
 

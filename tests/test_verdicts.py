@@ -243,7 +243,9 @@ def test_exports_bold_every_tied_row_and_say_how(store):
     low, high = table.verdicts[("RIA-16", table.columns[0])].ci
     value = table.cells[("RIA-16", table.columns[0])].value
     assert f"$^{{+{high - value:.2f}}}_{{-{value - low:.2f}}}$" in latex
-    assert f"{value:.2f} +{high - value:.2f}/−{value - low:.2f} (n=3)" in export(runs, "markdown", evidence=kept, ci="pm")
+    assert f"{value:.2f} +{high - value:.2f}/−{value - low:.2f} (n=3)" in export(
+        runs, "markdown", evidence=kept, ci="pm"
+    )
     rows = export(runs, "csv", evidence=kept).splitlines()
     assert rows[0].endswith(",value,ci_low,ci_high,n,verdict")
     assert sorted(line.rsplit(",", 1)[1] for line in rows[1:]).count("worse") == 3
@@ -725,3 +727,19 @@ def test_runs_evaluated_on_other_windows_are_never_ranked_against_each_other(sto
     code, out, _ = cli(monkeypatch, capsys, "export", "--store", store.path, "--format", "markdown")
     assert out.count("**") == 4  # one best per evaluation, RIA's not over Wanda's
     assert "tiny, eval 32x16 50%" in out and "tiny, eval 16x64 50%" in out
+
+
+def test_two_models_of_one_name_are_never_ranked_or_paired_together(store):
+    """Another quantisation in another folder, named as the first: its runs were ranked in the first's
+    column (its best taken for the column's), and two runs of them were paired window by window."""
+    clock = store.clock_
+    for seed in range(2):
+        add(store, clock, f"a00000{seed:02d}", seed=seed, model="/models/q4/tiny")
+        add(store, clock, f"b00000{seed + 10:02d}", seed=seed, method="ria", model="/models/q8/tiny", shift=-0.5)
+    add(store, clock, "c0000020", method="magnitude", calibration=None, model="org/tiny", shift=1.5)
+    runs = store.list_runs()
+    table = judge(comparison(runs), store.evidence([r.id for r in runs]))
+    assert sorted(table.models) == ["org/tiny", "q4/tiny", "q8/tiny"]
+    assert {row for row, _ in table.best} == {"Wanda-16", "RIA-16", "Magnitude"}
+    first, other = (next(r for r in runs if r.id == run_id) for run_id in ("a0000000", "b0000010"))
+    assert "different models" in run_difference(first, other, store.evidence([first.id, other.id]))

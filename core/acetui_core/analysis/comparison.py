@@ -10,7 +10,8 @@ anything else get rows of their own, labelled with the difference (``Wanda-16 (3
 that cannot change a number (``--keep-masks``, ``--fidelity``, where the model is saved) never split
 rows. A perplexity measured on part of the test set (``--eval-limit``) carries a dagger and a note.
 The layout can instead put calibration lengths (``columns="seqlen"``, the paper's appendix study) or
-seeds (``columns="seed"``) in the columns. Whether a cell's difference from its column's best is real
+seeds (``columns="seed"``) in the columns; each sparsity, and each model, is then a column group of its own,
+so no run is ranked against another sparsity's. Whether a cell's difference from its column's best is real
 is ``acetui_core.analysis.verdicts``' business; the grid only prints its verdicts.
 """
 
@@ -20,10 +21,10 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from acetui_core.analysis.rowlabels import result_of, row_labels
+from acetui_core.analysis.rowlabels import model_columns, result_of, row_labels
 from acetui_core.basics.choices import EXPERT_SCORE_NAMES, RunStatus, SparsityScope
 from acetui_core.basics.errors import UserError, check_choice
-from acetui_core.run.config import RunConfig, model_name
+from acetui_core.run.config import RunConfig
 from acetui_core.run.records import any_partial, mean_accuracy
 from acetui_core.scores.metrics import paper_name
 from acetui_core.scores.sparsity import parse_sparsity
@@ -237,7 +238,7 @@ def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tupl
     ]
 
 
-def _evaluations(records: list[RunRecord], measure: str) -> dict[str, str]:
+def _evaluations(records: list[RunRecord], measure: str, models: dict[str, str]) -> dict[str, str]:
     """Each run's evaluation in words (``eval 16x512``: windows x tokens; ``eval n=100``: documents per
     task), for the runs of a model that were not all evaluated alike. Each evaluation then gets a column
     group of its own, so no best or ratio compares numbers measured on other windows or documents."""
@@ -251,11 +252,9 @@ def _evaluations(records: list[RunRecord], measure: str) -> dict[str, str]:
                 sorted((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
             )
     several = {  # the models whose runs were evaluated in more than one way
-        name
-        for name in {model_name(r.config.model) for r in records}
-        if len({keys[r.id] for r in records if model_name(r.config.model) == name}) > 1
+        name for name in set(models.values()) if len({keys[r.id] for r in records if models[r.id] == name}) > 1
     }
-    keys = {r.id: keys[r.id] for r in records if model_name(r.config.model) in several}
+    keys = {r.id: keys[r.id] for r in records if models[r.id] in several}
     words = {}
     for key in dict.fromkeys(keys.values()):
         if measure == "ppl":
@@ -306,31 +305,35 @@ def comparison(
     # keeps one row, and its columns then name the windows as well as the length.
     several_budgets = len({r.config.nsamples for r in usable if result_of(r).calibration is not None}) > 1
 
+    sparsity_columns = columns == "sparsity" and measure != "zeroshot"
+
     def keys(record: RunRecord) -> tuple[str, str]:
         config = record.config
-        if columns == "sparsity" and measure != "zeroshot":
+        if sparsity_columns:
             return _base_label(record), _sparsity_header(config)
-        suffix = f" ({_sparsity_header(config)})" if several_sparsities else ""
         if columns == "seqlen":
             length = "FL" if config.seqlen == "full" else str(config.seqlen)
             if result_of(record).calibration is None:  # magnitude: under no length (its --seqlen was unused)
                 length = NO_CALIBRATION
             elif several_budgets:
                 length = f"{config.nsamples}x{length}"
-            return paper_name(config.method) + suffix, length
+            return paper_name(config.method), length
         if columns == "seed":
-            return _base_label(record) + suffix, f"seed {config.seed}"
-        return _base_label(record) + suffix, ""  # per-task table: the tasks are the columns
+            return _base_label(record), f"seed {config.seed}"
+        return _base_label(record), ""  # per-task table: the tasks are the columns
 
-    axis = "sparsity" if columns == "sparsity" and measure != "zeroshot" else columns
+    axis = "sparsity" if sparsity_columns else columns
     labels = row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)
-    evaluations = _evaluations(usable, measure)
+    names = model_columns(usable)
+    evaluations = _evaluations(usable, measure, names)
 
     def group(record: RunRecord) -> str:
-        """The column group: the model, and the evaluation when the runs were not all evaluated alike (runs
-        evaluated on other windows or documents are never ranked against each other)."""
-        name = model_name(record.config.model)
-        return f"{name}, {evaluations[record.id]}" if record.id in evaluations else name
+        """The column group: the model, the evaluation when the runs were not all evaluated alike, and the
+        sparsity when it is not the columns' axis and runs differ in it (runs evaluated on other windows or
+        documents, or pruned to another sparsity, are never ranked against each other)."""
+        name = names[record.id]
+        name = f"{name}, {evaluations[record.id]}" if record.id in evaluations else name
+        return f"{name}, {_sparsity_header(record.config)}" if several_sparsities and not sparsity_columns else name
 
     models = list(dict.fromkeys(group(r) for r in usable))
     headers: dict[str, list[str]] = {m: [] for m in models}

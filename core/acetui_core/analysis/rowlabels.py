@@ -73,6 +73,25 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     return values
 
 
+def model_columns(records: list[RunRecord]) -> dict[str, str]:
+    """Each run's model as a table names its column group: the model's short name, or, where two models
+    share it (a quantisation in another folder, a hub id beside a local copy), as many of the path's last
+    parts as tell them apart. Models are never merged by name: one name, one model."""
+    keys = {record.id: model_key(record.config.model) for record in records}
+    models = set(keys.values())
+    names = {}
+    for key in models:
+        parts = key.rstrip("/").split("/")
+        namesakes = [
+            other.rstrip("/").split("/") for other in models if other != key and model_name(other) == model_name(key)
+        ]
+        depth = 1
+        while depth < len(parts) and any(other[-depth:] == parts[-depth:] for other in namesakes):
+            depth += 1
+        names[key] = "/".join(parts[-depth:]).removesuffix(".gguf")
+    return {run_id: names[key] for run_id, key in keys.items()}
+
+
 _SAMPLES = {"c4": "C4 sample", "wikitext2": "WikiText-2 sample"}
 
 
@@ -119,7 +138,7 @@ def row_labels(
     still one label per set of settings, for a narrow table."""
     groups: dict[tuple[str, str], list[RunRecord]] = {}
     for record in records:
-        groups.setdefault((base[record.id], model_name(record.config.model)), []).append(record)
+        groups.setdefault((base[record.id], model_key(record.config.model)), []).append(record)
     labels = {}
     for (label, _), group in groups.items():
         values = {record.id: settings(record, measure, columns) for record in group}

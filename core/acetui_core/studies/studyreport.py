@@ -28,12 +28,11 @@ from acetui_core.analysis import verdicts
 from acetui_core.analysis.comparison import Cell, Comparison, comparison, measured
 from acetui_core.analysis.export import to_csv, to_latex, to_markdown
 from acetui_core.analysis.figures import IMAGE_FORMATS, Series, figure_series, off_log_axis, write_figure
-from acetui_core.analysis.rowlabels import row_labels
+from acetui_core.analysis.rowlabels import model_columns, row_labels
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.outputs import check_output_file, refuse_protected, write_text_atomic
 from acetui_core.execution.runner import NUMERIC_PACKAGES, package_version
 from acetui_core.modeling.data import source_names
-from acetui_core.run.config import model_name
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
 from acetui_core.studies.study import Study, finished_runs
@@ -152,11 +151,11 @@ def _by_source(records: list[RunRecord]) -> tuple[list[Series], list[str]]:
     sources = list(dict.fromkeys(r.config.calib for r in calibrated))
     labels = row_labels(calibrated, {r.id: r.label for r in calibrated}, "ppl", "sparsity", frozenset({"calibration"}))
     groups: dict[str, dict[str, Cell]] = {}
-    several_models = len({model_name(r.config.model) for r in calibrated}) > 1
+    models = model_columns(calibrated)
     for record in calibrated:
         name = f"{labels[record.id]} at {record.config.sparsity}"
-        if several_models:  # one model's seed is not another's: a series each
-            name += f" on {model_name(record.config.model)}"
+        if len(set(models.values())) > 1:  # one model's seed is not another's: a series each
+            name += f" on {models[record.id]}"
         cell = groups.setdefault(name, {}).setdefault(record.config.calib, Cell([], [], False, geometric=True))
         cell.add(record, record.ppl, False)  # type: ignore[arg-type]  # kept above: every one has a perplexity
     lines = [
