@@ -414,3 +414,65 @@ def test_layers_are_numbered_from_0_everywhere():
     assert layer.line == "layer 0 pruned (1/2 done): 7 linears, sparsity 0.5000, 0.50 s"
     run = type("Run", (), {"status": "running", "active": True, "current_layer": 1, "num_layers": 2, "layers_done": 1})
     assert describe_stage(run) == "layer 1 · 1/2 done"
+
+
+def typed(text: str) -> list[tuple[str, str | None]]:
+    """The keys of ``text`` as a terminal reads them (``:`` is ``colon``)."""
+    return [({":": "colon", " ": "space"}.get(c, c), c) for c in text]
+
+
+FILTER_BURSTS = [
+    # (screen, filter before, keys after it, what the burst does)
+    ("f4", "", [("slash", "/"), ("ctrl+u", None), *typed("magnitude"), ("enter", "\r"), ("enter", "\r")], "opens"),
+    ("f4", "", [("slash", "/"), *typed("model:opt"), ("enter", "\r"), ("end", None)], "end"),
+    (
+        "f4",
+        "wanda",
+        [("slash", "/"), ("ctrl+u", None), ("enter", "\r"), ("home", None), ("d", "d"), ("y", "y")],
+        "deletes",
+    ),
+    ("f3", "", [("slash", "/"), ("ctrl+u", None), *typed("opt"), ("escape", None), ("space", " ")], "selects"),
+    ("f4", "", [("slash", "/"), *typed("magnitude"), ("tab", None), ("enter", "\r")], "opens"),
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("screen_key", "before", "burst", "does"), FILTER_BURSTS)
+async def test_keys_after_a_filter_edit_in_a_burst_act_on_the_filtered_table(store, screen_key, before, burst, does):
+    """Leaving the filter (enter, escape, tab) and the table keys after it in one burst act on the table the
+    filter shows. The table was refiltered only when the field's Changed message reached the screen, after
+    enter had gone back to the table and the keys after it had acted on the old rows: ``/ C-u magnitude
+    Enter Enter`` opened the Wanda run the filter hides, ``End`` went to the old last row, ``/ C-u Enter
+    Home d y`` deleted the run highlighted under the old filter, ``space`` on Results (filtered by model)
+    selected a run the filter hides."""
+    ria = next(run.id for run in store.list_runs() if run.config.method == "ria")
+    with store._db(write=True) as db:  # the one finished run of org/opt-tiny on Results
+        db.execute("UPDATE runs SET status = 'finished', finished = ? WHERE id = ?", (store.clock(), ria))
+    by_method = {run.config.method: run.id for run in store.list_runs() if run.status == "finished"}
+    deleted_before = {run.id for run in store.list_runs()}
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(screen_key)
+        table = app.screen.query_one("#runs" if screen_key == "f4" else "#results", DataTable)
+        field = app.screen.query_one("#runs-filter" if screen_key == "f4" else "#filter", Input)
+        await pilot_wait_until(pilot, lambda: table.row_count >= 3, "the runs")
+        field.value = before
+        await pilot.pause()
+        keys = [table.coordinate_to_cell_key((row, 0)).row_key.value for row in range(table.row_count)]
+        table.move_cursor(row=keys.index(by_method["wanda"]))  # a run the new filter hides
+        screen = app.screen
+        send_in_one_read(app, burst)
+        if does == "opens":
+            await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen")
+            assert app.followed == by_method["magnitude"]
+        elif does == "end":
+            await pilot_wait_until(pilot, lambda: app.focused is table and table.row_count == 2, "the filtered table")
+            await pilot.pause()
+            assert listed(app)[table.cursor_row] == listed(app)[-1]
+        elif does == "deletes":
+            top = [run.id for run in store.list_runs()][-1]  # newest first: the top row of the whole table
+            await pilot_wait_until(pilot, lambda: {r.id for r in store.list_runs()} != deleted_before, "a delete")
+            assert deleted_before - {r.id for r in store.list_runs()} == {top}
+        else:
+            await pilot_wait_until(pilot, lambda: screen.selected, "a selection")
+            assert screen.selected == {ria}

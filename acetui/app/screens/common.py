@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input
 
 from acetui.app.summary import STATUS_COLOR
+from acetui.app.widgets.textfield import TextField
 from acetui.app.workbench import Workbench
 from acetui_core.basics.choices import RunStatus
 from acetui_core.storage.store_rows import RunRecord
@@ -166,6 +167,20 @@ class SortedRunListScreen(RunListScreen):
     descending = False
     shown_columns: list[int] | None = None  # the columns the table shows, when not all fit (fit_columns)
 
+    def _on_mount(self) -> None:
+        """The table follows its filter as each key edits it: a watch runs as the field's value changes,
+        where the field's Changed message reached the screen only after the keys typed after it in a burst
+        had acted on the old rows (``/ C-u magnitude Enter Enter`` opened a run the filter hides)."""
+        if not exiting(self):
+            self.watch(self.query_one(f"#{self.FILTER}", Input), "value", self.show_runs, init=False)
+
+    async def filter_applied(self) -> None:
+        """Wait until the keys typed into the filter before now are in it (and so in the table): enter or
+        escape leaving it acts on the table it shows, and so do the keys after them in the burst."""
+        field = self.query_one(f"#{self.FILTER}", Input)
+        if isinstance(field, TextField):
+            await field.keys_applied()
+
     def action_focus_filter(self) -> None:
         """``/``: the filter. Its binding is a priority one, run by the app as it reads the key, and focus
         moves at once (Widget.focus would defer it): the keys read in the same burst as ``/`` (tmux, a fast
@@ -176,16 +191,19 @@ class SortedRunListScreen(RunListScreen):
             raise SkipAction()  # a "/" typed in the filter is text (model:org/llama)
         self.set_focus(field)
 
-    def action_focus_table(self) -> None:
+    async def action_focus_table(self) -> None:
         table = self.query_one(f"#{self.TABLE}", DataTable)
         if self.focused is table:
             raise SkipAction()  # escape on the table: the app's (it closes the keys panel or a maximised pane)
+        await self.filter_applied()
         self.set_focus(table)
 
-    def action_leave_filter(self) -> None:
-        """Enter in the filter: back to the table, at once (``s`` typed next in the burst sorts it)."""
+    async def action_leave_filter(self) -> None:
+        """Enter in the filter: back to the table, filtered by every key typed before it, at once (``s`` typed
+        next in the burst sorts it, ``End`` goes to its last row)."""
         if self.focused is not self.query_one(f"#{self.FILTER}", Input):
             raise SkipAction()  # enter elsewhere: the table's (open the run)
+        await self.filter_applied()
         self.set_focus(self.query_one(f"#{self.TABLE}", DataTable))
 
     def table_run(self) -> RunRecord | None:

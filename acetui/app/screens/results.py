@@ -160,12 +160,12 @@ class ResultsScreen(ResultsExports):
         if message.key == self.paper_shown:
             self.query_one("#paper-table", Static).update(message.view)
 
-    def action_focus_table(self) -> None:
+    async def action_focus_table(self) -> None:
         """Escape: from the paper view or a plot back to the table, as their own key again does; from the
         filter, to the table."""
         views = self.query_one("#results-views", ContentSwitcher)
         if views.current == "results" or self.focused is self.query_one(f"#{self.FILTER}"):
-            super().action_focus_table()
+            await super().action_focus_table()
             return
         views.current = "results"
         self.paper_shown = None

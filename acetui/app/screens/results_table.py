@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-from textual import on
 from textual.widgets import DataTable, Input, Static
 
 from acetui.app import summary
@@ -178,10 +177,6 @@ class ResultsTable(SortedRunListScreen):
                 "No finished runs yet: start one on New run (F1) or with `acetui prune`; "
                 "Runs (F4) shows the ones that failed or were cancelled."
             )
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self) -> None:
-        self.show_runs()
 
     def action_toggle_select(self) -> None:
         run = self.cursor_run(self.query_one("#results", DataTable))

@@ -192,10 +192,6 @@ class RunsScreen(SortedRunListScreen):
 
     # ---- order and filter ----
 
-    @on(Input.Changed, "#runs-filter")
-    def _filter_changed(self) -> None:
-        self.show_runs()
-
     @on(DataTable.RowHighlighted, "#runs")
     def _show_detail(self) -> None:
         """The highlighted run in full: its model path, and its error in words when it has one."""
