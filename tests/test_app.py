@@ -444,6 +444,26 @@ async def press_start_and_see_it_checking(pilot) -> Button:
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("no_color", [False, True], ids=["colour", "NO_COLOR"])
+async def test_the_start_button_reads_checking_while_the_launcher_checks(store, slow_launcher, monkeypatch, no_color):
+    """Under the ansi theme (NO_COLOR starts in it) Textual gives a disabled button a tall border, which in
+    the one-line start row left only its top edge (``▊▔▔▔▔▎``): "Checking…" was never seen."""
+    from textual.geometry import Region
+
+    if no_color:
+        monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        button = await press_start_and_see_it_checking(pilot)
+        await pilot.pause()
+        height = button.region.height
+        drawn = "".join(strip.text for strip in button.render_lines(Region(0, 0, button.region.width, 1)))
+        slow_launcher.release.set()
+        await pilot_wait_until(pilot, lambda: not button.disabled, "the checks' end")
+    assert height == 1 and drawn.strip() == "Checking…", drawn
+
+
+@pytest.mark.asyncio
 async def test_keys_answer_while_the_launcher_checks_and_its_refusal_is_one_sentence(store, slow_launcher):
     # The checks ran on the UI thread (issue 31, item 9): the app froze until they ended.
     slow_launcher.outcome = UserError("Model 'some-org/some-model' needs about 9 GiB; 2 GiB are free.")
