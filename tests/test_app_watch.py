@@ -510,6 +510,39 @@ async def test_the_full_screen_log_names_its_run_and_scrolls_with_the_keys(store
 
 
 @pytest.mark.asyncio
+async def test_the_full_screen_log_opened_in_a_burst_names_its_run_once_it_arrives(store, monkeypatch):
+    """Runs, ``enter l`` in one read: the log went full screen before the run's record had arrived (here
+    held back, as a busy store or machine does), titled "log · l: back" for good; ``l`` pressed later named
+    the run."""
+    import threading
+
+    from acetui.app.screens import run as run_screen
+
+    record_read, following = threading.Event(), run_screen.follow_run
+
+    def late(*args):
+        record_read.wait(timeout=30)
+        following(*args)
+
+    monkeypatch.setattr(run_screen, "follow_run", late)
+    run_id = store.create_run(RunConfig(model="tiny-llama", method="wanda", sparsity="0.5"))
+    store.set_status(run_id, "failed", error="RuntimeError: out of patience")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        table = app.screen.query_one("#runs", DataTable)
+        await pilot_wait_until(pilot, lambda: table.row_count == 1, "the run")
+        send_in_one_read(app, [("enter", "\r"), ("l", "l")])
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen) and app.screen.maximized, "the full log")
+        log = app.screen.query_one("#log", RichLog)
+        assert log.border_title == "log · l: back"  # no run read yet
+        record_read.set()
+        await pilot_wait_until(pilot, lambda: app.screen._run is not None, "the run's record")
+        await pilot.pause()
+        assert app.screen.maximized is log and log.border_title == f"log of {app.screen._run.label} {run_id} · l: back"
+
+
+@pytest.mark.asyncio
 async def test_the_log_pane_shows_a_failed_runs_traceback(store):
     config = RunConfig(model="tiny-llama", method="wanda", sparsity="0.5")
     run_id = store.create_run(config)

@@ -142,6 +142,7 @@ class RunScreen(Screen):
         self.query_one("#experts-text", Static).update("")
         self.query_one("#run-title", Static).update(NO_RUN if run_id is None else f"run {run_id}")
         self.query_one("#progress-row").display = run_id is not None  # no bouncing bar for no run
+        self._title_log()  # another run (n, p): no longer the one it named
         self._show_batch()
         self._replot()
         if run_id is not None:
@@ -165,6 +166,7 @@ class RunScreen(Screen):
         previous, self._run = self._run, run
         if previous is None:
             self._start_log(run)
+            self._title_log()
         # Every time: the status, the device actually used and the versions come once the run has started.
         self.query_one("#config-text", Static).update(summary.config_text(run, self.app.store.folder))
         if not run.active:
@@ -322,13 +324,21 @@ class RunScreen(Screen):
         the hidden layers table) and names its run; back (l or escape), the table has them again."""
         log = self.query_one("#log", LogPane)
         if maximized is log:
-            run = self._run
-            log.border_title = f"log of {run.label} {run.id} · l: back" if run else "log · l: back"
+            self._title_log()
             log.focus()
         else:
             log.border_title = None
             if self.focused is log:
                 self.query_one("#layers", DataTable).focus()
+
+    def _title_log(self) -> None:
+        """The full-screen log's title names its run, once its record has arrived: ``enter l`` in one burst
+        from a run table maximises the log first (it said "log · l: back" for good)."""
+        log = self.query_one("#log", LogPane)
+        if self.maximized is not log:
+            return
+        run = self._run
+        log.border_title = f"log of {run.label} {run.id} · l: back" if run else "log · l: back"
 
     # check_action has made sure these make sense before they run.
 
