@@ -416,6 +416,31 @@ async def test_a_run_its_checks_refuse_says_why_and_records_nothing(store, tmp_p
         assert store.list_runs() == []
 
 
+@pytest.mark.asyncio
+async def test_the_form_is_no_tab_stop_and_scrolls_to_the_focused_field(store):
+    """shift+tab from Model, or tab from Advanced, landed on the form's scroll container: no focus cue, and
+    keys typed there were lost (``Tab Tab Tab C-u 1.3`` from Advanced ended on Metrics, "1.3" gone)."""
+    from textual.widgets._collapsible import CollapsibleTitle
+
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        form, model = screen.query_one("#form"), screen.query_one("#model", Input)
+        advanced = screen.query_one("#advanced CollapsibleTitle", CollapsibleTitle)
+        await pilot.pause()
+        assert app.focused is model and form not in screen.focus_chain
+        await pilot.press("shift+tab")
+        assert app.focused is advanced
+        await pilot.press("tab")
+        assert app.focused is model
+        await pilot.press("shift+tab", "enter")  # Advanced opened; its fields are under the fold
+        for _ in range(6):
+            await pilot.press("tab")
+            await pilot.pause()
+            assert app.focused is not form and form.scrollable_content_region.contains_region(app.focused.region)
+        assert form.scroll_y > 0
+
+
 @pytest.fixture
 def slow_launcher(monkeypatch):
     """The launcher's checks made slow (a model read, a hub id looked up): ``outcome`` is what they end in

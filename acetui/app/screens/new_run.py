@@ -102,7 +102,9 @@ class NewRunScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with VerticalScroll(id="form"):
+        # No tab stop of its own (a scroll container is one by default): nothing showed it focused, and the keys
+        # typed there were lost. The focused field scrolls into view; its keys and the wheel scroll the form.
+        with VerticalScroll(id="form", can_focus=False):
             yield from setting_field("model")
             yield ModelCompletions(id="model-candidates")
             with Horizontal(id="form-columns"):
