@@ -137,7 +137,7 @@ async def test_an_export_lands_in_the_export_folder_and_the_notice_names_it(stor
         await pilot.press("e")
         await pilot_wait_until(pilot, lambda: list(folder.glob("*.csv")), "the CSV")
         saved = next(folder.glob("*.csv"))
-        await pilot_wait_until(pilot, lambda: f"Saved {saved}" in toasts(app), "the notice")
+        await pilot_wait_until(pilot, lambda: f"Saved {saved.name}\nin {folder}" in toasts(app), "the notice")
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".csv"] == []  # not the working directory
 
 
@@ -166,5 +166,5 @@ async def test_copy_inside_tmux_without_set_clipboard_saves_a_file_and_says_how(
         await pilot_wait_until(pilot, lambda: list(Path(tmp_path / "exports").glob("*.tex")), "the LaTeX file")
         saved = next((tmp_path / "exports").glob("*.tex"))
         assert saved.read_text() == app.clipboard  # the same table the copy held
-        await pilot_wait_until(pilot, lambda: f"Saved {saved}" in toasts(app), "the saved notice")
+        await pilot_wait_until(pilot, lambda: f"Saved {saved.name}\nin {saved.parent}" in toasts(app), "the notice")
         assert any("`set -g set-clipboard on`" in toast and "saved as a file" in toast for toast in toasts(app))

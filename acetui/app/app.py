@@ -9,6 +9,7 @@ factory the CLI and the tests share.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from textual import events, on
 from textual.actions import SkipAction
@@ -220,13 +221,21 @@ class AceApp(KeysWhereTyped, Workbench):
 
     @on(events.DeliveryComplete)
     def _delivered(self, event: events.DeliveryComplete) -> None:
-        if event.name == "export":
-            self.notify(f"Saved {event.path}")
+        if event.name == "export" and event.path is not None:  # name and folder on lines of their own (80 columns)
+            self.notify(f"Saved {event.path.name}\nin {home_short(event.path.parent)}")
 
     @on(events.DeliveryFailed)
     def _not_delivered(self, event: events.DeliveryFailed) -> None:
         if event.name == "export":
             self.notify(f"Could not save the export: {event.exception}", severity="error")
+
+
+def home_short(path: Path) -> str:
+    """``path`` with ``~`` for the user's home, as a notice shows it."""
+    try:
+        return f"~/{path.relative_to(Path.home())}"
+    except ValueError:
+        return str(path)
 
 
 def make_app(

@@ -2,7 +2,9 @@
 
 Exports go to one documented folder, never the working directory (often a git checkout):
 ``$ACETUI_EXPORT_DIR``, else the ``export_dir`` setting, else ``acetui`` in the user's documents folder
-(platformdirs: ``~/Documents/acetui`` on Linux and macOS). Notices name the full path.
+(platformdirs: ``~/Documents/acetui`` on Linux and macOS). Notices name the full path. The working folder
+and the run store's folder are refused as export folders (``refused_folders``), as is any folder the runs
+keep or read their files in (``Store.protected_places``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from acetui_core.basics.paths import user_path
 
 EXPORT_DIR_ENV = "ACETUI_EXPORT_DIR"
+EXPORT_DIR_ADVICE = f"choose another one (${EXPORT_DIR_ENV}, or export_dir in settings.json)."
 TMUX_CLIPBOARD_HINT = "tmux passes a copy to your terminal only with `set -g set-clipboard on` in ~/.tmux.conf"
 
 
@@ -26,6 +29,12 @@ def export_dir(setting: str | None = None) -> Path:
 
         return platformdirs.user_documents_path() / "acetui"
     return user_path(chosen).absolute()
+
+
+def refused_folders(store_folder: Path) -> list[tuple[Path, str]]:
+    """The folders no export is saved in (a folder under them is fine): the working folder, often a git
+    checkout, and the run store's folder, beside its database."""
+    return [(Path.cwd(), "the working folder"), (store_folder, "the run store's folder")]
 
 
 def tmux_drops_clipboard(environ=os.environ) -> bool:

@@ -41,10 +41,18 @@ PARTIAL_NOTES = {
 }
 
 
+def in_store_order(runs: list[RunRecord]) -> list[RunRecord]:
+    """``runs`` oldest first, as the store lists them to ``acetui export``: the paper's rows and columns
+    follow the order runs come in, so the app's tables (this view, ``l``, ``y``) are the CLI's whatever
+    the Results table's sort."""
+    return sorted(runs, key=lambda run: (run.created, run.id))
+
+
 def view(runs: list[RunRecord], kept: dict[str, RunEvidence], which: str, picked: list[RunRecord]) -> Group | str:
-    """``runs`` (at least one) in the paper's layout, the best per column and the rows tied with it in bold;
-    ``which`` names them in the captions (selected or listed); two ``picked`` runs get their paired
-    difference. A string where no run measured anything the view shows."""
+    """``runs`` (at least one) in the paper's layout, the best per column and the rows tied with it in bold,
+    in the CLI's order whatever the order given (``in_store_order``); ``which`` names them in the captions
+    (selected or listed); two ``picked`` runs get their paired difference (the newer minus the older)."""
+    runs, picked = in_store_order(runs), in_store_order(picked)
     parts: list = [Text(VERDICT_LEGEND)]  # first: the marks must be read before the cells (NO_COLOR)
     unmeasured = []
     for measure, caption in PAPER_MEASURES.items():

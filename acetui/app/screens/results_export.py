@@ -7,8 +7,16 @@ from __future__ import annotations
 import io
 import time
 
-from acetui.app.exports import TMUX_CLIPBOARD_HINT, export_dir, tmux_drops_clipboard
+from acetui.app.exports import (
+    EXPORT_DIR_ADVICE,
+    TMUX_CLIPBOARD_HINT,
+    export_dir,
+    refused_folders,
+    tmux_drops_clipboard,
+)
+from acetui.app.paper import in_store_order
 from acetui.app.screens.results_plots import ResultsPlots
+from acetui_core.analysis.comparison import comparison
 from acetui_core.analysis.export import export
 from acetui_core.analysis.figures import off_log_axis, to_pgfplots
 from acetui_core.basics.errors import UserError
@@ -17,7 +25,7 @@ from acetui_core.basics.outputs import reserve_new_file
 
 class ResultsExports(ResultsPlots):
     def _export_text(self, fmt: str) -> str | None:
-        runs = self.chosen()
+        runs = in_store_order(self.chosen())  # the CLI's rows and columns, whatever the table's sort
         if not runs:
             self.notify("No finished runs to export.", severity="warning")
             return None
@@ -44,18 +52,31 @@ class ResultsExports(ResultsPlots):
             folder = export_dir(self.app.preferences.export_dir)
             folder.mkdir(parents=True, exist_ok=True)
             stem = f"acetui{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-            path = reserve_new_file(folder, stem, suffix, self.app.store.protected_places())
+            store = self.app.store
+            refused = refused_folders(store.folder)
+            path = reserve_new_file(folder, stem, suffix, store.protected_places(), refused, EXPORT_DIR_ADVICE)
         except (UserError, OSError) as error:
             self.notify(f"Could not save the export: {error}", severity="error", timeout=10)
             return
         self.app.deliver_text(io.StringIO(text), save_directory=folder, save_filename=path.name, name="export")
+
+    def _table_count(self) -> str:
+        """What the LaTeX table holds, as its notice says it: the runs it counts, and the repeated runs of
+        a seed it leaves out (each seed counts once, its latest run)."""
+        grid = comparison(in_store_order(self.chosen()))
+        held = {run.id for cell in grid.cells.values() for run in cell.runs}
+        repeats = {run.id for cell in grid.cells.values() for run in cell.repeats}
+        left_out = (
+            f" ({len(repeats)} repeated run{'s' if len(repeats) > 1 else ''} of a seed left out)" if repeats else ""
+        )
+        return f"LaTeX table of {len(held)} run(s){left_out}"
 
     def action_copy_latex(self) -> None:
         text = self._export_text("latex")
         if text is None:
             return
         self.app.copy_to_clipboard(text)
-        what = f"LaTeX table of {len(self.chosen())} run(s)"
+        what = self._table_count()
         if tmux_drops_clipboard():  # the copy never reaches the terminal: keep it in a file too
             self.action_export("latex")
             self.notify(f"{TMUX_CLIPBOARD_HINT}; the {what} is saved as a file instead.", timeout=12)

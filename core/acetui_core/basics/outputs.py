@@ -109,13 +109,25 @@ def write_text_atomic(path: Path, text: str, replace: bool = True) -> None:
         file.write(text)
 
 
-def reserve_new_file(folder: Path, stem: str, suffix: str, protected: Places = ()) -> Path:
+def reserve_new_file(
+    folder: Path,
+    stem: str,
+    suffix: str,
+    protected: Places = (),
+    refused_folders: Places = (),
+    advice: str = "choose another export folder.",
+) -> Path:
     """A new, empty file ``folder/stem.suffix``, else ``stem-2``, ``stem-3``... (created exclusively, so no
     other file is ever replaced, even one made between the choice of a name and the write), for the app's
-    exports; refused when ``folder`` is or lies inside a ``protected`` place."""
+    exports; refused when ``folder`` is or lies inside a ``protected`` place, or is one of the
+    ``refused_folders`` itself (the working folder, the run store's folder: a folder under them is fine);
+    ``advice`` ends the refusal."""
+    for place, what in refused_folders:
+        if overlap(folder, place) == "is":
+            raise UserError(f"The export folder {folder} is {what}; {advice}")
     path, n = folder / f"{stem}{suffix}", 1
     # the file, not the folder: a folder that merely holds a model folder or the store takes new files
-    refuse_protected(path, f"An export in {folder}", protected, "choose another export folder.")
+    refuse_protected(path, f"An export in {folder}", protected, advice)
     while True:
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))

@@ -1,0 +1,146 @@
+"""The app's exports and what it says about them: the folders an export is refused in, the paper table in
+the CLI's layout whatever the Results table's sort, notices that count what the table holds and paths that
+read at 80 columns."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import pytest
+from rich.console import Console
+from runhelpers import Clock, cli, insert_run, pilot_wait_until
+
+from acetui.app import exports, make_app, paper
+from acetui_core.run.config import RunConfig
+from acetui_core.storage.store import Store
+
+SIZE = (80, 24)
+T0 = 1_700_000_000.0
+
+
+def toasts(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def add(store: Store, run_id: str, method: str, sparsity: str, ppl: float, *, seed: int = 0, at: float = 0.0) -> None:
+    config = RunConfig(model="tiny-llama", method=method, sparsity=sparsity, seed=seed)
+    insert_run(store, Clock(), run_id, config, created=T0 + at, ppl=ppl)
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    """Four finished runs, recorded in an order that neither the PPL sort nor the Sparsity sort follows."""
+    store = Store(tmp_path / "store" / "runs.db")
+    add(store, "aaaa0001", "wanda", "0.5", 9.0, at=1)
+    add(store, "bbbb0002", "magnitude", "0.5", 30.0, at=2)
+    add(store, "cccc0003", "wanda", "2:4", 12.0, at=3)
+    add(store, "dddd0004", "ace", "2:4", 8.0, at=4)
+    return store
+
+
+@contextlib.asynccontextmanager
+async def results(store: Store, rows: int = 4):
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        await pilot_wait_until(pilot, lambda: app.screen.query_one("#results").row_count == rows, "the results")
+        yield app, pilot
+
+
+# ---- 1. the export folder ----
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("where", ["the working folder", "the run store's folder"])
+async def test_an_export_is_refused_in_the_working_folder_and_the_stores_folder(store, tmp_path, monkeypatch, where):
+    work = tmp_path / "checkout"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    folder = work if where == "the working folder" else store.folder
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, "." if folder == work else str(folder))
+    before = sorted(folder.iterdir())
+    async with results(store) as (app, pilot):
+        for key in ("e", "l"):
+            await pilot.press(key)
+            await pilot_wait_until(pilot, lambda: any("Could not save" in t for t in toasts(app)), "the refusal")
+        refusals = [t for t in toasts(app) if "Could not save" in t]
+        assert len(refusals) == 2 and f"is {where}" in refusals[0] and exports.EXPORT_DIR_ENV in refusals[0]
+    assert sorted(folder.iterdir()) == before  # nothing written beside the store's database, nor in the checkout
+
+
+@pytest.mark.asyncio
+async def test_an_export_folder_under_the_working_folder_is_taken(store, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, "exports")
+    async with results(store) as (app, pilot):
+        await pilot.press("e")
+        await pilot_wait_until(pilot, lambda: list((tmp_path / "exports").glob("*.csv")), "the CSV")
+
+
+# ---- 2. the paper table in the CLI's layout ----
+
+
+@pytest.mark.asyncio
+async def test_the_apps_latex_table_is_the_clis_whatever_the_sort(store, tmp_path, monkeypatch, capsys):
+    code, cli_table, _ = cli(monkeypatch, capsys, "export", "--format", "latex", "--store", str(store.path))
+    assert code == 0 and re.search(r"Method & 50\\% & 2:4", cli_table)
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(tmp_path / "exports"))
+    async with results(store) as (app, pilot):
+        tables: list[str] = []
+        for sort in ("", "S", "r"):  # PPL ↑ (the default), Sparsity ↑, Sparsity ↓
+            if sort:
+                await pilot.press(sort)
+            await pilot.press("l")
+            await pilot_wait_until(
+                pilot, lambda n=len(tables) + 1: len(list((tmp_path / "exports").glob("*.tex"))) == n, "the table"
+            )
+            tables.append(sort)
+        assert "by Sparsity ↓" in str(app.screen.query_one("#results-info").render())
+    for saved in (tmp_path / "exports").glob("*.tex"):
+        assert saved.read_text() == cli_table, saved.name
+
+
+def test_the_paper_view_follows_the_store_not_the_order_it_is_given(store):
+    runs = store.list_runs()
+    kept = store.evidence([r.id for r in runs])
+
+    def text(given) -> str:
+        console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+        console.print(paper.view(given, kept, "listed", []))
+        return console.export_text()
+
+    in_store_order = text(runs)
+    assert in_store_order.index("50%") < in_store_order.index("2:4")
+    assert in_store_order.index("Wanda") < in_store_order.index("Magnitude")
+    for shuffled in (runs[::-1], sorted(runs, key=lambda r: r.ppl or 0)):
+        assert text(shuffled) == in_store_order
+
+
+# ---- 4. notices that count what the table holds, paths that read ----
+
+
+@pytest.mark.asyncio
+async def test_the_copy_notice_counts_the_tables_runs_and_names_the_repeat_left_out(store, monkeypatch):
+    add(store, "eeee0005", "wanda", "0.5", 9.5, at=5)  # seed 0 again: the latest counts, the first is left out
+    monkeypatch.setattr("acetui.app.screens.results_export.tmux_drops_clipboard", lambda: False)
+    async with results(store, rows=5) as (app, pilot):
+        await pilot.press("y")
+        await pilot_wait_until(pilot, lambda: any("copied" in t for t in toasts(app)), "the notice")
+        notice = next(t for t in toasts(app) if "copied" in t)
+        assert "LaTeX table of 4 run(s)" in notice and "1 repeated run of a seed left out" in notice, notice
+
+
+@pytest.mark.asyncio
+async def test_the_saved_notice_puts_the_file_and_its_folder_on_lines_of_their_own(store, monkeypatch):
+    home = store.folder.parent
+    monkeypatch.setenv("HOME", str(home))
+    folder = home / "Documents" / "acetui with a long folder name for the eighty columns"
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(folder))
+    async with results(store) as (app, pilot):
+        await pilot.press("e")
+        await pilot_wait_until(pilot, lambda: list(folder.glob("*.csv")), "the CSV")
+        saved = next(folder.glob("*.csv"))
+        await pilot_wait_until(pilot, lambda: any(t.startswith("Saved") for t in toasts(app)), "the notice")
+        notice = next(t for t in toasts(app) if t.startswith("Saved"))
+        assert notice.splitlines() == [f"Saved {saved.name}", f"in ~/{folder.relative_to(home)}"]
