@@ -165,17 +165,34 @@ class Comparison:
         """Whether a cell shows its seeds' standard deviation (``--ci none``, a cell of several seeds)."""
         return self.ci == "none" and any(cell.sd is not None for cell in self.cells.values())
 
+    def untested(self, row: str, column: tuple[str, str]) -> bool:
+        """Whether the cell could not be compared with its column's best (one seed, one window, no record to
+        pair): in a paper table it must not read as "worse" for being not bold."""
+        verdict = self.verdicts.get((row, column))
+        return verdict is not None and verdict.verdict in ("unknown", "untested") and column[1] != NO_CALIBRATION
+
     def text(
-        self, row: str, column: tuple[str, str], bold, dagger: str, bar: str, pm: str, uneven: str = " +{up}/−{down}"
+        self,
+        row: str,
+        column: tuple[str, str],
+        bold,
+        dagger: str,
+        bar: str,
+        pm: str,
+        uneven: str = " +{up}/−{down}",
+        untested: str = "",
     ) -> str:
         """A cell as text, with the markup of the target format; ``--`` where no run is. ``uneven``: how
-        ``--ci pm`` writes an interval that is not symmetric about the value (``{up}``, ``{down}``)."""
+        ``--ci pm`` writes an interval that is not symmetric about the value (``{up}``, ``{down}``);
+        ``untested``: the mark of a cell not compared with its column's best (the app has its own marks)."""
         cell = self.cells.get((row, column))
         if cell is None:
             return "--"
         value = f"{cell.value:.2f}"
         if self.bold(row, column):
             value = bold(value)
+        if self.untested(row, column):
+            value += untested
         verdict = self.verdicts.get((row, column))
         interval = verdict.ci if verdict is not None else None
         # one spread per table, named in its note (``export.verdict_note``): with --ci, a cell that has no

@@ -176,8 +176,15 @@ def verdict_note(table: Comparison, dash: str = "–") -> str | None:
     unknown = any(v.verdict == "unknown" for v in table.verdicts.values())
     repeats = table.repeats_note()
     spread = "± is the standard deviation of a cell's seeds." if table.shows_sd else None
+    marked = any(table.untested(row, column) for row, column in table.verdicts)
+    untested = (
+        "? marks a cell not compared with its column's best (one seed, one window or no record to pair: "
+        "acetui verdict says which); not being bold does not make it worse."
+        if marked
+        else None
+    )
     if not table.tested and not unknown:
-        return " ".join(part for part in (spread, repeats) if part) or None
+        return " ".join(part for part in (untested, spread, repeats) if part) or None
     level = f"{table.level * 100:g}%"
     units = "windows" if table.measure == "ppl" else "documents"
     seeds = sorted({len(cell.values) for cell in table.cells.values()})
@@ -200,6 +207,8 @@ def verdict_note(table: Comparison, dash: str = "–") -> str | None:
             "A row is not tested where it or its column's best is a calibrated method with one seed: "
             "that seed noise is unknown."
         )
+    if untested:
+        parts.append(untested)
     if repeats:
         parts.append(repeats)
     return " ".join(parts)
@@ -249,6 +258,7 @@ def to_latex(table: Comparison) -> str:
                 "\\textbar{}",
                 "$\\pm$",
                 "$^{{+{up}}}_{{-{down}}}$",
+                "$^{?}$",
             )
             for column in table.columns
         ]
@@ -260,6 +270,7 @@ def to_latex(table: Comparison) -> str:
     note = verdict_note(table, dash="--")
     if note:
         note = latex_escape(note).replace("±", "$\\pm$").replace("+up/−down", "$^{+\\mathrm{up}}_{-\\mathrm{down}}$")
+        note = note.replace("? marks", "$^{?}$ marks")
         lines.append(f"\\par\\smallskip{{\\footnotesize {note}}}")
     lines.append("\\end{table}")
     return "\n".join(lines) + "\n"
@@ -273,7 +284,10 @@ def to_markdown(table: Comparison) -> str:
     several = len(table.models) > 1
     header = ["Method", *(f"{m} {h}" if several else h for m, h in table.columns)]
     body = [
-        [row, *(table.text(row, column, lambda v: f"**{v}**", "†", "\\|", "±") for column in table.columns)]
+        [
+            row,
+            *(table.text(row, column, lambda v: f"**{v}**", "†", "\\|", "±", untested="?") for column in table.columns),
+        ]
         for row in table.rows
     ]
     padded = aligned([header, *body], right=range(1, len(header)))
