@@ -189,6 +189,10 @@ def test_one_window_gives_no_interval_and_no_verdict(store):
     assert found[best].verdict == "best" and found[best].ci is None
     assert found[other].verdict == "untested" and found[other].p is None and found[other].ci is None
     assert found[other].note.startswith("cannot be tested: evaluated on 1 window")
+    runs = store.list_runs()
+    markdown = export(runs, "markdown", evidence=store.evidence([r.id for r in runs]))
+    [line] = [line for line in markdown.splitlines() if line.startswith(f"| {other} ")]
+    assert line.rstrip(" |").endswith("?") and "? marks a cell not compared" in markdown  # it read as if worse
 
 
 def test_a_run_without_window_losses_shows_its_perplexity_and_cannot_be_tested(store):
