@@ -120,6 +120,22 @@ def calibration_sample(
     return torch.cat(windows), " + ".join(wheres)
 
 
+def source_place(source: str) -> str:
+    """Where one calibration source is read from, as a run records it: the local file, or the hub's name."""
+    local = data_dir()
+    if source == "c4":
+        return str(local / LOCAL_C4) if local else f"allenai/c4 {C4_SHARD}"
+    if source == "wikitext2":
+        return str(local / LOCAL_WIKITEXT2["train"]) if local else "wikitext-2-raw-v1 train"
+    return str(user_path(source))
+
+
+def calibration_identity(source: str) -> str | None:
+    """The content identity a run of ``--calib source`` would record now (``Calibration.fingerprint``),
+    without reading the documents: a study tells a run of another version of its files by it."""
+    return sample_identity(" + ".join(source_place(name) for name, _ in mixture(source)))
+
+
 def sample_identity(where: str) -> str | None:
     """The content identity of the files a sample came from (``calibration_sample``'s description)."""
     identities = [content_identity(part) for part in where.split(" + ")]
@@ -134,14 +150,14 @@ def calibration_documents(source: str) -> tuple[list[str], str]:
             path = local / LOCAL_C4
             if not path.is_file():
                 raise UserError(f"ACETUI_DATA_DIR has no C4 sample at {path}.")
-            return _read_records(path), str(path)
+            return _read_records(path), source_place(source)
 
         def hub():
             from datasets import load_dataset
 
             return load_dataset("allenai/c4", data_files={"train": C4_SHARD}, split="train")["text"]
 
-        return _hub_texts("C4", hub), f"allenai/c4 {C4_SHARD}"
+        return _hub_texts("C4", hub), source_place(source)
     if source == "wikitext2":
         if local:
             path = local / LOCAL_WIKITEXT2["train"]
@@ -149,18 +165,18 @@ def calibration_documents(source: str) -> tuple[list[str], str]:
                 raise UserError(
                     f"ACETUI_DATA_DIR has no WikiText-2 train split at {path} (the test split is for evaluation only); use --calib c4 or a file."
                 )
-            return ["\n\n".join(_read_records(path))], str(path)
+            return ["\n\n".join(_read_records(path))], source_place(source)
 
         def hub():
             from datasets import load_dataset
 
             return ["\n\n".join(load_dataset("wikitext", "wikitext-2-raw-v1", split="train")["text"])]
 
-        return _hub_texts("WikiText-2", hub), "wikitext-2-raw-v1 train"
+        return _hub_texts("WikiText-2", hub), source_place(source)
     path = user_path(source)
     if not path.is_file():
         raise UserError(f"Calibration source '{source}' is neither c4, wikitext2 nor an existing file.")
-    return _read_records(path), str(path)
+    return _read_records(path), source_place(source)
 
 
 class LazyTokens(Sequence):
