@@ -84,6 +84,28 @@ def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, 
 
 
 @pytest.mark.parametrize(
+    "command, said", [("rm", "Removed run {}."), ("cancel", "Run {} cancelled before it started.")]
+)
+def test_a_run_named_twice_is_removed_or_cancelled_once(store_path, monkeypatch, capsys, command, said):
+    """By a prefix and its full id: rm said it twice, cancel refused the second as already ended."""
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.run.config import RunConfig
+
+    clock = Clock()
+    store = Store(store_path, clock=clock)
+    insert_run(store, clock, "b0000001", RunConfig("org/m", "ria", "0.5"), created=1.7e9, ppl=9.5)
+    if command == "rm":  # a finished run
+        insert_run(store, clock, "d2dc7887", RunConfig("org/m", "wanda", "0.5"), created=1.7e9 + 60, ppl=9.0)
+    else:  # a queued one
+        store.create_run(RunConfig("org/m", "wanda", "0.5"), env={}, run_id="d2dc7887")
+    code, out, err = cli(monkeypatch, capsys, "runs", command, "d2dc", "d2dc7887", "d2dc", "--store", store_path)
+    assert (code, err, out) == (0, "", said.format("d2dc7887") + "\n")
+    left = {run.id: run.status for run in Store(store_path).list_runs()}
+    assert left == ({"b0000001": "finished"} | ({"d2dc7887": "cancelled"} if command == "cancel" else {}))
+
+
+@pytest.mark.parametrize(
     "args, message",
     [
         (["runs", "--store", "{tmp}"], "is a folder"),

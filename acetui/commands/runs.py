@@ -331,7 +331,8 @@ def watch(
 def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
     """Stop runs: a queued run is cancelled at once, a running one after its current layer."""
     opened = Store(store, create=False)
-    for full in [opened.resolve(run_id) for run_id in run_ids]:  # every id resolved before any is touched
+    # every id resolved before any is touched, and each run once (a prefix and the full id name one run)
+    for full in dict.fromkeys(opened.resolve(run_id) for run_id in run_ids):
         if opened.get_run(full, layers=False).executor == ExecutorKind.SLURM:
             from acetui_core.execution.slurm import cancel as cancel_job
 

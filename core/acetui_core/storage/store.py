@@ -255,8 +255,9 @@ class Store(StoreReader):
         """Remove runs, their layers and every file they made (log, masks finished or partial, a Slurm
         job's files), and nothing else: a saved checkpoint is the user's. Every id is resolved and checked
         before any is deleted. A run still queued or running is refused (cancel it first). Returns the
-        full ids."""
-        runs = [self.get_run(run_id, layers=False) for run_id in run_ids]
+        full ids, each once however many of ``run_ids`` name it (a prefix and the full id)."""
+        found = [self.get_run(run_id, layers=False) for run_id in run_ids]
+        runs = list({run.id: run for run in found}.values())
         for run in runs:
             if run.active:
                 raise UserError(f"Run {run.id} is {run.status}; cancel it first (acetui runs cancel {run.id}).")
