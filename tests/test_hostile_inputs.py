@@ -63,6 +63,18 @@ CASES = {
     "empty calibration file": (["prune", "{model}", "--calib", "{empty}"], "holds no text to calibrate on"),
     "text that is a number": (["prune", "{model}", "--calib", "{number}"], "whose 'text' is not a string (record 2)"),
     "text that is null": (["prune", "{model}", "--calib", "{null}"], "whose 'text' is not a string (record 1)"),
+    "calibration record that is not JSON": (  # json counted the record's newline: "line 2 column 1"
+        ["prune", "{model}", "--calib", "{corrupt}"],
+        "corrupt.jsonl: line 1 is not a valid JSON record (Expecting ',' delimiter at column 15).",
+    ),
+    "JSON lines in a .json file": (
+        ["prune", "{model}", "--calib", "{lines}"],
+        "lines.json: line 3 is not a valid JSON record (Expecting ',' delimiter at column 13).",
+    ),
+    "negative share of a mixture": (
+        ["prune", "{model}", "--calib", "c4@-1+wikitext2"],
+        "acetui: The share of c4 in --calib must be at least 0 (got -1).",
+    ),
     "calibration text shorter than a window": (["prune", "{model}", "--calib", "{short}"], "does not hold 128 windows"),
     "a hub id with the hub switched off": (["prune", "MODEL"], "the hub is switched off (HF_HUB_OFFLINE)"),
     "more calibration windows than memory holds": (
@@ -221,6 +233,8 @@ def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
         "empty": lambda: _calib(tmp_path, "empty.jsonl", ""),
         "number": lambda: _calib(tmp_path, "number.jsonl", '{"text": "words"}\n{"text": 42}\n'),
         "null": lambda: _calib(tmp_path, "null.jsonl", '{"text": null}\n'),
+        "corrupt": lambda: _calib(tmp_path, "corrupt.jsonl", '{"text": "abc"\n{broken\n'),
+        "lines": lambda: _calib(tmp_path, "lines.json", '{"text": "a"}\n\n{"text": "b"\n'),
         "text": lambda: _calib(tmp_path, "text.txt", "Calibration text of a few words. " * 50),
         "short": lambda: _calib(tmp_path, "short.txt", "short text"),
         **{how: functools.partial(_broken_checkpoint, tmp_path, model, how) for how in BROKEN},

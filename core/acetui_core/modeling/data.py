@@ -31,13 +31,19 @@ def _read_records(path: Path) -> list[str]:
             if name.endswith(".txt") or name.endswith(".raw"):
                 rows = [{"text": handle.read()}]
             elif name.endswith(".jsonl"):
-                rows = [json.loads(line) for line in handle if line.strip()]
+                rows = _json_lines(path, handle)
             elif name.endswith(".json"):
                 content = handle.read()
                 try:
                     rows = json.loads(content)
-                except json.JSONDecodeError:  # HF "json" files are often one record per line
-                    rows = [json.loads(line) for line in content.splitlines() if line.strip()]
+                except json.JSONDecodeError as whole:  # HF "json" files are often one record per line
+                    first = next((line for line in content.splitlines() if line.strip()), "")
+                    if not _is_json(first):  # not JSON lines either: json's own position is the file's
+                        raise UserError(
+                            f"Could not read {path}: it is not valid JSON ({whole.msg} at line {whole.lineno}, "
+                            f"column {whole.colno})."
+                        ) from None
+                    rows = _json_lines(path, content.splitlines())
                 rows = rows if isinstance(rows, list) else [rows]
             else:
                 raise UserError(f"Calibration file {path} must be .txt, .jsonl or .json(.gz).")
@@ -57,6 +63,30 @@ def _read_records(path: Path) -> list[str]:
     if not any(text.strip() for text in texts):
         raise UserError(f"{path} holds no text to calibrate on.")
     return texts
+
+
+def _json_lines(path: Path, lines) -> list:
+    """One JSON record per line (blank lines skipped); a bad record is named by its line in the file (json's
+    own position counts within the record, and past its end when the line's newline is kept)."""
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line.rstrip()))
+            except json.JSONDecodeError as error:
+                raise UserError(
+                    f"Could not read {path}: line {number} is not a valid JSON record ({error.msg} at column "
+                    f"{error.colno})."
+                ) from None
+    return rows
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def _hub_texts(what: str, loader) -> list[str]:
@@ -80,7 +110,7 @@ def mixture(source: str) -> list[tuple[str, float]]:
         name, share = (name.strip(), share) if at else (share.strip(), "1")
         if not name:
             raise UserError(f"Calibration mixture '{source}' has an empty part; write sources joined by '+'.")
-        parts.append((name, parse.number(share, f"the share of {name} in --calib", minimum=0)))
+        parts.append((name, parse.number(share, f"The share of {name} in --calib", minimum=0)))
     total = sum(share for _, share in parts)
     if total <= 0:
         raise UserError(f"Calibration mixture '{source}' has no positive share.")
