@@ -434,3 +434,39 @@ def test_the_source_figure_keeps_settings_apart_and_counts_a_repeated_seed_once(
     lines, _ = _by_source(store.list_runs())  # another model's seed 0 is not a repeat of this one's
     assert {line.name: line.points for line in lines}["Wanda-16 at 0.5 on other"] == [(1, 50.0, 50.0, 50.0)]
     assert {line.name: line.points for line in lines}["Wanda-16 (4 samples) at 0.5 on tiny"] == [(1, 30.0, 30.0, 30.0)]
+
+
+def test_a_cell_run_with_another_version_of_its_files_is_to_run_again(tmp_path, make_tiny_model, calib_file):
+    """A plug-in metric edited (or a calibration file rewritten) after its cell ran: the cell stayed done
+    and the report showed the old file's numbers."""
+    import shutil
+
+    from acetui_core.basics.paths import content_identity
+    from acetui_core.modeling.data import calibration_identity
+
+    model, plugin, calib = make_tiny_model("llama"), tmp_path / "mine.py", tmp_path / "calib.jsonl"
+    plugin.write_text("def score(W, stats, opts):\n    return W.abs() * stats.norm[None, :]\n")
+    shutil.copy(calib_file, calib)
+    study = _study(tmp_path / "s.toml", f'model = "{model}"\nmethod = "{plugin}:score"\ncalib = "{calib}"\n{QUICK}')
+    store, clock = Store(tmp_path / "runs.db"), Clock()
+    [cell] = load_study(study).cells()
+    files = {"method_fingerprint": __import__("hashlib").sha256(plugin.read_bytes()).hexdigest()}
+    calibration = {
+        "source": str(calib),
+        "nsamples": 4,
+        "seqlen": 16,
+        "seed": 0,
+        "fingerprint": calibration_identity(str(calib)),
+    }
+    insert_run(store, clock, "s0000001", cell, created=1.7e9, ppl=20.0, result={"calibration": calibration, **files})
+    assert [state for _, state, _ in cell_states([cell], store)] == ["done"]
+    assert calibration["fingerprint"] == content_identity(calib)
+    plugin.write_text(plugin.read_text().replace("W.abs()", "W.abs() ** 2"))
+    [cell] = load_study(study).cells()
+    assert [state for _, state, _ in cell_states([cell], store)] == ["missing"]
+    plugin.write_text(plugin.read_text().replace("W.abs() ** 2", "W.abs()"))
+    [cell] = load_study(study).cells()
+    assert [state for _, state, _ in cell_states([cell], store)] == ["done"]  # the same text again: the same file
+    calib.write_text(calib.read_text() + '\n{"text": "one more document"}')
+    [cell] = load_study(study).cells()
+    assert [state for _, state, _ in cell_states([cell], store)] == ["missing"]

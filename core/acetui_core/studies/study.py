@@ -7,7 +7,9 @@ A cell is *done* when the store holds a finished run with exactly its configurat
 *running* while a live process holds one (the store's liveness check tells a killed one); *failed* when
 its newest run failed (an error of its own), *interrupted* when that run was cancelled or its process
 stopped (a killed `study run` leaves every cell it had queued so, never started); else *missing*. So a study
-resumes from the store alone: nothing about a study is stored but its runs.
+resumes from the store alone: nothing about a study is stored but its runs. A run that read another
+version of a cell's metric plug-in or calibration files (told by their content) is not a run of that cell:
+after such a file changes, the cell is to run again and no report mixes the versions.
 
 Usage::
 
@@ -137,13 +139,44 @@ def load_study(path: Path) -> Study:
 
 
 def runs_by_cell(cells: list[RunConfig], store: Store) -> dict[str, list[RunRecord]]:
-    """The store's runs of each cell (by ``key``), oldest first."""
+    """The store's runs of each cell (by ``key``), oldest first; a run that read another version of the
+    cell's files (its metric plug-in, its calibration files: by content) is not one of them."""
     wanted: dict[str, list[RunRecord]] = {key(cell): [] for cell in cells}
+    files = _files_now(cells)
     for record in sorted(store.list_runs(), key=lambda r: r.created):
         runs = wanted.get(key(record.config))
-        if runs is not None:
+        if runs is not None and _read_these(record, files[key(record.config)]):
             runs.append(record)
     return wanted
+
+
+def _files_now(cells: list[RunConfig]) -> dict[str, tuple[str | None, str | None]]:
+    """Per cell, the identities its run would record now: the metric's file (a plug-in's) and the
+    calibration files' content (None where the method reads none, or the source is the hub)."""
+    from acetui_core.modeling.data import calibration_identity
+    from acetui_core.scores.metrics import get_method
+
+    calibration: dict[str, str | None] = {}
+    files = {}
+    for cell in cells:
+        method = get_method(cell.method)
+        calibrated = method.calibrated(cell) or bool(cell.expert_sparsity)
+        if calibrated and cell.calib not in calibration:
+            calibration[cell.calib] = calibration_identity(cell.calib)
+        files[key(cell)] = (method.fingerprint, calibration[cell.calib] if calibrated else None)
+    return files
+
+
+def _read_these(record: RunRecord, files: tuple[str | None, str | None]) -> bool:
+    """Whether a run read the files as they are now (a run without results read nothing yet)."""
+    results = record.results
+    if results is None:
+        return True
+    method, calibration = files
+    recorded = results.calibration.fingerprint if results.calibration is not None else None
+    return (method is None or results.method_fingerprint == method) and (
+        calibration is None or recorded is None or recorded == calibration
+    )
 
 
 def state_of(runs: list[RunRecord]) -> str:
