@@ -37,6 +37,16 @@ def places(tmp_path, monkeypatch):
     insert_run(store, Clock(), "a0000001", config, created=1.7e9, ppl=9.0, result={"saved_to": str(tmp_path / "out")})
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "config.json").write_text(PRECIOUS)
+    # a run of a calibration mixture and a plug-in metric: each file is named inside a longer setting
+    for name in ("domain.jsonl", "mine.py"):
+        (tmp_path / name).write_text(PRECIOUS)
+    mixed = RunConfig(
+        model=str(model),
+        method=f"{tmp_path / 'mine.py'}:score",
+        sparsity="0.5",
+        calib=f"c4@3+{tmp_path / 'domain.jsonl'}@1",
+    )
+    insert_run(store, Clock(), "a0000002", mixed, created=1.7e9 + 60, ppl=9.5)
     store.check_log_folder()
     store.log_path("a0000001").write_text(PRECIOUS)
     (tmp_path / "store-link.db").symlink_to(store.path)
@@ -50,6 +60,8 @@ def places(tmp_path, monkeypatch):
         "the model's config.json": model / "config.json",
         "a new file in the model": model / "table.csv",
         "the calibration file": calib,
+        "a file of a calibration mixture": tmp_path / "domain.jsonl",
+        "a plug-in metric's file": tmp_path / "mine.py",
         "the saved checkpoint's config.json": tmp_path / "out" / "config.json",
         "a file of the data folder": data / "notes.txt",
         "tmp": tmp_path,
@@ -77,6 +89,8 @@ PROTECTED = [
     ("the model's config.json", "lies inside the model of run a0000001"),
     ("a new file in the model", "lies inside the model of run a0000001"),
     ("the calibration file", "is the calibration file of run a0000001"),
+    ("a file of a calibration mixture", "is the calibration file of run a0000002"),
+    ("a plug-in metric's file", "is the plug-in metric of run a0000002"),
     ("the saved checkpoint's config.json", "lies inside the checkpoint saved by run a0000001"),
     ("a file of the data folder", "lies inside the data folder"),
 ]
@@ -97,7 +111,7 @@ def test_nothing_the_runs_read_or_keep_is_written_even_with_overwrite(
     assert code == 2 and out == "", err
     assert err.startswith("acetui: ") and err.count("\n") == 1 and fragment in err, err
     assert _files(places["tmp"]) == before
-    assert [run.id for run in Store(places["store"]).list_runs()] == ["a0000001"]
+    assert sorted(run.id for run in Store(places["store"]).list_runs()) == ["a0000001", "a0000002"]
 
 
 @pytest.mark.parametrize("target", ["model/config.json", "calib.jsonl", "out/config.json"])

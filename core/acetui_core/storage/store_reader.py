@@ -37,17 +37,32 @@ STUDY_LOCK_SUFFIX = ".study.lock"  # beside the store's real file: one `acetui s
 
 def _local_paths(text: str | None, key: str, folder: str | None) -> list[Path]:
     """The existing local files or folders that the JSON object ``text`` names under ``key`` (a model, a
-    calibration file, a saved checkpoint): a relative path read from the run's working ``folder`` and, for
-    runs recorded before their folder was, from here. None for a hub id, ``c4``, a damaged row."""
+    calibration file or each file of a mixture, a plug-in metric's file, a saved checkpoint): a relative
+    path read from the run's working ``folder`` and, for runs recorded before their folder was, from here.
+    None for a hub id, ``c4``, a built-in method, a damaged row."""
     try:
         value = json.loads(text).get(key) if text else None
     except (ValueError, AttributeError):
         return []
-    if not isinstance(value, str) or not value.strip() or value.strip() in ("c4", "wikitext2"):
+    if not isinstance(value, str) or not value.strip():
         return []
-    path = Path(value.strip()).expanduser()
-    candidates = [path] if path.is_absolute() or not folder else [Path(folder) / path, path]
-    return [candidate for candidate in candidates if candidate.exists()]
+    found = []
+    for name in _file_names(key, value.strip()):
+        path = Path(name).expanduser()
+        candidates = [path] if path.is_absolute() or not folder else [Path(folder) / path, path]
+        found += [candidate for candidate in candidates if candidate.exists()]
+    return found
+
+
+def _file_names(key: str, value: str) -> list[str]:
+    """The file names a setting's value may hold: a mixture's parts (``c4@3+/data/dom.jsonl@1``: the whole,
+    in case a file's name holds ``+``, and each part without its share), a plug-in's file (``mine.py:score``)."""
+    if key == "method":
+        return [value.rpartition(":")[0]] if ":" in value else []
+    names = [value]
+    if key == "calib" and "+" in value:
+        names += [part.strip().rpartition("@")[0] or part.strip() for part in value.split("+")]
+    return [name for name in names if name and name not in ("c4", "wikitext2")]
 
 
 def _run_folder(env: str | None) -> str | None:
@@ -114,6 +129,7 @@ class StoreReader:
             for column, key, what in (
                 ("config", "model", "the model of run"),
                 ("config", "calib", "the calibration file of run"),
+                ("config", "method", "the plug-in metric of run"),
                 ("results", "saved_to", "the checkpoint saved by run"),
             ):
                 places += [(path, f"{what} {row['id']}") for path in _local_paths(row[column], key, folder)]
