@@ -316,6 +316,23 @@ def test_the_report_of_a_study(tmp_path, monkeypatch, capsys, make_tiny_model, c
     # Wanda's two calibration lengths against each other; magnitude has one variant: no sentence
     [within] = [line for line in method_part.splitlines() if line.startswith("- at ")]
     assert within.count("Wanda-") == 2 and "Magnitude" not in within and "2 seeds." in within
+    # a report of magnitude alone over the first: the Wanda figures it has nothing for stayed, passing for its own
+    alone = _study(tmp_path / "m.toml", text.replace('method = ["wanda", "magnitude"]', 'method = "magnitude"'))
+    code, out, err = cli(
+        monkeypatch, capsys, "study", "report", str(alone), "-o", str(report), "--store", store, "--overwrite"
+    )
+    assert code == 0, err
+    assert not (report / "figures/ppl_vs_source.tex").exists() and not (report / "figures/ppl_vs_seqlen.tex").exists()
+    assert (report / "study.toml").read_text() == alone.read_text()
+    # --overwrite replaces a report's files, never another study's file in a folder that holds no report
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "study.toml").write_text(text)
+    for folder in (other, tmp_path):  # tmp_path: the folder of the study files themselves
+        args = ("study", "report", str(alone), "-o", str(folder), "--store", store, "--overwrite")
+        code, out, err = cli(monkeypatch, capsys, *args)
+        assert code == 2 and err.startswith("acetui: ") and err.count("\n") == 1, err
+    assert (other / "study.toml").read_text() == text and not (other / "summary.md").exists()
 
 
 def test_a_report_where_one_method_has_no_zero_shot_results(tmp_path, monkeypatch, capsys, make_tiny_model, calib_file):

@@ -202,8 +202,15 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
     places, an existing file replaced only with ``overwrite``."""
     if folder.exists() and not folder.is_dir():
         raise UserError(f"-o {folder} is a file; give a folder for the report.")
-    protected = store.protected_places()
+    protected = [*store.protected_places(), (study.path.resolve(), "the study file")]
     refuse_protected(folder, f"-o {folder}", protected, "give the report a folder of its own.")
+    earlier = _earlier_report(folder)
+    if overwrite and not (folder / "summary.md").is_file() and any((folder / name).exists() for name in _OWN_FILES):
+        found = next(name for name in _OWN_FILES if (folder / name).exists())
+        raise UserError(
+            f"-o {folder} holds {found} but no earlier report (its summary.md): --overwrite replaces a report's "
+            "own files only; give the report a folder of its own."
+        )
 
     def guard(path: Path) -> Path:
         return check_output_file(path, "-o", overwrite=overwrite, protected=protected)  # "-o rep/table-ppl.tex"
@@ -241,4 +248,35 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
         guard(path)  # every file checked before the first is written
     for path, text in written.items():
         write_text_atomic(path, text, replace=overwrite)
-    return [*written, *_figures(folder / "figures", records, kept, (".tex", *_image_formats()), guard)]
+    made = [*written, *_figures(folder / "figures", records, kept, (".tex", *_image_formats()), guard)]
+    kept_now = {path.resolve() for path in made}
+    for path in earlier:  # the earlier report's files this one has nothing for: they would pass for its own
+        if path.resolve() not in kept_now:
+            path.unlink()
+    return made
+
+
+# A report's own files, by name: the only ones --overwrite replaces or, where this report has nothing for
+# them (a measure no run has any more, a figure with nothing to draw), removes.
+_OWN_FILES = (
+    *(
+        f"{kind}-{measure}.{suffix}"
+        for measure in MEASURES
+        for kind, suffix in (("table", "tex"), ("table", "md"), ("table", "csv"), ("verdicts", "txt"))
+    ),
+    "summary.md",
+    "environment.md",
+    "study.toml",
+    *(
+        f"figures/{name}{suffix}"
+        for name in ("pareto_seconds", "pareto_tokens", "ppl_vs_seqlen", "ppl_vs_source")
+        for suffix in (".tex", *IMAGE_FORMATS)
+    ),
+)
+
+
+def _earlier_report(folder: Path) -> list[Path]:
+    """The files of an earlier report in ``folder`` (none where it holds no summary.md)."""
+    if not (folder / "summary.md").is_file():
+        return []
+    return [folder / name for name in _OWN_FILES if (folder / name).is_file()]
