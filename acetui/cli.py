@@ -63,13 +63,23 @@ def _interrupted(message: str, signum: int = signal.SIGINT) -> None:
     raise SystemExit(128 + signum)
 
 
+def _stopped_sentence(stopped: Cancelled) -> str:
+    """What a stop left: one run, or a queue of them (a grid's, a study's), recorded as cancelled."""
+    if stopped.cancelled == 1:
+        return "stopped; the run is recorded as cancelled (acetui runs lists it)."
+    if stopped.cancelled == 0:
+        return "stopped; no run is recorded as cancelled."
+    return (
+        f"stopped; {stopped.cancelled} runs are recorded as cancelled: those under way and those still queued "
+        "(acetui runs lists them)."
+    )
+
+
 def main() -> None:
     try:
         code = app(prog_name="acetui", standalone_mode=False)
     except Cancelled as stopped:  # the first Ctrl-C or SIGTERM (or a cancel request): the run stopped at a check
-        _interrupted(
-            "stopped; the run is recorded as cancelled (acetui runs lists it).", stopped.signum or signal.SIGINT
-        )
+        _interrupted(_stopped_sentence(stopped), stopped.signum or signal.SIGINT)
     except typer.TyperException as error:
         fail(_usage_sentence(error))
     except typer.Abort:

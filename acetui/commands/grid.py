@@ -102,9 +102,9 @@ def run_grid(
             table = verdicts.judge(comparison(records, cells=cells, columns=columns), opened.evidence(run_ids))
             print(to_markdown(table))
             print(verdicts.text(verdicts.report(table)), end="")
-    if stopped is not None and any(
-        r.status == RunStatus.CANCELLED for r in records
-    ):  # a stop after the last run cancelled none
+    stopped_runs = sum(1 for r in records if r.status == RunStatus.CANCELLED)
+    if stopped is not None and stopped_runs:  # a stop after the last run cancelled none
+        stopped.cancelled = stopped_runs  # the current run and the queue's: said once by the CLI
         raise stopped
     if any(r.status != RunStatus.FINISHED for r in records):
         raise typer.Exit(1)

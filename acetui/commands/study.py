@@ -17,12 +17,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from acetui import options
 from acetui.commands.runs import run_summary
 from acetui_core.basics.choices import RunStatus
-from acetui_core.basics.errors import Cancelled
+from acetui_core.basics.errors import Cancelled, UserError
 from acetui_core.basics.paths import user_path
 from acetui_core.execution import jobfolder
 from acetui_core.execution.launch import LocalProcesses, gpus_for, launch, run_and_wait
-from acetui_core.run.config import RunConfig, model_name
+from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.run.events import RunStarted
+from acetui_core.scores.metrics import get_method
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_db import store_path
 from acetui_core.studies.study import DONE, FAILED, INTERRUPTED, RUNNING, STATES, Study, cell_states, load_study
@@ -43,9 +44,20 @@ NAMED = {"model", "method", "sparsity", "calib", "seed", "seqlen"}  # what every
 
 
 def _cell_text(config, axes=()) -> str:
-    """A cell in words; with the study's other axes (``refine``, ``group``...), so no two cells read alike."""
-    text = f"{config.label} at {config.sparsity} on {model_name(config.model)}, {config.calib}, seed {config.seed}"
-    return text + "".join(f", {name} {getattr(config, name)}" for name in axes if name not in NAMED)
+    """A cell in words; with the study's other axes (``refine``, ``group``...), so no two cells read alike. A
+    cell of a method that reads no calibration data (magnitude) says so, without source, seed or sample
+    count: the study runs it once whatever they are (``launch.Grid.configs``)."""
+    try:
+        calibrated = get_method(config.method).calibrated(config) or bool(config.expert_sparsity)
+    except UserError:  # a plug-in this environment cannot import
+        calibrated = True
+    data = f"{config.calib}, seed {config.seed}" if calibrated else "no calibration"
+    text = f"{config.label} at {config.sparsity} on {model_name(config.model)}, {data}"
+    return text + "".join(
+        f", {name} {getattr(config, name)}"
+        for name in axes
+        if name not in NAMED and (calibrated or not SETTINGS[name].calibration)
+    )
 
 
 class StudyProgress:
@@ -123,6 +135,13 @@ class StudyProgress:
             time.sleep(POLL_SECONDS)
 
 
+def _load(study_file: Path) -> Study:
+    """The study a command names; a folder is not one (it was called a study file that does not exist)."""
+    if study_file.is_dir():
+        raise UserError(f"{study_file} is a folder, not a study file; name the study's TOML file.")
+    return load_study(study_file)
+
+
 @study_app.command("run", cls=options.Command)
 @options.with_executor
 def run(
@@ -139,7 +158,7 @@ def run(
     interrupted); wait for a cell another process is still running; return when every cell has ended
     (with --detach: once the runs are queued). One `study run` on a store at a time: a second is refused,
     naming the first (or, with --wait, waits for it)."""
-    study = load_study(study_file)
+    study = _load(study_file)
     path = store_path(store)
     cells = study.cells(path, local_device=cluster is None)  # checked before a store is made
     opened = Store(path)
@@ -178,8 +197,9 @@ def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, 
                 progress.poll(run_ids)  # the last run, and any that ended before its first event
         if stopped is None:
             progress.wait_for(others)
-    if stopped is not None:
-        raise stopped  # its signal sets the exit code (143 for SIGTERM, 130 for Ctrl-C)
+    if stopped is not None:  # its signal sets the exit code (143 for SIGTERM, 130 for Ctrl-C)
+        stopped.cancelled = sum(1 for r in opened.list_runs(ids=run_ids) if r.status == RunStatus.CANCELLED)
+        raise stopped
     final = cell_states(cells, opened)
     for _, state, runs in final:
         if state != DONE and runs:
@@ -197,7 +217,7 @@ def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, 
 @study_app.command("status", cls=options.Command)
 def status(study_file: StudyFile, store: options.StoreOption = None, as_json: options.JsonOption = False) -> None:
     """List the study's cells: done, running, failed, interrupted or missing, with their newest run."""
-    study = load_study(study_file)
+    study = _load(study_file)
     opened = Store(store, create=False)
     states = cell_states(study.cells(opened.path), opened)
     if as_json:
@@ -236,7 +256,7 @@ def report(
     the environment and summary.md."""
     from acetui_core.studies.studyreport import write_report
 
-    study = load_study(study_file)
+    study = _load(study_file)
     opened = Store(store, create=False)
     written = write_report(study, study.cells(opened.path), opened, user_path(output), overwrite)
     print("\n".join(str(path) for path in written))

@@ -23,11 +23,12 @@ class Cancelled(Exception):
     """The run was asked to stop; raised where a long loop checks the request (between layers, between
     calibration windows, between evaluation batches), never mid-layer. Its message says where it stopped
     (``before layer 3 of 30``); ``signum`` is the stop signal that asked, None for a request from the
-    store or the app."""
+    store or the app; ``cancelled``, how many runs the stop left recorded cancelled (a grid's or a study's
+    queue: the runs under way and those that had not started)."""
 
-    def __init__(self, where: str = "", signum: int | None = None):
+    def __init__(self, where: str = "", signum: int | None = None, cancelled: int = 1):
         super().__init__(where)
-        self.where, self.signum = where, signum
+        self.where, self.signum, self.cancelled = where, signum, cancelled
 
 
 class StopFlag(Protocol):
