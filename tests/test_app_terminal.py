@@ -14,7 +14,7 @@ from rich.text import Text
 from runhelpers import pilot_wait_until
 from test_app_snapshots import add_run
 from textual.app import App
-from textual.widgets import Input, Static, Tab
+from textual.widgets import DataTable, Input, Static, Tab
 
 from acetui.app import exports, make_app
 from acetui.app.widgets.plots import SERIES_MARKERS, DepthPlot
@@ -95,6 +95,36 @@ async def test_no_color_hides_scrollbars_and_the_active_tab_is_underlined(store,
         assert app.screen.query_one("#log").styles.scrollbar_size_vertical > 0  # colours: scrollbars stay
         rendered = app.screen.query_one("Tab.-active", Tab).rich_style
         assert isinstance(rendered, Style) and rendered.underline
+
+
+@pytest.mark.asyncio
+async def test_no_color_marks_every_focused_widget_and_the_table_cursor_apart_from_bold(store, monkeypatch):
+    """Under NO_COLOR the focused evaluation tick, the Metrics list's row and the Advanced header were only bold,
+    as ticked marks and headings are, and a run table's cursor row too, as its header: focus was invisible.
+    The focused ones are underlined (as a focused field is), the cursor row reversed."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        for selector, component in (
+            ("#eval-wikitext2", "toggle--label"),
+            ("#eval-zeroshot", "toggle--label"),
+            ("#metrics", "option-list--option-highlighted"),
+            ("#advanced CollapsibleTitle", None),
+        ):
+            widget = screen.query_one(selector)
+            widget.focus()
+            await pilot.pause()
+            style = widget.get_component_rich_style(component) if component else widget.rich_style
+            assert style.underline, selector
+        for key, selector in (("f4", "#runs"), ("f3", "#results"), ("f2", "#layers")):
+            await pilot.press(key)
+            table = app.screen.query_one(selector, DataTable)
+            await pilot_wait_until(pilot, lambda: table.row_count > 0, f"the rows of {selector}")  # noqa: B023
+            table.focus()
+            await pilot.pause()
+            cursor, header = (table.get_component_rich_style(c) for c in ("datatable--cursor", "datatable--header"))
+            assert cursor.reverse and not header.reverse, selector
 
 
 @pytest.mark.asyncio
