@@ -53,3 +53,18 @@ def test_a_streamed_evaluation_makes_its_logits_in_chunks_too(make_tiny_model, m
     ids = wikitext2_test_ids(loaded.tokenizer)
     run = lambda: evaluate.streamed_perplexity(loaded, loaded.streamed, ids, 64, limit=8)  # noqa: E731
     assert _largest_head_output(loaded.model, monkeypatch, run) <= 2**20
+
+
+def test_a_nan_loss_is_no_perplexity_and_an_overflow_an_infinite_one():
+    """A NaN window (an overflow in the model) was reported as an infinite perplexity."""
+    import math
+
+    from acetui_core.run.records import WindowLosses
+
+    def losses(nll: list[float]) -> WindowLosses:
+        return WindowLosses("wikitext2", "test", 4, None, nll, [4] * len(nll))
+
+    assert math.isnan(evaluate.ppl(losses([8.0, float("nan")])))
+    assert evaluate.ppl(losses([8.0, 4e308])) == math.inf and evaluate.ppl(losses([8.0, 8.0])) == pytest.approx(
+        math.e**2
+    )

@@ -18,6 +18,7 @@ from acetui_core.analysis import evidence
 from acetui_core.analysis.comparison import NO_CALIBRATION, Cell, Comparison, Verdict
 from acetui_core.basics.paths import model_key
 from acetui_core.basics.texttable import text_table
+from acetui_core.run.records import NOT_FINITE
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
 AVERAGE = "Avg."  # the per-task table's mean column (acetui_core.analysis.comparison)
@@ -44,7 +45,10 @@ class _Units:
 
 
 def damaged(what: str, problem: str) -> str:
-    """The note of a run whose kept record is damaged (``RunEvidence.damaged``)."""
+    """The note of a run whose kept record is damaged (``RunEvidence.damaged``), or whose model's loss was
+    not finite (the model's fault, not the store's)."""
+    if problem == NOT_FINITE:
+        return "cannot be tested: the model's loss is infinite or NaN on a window (pruned to noise, or an overflow)"
     return f"cannot be tested: its {what} record is damaged ({problem})"
 
 

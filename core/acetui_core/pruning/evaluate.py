@@ -159,6 +159,8 @@ def ppl(losses: WindowLosses) -> float:
     """``exp(sum of window NLL / tokens)``, summed exactly (``math.fsum``): the same windows give the
     same perplexity whatever order or batches they were computed in."""
     mean_nll = math.fsum(losses.nll) / sum(losses.tokens)
+    if math.isnan(mean_nll):  # a NaN loss (an overflow in the model): no perplexity, not an infinite one
+        return math.nan
     # A model pruned to noise can exceed exp's range: its perplexity is reported as infinite, not a crash.
     return math.exp(mean_nll) if mean_nll < MAX_EXP else math.inf
 
