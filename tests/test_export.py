@@ -321,6 +321,23 @@ def test_a_zero_shot_csv_gives_each_run_its_mean_over_the_tasks(store):
     assert rows["a0000001"]["verdict"] != "best"  # CosP+VarP's Avg. is higher, though Wanda's rte is the best
 
 
+def test_a_task_without_an_accuracy_is_no_accuracy_not_zero(store):
+    """A task the harness scored without ``acc`` counted as 0% in its cell and in the mean."""
+    import math
+
+    from acetui_core.run.records import TaskAccuracy, mean_accuracy
+
+    tasks = {
+        "boolq": TaskAccuracy(
+            acc=0.7, acc_stderr=None, acc_norm=None, acc_norm_stderr=None, n=10, total=10, partial=False, source="local"
+        ),
+        "rte": TaskAccuracy(
+            acc=None, acc_stderr=None, acc_norm=0.6, acc_norm_stderr=None, n=10, total=10, partial=False, source="local"
+        ),
+    }
+    assert math.isnan(mean_accuracy(tasks)) and mean_accuracy({"boolq": tasks["boolq"]}) == pytest.approx(0.7)
+
+
 # ---- runs with different settings never share a cell ----------------------------------------------------
 
 BASE = RunConfig(

@@ -25,7 +25,7 @@ from acetui_core.analysis.rowlabels import model_columns, result_of, row_labels
 from acetui_core.basics.choices import EXPERT_SCORE_NAMES, RunStatus, SparsityScope
 from acetui_core.basics.errors import UserError, check_choice
 from acetui_core.run.config import RunConfig
-from acetui_core.run.records import any_partial, mean_accuracy
+from acetui_core.run.records import any_partial, mean_accuracy, task_accuracy
 from acetui_core.scores.metrics import paper_name
 from acetui_core.scores.sparsity import parse_sparsity
 from acetui_core.storage.store_rows import RunRecord
@@ -250,7 +250,7 @@ def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tupl
     mean = 100 * mean_accuracy(tasks)
     if measure == "zeroshot-mean":
         return [(row, header, mean, any_partial(tasks))]
-    return [(row, task, 100 * (entry.acc or 0.0), entry.partial) for task, entry in tasks.items()] + [
+    return [(row, task, 100 * task_accuracy(entry), entry.partial) for task, entry in tasks.items()] + [
         (row, "Avg.", mean, any_partial(tasks))
     ]
 

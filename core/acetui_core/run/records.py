@@ -326,10 +326,15 @@ class ZeroshotReport:
 
 
 def mean_accuracy(tasks: dict[str, TaskAccuracy]) -> float:
-    """The paper's summary: the plain mean of ``acc`` over the evaluated tasks."""
+    """The paper's summary: the plain mean of ``acc`` over the evaluated tasks; NaN where a task has none
+    (the harness scored it otherwise): no accuracy, never a 0."""
     if not tasks:
         raise ValueError("no zero-shot results to average")
-    return sum(task.acc or 0.0 for task in tasks.values()) / len(tasks)
+    return sum(task_accuracy(task) for task in tasks.values()) / len(tasks)
+
+
+def task_accuracy(task: TaskAccuracy) -> float:
+    return task.acc if task.acc is not None else math.nan
 
 
 def any_partial(tasks: dict[str, TaskAccuracy]) -> bool:
