@@ -268,6 +268,7 @@ def test_verdict_command_prints_the_json_the_issue_names(store, monkeypatch, cap
     ria = next(row for row in column["rows"] if row["row"] == "RIA-16")
     assert {"row", "value", "n", "ratio", "ci", "p", "verdict"} <= set(ria)
     assert ria["n"] == 2 and ria["verdict"] == "worse" and ria["ratio"] > 1 and ria["calibration_tokens"] == 128
+    assert ria["p_unadjusted"] <= ria["p"]  # the difference's interval is the unadjusted test's: both are given
     code, out, _ = cli(monkeypatch, capsys, "verdict", "--store", store.path, "--method", "ria")
     assert code == 0 and "RIA-16" in out and "Wanda" not in out and "Test: paired t-test" in out
 

@@ -176,7 +176,7 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
             table.verdicts[key] = Verdict(verdict, ci, None, ratio, note, difference)
         for key, p in zip(tested, evidence.holm(list(tested.values())), strict=True):
             judged = table.verdicts[key]
-            judged.p = p
+            judged.p, judged.p_unadjusted = p, tested[key]
             judged.verdict = "tied" if p >= alpha(level) else "worse"
     return table
 
@@ -225,6 +225,7 @@ def report(table: Comparison) -> dict:
                     "ratio": verdict.ratio,
                     "ci": list(verdict.ci) if verdict.ci else None,
                     "p": verdict.p,
+                    "p_unadjusted": verdict.p_unadjusted,
                     "verdict": verdict.verdict,
                     "note": verdict.note,
                     "difference": list(verdict.difference) if verdict.difference else None,
