@@ -204,6 +204,10 @@ def test_a_method_without_calibration_data_is_under_no_calibration_length(tmp_pa
 
     judged = judge(table, store.evidence([r.id for r in store.list_runs()]))
     assert judged.verdicts[("Magnitude", table.columns[-1])].verdict == "untested"
+    from acetui_core.analysis.verdicts import report, text
+
+    magnitude = [line for line in text(report(judged)).splitlines() if line.strip().startswith("Magnitude")]
+    assert magnitude and not any("nan" in line for line in magnitude)  # a ratio to a best it has not: none
 
 
 def test_latex_escapes_model_names():

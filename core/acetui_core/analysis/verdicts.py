@@ -251,7 +251,8 @@ TEST = (
 
 
 def _number(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
+    """A figure, or "–" where there is none (a ratio of a cell ranked against nothing is NaN)."""
+    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
 def text(data: dict) -> str:
