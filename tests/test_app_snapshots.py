@@ -288,6 +288,8 @@ def store(synthetic_db, tmp_path, monkeypatch):
     monkeypatch.setattr("acetui.app.screens.new_run.model_candidates", lambda recent: recent)
     monkeypatch.setattr("acetui.app.screens.new_run.starting_model", lambda last: "")
     monkeypatch.setattr("acetui.app.summary.clock", lambda: NOW)
+    # the toast on opening the app while a run goes on (tests/test_app_going.py) would lie over the screens
+    monkeypatch.setattr("acetui.app.workbench.Workbench._announce_runs_going_on", lambda self: None)
     yield copy
     monkeypatch.undo()  # restore TZ now, so that tzset() below brings back the local zone
     time.tzset()

@@ -9,6 +9,7 @@ factory the CLI and the tests share.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from textual import events, on
@@ -29,6 +30,7 @@ from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
 from acetui.app.workbench import Workbench
 from acetui_core.storage.store import Store
+from acetui_core.storage.store_db import default_store_path
 
 NOTIFY_TITLES = {
     "bell": "Notify with the bell",
@@ -236,6 +238,26 @@ def home_short(path: Path) -> str:
         return f"~/{path.relative_to(Path.home())}"
     except ValueError:
         return str(path)
+
+
+def runs_going_on(store: Store) -> str | None:
+    """The line said on the terminal once the app has closed while runs go on (they are processes of their
+    own): which runs, and the commands that follow them; None when no run is queued or running."""
+    going = [run for run in store.list_runs() if run.active]
+    if not going:
+        return None
+    named = ", ".join(f"{run.id} {run.label} at {run.config.sparsity}" for run in going[:3])
+    named += ", ..." if len(going) > 3 else ""
+    where = "" if store.path == default_store_path() else f" --store {shlex.quote(str(store.path))}"
+    pick = summary.run_to_show(going, None)  # as F2: the newest running run
+    if len(going) == 1:
+        said, follow = "1 run is still going", f"it. Follow it with: acetui attach {pick}{where}"
+    else:
+        said, follow = (
+            f"{len(going)} runs are still going",
+            f"them. Follow the newest with: acetui attach {pick}{where}",
+        )
+    return f"acetui: {said} ({named}); closing the app does not stop {follow} (acetui runs{where} lists them)."
 
 
 def make_app(

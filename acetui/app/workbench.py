@@ -69,8 +69,11 @@ class Workbench(App):
         if not self.is_running:  # a list the watcher delivered as the app quits: its screens may be gone already
             return
         before = {run.id: run for run in self.runs}
+        first = not self.runs_listed
         self.runs = message.runs
         self.runs_listed = True
+        if first:
+            self._announce_runs_going_on()
         for run in self.runs:
             if run.id in before and before[run.id].active and not run.active:
                 self.announce_end(run)
@@ -110,6 +113,19 @@ class Workbench(App):
             self.notify(
                 f"Run {first.id} ({first.label} at {first.config.sparsity}){more} started: F2 shows it.", timeout=8
             )
+
+    def _announce_runs_going_on(self) -> None:
+        """On opening the app (after an SSH session dropped, say) away from the Run screen: the runs still
+        queued or running, and that F2 shows them."""
+        going = [run for run in self.runs if run.active]
+        if not going or self.current_mode == "run":
+            return
+        shown = next(run for run in going if run.id == summary.run_to_show(going, None))  # the one F2 shows
+        what = f"{shown.label} at {shown.config.sparsity}, run {shown.id}"
+        if len(going) == 1:
+            self.notify(f"A run is still going ({what}): F2 shows it.", timeout=10)
+        else:
+            self.notify(f"{len(going)} runs are still going ({what} the newest): F2 shows {shown.id}.", timeout=10)
 
     def on_store_failed(self, message: StoreFailed) -> None:
         self.notify(message.error, severity="error", timeout=10)

@@ -50,6 +50,11 @@ def open_app(
     app = make_app(opened, theme=theme, attach=attach, notify_mode=notify, chosen=chosen)  # bad input named first
     require_terminal()
     app.run()
+    from acetui.app.app import runs_going_on
+
+    going = runs_going_on(opened)  # runs are processes of their own: say how to follow them once the app is gone
+    if going:
+        print(going)
     if app.return_code:  # a crash: Textual printed its traceback; the shell must not be told all went well
         raise typer.Exit(app.return_code)
 
