@@ -196,3 +196,27 @@ def test_the_module_map_names_every_engine_module_in_its_group():
     for group in groups:
         modules = {p.name for p in group.glob("*.py") if p.name != "__init__.py"}
         assert set(re.findall(r"`(\w+\.py)`", lines[group.name])) == modules, group.name
+
+
+def test_cli_md_says_what_a_ppl_time_cell_holds(tmp_path, monkeypatch, capsys):
+    """It said `--cells ppl-time` "adds pruning seconds"; the cell holds three numbers after the perplexity,
+    the last the peak memory in MiB / 1024 under a caption that says GB."""
+    from runhelpers import Clock, insert_run
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    config = RunConfig("org/m", "wanda", "0.5", nsamples=128, seqlen=16)
+    insert_run(
+        store, clock, "a0000001", config, created=1.7e9, ppl=9.0, result={"peak_rss_mb": 1652.0, "peak_gpu_mb": None}
+    )
+    code, out, err = cli(
+        monkeypatch, capsys, "export", "--format", "markdown", "--cells", "ppl-time", "--store", store.path
+    )
+    assert code == 0, err
+    caption = out.splitlines()[0]
+    columns = re.sub(r" \(Gi?B\)$", "", caption.split(" of ")[0].removeprefix("WikiText-2 "))
+    row = next(line for line in out.splitlines() if line.startswith("| Wanda"))
+    assert row.endswith(r"| **9.00** \| 30.0 \| 2048 \| 1.6 |"), row  # 128 x 16 tokens; 1652 / 1024 = 1.61
+    page = " ".join((REPO / "docs" / "cli.md").read_text().split())
+    assert f"`--cells ppl-time` writes each cell as `{columns}`" in page
+    assert "1652 MiB shows as 1.6" in page
