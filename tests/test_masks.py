@@ -119,3 +119,19 @@ def test_bisected_cutoff_is_kthvalue(dtype, values):
             x = torch.rand(n, generator=generator, dtype=dtype) * torch.finfo(dtype).smallest_normal
         for k in (1, n, int(torch.randint(1, n + 1, (), generator=generator))):
             assert kth_smallest(x, k) == torch.kthvalue(x, k).values.item()
+
+
+def test_the_stored_weights_are_checked_for_their_n_m_groups_in_the_permuted_order():
+    """A table's "2:4" was the setting asked for: nothing counted it from the weights themselves."""
+    from acetui_core.scores.masks import check_nm_groups
+
+    two_four = parse_sparsity("2:4")
+    weight = torch.tensor([[0.0, 1.0, 0.0, 2.0, 3.0, 0.0, 0.0, 4.0]])
+    check_nm_groups(weight, two_four, None, "q_proj")
+    order = [0, 2, 1, 3, 4, 5, 6, 7]  # the same zeros, taken in a permuted order: groups (0, 0, 1, 2), (3, 0, 0, 4)
+    check_nm_groups(weight, two_four, order, "q_proj")
+    with pytest.raises(UserError, match="q_proj holds a group of 4 inputs with 1 zeros after pruning to 2:4"):
+        check_nm_groups(weight, two_four, [1, 3, 4, 0, 2, 5, 6, 7], "q_proj")  # (1, 2, 3, 0): one zero
+    weight[0, 5] = 7.0
+    with pytest.raises(UserError, match="needs 2; acetui stops here"):
+        check_nm_groups(weight, two_four, None, "q_proj")

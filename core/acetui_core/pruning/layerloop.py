@@ -69,7 +69,7 @@ from acetui_core.run.records import (
     kind_sparsity,
 )
 from acetui_core.scores.maskfile import mask_writer
-from acetui_core.scores.masks import check_nm_fits, nm_mask, prune_mask
+from acetui_core.scores.masks import check_nm_fits, check_nm_groups, nm_mask, prune_mask
 from acetui_core.scores.metrics import get_method
 from acetui_core.scores.permute import channel_permutation, retained_fraction
 from acetui_core.scores.sparsity import Sparsity
@@ -201,6 +201,9 @@ def _prune_linear(work: LayerWork, name, matrix, stats, sparsity, update, masks)
         set_weight_matrix(matrix, W)  # copied into the weight in its dtype, with no cast copy first
     d_out, d_in = weight_matrix(matrix).shape
     achieved = 1 - torch.count_nonzero(stored).item() / stored.numel()  # counted from the weight itself
+    if sparsity.is_nm:
+        order = choice.permutation if choice is not None else None
+        check_nm_groups(weight_matrix(matrix), sparsity, order, f"Layer {index}'s {name}")
     if dense is not None:
         assert stats is not None and W is not None, "output fidelity gathers X^T X and keeps W whole"
         fidelity = linear_fidelity(dense, W, stats.xtx)

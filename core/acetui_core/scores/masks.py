@@ -29,6 +29,21 @@ def check_nm_fits(sparsity: Sparsity, d_in: int, name: str) -> None:
         )
 
 
+def check_nm_groups(weight: torch.Tensor, sparsity: Sparsity, order: list[int] | None, where: str) -> None:
+    """After an N:M prune, the stored weight itself: in each row, every run of ``m`` inputs (taken in the
+    permuted ``order`` under ``--permute``) holds at least ``m - n`` zeros, so a table's "2:4" is what the
+    weights hold, not what the run was asked for. A group short of zeros stops the run before evaluation."""
+    d_out, d_in = weight.shape
+    zeros = weight == 0 if order is None else weight[:, order] == 0
+    counts = zeros.reshape(d_out, d_in // sparsity.m, sparsity.m).sum(-1)
+    fewest = int(counts.min())
+    if fewest < sparsity.m - sparsity.n:
+        raise UserError(
+            f"{where} holds a group of {sparsity.m} inputs with {fewest} zeros after pruning to {sparsity}, "
+            f"which needs {sparsity.m - sparsity.n}; acetui stops here, before evaluation."
+        )
+
+
 # A float's bits read as an integer of its width, by dtype: what kth_smallest bisects over.
 _BITS = {torch.float32: ("<f", "<i", 32), torch.float64: ("<d", "<q", 64)}
 
