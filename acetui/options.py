@@ -77,7 +77,7 @@ Notify = Annotated[
 Cells = Annotated[
     str,
     typer.Option(
-        help=f"Table cells: {' or '.join(CELLS)} (perplexity | pruning seconds | calibration tokens | peak GB)."
+        help=f"Table cells: {' or '.join(CELLS)} (perplexity | pruning seconds | calibration tokens | peak GiB)."
     ),
 ]
 

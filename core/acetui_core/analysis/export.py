@@ -161,7 +161,7 @@ def _caption(table: Comparison, latex: bool) -> str:
         "zeroshot": "Zero-shot accuracy (%) per task",
         "zeroshot-mean": "Mean zero-shot accuracy (%)",
     }[table.measure]
-    what += " | pruning time (s) | calibration tokens | peak memory (GB)" if table.cell_format == "ppl-time" else ""
+    what += " | pruning time (s) | calibration tokens | peak memory (GiB)" if table.cell_format == "ppl-time" else ""
     if latex:
         what = what.replace("|", r"\textbar{}").replace("%", r"\%")
     model = latex_escape(table.models[0]) if latex else table.models[0]
