@@ -197,7 +197,7 @@ class AceApp(KeysWhereTyped, Workbench):
         for mode, screen in self.MODES.items():  # every screen's keys, from any screen (it is shown first)
             if not isinstance(screen, type):
                 continue
-            for action, what, keys in screen_actions(screen):
+            for action, what, keys in screen_actions(screen, self.get_key_display):
                 if action not in named and action not in ("focus_filter", "focus_table"):
                     yield SystemCommand(
                         f"{screen_name(screen)}: {what}",

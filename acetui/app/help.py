@@ -5,6 +5,7 @@ close it."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from rich.text import Text
 from textual.actions import parse as parse_action
@@ -21,12 +22,16 @@ def screen_name(screen: type[Screen]) -> str:
     return " ".join([words[0], *(word.lower() for word in words[1:])]) if words else "This"
 
 
-def screen_actions(screen: type[Screen]) -> list[tuple[str, str, str]]:
-    """``(action, what it does, its keys)`` of each of a screen's keys (those that name what they do)."""
+def screen_actions(screen: type[Screen], show_key: Callable[[Binding], str]) -> list[tuple[str, str, str]]:
+    """``(action, what it does, its keys)`` of each of a screen's keys (those that name what they do), for the
+    command palette: what it does ends with the footer's name for it (``Kill``, ``Delete``), so either finds
+    it; its keys as ``show_key`` (``App.get_key_display``) shows them, as the footer does (``[``, not
+    ``left_square_bracket``)."""
     actions: dict[str, tuple[str, list[str]]] = {}
     for binding in Binding.make_bindings(screen.BINDINGS):
         if binding.description:
-            actions.setdefault(binding.action, (binding.tooltip or binding.description, []))[1].append(binding.key)
+            what = f"{binding.tooltip} · {binding.description}" if binding.tooltip else binding.description
+            actions.setdefault(binding.action, (what, []))[1].append(show_key(binding))
     return [(action, what, " ".join(keys)) for action, (what, keys) in actions.items()]
 
 
