@@ -106,6 +106,14 @@ def test_the_calibration_source_is_an_axis_of_compare_too():
     assert [(c.method, c.calib) for c in configs] == [("wanda", "c4"), ("wanda", "x.jsonl"), ("magnitude", "c4")]
 
 
+def test_magnitude_removing_whole_experts_reads_calibration_so_its_seeds_are_cells():
+    """REAP scores the experts on calibration tokens: magnitude with --expert-sparsity had its seeds merged
+    into one cell, as if it read none."""
+    grid = {"model": ["m"], "method": ["magnitude"], "seed": [0, 1]}
+    assert len(Grid(grid).configs()) == 1
+    assert [c.seed for c in Grid({**grid, "expert_sparsity": [0.25]}).configs()] == [0, 1]
+
+
 def test_wikitext2_calibration_is_refused_where_its_train_split_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path))
     study = parse_study('model = "m"\ncalib = ["c4+wikitext2"]\n', tmp_path / "s.toml")

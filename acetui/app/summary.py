@@ -18,7 +18,7 @@ from acetui_core.basics.resources import ResourceSample
 from acetui_core.run.config import RunConfig
 from acetui_core.run.experts import Experts
 from acetui_core.run.records import LayerRecord, Spread, from_dict
-from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.metrics import METHODS, reads_calibration
 from acetui_core.scores.sparsity import parse_sparsity
 from acetui_core.storage.store_rows import RunRecord
 
@@ -211,7 +211,7 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
     )
     calibration = (
         "none (the method reads no activations)"
-        if method and not method.calibrated(config)
+        if method and not reads_calibration(config)
         else f"{config.calib}: {config.nsamples} samples × {config.seqlen} tokens, seed {config.seed}"
     )
     device = config.device + (f" → {env['device']}" if env.get("device") and env["device"] != config.device else "")

@@ -39,7 +39,7 @@ from acetui_core.pruning.plan import check_fits_memory
 from acetui_core.pruning.validate import check_config
 from acetui_core.run.config import AXES, SETTINGS, RunConfig
 from acetui_core.run.events import OnRunEvent
-from acetui_core.scores.metrics import get_method
+from acetui_core.scores.metrics import reads_calibration
 from acetui_core.storage import store_files
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_db import store_path
@@ -73,7 +73,7 @@ class Grid:
         for combination in itertools.product(*(values[name] for name in order)):
             chosen = dict(zip(order, combination, strict=True))
             config = RunConfig(**self.common, **chosen)
-            if not get_method(config.method).calibrated(config):
+            if not reads_calibration(config):  # its seeds and calibration settings cannot differ: one cell
                 for name in order:
                     if SETTINGS[name].calibration:
                         chosen[name] = values[name][0]

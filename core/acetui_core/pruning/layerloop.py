@@ -70,7 +70,7 @@ from acetui_core.run.records import (
 )
 from acetui_core.scores.maskfile import mask_writer
 from acetui_core.scores.masks import check_nm_fits, check_nm_groups, nm_mask, prune_mask
-from acetui_core.scores.metrics import get_method
+from acetui_core.scores.metrics import get_method, reads_calibration
 from acetui_core.scores.permute import channel_permutation, retained_fraction
 from acetui_core.scores.sparsity import Sparsity
 
@@ -260,7 +260,7 @@ def prune(
     for index, layer in enumerate(layers):  # an N:M pattern that does not fit fails here, before calibration
         for name, module in masked_linears(layer, config.sparsity_scope).items():
             check_nm_fits(sparsity, weight_matrix(module).shape[1], f"layer {index} {name}")
-    calibrated = method.calibrated(config) or bool(config.expert_sparsity)  # experts are scored on calibration
+    calibrated = reads_calibration(config)
     layout = expert_layout(loaded.model)
     experts = Experts(layout, config.moe_calibration) if layout is not None and calibrated else None
     parameters_before = sum(p.numel() for p in loaded.model.parameters())

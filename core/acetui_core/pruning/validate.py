@@ -31,7 +31,7 @@ from acetui_core.modeling.streaming import streaming_folder
 from acetui_core.run.basic_settings import FULL_CONTEXT_CAP
 from acetui_core.run.config import SETTINGS, RunConfig, needing
 from acetui_core.scores.masks import check_nm_fits
-from acetui_core.scores.metrics import get_method
+from acetui_core.scores.metrics import get_method, reads_calibration
 from acetui_core.scores.sparsity import parse_sparsity
 
 DSNOT = needing("refine", Refine.DSNOT)
@@ -59,7 +59,7 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     config = _check_variants(config, method)
     config = _check_mask_choice(config, method)
     config = parsed(config, "nsamples", "seqlen", "seed", "batch_size", "evals", "ria_alpha")
-    if get_method(config.method).calibrated(config) or config.expert_sparsity:
+    if reads_calibration(config):
         check_calibration_source(config.calib)
     else:  # unused, but recorded with the run: a file it names must be one, the built-in corpora need not be
         check_calibration_files(config.calib)
@@ -152,7 +152,7 @@ def _check_mask_choice(config: RunConfig, method) -> RunConfig:
 
 def check_against_model(config: RunConfig, context_length: int) -> None:
     """What the loaded model decides: calibration and evaluation windows must fit its context."""
-    if get_method(config.method).calibrated(config) or config.expert_sparsity:
+    if reads_calibration(config):
         resolve_seqlen(config.seqlen, context_length, "--seqlen")
     if EvalKind.WIKITEXT2 in config.evals:
         resolve_seqlen(config.eval_seqlen, context_length, "--eval-seqlen")

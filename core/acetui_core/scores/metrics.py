@@ -151,6 +151,12 @@ METHODS: dict[str, Method] = {
 }
 
 
+def reads_calibration(config) -> bool:
+    """Whether a run reads calibration data: its method's activations (``Method.calibrated``), or the
+    routed experts' scores that ``--expert-sparsity`` removes experts by."""
+    return get_method(config.method).calibrated(config) or bool(config.expert_sparsity)
+
+
 def get_method(name: str) -> Method:
     """A built-in method, an ``acetui.methods`` entry point, or a plug-in reference (``module:function``,
     ``path/file.py:function``)."""

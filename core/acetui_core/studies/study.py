@@ -154,16 +154,15 @@ def _files_now(cells: list[RunConfig]) -> dict[str, tuple[str | None, str | None
     """Per cell, the identities its run would record now: the metric's file (a plug-in's) and the
     calibration files' content (None where the method reads none, or the source is the hub)."""
     from acetui_core.modeling.data import calibration_identity
-    from acetui_core.scores.metrics import get_method
+    from acetui_core.scores.metrics import get_method, reads_calibration
 
     calibration: dict[str, str | None] = {}
     files = {}
     for cell in cells:
-        method = get_method(cell.method)
-        calibrated = method.calibrated(cell) or bool(cell.expert_sparsity)
+        calibrated = reads_calibration(cell)
         if calibrated and cell.calib not in calibration:
             calibration[cell.calib] = calibration_identity(cell.calib)
-        files[key(cell)] = (method.fingerprint, calibration[cell.calib] if calibrated else None)
+        files[key(cell)] = (get_method(cell.method).fingerprint, calibration[cell.calib] if calibrated else None)
     return files
 
 
