@@ -210,6 +210,28 @@ def insert_run(
     return run_id
 
 
+def stopped_by_sigterm(monkeypatch, capsys, module, *args) -> tuple[int, str, str]:
+    """The CLI with ``module.run_and_wait`` replaced by what a SIGTERM in the first run leaves: every run
+    queued, then cancelled (the queued ones before they started), and the stop returned."""
+    import signal
+
+    from acetui_core.basics.errors import Cancelled
+    from acetui_core.execution.launch import InProcess, queue
+
+    def stopped_at_once(configs, store, executor, **_):
+        run_ids = queue(configs, store, InProcess(), checked=True)
+        for run_id in run_ids:
+            store.request_cancel(run_id)
+        return run_ids, Cancelled("before layer 1 of 2", signum=signal.SIGTERM)
+
+    monkeypatch.setattr(module, "run_and_wait", stopped_at_once)
+    handler = signal.getsignal(signal.SIGINT)  # the CLI ignores a further Ctrl-C as it exits
+    try:
+        return cli(monkeypatch, capsys, *args)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+
+
 def cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
     """Run ``acetui ARGS`` in this process as the console script does; return (exit code, stdout, stderr)."""
     from acetui.cli import main

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from runhelpers import GATE, cli, gated, held_at_the_gate, wait_for_runs, wait_until
+from runhelpers import GATE, cli, gated, held_at_the_gate, stopped_by_sigterm, wait_for_runs, wait_until
 
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_schema import TERMINAL
@@ -143,33 +143,10 @@ def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(
 def test_a_stopped_compare_says_how_many_runs_were_cancelled(make_tiny_model, fast, store_path, monkeypatch, capsys):
     """SIGTERM in the first of three runs cancels the queue too; the CLI said "the run is recorded as cancelled"."""
     from acetui.commands import grid
-    from acetui_core.basics.errors import Cancelled
-    from acetui_core.execution.launch import InProcess, queue
 
-    def stopped_at_once(configs, store, executor, **_):  # as InProcess leaves a queue a SIGTERM stops
-        run_ids = queue(configs, store, InProcess(), checked=True)
-        for run_id in run_ids:
-            store.request_cancel(run_id)
-        return run_ids, Cancelled("before layer 1 of 2", signum=signal.SIGTERM)
-
-    monkeypatch.setattr(grid, "run_and_wait", stopped_at_once)
-    handler = signal.getsignal(signal.SIGINT)  # the CLI ignores a further Ctrl-C as it exits
-    try:
-        code, _, err = cli(
-            monkeypatch,
-            capsys,
-            "compare",
-            make_tiny_model("llama"),
-            "--sparsity",
-            "0.5,4:8,2:4",
-            *fast,
-            "--methods",
-            "wanda",
-            "--store",
-            store_path,
-        )
-    finally:
-        signal.signal(signal.SIGINT, handler)
+    model = make_tiny_model("llama")
+    args = ("compare", model, "--sparsity", "0.5,4:8,2:4", *fast, "--methods", "wanda", "--store", store_path)
+    code, _, err = stopped_by_sigterm(monkeypatch, capsys, grid, *args)
     assert code == 143
     assert err.splitlines()[-1] == (
         "acetui: stopped; 3 runs are recorded as cancelled: those under way and those still queued "

@@ -3,15 +3,12 @@ study file goes, and a stop that cancelled the study's queue (the runs themselve
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import pytest
-from runhelpers import cli
+from runhelpers import cli, stopped_by_sigterm
 
 from acetui.commands import study as study_command
-from acetui_core.basics.errors import Cancelled
-from acetui_core.execution.launch import InProcess, queue
 from acetui_core.storage.store import Store
 
 QUICK = 'nsamples = 4\neval_seqlen = 32\neval_limit = 2\ndevice = "cpu"\n'
@@ -59,18 +56,8 @@ def test_a_stopped_study_says_how_many_runs_were_cancelled(tmp_path, monkeypatch
         tmp_path / "s.toml", f'model = "{model}"\nsparsity = ["0.5", "4:8", "2:4"]\ncalib = "{calib_file}"\n{QUICK}'
     )
 
-    def stopped_at_once(configs, store, executor, **_):  # as InProcess leaves a queue a SIGTERM stops
-        run_ids = queue(configs, store, InProcess(), checked=True)
-        for run_id in run_ids:
-            store.request_cancel(run_id)
-        return run_ids, Cancelled("before layer 1 of 2", signum=signal.SIGTERM)
-
-    monkeypatch.setattr(study_command, "run_and_wait", stopped_at_once)
-    handler = signal.getsignal(signal.SIGINT)  # the CLI ignores a further Ctrl-C as it exits
-    try:
-        code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(tmp_path / "runs.db"))
-    finally:
-        signal.signal(signal.SIGINT, handler)
+    args = ("study", "run", str(study), "--store", str(tmp_path / "runs.db"))
+    code, _, err = stopped_by_sigterm(monkeypatch, capsys, study_command, *args)
     assert code == 143
     assert err.splitlines()[-1] == (
         "acetui: stopped; 3 runs are recorded as cancelled: those under way and those still queued "
