@@ -336,10 +336,15 @@ def test_the_report_of_a_study(tmp_path, monkeypatch, capsys, make_tiny_model, c
     other = tmp_path / "other"
     other.mkdir()
     (other / "study.toml").write_text(text)
-    for folder in (other, tmp_path):  # tmp_path: the folder of the study files themselves
-        args = ("study", "report", str(alone), "-o", str(folder), "--store", store, "--overwrite")
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "study.toml").write_text(alone.read_text())  # a study file named as the report's copy, in -o
+    refusals = {other: "holds study.toml but no earlier report", own: "is the study file", tmp_path: "run store"}
+    for folder, sentence in refusals.items():
+        study_file, overwrite = (own / "study.toml", ()) if folder == own else (alone, ("--overwrite",))
+        args = ("study", "report", str(study_file), "-o", str(folder), "--store", store, *overwrite)
         code, out, err = cli(monkeypatch, capsys, *args)
-        assert code == 2 and err.startswith("acetui: ") and err.count("\n") == 1, err
+        assert code == 2 and err.startswith("acetui: ") and err.count("\n") == 1 and sentence in err, err
     assert (other / "study.toml").read_text() == text and not (other / "summary.md").exists()
 
 
@@ -495,3 +500,7 @@ def test_a_cell_run_with_another_version_of_its_files_is_to_run_again(tmp_path, 
     calib.write_text(calib.read_text() + '\n{"text": "one more document"}')
     [cell] = load_study(study).cells()
     assert [state for _, state, _ in cell_states([cell], store)] == ["missing"]
+    # a run recorded before runs kept their files' content (size and time) is no evidence of a change
+    calibration["fingerprint"] = "6553273:1700000000"
+    insert_run(store, clock, "s0000002", cell, created=1.8e9, ppl=21.0, result={"calibration": calibration, **files})
+    assert [state for _, state, _ in cell_states([cell], store)] == ["done"]

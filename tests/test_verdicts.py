@@ -8,6 +8,7 @@ import io
 import json
 import re
 import sqlite3
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -406,7 +407,7 @@ def test_a_p_value_is_never_printed_across_the_threshold_of_its_verdict():
 
     assert p_text(0.04958, 0.95) == "0.0496" and p_text(0.0504, 0.95) == "0.050"
     assert p_text(0.0123, 0.95) == "0.012" and p_text(0.0004, 0.95) == "<0.001" and p_text(None, 0.95) == "–"
-    assert p_text(0.00951, 0.99) == "0.0095"
+    assert p_text(0.00951, 0.99) == "0.0095" and p_text(0.04996, 0.95) == "0.04996"
     assert alpha(0.95) <= 0.05
 
 
@@ -745,6 +746,11 @@ def test_two_models_of_one_name_are_never_ranked_or_paired_together(store):
     runs = store.list_runs()
     table = judge(comparison(runs), store.evidence([r.id for r in runs]))
     assert sorted(table.models) == ["org/tiny", "q4/tiny", "q8/tiny"]
+    from acetui_core.analysis.rowlabels import model_columns
+
+    gguf, folder = (replace(runs[0], id=run_id) for run_id in ("x1", "x2"))
+    gguf.config, folder.config = (replace(runs[0].config, model=model) for model in ("/m/x.gguf", "/m/x"))
+    assert set(model_columns([gguf, folder]).values()) == {"/m/x.gguf", "/m/x"}  # never one name for two
     assert {row for row, _ in table.best} == {"Wanda-16", "RIA-16", "Magnitude"}
     first, other = (next(r for r in runs if r.id == run_id) for run_id in ("a0000000", "b0000010"))
     assert "different models" in run_difference(first, other, store.evidence([first.id, other.id]))

@@ -35,8 +35,8 @@ class Column:
 
 
 def missing_last(value: float | None) -> float:
-    """A sort key that puts runs without the value after every run with one."""
-    return math.inf if value is None else value
+    """A sort key that puts runs without the value (or with NaN, a model's overflow) after every run with one."""
+    return math.inf if value is None or math.isnan(value) else value
 
 
 Cell = str | Text

@@ -22,7 +22,7 @@ from acetui.app.screens.common import (
 from acetui_core.analysis.rowlabels import row_labels
 from acetui_core.basics.choices import RunStatus
 from acetui_core.run.config import model_name
-from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.metrics import METHODS, reads_calibration
 from acetui_core.scores.sparsity import parse_sparsity
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
@@ -34,6 +34,12 @@ def zeroshot_mean(run: RunRecord) -> float | None:
 def _zeroshot_percent(run: RunRecord) -> str:
     mean = zeroshot_mean(run)
     return "–" if mean is None else f"{mean * 100:.1f}"
+
+
+def _zeroshot_order(run: RunRecord) -> float:
+    """Highest mean accuracy first; runs without one (or with NaN) last."""
+    mean = zeroshot_mean(run)
+    return missing_last(None if mean is None else -mean)
 
 
 def _seqlen_order(run: RunRecord) -> float:
@@ -48,8 +54,7 @@ def _sparsity_order(run: RunRecord) -> tuple:
 
 def _calibration(run: RunRecord) -> str:
     """Samples x window length, e.g. ``128×16`` (– for methods without calibration data)."""
-    method = METHODS.get(run.config.method)
-    if method is not None and not method.calibrated(run.config):
+    if run.config.method in METHODS and not reads_calibration(run.config):
         return "–"
     return f"{run.config.nsamples}×{run.config.seqlen}"
 
@@ -68,7 +73,7 @@ COLUMNS = [
     Column("Sparsity", _sparsity_order, lambda r: r.config.sparsity),
     Column("PPL", lambda r: missing_last(r.ppl), summary.ppl_text),
     Column("Prune", lambda r: missing_last(r.prune_seconds), lambda r: summary.fmt_seconds(r.prune_seconds)),
-    Column("0-shot%", lambda r: -(zeroshot_mean(r) or -1), _zeroshot_percent),
+    Column("0-shot%", lambda r: _zeroshot_order(r), _zeroshot_percent),
     Column("Calib", lambda r: (_seqlen_order(r), r.config.nsamples), _calibration),
     Column("Seed", lambda r: r.config.seed, lambda r: str(r.config.seed)),
     Column("Eval", lambda r: missing_last(r.results.ppl_windows if r.results else None), _windows),

@@ -89,6 +89,10 @@ def model_columns(records: list[RunRecord]) -> dict[str, str]:
         while depth < len(parts) and any(other[-depth:] == parts[-depth:] for other in namesakes):
             depth += 1
         names[key] = "/".join(parts[-depth:]).removesuffix(".gguf")
+    shown = list(names.values())
+    for key, name in names.items():  # "/m/x.gguf" and "/m/x" both read "x": such names keep the whole key
+        if shown.count(name) > 1:
+            names[key] = key
     return {run_id: names[key] for run_id, key in keys.items()}
 
 

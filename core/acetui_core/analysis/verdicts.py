@@ -188,14 +188,16 @@ def alpha(level: float) -> float:
 
 
 def p_text(p: float | None, level: float) -> str:
-    """A p-value as a table prints it: three decimals, more where three would round it across the test's
-    threshold (0.04958 is "0.0496", never "0.050" beside "worse")."""
+    """A p-value as a table prints it: three decimals, as many more as it takes not to round it across the
+    test's threshold (0.04958 is "0.0496", 0.04996 "0.04996", never "0.050" beside "worse")."""
     if p is None:
         return "–"
     if p < 0.001:
         return "<0.001"
-    shown = f"{p:.3f}"
-    return f"{p:.4f}" if (float(shown) >= alpha(level)) != (p >= alpha(level)) else shown
+    digits = 3
+    while (float(f"{p:.{digits}f}") >= alpha(level)) != (p >= alpha(level)):  # rounded across: one more digit
+        digits += 1
+    return f"{p:.{digits}f}"
 
 
 def _difference(measure: str, paired: evidence.Difference, best_mean: float) -> tuple[float, float, float]:

@@ -7,6 +7,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from acetui_core.basics import parse
 from acetui_core.basics.errors import UserError
 
 SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -111,3 +112,26 @@ def file_identity(source: str | os.PathLike | None) -> str | None:
         entries = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file())
         return hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
     return None
+
+
+# The calibration corpora acetui knows by name (--calib c4, wikitext2): read from ACETUI_DATA_DIR or the hub.
+BUILT_IN_SOURCES = ("c4", "wikitext2")
+
+
+def mixture(source: str) -> list[tuple[str, float]]:
+    """The sources of a calibration mixture and their shares of the windows: ``c4+domain.jsonl`` is half
+    each, ``c4@3+domain.jsonl@1`` three quarters C4 (shares are weights, scaled to sum to one). One
+    source (or an existing file whose name holds a ``+``) is the whole."""
+    if "+" not in source or user_path(source).is_file():
+        return [(source, 1.0)]
+    parts = []
+    for part in source.split("+"):
+        name, at, share = part.strip().rpartition("@")
+        name, share = (name.strip(), share) if at else (share.strip(), "1")
+        if not name:
+            raise UserError(f"Calibration mixture '{source}' has an empty part; write sources joined by '+'.")
+        parts.append((name, parse.number(share, f"The share of {name} in --calib", minimum=0)))
+    total = sum(share for _, share in parts)
+    if total <= 0:
+        raise UserError(f"Calibration mixture '{source}' has no positive share.")
+    return [(name, share / total) for name, share in parts]

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import torch
 
-from acetui_core.basics import parse
 from acetui_core.basics.errors import StopFlag, UserError, check_stop
-from acetui_core.basics.paths import content_identity, data_dir, user_path
+from acetui_core.basics.paths import content_identity, data_dir, mixture, user_path
 
 C4_SHARD = "en/c4-train.00000-of-01024.json.gz"
 # Where each source lives inside ACETUI_DATA_DIR (the layout of shared/data).
@@ -96,25 +95,6 @@ def _hub_texts(what: str, loader) -> list[str]:
         raise UserError(
             f"Could not fetch {what} from the Hugging Face hub ({type(error).__name__}); {HUB_HINT}."
         ) from None
-
-
-def mixture(source: str) -> list[tuple[str, float]]:
-    """The sources of a calibration mixture and their shares of the windows: ``c4+domain.jsonl`` is half
-    each, ``c4@3+domain.jsonl@1`` three quarters C4 (shares are weights, scaled to sum to one). One
-    source (or an existing file whose name holds a ``+``) is the whole."""
-    if "+" not in source or user_path(source).is_file():
-        return [(source, 1.0)]
-    parts = []
-    for part in source.split("+"):
-        name, at, share = part.strip().rpartition("@")
-        name, share = (name.strip(), share) if at else (share.strip(), "1")
-        if not name:
-            raise UserError(f"Calibration mixture '{source}' has an empty part; write sources joined by '+'.")
-        parts.append((name, parse.number(share, f"The share of {name} in --calib", minimum=0)))
-    total = sum(share for _, share in parts)
-    if total <= 0:
-        raise UserError(f"Calibration mixture '{source}' has no positive share.")
-    return [(name, share / total) for name, share in parts]
 
 
 def source_names(source: str, joiner: str = "+") -> str:

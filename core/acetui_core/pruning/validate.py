@@ -15,14 +15,13 @@ from pathlib import Path
 from acetui_core.basics import parse
 from acetui_core.basics.choices import Allocation, EvalKind, Offload, Permute, Refine, SparsityGroup, Update
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import data_dir, file_identity, user_path
+from acetui_core.basics.paths import BUILT_IN_SOURCES, data_dir, file_identity, mixture, user_path
 from acetui_core.modeling.checkpoint import check_save_dir
 from acetui_core.modeling.data import (
     LOCAL_C4,
     LOCAL_WIKITEXT2,
     calibration_documents,
     longest_document,
-    mixture,
     no_window,
 )
 from acetui_core.modeling.models import check_device_name, model_source, resolve_device
@@ -205,7 +204,7 @@ def check_calibration_files(source: str) -> None:
     """The files a calibration source names (not the built-in corpora, which a method without calibration
     never reads, so an offline run needs no local copy of them) are checked as a used source's are."""
     for part, _ in mixture(source):
-        if part not in ("c4", "wikitext2"):
+        if part not in BUILT_IN_SOURCES:
             check_calibration_source(part)
 
 
@@ -218,12 +217,12 @@ def check_calibration_fits(config: RunConfig, context: int) -> None:
     """Each calibration file (of a mixture too) must hold a document longer than one window, in the model's
     tokens: otherwise the run would be recorded and then fail drawing its first window. The built-in
     sources are long."""
-    if not get_method(config.method).calibrated(config):
+    if not reads_calibration(config):
         return
     model = config.model.strip()
     seqlen = resolve_seqlen(config.seqlen, context)
     for source, _ in mixture(config.calib):
-        if source not in ("c4", "wikitext2"):
+        if source not in BUILT_IN_SOURCES:
             identity = file_identity(user_path(source))
             _calibration_fits(model, file_identity(user_path(model)), source, identity, seqlen, config.nsamples)
 

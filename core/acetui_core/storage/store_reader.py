@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import data_dir
+from acetui_core.basics.paths import BUILT_IN_SOURCES, data_dir, mixture
 from acetui_core.run.records import LayerRecord
 from acetui_core.storage import liveness, store_files
 from acetui_core.storage.store_db import open_database, store_path, transaction
@@ -55,14 +55,17 @@ def _local_paths(text: str | None, key: str, folder: str | None) -> list[Path]:
 
 
 def _file_names(key: str, value: str) -> list[str]:
-    """The file names a setting's value may hold: a mixture's parts (``c4@3+/data/dom.jsonl@1``: the whole,
-    in case a file's name holds ``+``, and each part without its share), a plug-in's file (``mine.py:score``)."""
+    """The file names a setting's value may hold: each source of a calibration mixture
+    (``c4@3+/data/dom.jsonl@1``), a plug-in's file (``mine.py:score``), else the value itself."""
     if key == "method":
         return [value.rpartition(":")[0]] if ":" in value else []
-    names = [value]
-    if key == "calib" and "+" in value:
-        names += [part.strip().rpartition("@")[0] or part.strip() for part in value.split("+")]
-    return [name for name in names if name and name not in ("c4", "wikitext2")]
+    if key != "calib":
+        return [value]
+    try:  # the whole too: a file whose name holds "+" reads as a mixture from another folder
+        names = list(dict.fromkeys([value, *(name for name, _ in mixture(value))]))
+    except UserError:  # a damaged row's mixture: its whole text is all there is to protect
+        names = [value]
+    return [name for name in names if name not in BUILT_IN_SOURCES]
 
 
 def _run_folder(env: str | None) -> str | None:

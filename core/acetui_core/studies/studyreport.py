@@ -202,14 +202,15 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
     places, an existing file replaced only with ``overwrite``."""
     if folder.exists() and not folder.is_dir():
         raise UserError(f"-o {folder} is a file; give a folder for the report.")
-    protected = [*store.protected_places(), (study.path.resolve(), "the study file")]
+    protected = store.protected_places()
     refuse_protected(folder, f"-o {folder}", protected, "give the report a folder of its own.")
+    protected.append((study.path.resolve(), "the study file"))  # the file itself: its folder may hold the report
     earlier = _earlier_report(folder)
-    if overwrite and not (folder / "summary.md").is_file() and any((folder / name).exists() for name in _OWN_FILES):
-        found = next(name for name in _OWN_FILES if (folder / name).exists())
+    found = next((name for name in _OWN_NAMES if (folder / name).exists()), None)
+    if overwrite and found and not (folder / MANIFEST).is_file():
         raise UserError(
-            f"-o {folder} holds {found} but no earlier report (its summary.md): --overwrite replaces a report's "
-            "own files only; give the report a folder of its own."
+            f"-o {folder} holds {found} but no earlier report ({MANIFEST}, which a report lists its files in): "
+            "--overwrite replaces a report's own files only; give the report a folder of its own."
         )
 
     def guard(path: Path) -> Path:
@@ -253,12 +254,17 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
     for path in earlier:  # the earlier report's files this one has nothing for: they would pass for its own
         if path.resolve() not in kept_now:
             path.unlink()
+    listed = "".join(f"{path.resolve().relative_to(folder.resolve())}\n" for path in made)
+    write_text_atomic(folder / MANIFEST, listed, replace=True)
     return made
 
 
-# A report's own files, by name: the only ones --overwrite replaces or, where this report has nothing for
-# them (a measure no run has any more, a figure with nothing to draw), removes.
-_OWN_FILES = (
+# The list of the files a report wrote, in its folder: what marks the folder as a report's, and the only
+# files a later --overwrite removes where it has nothing for them (a measure no run has, a figure with
+# nothing to draw).
+MANIFEST = ".acetui-report"
+# A report's file names: a folder holding one of them but no manifest is not --overwrite's to replace.
+_OWN_NAMES = (
     *(
         f"{kind}-{measure}.{suffix}"
         for measure in MEASURES
@@ -276,7 +282,10 @@ _OWN_FILES = (
 
 
 def _earlier_report(folder: Path) -> list[Path]:
-    """The files of an earlier report in ``folder`` (none where it holds no summary.md)."""
-    if not (folder / "summary.md").is_file():
+    """The files an earlier report in ``folder`` listed in its manifest and that are still there (only
+    names a report writes: a hand-edited manifest removes nothing else)."""
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
         return []
-    return [folder / name for name in _OWN_FILES if (folder / name).is_file()]
+    listed = {line.strip() for line in manifest.read_text().splitlines()}
+    return [folder / name for name in _OWN_NAMES if name in listed and (folder / name).is_file()]
