@@ -20,7 +20,7 @@ from acetui_core.execution import jobfolder
 from acetui_core.modeling.data import source_names
 from acetui_core.run.config import model_name
 from acetui_core.run.records import LayerRecord
-from acetui_core.scores.metrics import reads_calibration
+from acetui_core.scores.metrics import may_read_calibration
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
 from acetui_core.storage.store_schema import STATUSES, TERMINAL
@@ -47,11 +47,7 @@ def age(seconds: float) -> str:
 def _calibration(config) -> str:
     """The run's calibration source as ``--calib`` names it (a file by its name; its windows' length is in
     the method's label), ``-`` for a run that reads none (magnitude)."""
-    try:
-        calibrated = reads_calibration(config)
-    except UserError:  # a plug-in this environment cannot import
-        calibrated = True
-    return source_names(config.calib) if calibrated else "-"
+    return source_names(config.calib) if may_read_calibration(config) else "-"
 
 
 def _ppl_text(run: RunRecord) -> str:

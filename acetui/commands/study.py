@@ -23,7 +23,7 @@ from acetui_core.execution import jobfolder
 from acetui_core.execution.launch import LocalProcesses, gpus_for, launch, run_and_wait
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.run.events import RunStarted
-from acetui_core.scores.metrics import reads_calibration
+from acetui_core.scores.metrics import may_read_calibration
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_db import store_path
 from acetui_core.studies.study import DONE, FAILED, INTERRUPTED, RUNNING, STATES, Study, cell_states, load_study
@@ -47,10 +47,7 @@ def _cell_text(config, axes=()) -> str:
     """A cell in words; with the study's other axes (``refine``, ``group``...), so no two cells read alike. A
     cell of a method that reads no calibration data (magnitude) says so, without source, seed or sample
     count: the study runs it once whatever they are (``launch.Grid.configs``)."""
-    try:
-        calibrated = reads_calibration(config)
-    except UserError:  # a plug-in this environment cannot import
-        calibrated = True
+    calibrated = may_read_calibration(config)
     data = f"{config.calib}, seed {config.seed}" if calibrated else "no calibration"
     text = f"{config.label} at {config.sparsity} on {model_name(config.model)}, {data}"
     return text + "".join(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
-from textual import getters, on
+from textual import events, getters, on
 from textual.actions import SkipAction
 from textual.binding import Binding
 from textual.color import Color
@@ -167,7 +167,8 @@ class SortedRunListScreen(RunListScreen):
     descending = False
     shown_columns: list[int] | None = None  # the columns the table shows, when not all fit (fit_columns)
 
-    def _on_mount(self) -> None:
+    @on(events.Mount)
+    def follow_the_filter(self) -> None:
         """The table follows its filter as each key edits it: a watch runs as the field's value changes,
         where the field's Changed message reached the screen only after the keys typed after it in a burst
         had acted on the old rows (``/ C-u magnitude Enter Enter`` opened a run the filter hides)."""

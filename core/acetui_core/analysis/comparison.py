@@ -35,6 +35,7 @@ from acetui_core.storage.store_rows import RunRecord
 MEASURES = ("ppl", "zeroshot", "zeroshot-mean")
 CELLS = ("ppl", "ppl-time")
 COLUMNS = ("sparsity", "seqlen", "seed")
+AVERAGE = "Avg."  # the per-task zero-shot table's column of each run's mean over the tasks
 NO_CALIBRATION = "no calibration"  # the column of a by-length table that holds methods without calibration data
 CI_STYLES = ("none", "pm", "interval")  # --ci: no interval, "73.5 ± 1.5" (half its width), "[72.1, 75.0]"
 
@@ -252,7 +253,7 @@ def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tupl
     if measure == "zeroshot-mean":
         return [(row, header, mean, any_partial(tasks))]
     return [(row, task, 100 * task_accuracy(entry), entry.partial) for task, entry in tasks.items()] + [
-        (row, "Avg.", mean, any_partial(tasks))
+        (row, AVERAGE, mean, any_partial(tasks))
     ]
 
 

@@ -8,8 +8,8 @@ import csv
 import io
 from datetime import datetime, timezone
 
-from acetui_core.analysis.comparison import Comparison, comparison
-from acetui_core.analysis.verdicts import AVERAGE, judge
+from acetui_core.analysis.comparison import AVERAGE, Comparison, comparison
+from acetui_core.analysis.verdicts import judge
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.texttable import aligned
 from acetui_core.storage.store_rows import RunEvidence, RunRecord

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from acetui_core.analysis import evidence
-from acetui_core.analysis.comparison import NO_CALIBRATION, Cell, Comparison, Verdict
+from acetui_core.analysis.comparison import AVERAGE, NO_CALIBRATION, Cell, Comparison, Verdict
 from acetui_core.basics.paths import model_key
 from acetui_core.basics.texttable import text_table
 from acetui_core.run.records import NOT_FINITE
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
-AVERAGE = "Avg."  # the per-task table's mean column (acetui_core.analysis.comparison)
 NOT_KEPT = {
     "ppl": "cannot be tested: its per-window losses were not kept (run recorded before acetui kept them)",
     "zeroshot": "cannot be tested: its per-document outcomes were not kept (run recorded before acetui kept them)",

@@ -192,7 +192,9 @@ class Calibration:
     seqlen: int  # the window length in tokens ("full" resolved against the model's context)
     seed: int
     tokens_per_linear: int = 0
-    fingerprint: str | None = None  # identity of the source file (size and modification time)
+    # the content of each source file (``sample_identity``: SHA-256 starts joined by "+"; runs recorded before
+    # 2026-11-24 kept size and modification time)
+    fingerprint: str | None = None
 
 
 @dataclass
@@ -227,7 +229,7 @@ class WindowLosses:
         """What makes this record unusable for a test (a damaged or edited store), or None when it is whole."""
         if len(self.nll) != len(self.tokens) or not self.nll:
             return f"{len(self.nll)} losses for {len(self.tokens)} windows"
-        if not all(math.isfinite(n) for n in self.nll):  # a value of another type fails to read before this
+        if not all(math.isfinite(n) for n in self.nll):  # not a number at all raises: "it cannot be read"
             return NOT_FINITE
         empty = [t for t in self.tokens if not isinstance(t, (int, float)) or not t > 0]
         if empty:

@@ -34,9 +34,11 @@ def check_nm_groups(weight: torch.Tensor, sparsity: Sparsity, order: list[int] |
     permuted ``order`` under ``--permute``) holds at least ``m - n`` zeros, so a table's "2:4" is what the
     weights hold, not what the run was asked for. A group short of zeros stops the run before evaluation."""
     d_out, d_in = weight.shape
-    zeros = weight == 0 if order is None else weight[:, order] == 0
-    counts = zeros.reshape(d_out, d_in // sparsity.m, sparsity.m).sum(-1)
-    fewest = int(counts.min())
+    fewest = sparsity.m
+    for rows in row_slices(weight):  # a slice at a time, as the masks are made: no whole-matrix temporaries
+        zeros = weight[rows] == 0 if order is None else (weight[rows] == 0)[:, order]
+        counts = zeros.reshape(-1, d_in // sparsity.m, sparsity.m).sum(-1, dtype=torch.int16)
+        fewest = min(fewest, int(counts.min()))
     if fewest < sparsity.m - sparsity.n:
         raise UserError(
             f"{where} holds a group of {sparsity.m} inputs with {fewest} zeros after pruning to {sparsity}, "

@@ -10,6 +10,7 @@ ranking, so only VarP's additive ``1 +`` depends on that choice.
 from __future__ import annotations
 
 from acetui_core.basics.choices import SparsityGroup, VarpForm, VarpScale
+from acetui_core.basics.errors import UserError
 from acetui_core.scores.method import Method
 from acetui_core.scores.sparsegpt import mask_and_update
 
@@ -155,6 +156,15 @@ def reads_calibration(config) -> bool:
     """Whether a run reads calibration data: its method's activations (``Method.calibrated``), or the
     routed experts' scores that ``--expert-sparsity`` removes experts by."""
     return get_method(config.method).calibrated(config) or bool(config.expert_sparsity)
+
+
+def may_read_calibration(config) -> bool:
+    """``reads_calibration`` for a listing: True where the method cannot be imported here (a plug-in of
+    another environment), whose calibration is then named rather than hidden."""
+    try:
+        return reads_calibration(config)
+    except UserError:
+        return True
 
 
 def get_method(name: str) -> Method:

@@ -145,7 +145,7 @@ def summary(tables: dict[str, Comparison], by_method: dict[str, list[Comparison]
 def _by_source(records: list[RunRecord]) -> tuple[list[Series], list[str]]:
     """Perplexity against calibration source: one series per row of the study's tables (every setting but
     the source alike: ``Wanda-16 (4 samples)`` apart from ``Wanda-16 (8 samples)``) and sparsity; a point per
-    source at the mean over seeds (a repeated seed counted once, as in the tables), the bars at the lowest
+    source at the geometric mean over seeds (a repeated seed counted once, as in the tables), the bars at the lowest
     and highest seed."""
     calibrated = [r for r in records if r.ppl is not None and r.results is not None and r.results.calibration]
     sources = list(dict.fromkeys(r.config.calib for r in calibrated))
