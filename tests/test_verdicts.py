@@ -754,3 +754,15 @@ def test_two_models_of_one_name_are_never_ranked_or_paired_together(store):
     assert {row for row, _ in table.best} == {"Wanda-16", "RIA-16", "Magnitude"}
     first, other = (next(r for r in runs if r.id == run_id) for run_id in ("a0000000", "b0000010"))
     assert "different models" in run_difference(first, other, store.evidence([first.id, other.id]))
+
+
+def test_a_figure_draws_each_sparsity_of_a_method_as_a_series_of_its_own(store):
+    """With the sparsity a column group of its own, Wanda at 0.5 and at 2:4 became one line through both."""
+    from acetui_core.analysis.figures import figure_series
+
+    clock = store.clock_
+    for number, sparsity in enumerate(("0.5", "2:4")):
+        add(store, clock, f"a00000{number:02d}", sparsity=sparsity, shift=0.3 * number)
+    runs = store.list_runs()
+    lines, _, _ = figure_series(runs, store.evidence([r.id for r in runs]), "pareto")
+    assert sorted((line.name, len(line.points)) for line in lines) == [("Wanda (2:4)", 1), ("Wanda (50%)", 1)]

@@ -37,9 +37,10 @@ def series(table: Comparison, figure: str, x_axis: str = "seconds") -> list[Seri
     cost (``pareto``) or its calibration length (``seqlen``), with its interval (the value itself when
     the cell has none)."""
     out = []
-    for row in table.rows:
-        line = Series(row)
-        for column in table.columns:
+    groups = _group_words(table.models)
+    for row, group in ((row, group) for group in table.models for row in table.rows):
+        line = Series(f"{row} ({groups[group]})" if groups[group] else row)
+        for column in (column for column in table.columns if column[0] == group):
             cell, verdict = table.cells.get((row, column)), table.verdicts.get((row, column))
             results = [run.results for run in cell.runs if run.results] if cell else []
             if cell is None or not results or not math.isfinite(cell.value):
@@ -58,10 +59,22 @@ def series(table: Comparison, figure: str, x_axis: str = "seconds") -> list[Seri
                 x = sum(r.prune_seconds or 0.0 for r in results) / len(results)
             low, high = verdict.ci if verdict and verdict.ci else (cell.value, cell.value)
             line.points.append((x, cell.value, low, high))
-        repeated = any(cell.repeats for (name, _), cell in table.cells.items() if name == row)
+        repeated = any(cell.repeats for (name, where), cell in table.cells.items() if name == row and where[0] == group)
         if line.points:  # a seed run again counts once in each point; the legend says so
-            out.append(Series(f"{row} (repeats of a seed counted once)" if repeated else row, sorted(line.points)))
+            name = f"{line.name} (repeats of a seed counted once)" if repeated else line.name
+            out.append(Series(name, sorted(line.points)))
     return out
+
+
+def _group_words(groups: list[str]) -> dict[str, str]:
+    """What tells a table's column groups apart (``model, eval 16x64, 50%``), for a series' name: the parts
+    not common to all of them; nothing for one group. A row's runs in two groups (two sparsities, two
+    models) are two series, never one line through both."""
+    parts = {group: group.split(", ") for group in groups}
+    common = (
+        set.intersection(*(set(words) for words in parts.values())) if len(groups) > 1 else set(groups[0].split(", "))
+    )
+    return {group: ", ".join(word for word in words if word not in common) for group, words in parts.items()}
 
 
 def figure_series(
