@@ -58,15 +58,23 @@ def test_identical_windows_give_p_one():
 def test_one_task_of_0_1_outcomes_run_against_run_is_mcnemars_exact_test():
     """5 of 10 documents flipped one way: McNemar's exact p is 2 / 2^5; the t-test said 0.015."""
     right, wrong = np.array([1] * 5 + [0] * 5), np.zeros(10)
-    assert paired_difference(Group([[right]]), Group([[wrong]])).p == pytest.approx(0.0625)
-    assert stats.ttest_rel(right, wrong).pvalue < 0.05
+    difference = paired_difference(Group([[right]]), Group([[wrong]]))
+    assert difference.p == pytest.approx(0.0625) and stats.ttest_rel(right, wrong).pvalue < 0.05
+    # the interval is the same test's: it holds 0 where p says tied (the t-interval was [0.12, 0.88])
+    low, high = difference.ci
+    assert low < 0 < high and high == pytest.approx(0.5)
+    for only_a, only_b in ((9, 1), (8, 0), (7, 3), (12, 2)):  # Clopper-Pearson leaves 0 out exactly when p < 0.05
+        a = np.array([1] * only_a + [0] * only_b + [1] * 5)
+        b = np.array([0] * only_a + [1] * only_b + [1] * 5)
+        found = paired_difference(Group([[a]]), Group([[b]]))
+        assert (found.ci[0] > 0) == (found.p < 0.05), (only_a, only_b, found)
 
 
 def test_units_that_all_moved_alike_get_the_sign_test_not_p_zero():
     """Two documents, both right on each of three seeds against both wrong: no spread for a t, and two
     units can never give p < 0.001 (it said p = 0, "worse")."""
     difference = paired_difference(Group([[np.ones(2)]] * 3), Group([[np.zeros(2)]] * 3))
-    assert difference.p == pytest.approx(0.5)
+    assert difference.p == pytest.approx(0.5) and difference.ci is None  # no spread for an interval either
 
 
 def test_a_paired_difference_needs_the_same_units():

@@ -114,7 +114,7 @@ class Verdict:
     ratio: float  # value / the column's best value
     note: str | None = None
     difference: tuple[float, float, float] | None = None  # vs the best: (value, low, high), table's scale
-    p_unadjusted: float | None = None  # the paired test's own p, which ``difference``'s interval matches
+    p_unadjusted: float | None = None  # the paired test's own p, which ``difference``'s interval inverts
 
 
 @dataclass

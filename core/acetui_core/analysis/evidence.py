@@ -77,7 +77,7 @@ class Difference:
     """``a - b`` of two groups' means on the same units, its interval and two-sided p-value."""
 
     value: float
-    ci: tuple[float, float]
+    ci: tuple[float, float] | None  # None where no spread is left to give one (units and seeds all alike)
     p: float
     seed_noise_known: bool
 
@@ -148,13 +148,16 @@ def paired_difference(a: Group, b: Group, level: float = 0.95) -> Difference:
     value = a.mean - b.mean
     parts = [_seed_variance(a), _seed_variance(b), _units_variance(differences)]
     low, high, se, df = _t_interval(value, parts, level)
+    ci: tuple[float, float] | None = (low, high)
     if _one_task_each(a, b):
-        p = _mcnemar(a.runs[0][0], b.runs[0][0])
-    elif se == 0:  # no spread to scale a t by (units all moved alike, seeds alike): the sign test
-        p = 1.0 if value == 0 else _sign_test(np.concatenate(differences))
+        p, ci = _mcnemar(a.runs[0][0], b.runs[0][0], level)
+    elif se == 0 and value != 0:  # no spread to scale a t or an interval by (units and seeds all alike)
+        p, ci = _sign_test(np.concatenate(differences)), None
+    elif se == 0:
+        p = 1.0
     else:
         p = float(2 * _stats().t.sf(abs(value) / se, df))
-    return Difference(value, (low, high), p, a.seed_noise_known and b.seed_noise_known)
+    return Difference(value, ci, p, a.seed_noise_known and b.seed_noise_known)
 
 
 def _one_task_each(a: Group, b: Group) -> bool:
@@ -169,13 +172,29 @@ def _one_task_each(a: Group, b: Group) -> bool:
 
 def _sign_test(differences: np.ndarray) -> float:
     signs = np.sign(differences[differences != 0])
-    return float(_stats().binomtest(int(np.sum(signs > 0)), len(signs)).pvalue) if len(signs) else 1.0
+    return _central_p(int(np.sum(signs > 0)), len(signs))
 
 
-def _mcnemar(a: np.ndarray, b: np.ndarray) -> float:
-    """McNemar's exact two-sided p: the documents only one side got right, split by a fair coin."""
+def _central_p(k: int, n: int) -> float:
+    """The two-sided p of ``k`` of ``n`` against a fair coin, as twice the smaller tail: the p whose test
+    Clopper-Pearson's interval inverts, so the interval leaves out 1/2 exactly when p < 1 - level."""
+    if n == 0:
+        return 1.0
+    binomial = _stats().binom
+    return float(min(1.0, 2 * min(binomial.cdf(k, n, 0.5), binomial.sf(k - 1, n, 0.5))))
+
+
+def _mcnemar(a: np.ndarray, b: np.ndarray, level: float) -> tuple[float, tuple[float, float]]:
+    """McNemar's exact two-sided p (the documents only one side got right, split by a fair coin) and the
+    difference's interval from the same test: Clopper-Pearson's for the share of those documents ``a``
+    got right, as a difference of accuracies, ``(2 share - 1) x discordant / documents``."""
     only_a, only_b = int(np.sum((a == 1) & (b == 0))), int(np.sum((a == 0) & (b == 1)))
-    return float(_stats().binomtest(only_a, only_a + only_b).pvalue) if only_a + only_b else 1.0
+    discordant = only_a + only_b
+    if not discordant:
+        return 1.0, (0.0, 0.0)
+    share = _stats().binomtest(only_a, discordant).proportion_ci(level, method="exact")
+    scale = discordant / len(a)
+    return _central_p(only_a, discordant), (scale * (2 * share.low - 1), scale * (2 * share.high - 1))
 
 
 def holm(p_values: list[float]) -> list[float]:

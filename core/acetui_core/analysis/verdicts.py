@@ -166,7 +166,7 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
                 verdict, note = "untested", ONE_UNIT[kind]
             else:
                 paired = evidence.paired_difference(own.group, best_units.group, level)
-                difference = _difference(table.measure, paired, best_units.group.mean)
+                difference = _difference(table.measure, paired, best_units.group.mean) if paired.ci else None
                 if paired.seed_noise_known:
                     verdict, tested[key] = "tested", paired.p
                 else:  # say whose seed noise is missing: this row's, or the best's it is compared with
@@ -200,8 +200,9 @@ def p_text(p: float | None, level: float) -> str:
 
 
 def _difference(measure: str, paired: evidence.Difference, best_mean: float) -> tuple[float, float, float]:
-    """The paired difference in the table's scale: a perplexity ratio's change (exp of the NLL
-    difference, times the best's perplexity minus it), or accuracy points."""
+    """The paired difference (with an interval) in the table's scale: a perplexity ratio's change (exp of
+    the NLL difference, times the best's perplexity minus it), or accuracy points."""
+    assert paired.ci is not None, "called for a difference with an interval"
     if measure == "ppl":
         best = math.exp(best_mean)
         return tuple(best * (math.exp(d) - 1) for d in (paired.value, *paired.ci))  # type: ignore[return-value]
@@ -315,5 +316,8 @@ def run_difference(
         return f"cannot be tested: the two runs were not evaluated on the same {where}"
     base = evidence.Group([a[0]])
     paired = evidence.paired_difference(evidence.Group([b[0]]), base, level)
+    if paired.ci is None:
+        where = "window" if measure == "ppl" else "document"
+        return f"every {where} moved alike, so no interval can be given; the sign test's p is {paired.p:.3g}"
     value, low, high = _difference(measure, paired, base.mean)
     return value, low, high, paired.p
