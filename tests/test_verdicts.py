@@ -420,10 +420,13 @@ def test_an_accuracy_interval_stays_within_0_and_100_and_is_never_a_point(store)
         *((f"b0{seed}", "ria", seed, [1, 1]) for seed in range(3)),
     ]:
         fields = {"acc_stderr": 0.01, "acc_norm": None, "acc_norm_stderr": None, "partial": True, "source": "local"}
-        tasks = {"boolq": {"acc": sum(correct) / 2, "n": 2, "total": 3270, **fields}}
-        kept = {"boolq": {"task": "boolq", "lm_eval": "0.4.9", "limit": 2, "doc_ids": [0, 1], "acc": correct}}
+        tasks = {task: {"acc": sum(correct) / 2, "n": 2, "total": 3270, **fields} for task in ("boolq", "rte")}
+        kept = {
+            task: {"task": task, "lm_eval": "0.4.9", "limit": 2, "doc_ids": [0, 1], "acc": correct, "acc_norm": None}
+            for task in ("boolq", "rte")
+        }
         run = RunConfig(model="org/tiny", method=method, sparsity="0.5", seed=seed, evals=["zeroshot"])
-        result = {"calibration": C4, "task_outcomes": kept | {"boolq": {**kept["boolq"], "acc_norm": None}}}
+        result = {"calibration": C4, "task_outcomes": kept}
         insert_run(store, clock, run_id, run, created=clock.now + 10, ppl=None, zeroshot=tasks, result=result)
     runs = store.list_runs()
     table = judge(comparison(runs, measure="zeroshot-mean"), store.evidence([r.id for r in runs]))
@@ -431,6 +434,8 @@ def test_an_accuracy_interval_stays_within_0_and_100_and_is_never_a_point(store)
     wanda, ria = (table.verdicts[(row, column)] for row in ("Wanda-16", "RIA-16"))
     assert 0 <= wanda.ci[0] < wanda.ci[1] == 100
     assert ria.verdict == "best" and 0 < ria.ci[0] < ria.ci[1] == 100
+    per_task = judge(comparison(runs, measure="zeroshot"), store.evidence([r.id for r in runs]))
+    assert all(v.ci is None or v.ci[0] < v.ci[1] for v in per_task.verdicts.values())
     assert wanda.verdict == "tied" and wanda.p > 0.05
 
 

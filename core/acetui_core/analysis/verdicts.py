@@ -117,8 +117,8 @@ def _interval(units: _Units, measure: str, level: float) -> tuple[float, float]:
             return 100 * low, 100 * high
     low, high = evidence.group_interval(group, level)
     if measure != "ppl":
-        if low == high and len(group.runs[0]) == 1:  # seeds alike, units alike (2 documents, both right):
-            low, high = evidence.accuracy_interval(group.unit_means()[0], level)  # the binomial interval
+        if low == high:  # seeds alike, units alike (2 documents, both right): the binomial interval of them all
+            low, high = evidence.accuracy_interval(np.concatenate(group.unit_means()), level)
         low, high = max(low, 0.0), min(high, 1.0)  # an accuracy's t-interval can pass 0% or 100%
     return _to_scale(measure, low), _to_scale(measure, high)
 
