@@ -58,10 +58,9 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     config = _check_variants(config, method)
     config = _check_mask_choice(config, method)
     config = parsed(config, "nsamples", "seqlen", "seed", "batch_size", "evals", "ria_alpha")
-    if reads_calibration(config):
-        check_calibration_source(config.calib)
-    else:  # unused, but recorded with the run: a file it names must be one, the built-in corpora need not be
-        check_calibration_files(config.calib)
+    # unused, the source is still recorded with the run: a file it names must be one; the built-in corpora
+    # need no local copy then
+    check_calibration_source(config.calib, corpora=reads_calibration(config))
     if EvalKind.WIKITEXT2 in config.evals:
         config = parsed(config, "eval_seqlen", "eval_limit")
         _local_file("WikiText-2 test split", LOCAL_WIKITEXT2["test"])
@@ -180,13 +179,16 @@ def _local_file(what: str, relative: str) -> None:
         raise UserError(f"ACETUI_DATA_DIR ({root}) has no {what} at {root / relative}.")
 
 
-def check_calibration_source(source: str) -> None:
-    """A built-in source must be present in the local data folder when one is set; a file must hold text;
-    each source of a mixture (``c4+domain.jsonl``) is checked so."""
+def check_calibration_source(source: str, corpora: bool = True) -> None:
+    """A built-in source must be present in the local data folder when one is set (``corpora``: checked at
+    all, for a run that reads it); a file must hold text; each source of a mixture (``c4+domain.jsonl``) is
+    checked so."""
     parts = mixture(source)
     if len(parts) > 1:
         for part, _ in parts:
-            check_calibration_source(part)
+            check_calibration_source(part, corpora)
+        return
+    if source in BUILT_IN_SOURCES and not corpora:
         return
     if source == "c4":
         _local_file("C4 sample", LOCAL_C4)
@@ -198,14 +200,6 @@ def check_calibration_source(source: str) -> None:
     else:
         path = user_path(source)
         _holds_text(source, file_identity(path) if path.is_file() else None)
-
-
-def check_calibration_files(source: str) -> None:
-    """The files a calibration source names (not the built-in corpora, which a method without calibration
-    never reads, so an offline run needs no local copy of them) are checked as a used source's are."""
-    for part, _ in mixture(source):
-        if part not in BUILT_IN_SOURCES:
-            check_calibration_source(part)
 
 
 # No tokenizer's tokens average more characters than this over a document: a document this many times

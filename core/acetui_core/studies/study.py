@@ -144,9 +144,9 @@ def runs_by_cell(cells: list[RunConfig], store: Store) -> dict[str, list[RunReco
     wanted: dict[str, list[RunRecord]] = {key(cell): [] for cell in cells}
     files = _files_now(cells)
     for record in sorted(store.list_runs(), key=lambda r: r.created):
-        runs = wanted.get(key(record.config))
-        if runs is not None and _read_these(record, files[key(record.config)]):
-            runs.append(record)
+        cell = key(record.config)
+        if cell in wanted and _read_these(record, files[cell]):
+            wanted[cell].append(record)
     return wanted
 
 

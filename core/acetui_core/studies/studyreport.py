@@ -152,9 +152,10 @@ def _by_source(records: list[RunRecord]) -> tuple[list[Series], list[str]]:
     labels = row_labels(calibrated, {r.id: r.label for r in calibrated}, "ppl", "sparsity", frozenset({"calibration"}))
     groups: dict[str, dict[str, Cell]] = {}
     models = model_columns(calibrated)
+    several_models = len(set(models.values())) > 1
     for record in calibrated:
         name = f"{labels[record.id]} at {record.config.sparsity}"
-        if len(set(models.values())) > 1:  # one model's seed is not another's: a series each
+        if several_models:  # one model's seed is not another's: a series each
             name += f" on {models[record.id]}"
         cell = groups.setdefault(name, {}).setdefault(record.config.calib, Cell([], [], False, geometric=True))
         cell.add(record, record.ppl, False)  # type: ignore[arg-type]  # kept above: every one has a perplexity
