@@ -670,11 +670,20 @@ async def test_every_shown_key_fits_in_the_footer_at_80_columns(store):
             await pilot.pause()
             keys = {str(item.render()).strip(): item.region for item in app.screen.query_one(Footer).children}
             assert "^q Quit" in keys
-            assert {"c Cancel", "n Next run", "p Prev run", "l Log"} <= set(keys) or screen is not RunScreen
+            assert {"c Cancel", "u Re-run", "n Next", "p Prev", "l Log"} <= set(keys) or screen is not RunScreen
             assert "f5 Help" in keys  # on every screen, a focused text field too (where "?" is text)
             assert all(region.right <= SIZE[0] for region in keys.values()), (screen.__name__, keys)
         for run_id in ids:
             store.set_status(run_id, "cancelled")
+        # ended: no cancel, the re-run key still offered, and every key still fits
+        await pilot_wait_until(pilot, lambda: not any(run.active for run in app.runs), "the runs seen as ended")
+        await app.follow(ids[1], batch=tuple(ids))
+        await pilot_wait_until(pilot, lambda: app.screen._run and not app.screen._run.active, "the run shown ended")
+        app.screen.refresh_bindings()
+        await pilot.pause()
+        keys = {str(item.render()).strip(): item.region for item in app.screen.query_one(Footer).children}
+        assert {"u Re-run", "n Next", "p Prev", "f5 Help"} <= set(keys) and "c Cancel" not in keys
+        assert all(region.right <= SIZE[0] for region in keys.values()), keys
 
 
 @pytest.mark.asyncio

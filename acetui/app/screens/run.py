@@ -56,7 +56,6 @@ class RunScreen(Screen):
             "u",
             "rerun",
             "Re-run",
-            show=False,
             priority=True,  # awaited as the app reads it: the keys after it in a burst reach the form
             tooltip="New run filled with this run's settings (ctrl+r starts it; change a field to vary it)",
         ),
@@ -74,8 +73,8 @@ class RunScreen(Screen):
             show=False,
             tooltip="The histogram of the layer's previous linear",
         ),
-        Binding("n", "batch(1)", "Next run", tooltip="The next run of this comparison"),
-        Binding("p", "batch(-1)", "Prev run", tooltip="The previous run of this comparison"),
+        Binding("n", "batch(1)", "Next", tooltip="The next run of this comparison"),
+        Binding("p", "batch(-1)", "Prev", tooltip="The previous run of this comparison"),
         Binding("h", "plot('scores')", "Scores", show=False, tooltip="Score histogram of the highlighted layer"),
         Binding("s", "plot('sparsity')", "Sparsity", show=False, tooltip="Sparsity by layer and linear"),
         Binding("v", "plot('variance')", "Variance", show=False, tooltip="Var[x²] of the inputs by layer"),
