@@ -226,15 +226,18 @@ def test_runs_show_prints_each_experts_score_with_the_removed_marked(make_moe, c
 
 
 @pytest.mark.parametrize("family", ["mixtral", "gpt_oss"])
-def test_the_plan_counts_the_checkpoint_the_run_saves(make_moe, calib_file, tmp_path, family):
-    from acetui_core.pruning.plan import plan_run
-
+def test_the_plan_counts_the_checkpoint_the_run_saves(make_moe, calib_file, cli, tmp_path, family):
     source = make_moe(family)
     result, _ = _run(source, calib_file, tmp_path / "out")
-    plan = plan_run(RunConfig(model=str(source), method="wanda", expert_sparsity=0.5, device="cpu", offload="none"))
+    code, out, err = cli("plan", source, "--method", "wanda", "--expert-sparsity", "0.5", "--device", "cpu",
+                         "--offload", "none", "--json")  # fmt: skip
+    assert code == 0, err
+    plan = json.loads(out)
     removed = result.experts_removed
-    assert plan.saved_parameters == removed.parameters_after < plan.parameters == removed.parameters_before
-    assert plan.saved_bytes == pytest.approx(removed.bytes_after, rel=0.01)  # float32, less the files' headers
+    assert plan["saved_parameters"] == removed.parameters_after < plan["parameters"] == removed.parameters_before
+    assert plan["saved_bytes"] == pytest.approx(removed.bytes_after, rel=0.01)  # float32, less the files' headers
+    code, out, err = cli("plan", source, "--method", "wanda", "--expert-sparsity", "0.5", "--device", "cpu")
+    assert code == 0 and "saved checkpoint" in out, err
 
 
 @pytest.mark.asyncio

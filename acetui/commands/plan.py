@@ -95,7 +95,16 @@ def plan_table(plan, nsamples: int) -> Table:
 
 
 @options.with_settings(
-    "method", "nsamples", "seqlen", "device", "dtype", "offload", "evals", "eval_seqlen", "eval_limit"
+    "method",
+    "nsamples",
+    "seqlen",
+    "device",
+    "dtype",
+    "offload",
+    "evals",
+    "eval_seqlen",
+    "eval_limit",
+    "expert_sparsity",
 )
 def plan(model: options.Model = None, *, as_json: options.JsonOption = False, **settings) -> None:
     """What a run will cost, from the model's config alone: parameters, checkpoint size, streaming,
