@@ -98,6 +98,48 @@ def test_a_save_over_what_the_run_reads_or_keeps_is_refused_before_any_work(
     load_model(str(model), device="cpu")  # and still loads
 
 
+def test_a_save_over_another_runs_files_or_the_stores_companions_is_refused(
+    make_tiny_model, tmp_path, monkeypatch, capsys
+):
+    """Another run's source model or checkpoint, a stopped run's --save folder, the store's SQLite
+    companions and study lock, and the working folder even empty: refused with --overwrite too (a folder
+    saved as runs.db-shm stopped every later command; one saved over another run's model made its record lie)."""
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.run.config import RunConfig
+
+    store = tmp_path / "store" / "runs.db"
+    base = tmp_path / "base"
+    shutil.copytree(make_tiny_model("llama"), base)
+    code, out, err = _prune(monkeypatch, capsys, store, str(base), *QUICK, "--save", str(tmp_path / "saved"))
+    assert code == 0, err
+    stopped = tmp_path / "stopped"
+    shutil.copytree(tmp_path / "saved", stopped)  # a run cancelled during its evaluation, after saving
+    insert_run(Store(store, clock=Clock()), Clock(), "5709aaaa", RunConfig(model=str(base), save=str(stopped)),
+               created=1e9, status="cancelled")  # fmt: skip
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    cases = {
+        f"{store}-shm": "is the run store",
+        f"{store}.study.lock": "is the run store's study lock",
+        str(base): "is the model of run",
+        str(tmp_path / "saved"): "is the checkpoint saved by run",
+        str(stopped): "is the --save folder of run 5709aaaa",
+        ".": "is the working folder",
+    }
+    before = _files(tmp_path)
+    for target, fragment in cases.items():
+        model = str(make_tiny_model("llama"))
+        for overwrite in ([], ["--overwrite"]):
+            code, out, err = _prune(monkeypatch, capsys, store, model, *QUICK, "--save", target, *overwrite)
+            _one_sentence(code, err, fragment)
+    assert len(Store(store).list_runs()) == 2  # nothing more recorded
+    after = _files(tmp_path)
+    ignore = {f"store/runs.db{end}" for end in ("", "-wal", "-shm")}
+    assert {k: v for k, v in after.items() if k not in ignore} == {k: v for k, v in before.items() if k not in ignore}
+
+
 # ---- 2. two runs saving to the same folder at once ---------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 complement nothing; runs that cannot be compared get one sentence."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -144,3 +145,20 @@ def test_removing_a_run_removes_its_masks(store_with_masks):
     path = store_with_masks.masks_path("aaaa0001")
     store_with_masks.delete_runs(["aaaa0001"])
     assert not path.exists()
+
+
+def test_a_copied_store_removes_its_own_masks_and_a_moved_one_reads_them(monkeypatch, capsys, store_with_masks):
+    """A run records its mask file by absolute path: a copy of the store must neither delete the original's
+    file nor lose its own once the original is gone."""
+    original = store_with_masks.path.parent
+    copy, moved = (original.with_name(f"{original.name}-{name}") for name in ("copy", "moved"))
+    shutil.copytree(original, copy)
+    shutil.copytree(original, moved)
+    Store(copy / "runs.db").delete_runs(["aaaa0001"])
+    assert store_with_masks.masks_path("aaaa0001").is_file()  # the original's masks are still there
+    assert not (copy / "masks" / "aaaa0001.npz").exists()  # the copy's own went with its run
+
+    shutil.rmtree(original / "masks")  # the store moved: the recorded paths name nothing now
+    code, out, err = cli(monkeypatch, capsys, "overlap", "aaaa", "bbbb", "--store", moved / "runs.db", "--json")
+    assert code == 0, err
+    assert all(row["shared"] == 0 for row in json.loads(out)["linears"])

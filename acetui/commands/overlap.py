@@ -28,7 +28,7 @@ def overlap(
     RUN_A's pruned positions RUN_B prunes too, and the Jaccard index of the two sets of pruned positions."""
     opened = Store(store, create=False)
     a, b = opened.get_run(run_a, layers=False), opened.get_run(run_b, layers=False)
-    rows = run_overlap(a, b)
+    rows = run_overlap(a, b, (opened.masks_kept(a), opened.masks_kept(b)))
     if as_json:
         print(json.dumps({"run_a": a.id, "run_b": b.id, "linears": [asdict(r) for r in rows]}, indent=2))
         return

@@ -127,7 +127,8 @@ class ResultsPlots(ResultsTable):
     def _compute_overlap(self, run_a: RunRecord, run_b: RunRecord) -> None:
         title = f"Jaccard of pruned positions: {summary.run_name(run_a)} vs {summary.run_name(run_b)}"
         try:
-            rows = run_overlap(run_a, run_b)
+            store = self.app.store
+            rows = run_overlap(run_a, run_b, (store.masks_kept(run_a), store.masks_kept(run_b)))
         except UserError as error:
             self.post_message(OverlapReady(title, None, str(error)))
             return

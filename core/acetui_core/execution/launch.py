@@ -43,6 +43,7 @@ from acetui_core.scores.metrics import reads_calibration
 from acetui_core.storage import store_files
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_db import store_path
+from acetui_core.storage.store_reader import StoreReader
 
 
 @dataclass
@@ -94,8 +95,11 @@ class Executor(Protocol):
 
 def check(configs: list[RunConfig], *, local_device: bool = True, store: Path | None = None) -> list[RunConfig]:
     """Every configuration checked and in normal form; the first problem raises its UserError. ``store``: the
-    run store's path, whose file and folders no checkpoint may be saved over or into."""
-    protected = store_files.places(store) if store is not None else ()
+    run store's path: no checkpoint may be saved over or into it, the files beside it, or what its runs
+    read and saved (``StoreReader.protected_places``)."""
+    protected: tuple = ()
+    if store is not None:
+        protected = tuple(StoreReader(store).protected_places()) if store.is_file() else store_files.places(store)
     checked = [check_config(config, local_device=local_device, protected=protected) for config in configs]
     if local_device:  # a Slurm node's memory is not this machine's
         for config in checked:

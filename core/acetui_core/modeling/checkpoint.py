@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.outputs import refuse_protected
+from acetui_core.basics.outputs import overlap, refuse_protected
 from acetui_core.basics.paths import user_path
 from acetui_core.modeling.models import quiet_transformers
 from acetui_core.modeling.scratch import owned_tempdir, sweep
@@ -45,10 +45,6 @@ INDEX_FILE = "model.safetensors.index.json"
 
 def _replaceable(path: Path, save: str) -> None:
     """Refuse to replace ``path`` unless it holds a checkpoint acetui could have written and nothing else."""
-    resolved = path.resolve()
-    for place, name in ((Path.cwd(), "the working folder"), (Path.home(), "the home folder")):
-        if resolved == place.resolve() or resolved in place.resolve().parents:
-            raise UserError(f"--save {save} is {name} or holds it; --overwrite replaces only a checkpoint folder.")
     entries = list(path.iterdir())
     foreign = [entry.name for entry in entries if not (entry.is_file() and _CHECKPOINT_FILE.fullmatch(entry.name))]
     names = {entry.name for entry in entries}
@@ -73,6 +69,10 @@ def check_save_dir(
         return
     path = user_path(save)
     refuse_protected(path, f"--save {save}", protected, "save the pruned model in a folder of its own.")
+    for place, name in ((Path.cwd(), "the working folder"), (Path.home(), "the home folder")):
+        # even empty, the folder the shell stands in: the finished checkpoint is renamed over it
+        if overlap(path, place) in ("is", "holds"):
+            raise UserError(f"--save {save} is {name} or holds it; save the pruned model in a folder of its own.")
     if path.exists() and not path.is_dir() and not late:
         raise UserError(f"--save {save} is a file, not a folder.")
     if path.is_dir() and any(path.iterdir()) and (overwrite or not late):

@@ -121,11 +121,10 @@ def total(rows: list[LinearOverlap], layer: int | None = None, name: str | None 
     )
 
 
-def _masks_of(run) -> dict[MaskKey, np.ndarray]:
-    path = run.results.masks if run.results else None
+def _masks_of(run, path: Path | None) -> dict[MaskKey, np.ndarray]:
     if path is None:
         raise UserError(f"Run {run.id} kept no masks; prune again with --keep-masks to compare masks.")
-    if not Path(path).is_file():
+    if not path.is_file():
         raise UserError(f"The masks of run {run.id} are gone ({path} does not exist).")
     try:
         return read_masks(Path(path))
@@ -133,8 +132,9 @@ def _masks_of(run) -> dict[MaskKey, np.ndarray]:
         raise UserError(f"The masks file of run {run.id} ({path}) is damaged ({type(error).__name__}).") from None
 
 
-def run_overlap(run_a, run_b) -> list[LinearOverlap]:
-    """The overlap of two runs of the store (``RunRecord``s); one sentence when they cannot be compared."""
+def run_overlap(run_a, run_b, files: tuple[Path | None, Path | None]) -> list[LinearOverlap]:
+    """The overlap of two runs of the store (``RunRecord``s) from their mask ``files``
+    (``StoreReader.masks_kept``); one sentence when they cannot be compared."""
     model_a, model_b = run_a.config.model, run_b.config.model
     fingerprints = (
         run_a.results and run_b.results and (run_a.results.model_fingerprint, run_b.results.model_fingerprint)
@@ -144,7 +144,7 @@ def run_overlap(run_a, run_b) -> list[LinearOverlap]:
             f"Runs {run_a.id} and {run_b.id} pruned different models ({model_a}, {model_b}); "
             f"their masks cannot be compared."
         )
-    masks_a, masks_b = _masks_of(run_a), _masks_of(run_b)
+    masks_a, masks_b = _masks_of(run_a, files[0]), _masks_of(run_b, files[1])
     try:
         return overlap(masks_a, masks_b)
     except ValueError:

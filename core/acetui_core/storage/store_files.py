@@ -16,6 +16,7 @@ from acetui_core.storage.store_rows import RunRecord
 LOG_FOLDER = "logs"  # beside the store: one log file per run
 MASK_FOLDER = "masks"  # beside the store: one mask file per run that kept its masks (--keep-masks)
 JOB_FOLDER = "slurm"  # beside the store: the Slurm job folders
+STUDY_LOCK_SUFFIX = ".study.lock"  # beside the store's real file: one `acetui study run` at a time (studylock.py)
 
 
 def log_path(folder: Path, run_id: str) -> Path:
@@ -27,9 +28,12 @@ def masks_path(folder: Path, run_id: str) -> Path:
 
 
 def places(store: Path) -> tuple[tuple[Path, str], ...]:
-    """The store file and the folders beside it, as ``(path, what it is)``."""
+    """The store file, its SQLite companions, its study lock and the folders beside it, as ``(path, what it
+    is)``: a folder saved over a companion or the lock would stop every later command from opening the store."""
     return (
         (store, "the run store"),
+        *((Path(f"{store}{end}"), "the run store") for end in ("-wal", "-shm", "-journal")),
+        (Path(f"{store.resolve()}{STUDY_LOCK_SUFFIX}"), "the run store's study lock"),
         *((store.parent / name, "a folder of the run store") for name in (LOG_FOLDER, MASK_FOLDER, JOB_FOLDER)),
     )
 
@@ -45,16 +49,28 @@ def check_log_folder(folder: Path) -> None:
         raise UserError(f"Runs cannot keep their logs in {logs}: it is not writable.")
 
 
+def in_store(folder: Path, recorded: str | os.PathLike) -> Path:
+    """Where a file a run recorded by its absolute path (its masks, its Slurm job folder) is in the store
+    in ``folder``: the same place under this store's folder when the store was copied or moved since
+    (the path recorded still names the store it was recorded in, whose files are not this store's)."""
+    path = Path(recorded)
+    if path.parent.name == MASK_FOLDER:
+        return folder / MASK_FOLDER / path.name
+    if path.parent.name == JOB_FOLDER:  # a job folder
+        return folder / JOB_FOLDER / path.name
+    if path.parent.parent.name == JOB_FOLDER:  # a file in a job folder
+        return folder / JOB_FOLDER / path.parent.name / path.name
+    return path
+
+
 def files_of(folder: Path, run: RunRecord) -> list[Path]:
     """What a run wrote: files named ``<run id>.*`` in the log and mask folders of the store in ``folder``
     and in its job folder (run ids are unique, so the name says whose a file is), and its Slurm job's own
-    folder."""
+    folder; never a file of another copy of the store."""
     folders = [folder / LOG_FOLDER, folder / MASK_FOLDER]
-    if run.results and run.results.masks:
-        folders.append(Path(run.results.masks).parent)
     files = []
     if run.job and run.job.get("folder"):
-        job_folder = Path(run.job["folder"])
+        job_folder = in_store(folder, run.job["folder"])
         folders.append(job_folder)
         if run.job.get("job_id"):
             files.append(job_folder / str(run.job["job_id"]))

@@ -32,8 +32,6 @@ from acetui_core.storage.store_rows import (
 )
 from acetui_core.storage.store_schema import ACTIVE, sql_list
 
-STUDY_LOCK_SUFFIX = ".study.lock"  # beside the store's real file: one `acetui study run` at a time (studylock.py)
-
 
 def _local_paths(text: str | None, key: str, folder: str | None) -> list[Path]:
     """The existing local files or folders that the JSON object ``text`` names under ``key`` (a model, a
@@ -107,6 +105,12 @@ class StoreReader:
         """Where a run keeps its masks (``--keep-masks``, ``acetui_core.scores.maskfile``)."""
         return store_files.masks_path(self.folder, run_id)
 
+    def masks_kept(self, run: RunRecord) -> Path | None:
+        """The file of the masks ``run`` kept (``--keep-masks``) in this store, moved or copied since or not;
+        None when it kept none."""
+        recorded = run.results.masks if run.results else None
+        return store_files.in_store(self.folder, recorded) if recorded else None
+
     def places(self) -> tuple[tuple[Path, str], ...]:
         """The store and the folders it keeps runs' files in, as ``(path, what it is)``: no checkpoint
         may be saved over or into them."""
@@ -114,19 +118,15 @@ class StoreReader:
 
     def protected_places(self) -> list[tuple[Path, str]]:
         """What no file acetui writes may replace or enter, even with ``--overwrite`` (``acetui_core.basics.outputs``):
-        the store with its SQLite companions and folders, the data folder, and the local models and
-        calibration files its runs read and the checkpoints they saved (a relative path as seen from the
-        folder the run was recorded from)."""
-        places = [
-            *self.places(),
-            *((Path(f"{self.path}{end}"), "the run store") for end in ("-wal", "-shm", "-journal")),
-            (Path(f"{self.path.resolve()}{STUDY_LOCK_SUFFIX}"), "the run store's study lock"),
-        ]
+        the store with its SQLite companions, study lock and folders, the data folder, and the local models,
+        calibration files and plug-in files its runs read and the checkpoints they saved (a relative path as
+        seen from the folder the run was recorded from)."""
+        places = list(self.places())
         root = data_dir()
         if root is not None:
             places.append((root, "the data folder (ACETUI_DATA_DIR)"))
         with self._db() as db:
-            rows = db.execute("SELECT id, config, results, env FROM runs").fetchall()
+            rows = db.execute("SELECT id, status, config, results, env FROM runs").fetchall()
         for row in rows:
             folder = _run_folder(row["env"])
             for column, key, what in (
@@ -136,6 +136,11 @@ class StoreReader:
                 ("results", "saved_to", "the checkpoint saved by run"),
             ):
                 places += [(path, f"{what} {row['id']}") for path in _local_paths(row[column], key, folder)]
+            if row["status"] not in ACTIVE:  # stopped after saving, its results (none) do not name the checkpoint
+                places += [
+                    (path, f"the --save folder of run {row['id']}")
+                    for path in _local_paths(row["config"], "save", folder)
+                ]
         return places
 
     def check_log_folder(self) -> None:

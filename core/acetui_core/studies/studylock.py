@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from acetui_core.basics.errors import UserError
-from acetui_core.storage.store_reader import STUDY_LOCK_SUFFIX
+from acetui_core.storage.store_files import STUDY_LOCK_SUFFIX
 
 POLL_SECONDS = 1.0  # how often a waiting study tries the lock again
 
