@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sqlite3
 
 import pytest
 from rich.console import Console
@@ -115,6 +116,29 @@ def test_the_paper_view_follows_the_store_not_the_order_it_is_given(store):
     assert in_store_order.index("Wanda") < in_store_order.index("Magnitude")
     for shuffled in (runs[::-1], sorted(runs, key=lambda r: r.ppl or 0)):
         assert text(shuffled) == in_store_order
+
+
+@pytest.mark.asyncio
+async def test_a_run_whose_settings_are_damaged_is_left_out_of_results_and_its_exports(store, tmp_path, monkeypatch):
+    """Its numbers cannot be placed in a cell (its settings are unknown): Results lists the other runs and
+    says in one line what it left out, its exports and paper view are the CLI's, and Runs still lists it."""
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE runs SET config = '{bad' WHERE id = 'bbbb0002'")
+    db.close()
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(tmp_path / "exports"))
+    async with results(store, rows=3) as (app, pilot):
+        note = str(app.screen.query_one("#results-left-out").render())
+        assert note == "Left out 1 damaged run (bbbb0002): its settings cannot be read; Runs (F4) lists it.", note
+        assert app.screen.query_one("#results-left-out").display
+        await pilot.press("l")
+        await pilot_wait_until(pilot, lambda: list((tmp_path / "exports").glob("*.tex")), "the table")
+        latex = next((tmp_path / "exports").glob("*.tex")).read_text()
+        assert "Magnitude" not in latex and "Wanda-16" in latex
+        console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+        console.print(app.screen.paper_table())  # the paper view, built without it
+        assert "Wanda" in console.export_text() and "Magnitude" not in console.export_text()
+        await pilot.press("f4")
+        await pilot_wait_until(pilot, lambda: app.screen.query_one("#runs").row_count == 4, "the Runs screen")
 
 
 # ---- 4. notices that count what the table holds, paths that read ----

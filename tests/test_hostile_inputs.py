@@ -342,6 +342,56 @@ def test_one_damaged_row_does_not_hide_the_others(tmp_path, monkeypatch, capsys)
     assert code == 0 and "| Wanda-16 | **10.95** ± 1.41 (n=2) |" in out
 
 
+def test_a_run_whose_settings_are_damaged_is_left_out_of_tables_and_said_so(tmp_path, monkeypatch, capsys):
+    """A damaged config row: its numbers cannot be placed in a cell (its settings are unknown), so every
+    table, export, verdict and figure leaves it out with one line on stderr, and the run lists keep it."""
+    import csv
+    import io
+    import sqlite3
+
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.run.config import RunConfig
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for number, method in enumerate(("wanda", "ria", "ace")):
+        insert_run(
+            store,
+            clock,
+            f"e000000{number}",
+            RunConfig(model="org/m", method=method, sparsity="0.5"),
+            created=1_700_000_000.0 + number,
+            ppl=10.0 + number,
+        )
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE runs SET config = '{bad' WHERE id = 'e0000001'")
+    db.close()
+    note = (
+        "Left out 1 damaged run (e0000001): its settings cannot be read; "
+        "acetui runs show e0000001 says what is damaged.\n"
+    )
+    for command in (
+        ["export", "--format", "latex"],
+        ["export", "--format", "markdown"],
+        ["verdict"],
+        ["figure", "pareto", "-o", tmp_path / "pareto.tex"],
+    ):
+        code, out, err = cli(monkeypatch, capsys, *command, "--store", store.path)
+        assert code == 0 and err == note, (command, err)
+        assert "RIA" not in out, (command, out)
+    assert "RIA" not in (tmp_path / "pareto.tex").read_text()
+    code, out, err = cli(monkeypatch, capsys, "export", "--format", "csv", "--store", store.path)
+    assert code == 0 and err == note
+    assert [row["id"] for row in csv.DictReader(io.StringIO(out))] == ["e0000000", "e0000002"]
+    code, out, err = cli(monkeypatch, capsys, "export", "--runs", "e0000001", "--store", store.path)
+    assert code == 2 and err.startswith(note) and "No run in" in err
+    code, out, err = cli(monkeypatch, capsys, "runs", "--store", store.path)
+    assert code == 0 and "e0000001" in out and "unreadable config" in out, out + err
+    code, out, err = cli(monkeypatch, capsys, "runs", "show", "e0000001", "--store", store.path)
+    assert code == 0 and "damaged: unreadable config" in out, out + err
+
+
 def test_a_run_recorded_with_a_choice_this_version_does_not_know_lists_with_its_raw_value(
     tmp_path, monkeypatch, capsys
 ):

@@ -12,7 +12,7 @@ import typer
 
 from acetui import options
 from acetui_core.analysis import verdicts
-from acetui_core.analysis.comparison import CI_STYLES, COLUMNS, MEASURES, comparison, measured
+from acetui_core.analysis.comparison import CI_STYLES, COLUMNS, MEASURES, comparison, left_out_note, measured, placeable
 from acetui_core.analysis.export import FORMATS, check_format, export
 from acetui_core.basics import parse
 from acetui_core.basics.errors import UserError
@@ -48,11 +48,15 @@ def select_runs(
     method: str | None = None,
     measure: str | None = None,
 ) -> list[RunRecord]:
-    """The runs an export names (all of them by default); an empty selection is the user's error.
+    """The runs an export names (all of them by default), less those whose settings cannot be read (said
+    on stderr: ``placeable``); an empty selection is the user's error.
     ``--last N`` counts only runs with results (with the table's ``measure`` when one is named) and says on
     stderr which newer runs without them it passed over."""
     ids = parse.some(runs, "--runs") if runs is not None else None
-    records = store.list_runs(ids=ids, model=model)
+    records, left = placeable(store.list_runs(ids=ids, model=model))
+    if left:
+        shown = left[0].id if len(left) == 1 else "ID"
+        print(left_out_note(left, f"acetui runs show {shown} says what is damaged"), file=sys.stderr)
     if method is not None:
         methods = set(parse.some(method, "--method"))
         records = [r for r in records if r.config.method in methods]

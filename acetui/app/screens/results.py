@@ -86,6 +86,7 @@ class ResultsScreen(ResultsExports):
             yield TextField(placeholder="/ filter by model", id="filter", compact=True, select_on_focus=False)
             yield Static("", id="results-info")
         yield Static("", id="results-common")
+        yield Static("", id="results-left-out")
         yield Static("", id="results-empty")
         with ContentSwitcher(initial="results", id="results-views"):
             yield RowTable(id="results")

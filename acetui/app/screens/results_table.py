@@ -19,6 +19,7 @@ from acetui.app.screens.common import (
     refill,
     set_columns,
 )
+from acetui_core.analysis.comparison import left_out_note, placeable
 from acetui_core.analysis.rowlabels import row_labels
 from acetui_core.basics.choices import RunStatus
 from acetui_core.run.config import model_name
@@ -105,10 +106,16 @@ class ResultsTable(SortedRunListScreen):
         self.briefs: dict[str, str] = {}  # the same, settings at their defaults unsaid: for 80 columns
         super().on_mount()
 
+    def finished_runs(self) -> tuple[list[RunRecord], list[RunRecord]]:
+        """The finished runs this screen may list, and those it leaves out: runs whose settings cannot be
+        read (``placeable``), which the Runs screen lists."""
+        return placeable([r for r in self.runs if r.status == RunStatus.FINISHED])
+
     def filtered_runs(self) -> list[RunRecord]:
-        """Finished runs matching the model filter, in the chosen order."""
+        """Finished runs matching the model filter, in the chosen order (never one whose settings cannot
+        be read: ``finished_runs``)."""
         wanted = self.query_one("#filter", Input).value.strip().lower()
-        runs = [r for r in self.runs if r.status == RunStatus.FINISHED and wanted in r.config.model.lower()]
+        runs = [r for r in self.finished_runs()[0] if wanted in r.config.model.lower()]
         self.method_names(runs)
         return sorted(runs, key=self.sort_key(), reverse=self.descending)
 
@@ -167,13 +174,19 @@ class ResultsTable(SortedRunListScreen):
         self.query_one("#results-info", Static).update(
             f"{len(visible)} run(s) · {picked} selected · {self.sort_text()}{partial}"
         )
+        left = self.finished_runs()[1]
+        note = self.query_one("#results-left-out", Static)
+        note.update(
+            left_out_note(left, "Runs (F4) lists them" if len(left) > 1 else "Runs (F4) lists it") if left else ""
+        )
+        note.display = bool(left)
         self._say_what_to_do(visible)
 
     def _say_what_to_do(self, visible: list[RunRecord]) -> None:
         """An empty table says why and what to do."""
         empty = self.query_one("#results-empty", Static)
         empty.display = not visible and self.app.runs_listed
-        if any(r.status == RunStatus.FINISHED for r in self.runs):
+        if self.finished_runs()[0]:
             empty.update("No finished run's model matches the filter: / edits it (escape: back to the table).")
         elif any(r.active for r in self.runs):
             empty.update("No run has finished yet: F2 follows the active one; its results come here when it ends.")

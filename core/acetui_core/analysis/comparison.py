@@ -285,10 +285,28 @@ def _evaluations(records: list[RunRecord], measure: str, models: dict[str, str])
     return {run_id: words[key] for run_id, key in keys.items()}
 
 
+def placeable(records: list[RunRecord]) -> tuple[list[RunRecord], list[RunRecord]]:
+    """The runs a table, an export, a verdict or a figure may use, and those it leaves out: runs whose
+    stored settings are damaged (``RunRecord.settings_unknown``), whose numbers cannot be placed in a cell
+    because what they measure is unknown. Every face selects its runs through here and says what it left
+    out (``left_out_note``); the run lists keep listing such runs."""
+    return [r for r in records if not r.settings_unknown], [r for r in records if r.settings_unknown]
+
+
+def left_out_note(left: list[RunRecord], look: str) -> str:
+    """One sentence naming the runs ``placeable`` left out, ending with where to ``look`` (each face's
+    words: ``acetui runs show ID``, the Runs screen)."""
+    ids = ", ".join(r.id for r in left[:5]) + (", ..." if len(left) > 5 else "")
+    if len(left) == 1:
+        return f"Left out 1 damaged run ({ids}): its settings cannot be read; {look}."
+    return f"Left out {len(left)} damaged runs ({ids}): their settings cannot be read; {look}."
+
+
 def measured(record: RunRecord, measure: str | None = None) -> bool:
     """Whether a run finished with results, and with the table's ``measure`` when one is named: the runs
-    a table (or ``--last N`` of one) counts."""
-    if record.status != RunStatus.FINISHED or record.results is None:
+    a table (or ``--last N`` of one) counts. A run whose settings cannot be read never counts
+    (``placeable``)."""
+    if record.status != RunStatus.FINISHED or record.results is None or record.settings_unknown:
         return False
     if measure == "ppl":
         return record.ppl is not None

@@ -16,7 +16,8 @@ Where it lives: ``Store(path)``; else ``$ACETUI_HOME/runs.db``; else ``runs.db``
 directory (platformdirs). The schema is versioned (``acetui_core.storage.store_schema``); an older acetui store
 is migrated on open, and a file that is not an acetui store, is corrupt, or comes from a newer acetui is
 refused with one sentence, never written. One damaged row never hides the others: it is read as a run
-marked ``damaged``.
+marked ``damaged``; one whose settings are what is damaged lists, but no table places its numbers
+(``acetui_core.analysis.comparison.placeable``).
 
 A run's life::
 

@@ -64,6 +64,12 @@ class RunRecord:
         return self.config.label
 
     @property
+    def settings_unknown(self) -> bool:
+        """Whether the run's settings could not be read (its stored configuration is damaged): its
+        ``config`` is then a stand-in (``?``) that lists the run but cannot place its numbers in a table."""
+        return self.damaged is not None and self.damaged.startswith(UNREADABLE_CONFIG)
+
+    @property
     def active(self) -> bool:
         return self.status in ACTIVE
 
@@ -93,6 +99,8 @@ class RunEvidence:
     task_outcomes: dict[str, TaskOutcomes] = field(default_factory=dict)
     damaged: dict[str, str] = field(default_factory=dict)  # evaluation ("wikitext2", a task) -> what is wrong
 
+
+UNREADABLE_CONFIG = "unreadable config ("  # how ``damaged`` starts when the settings are what failed
 
 SELECT_RUNS = "SELECT runs.*, (SELECT COUNT(*) FROM layers WHERE layers.run_id = runs.id) AS layers_done FROM runs"
 
@@ -126,7 +134,7 @@ def record_from_row(row: sqlite3.Row) -> RunRecord:
             problems.append(f"{column} ({type(error).__name__})")
             return default
 
-    config = read("config", lambda text: RunConfig.from_dict(json.loads(text)))
+    config = read("config", lambda text: RunConfig.from_dict(json.loads(text)))  # first: see UNREADABLE_CONFIG
     record = RunRecord(
         id=row["id"],
         status=RunStatus(row["status"]),
