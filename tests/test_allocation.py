@@ -127,3 +127,37 @@ def test_settings_a_method_cannot_use_are_put_back_so_they_never_split_a_compari
     ace = check_config(RunConfig(model=model, method="ace", sparsity="0.5", **variant))
     assert (wanda.varp_scale, wanda.varp_form, wanda.owl_lambda) == ("none", "series", 0.08)  # uniform: lambda unused
     assert (ace.varp_scale, ace.varp_form) == ("rms", "inverse")
+
+
+UNREAD = dict(squared_weight=True, ria_alpha=0.9, moe_calibration="all")
+
+
+@pytest.mark.parametrize(
+    "method, kept",
+    [
+        ("wanda", {}),
+        ("sparsegpt", {}),
+        ("ace", {"squared_weight": True}),
+        ("varp", {"squared_weight": True}),
+        ("ria", {"ria_alpha": 0.9}),
+        ("ria+varp", {"ria_alpha": 0.9}),
+    ],
+)
+def test_score_options_a_method_never_reads_are_recorded_at_their_defaults(make_tiny_model, calib_file, method, kept):
+    """--squared-weight, --ria-alpha (and --moe-calibration on a dense model) given to a method that never reads
+    them gave the plain method's masks, recorded as a variant of their own rows."""
+    from acetui_core.pruning.validate import check_config
+
+    config = RunConfig(model=str(make_tiny_model("llama")), method=method, sparsity="0.5", calib=calib_file, **UNREAD)
+    checked = check_config(config)
+    defaults = RunConfig(model="any")
+    expected = {name: kept.get(name, getattr(defaults, name)) for name in UNREAD}
+    assert {name: getattr(checked, name) for name in UNREAD} == expected
+
+
+@pytest.mark.parametrize("method, kept", [("wanda", "all"), ("magnitude", "routed")])
+def test_expert_calibration_is_kept_where_experts_activations_are_gathered(make_moe, calib_file, method, kept):
+    from acetui_core.pruning.validate import check_config
+
+    config = RunConfig(model=str(make_moe("mixtral")), method=method, sparsity="0.5", calib=calib_file, **UNREAD)
+    assert check_config(config).moe_calibration == kept

@@ -790,3 +790,28 @@ async def test_starts_and_quits_without_gpu_or_network(store, monkeypatch):
             await pilot.press(key)
         await pilot.press("ctrl+q")
     assert app.return_code == 0
+
+
+@pytest.mark.parametrize(
+    "method, name",
+    [
+        ("wanda", "Wanda-16 (wanda)"),
+        ("ria+varp", "RIA+VarP-16 (ria+varp, a = 0.9, VarP scale rms)"),
+        ("ace", "CosP+VarP-16 (ace, |W|² variant, VarP scale rms)"),
+    ],
+)
+def test_the_run_summary_names_only_the_options_its_method_reads(tmp_path, method, name):
+    """A run recorded before unread settings were put back to their defaults: Wanda's |W|² and alpha never
+    changed its masks, so its summary does not name them."""
+    from runhelpers import Clock, insert_run
+
+    from acetui.app.summary import config_rows
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    config = RunConfig(
+        model="m", method=method, sparsity="0.5", seqlen=16, squared_weight=True, ria_alpha=0.9, varp_scale="rms"
+    )
+    insert_run(store, clock, "s0000001", config, created=1.7e9, ppl=12.0)
+    [run] = store.list_runs()
+    assert dict(config_rows(run, tmp_path))["method"] == name

@@ -362,6 +362,17 @@ ONE_SETTING_APART = {
     "dtype": ({}, {"dtype": "bfloat16"}),
     "model path": ({"model": "/data/models/Llama-2-7b-hf"}, {}),
     "method option": ({"method": "ria", "ria_alpha": 0.25}, {}),
+    "method option of a VarP score": ({"method": "ria+varp", "ria_alpha": 0.25}, {}),
+    "squared weight of VarP": ({"method": "varp", "squared_weight": True}, {}),
+}
+# config changes of a second run in a setting its method, or its dense model, never reads (recorded so
+# before check_config put such settings back to their defaults)
+NEVER_READ = {
+    "squared weight of Wanda": {"squared_weight": True},
+    "alpha of Wanda": {"ria_alpha": 0.9},
+    "VarP scale of Wanda": {"varp_scale": "rms"},
+    "experts' calibration of a dense model": {"moe_calibration": "all"},
+    "alpha of CosP+VarP": {"method": "ace", "ria_alpha": 0.9},
 }
 
 
@@ -409,6 +420,30 @@ def test_runs_that_differ_only_in_their_seed_share_a_cell(tmp_path):
     [cell] = table.cells.values()
     assert cell.values == [11.70, 12.30] and cell.sd == pytest.approx(0.4243, rel=1e-3)
     assert "| Wanda-16 | **12.00** ± 0.42 (n=2) |" in to_markdown(table)
+
+
+@pytest.mark.parametrize("setting", list(NEVER_READ))
+def test_runs_that_differ_only_in_a_setting_they_never_read_share_a_cell(tmp_path, setting):
+    table = comparison(two_runs(tmp_path, (NEVER_READ[setting], {}), seed=1))
+    [cell] = table.cells.values()
+    assert len(table.rows) == 1 and cell.values == [11.70, 12.30]
+    [row] = [line for line in to_markdown(table).splitlines() if line.startswith(f"| {table.rows[0]} |")]
+    assert "(n=2)" in row
+    assert "(" not in table.rows[0], table.rows  # no "alpha 0.5", "|W|" or "experts calibrated on..."
+
+
+def test_runs_of_a_mixture_of_experts_split_by_how_its_experts_were_calibrated(tmp_path):
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for seed, calibration in enumerate(("routed", "all")):
+        config = RunConfig(**{**BASE.to_dict(), "moe_calibration": calibration, "seed": seed})
+        experts = {"layout": "fused 3-D [experts, d_out, d_in]: gate_up_proj, down_proj", "calibration": calibration}
+        result = {"calibration": CALIBRATION, "model_fingerprint": "13476839424:1", "experts": experts}
+        insert_run(store, clock, f"x000000{seed}", config, created=1.7e9 + seed, ppl=11.7 + seed, result=result)
+    assert comparison(store.list_runs()).rows == [
+        "Wanda-16 (experts calibrated on routed tokens)",
+        "Wanda-16 (experts calibrated on all tokens)",
+    ]
 
 
 @pytest.mark.parametrize("method", ["magnitude", "ria"])

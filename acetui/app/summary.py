@@ -18,7 +18,7 @@ from acetui_core.basics.resources import ResourceSample
 from acetui_core.run.config import RunConfig
 from acetui_core.run.experts import Experts
 from acetui_core.run.records import LayerRecord, Spread, from_dict
-from acetui_core.scores.metrics import METHODS, reads_calibration
+from acetui_core.scores.metrics import METHODS, reads_calibration, unread_settings
 from acetui_core.scores.sparsity import parse_sparsity
 from acetui_core.storage.store_rows import RunRecord
 
@@ -193,15 +193,26 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
     """The configuration the run was started with, and where and with what it executes."""
     config, env = run.config, run.env
     method = METHODS.get(config.method)
+    # a run recorded before its unread settings were put back to their defaults names only those it read
+    # (experts unknown before its results: named as recorded)
+    unread = unread_settings(config, experts=run.results is None or run.results.experts is not None)
     name = (
         f"{run.label} ({config.method}"
-        + (", |W|² variant" if config.squared_weight else "")
-        + (f", a = {config.ria_alpha}" if config.method == "ria" else "")
-        + (f", VarP scale {config.varp_scale}" if config.varp_scale != VarpScale.NONE else "")
-        + (f", VarP {config.varp_form}" if config.varp_form != VarpForm.SERIES else "")
+        + (", |W|² variant" if config.squared_weight and "squared_weight" not in unread else "")
+        + (f", a = {config.ria_alpha}" if method is not None and "ria_alpha" in method.reads else "")
+        + (
+            f", VarP scale {config.varp_scale}"
+            if config.varp_scale != VarpScale.NONE and "varp_scale" not in unread
+            else ""
+        )
+        + (f", VarP {config.varp_form}" if config.varp_form != VarpForm.SERIES and "varp_form" not in unread else "")
         + (f", OWL λ {config.owl_lambda:g} M {config.owl_m:g}" if config.allocation == Allocation.OWL else "")
         + (", OBS update" if config.update == Update.OBS else "")
-        + (", experts calibrated on all tokens" if config.moe_calibration == MoeCalibration.ALL else "")
+        + (
+            ", experts calibrated on all tokens"
+            if config.moe_calibration == MoeCalibration.ALL and "moe_calibration" not in unread
+            else ""
+        )
         + ")"
     )
     group = (

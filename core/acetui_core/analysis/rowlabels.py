@@ -13,7 +13,7 @@ from acetui_core.basics.choices import SparsityGroup
 from acetui_core.basics.paths import model_key
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.run.records import RunResult
-from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.metrics import METHODS, unread_settings
 from acetui_core.storage.store_rows import RunRecord
 
 
@@ -34,7 +34,7 @@ _CALIBRATION = {"calib", "nsamples", "seqlen"}
 
 def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]:
     """Every setting of a finished run that can change the number a table shows, except its seed and the
-    table's column axis: the configuration, with what the run resolved (window lengths, windows counted,
+    table's column axis: the configuration (less what the run never reads), with what the run resolved (window lengths, windows counted,
     dtype) and the identity of the files it read (model, calibration)."""
     config, result = record.config, result_of(record)
     skip = _NEVER_SPLIT | (_ZEROSHOT_ONLY if measure == "ppl" else _PPL_ONLY) | {columns}
@@ -44,6 +44,8 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
         skip |= {"nsamples"}
     if result.calibration is None:  # no calibration data: its settings cannot matter
         skip |= _CALIBRATION
+    # nor can what the run's method, or a dense model, never reads: older runs recorded it as given
+    skip |= unread_settings(config, experts=result.experts is not None)
     values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
     if "group" in values:
         group = values["group"]

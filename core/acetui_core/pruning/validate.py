@@ -30,7 +30,7 @@ from acetui_core.modeling.streaming import streaming_folder
 from acetui_core.run.basic_settings import FULL_CONTEXT_CAP
 from acetui_core.run.config import SETTINGS, RunConfig, needing
 from acetui_core.scores.masks import check_nm_fits
-from acetui_core.scores.metrics import get_method, reads_calibration
+from acetui_core.scores.metrics import get_method, reads_calibration, unread_settings
 from acetui_core.scores.sparsity import parse_sparsity
 
 DSNOT = needing("refine", Refine.DSNOT)
@@ -80,9 +80,14 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     check_runnable(config.model.strip())
     for name, inputs in facts.input_widths:  # the shapes from the config, long before any weight is loaded
         check_nm_fits(config.sparsity_spec, inputs, name)
-    from acetui_core.pruning.expertremoval import check_expert_settings  # torch: preflight imported it already
+    from acetui_core.modeling.layouts import expert_layout  # torch: preflight imported it already
+    from acetui_core.pruning.expertremoval import check_expert_settings
 
     check_expert_settings(facts.skeleton, config)
+    # checked and then put back to their defaults: a setting the run never reads never splits a cell
+    config = _defaults(
+        config, tuple(sorted(unread_settings(config, experts=expert_layout(facts.skeleton) is not None)))
+    )
     check_against_model(config, facts.context)
     check_calibration_fits(config, facts.context)
     return replace(config, model=config.model.strip())
@@ -107,11 +112,9 @@ def _defaults(config: RunConfig, names: tuple[str, ...]) -> RunConfig:
 
 
 def _check_variants(config: RunConfig, method) -> RunConfig:
-    """VarP's scale and form, the layer allocation and the weight update; settings a method cannot use are
-    put back to their defaults, so they never split a comparison's cells."""
+    """VarP's scale and form, the layer allocation and the weight update; OWL's parameters are put back to
+    their defaults without it, so they never split a comparison's cells."""
     config = parsed(config, "varp_scale", "varp_form", "allocation", "update", "moe_calibration")
-    if method.source == "built-in" and not method.uses_varp:
-        config = _defaults(config, ("varp_scale", "varp_form"))
     if method.score is None and (config.update != Update.NONE or config.allocation != Allocation.UNIFORM):
         flag = "--update obs" if config.update != Update.NONE else "--allocation owl"
         raise UserError(f"{flag} needs a scoring method; {method.name} chooses and updates its own weights.")

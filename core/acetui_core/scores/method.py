@@ -9,6 +9,13 @@ from dataclasses import dataclass
 from acetui_core.basics.choices import Refine, SparsityGroup, Update
 from acetui_core.scores import sparsegpt
 
+# The options of a score that only some methods read (``opts`` of ``acetui_core.scores.metrics``). A built-in
+# method names those it reads (``Method.reads``); a run of it has the others put back to their defaults
+# (``acetui_core.pruning.validate``) and left out of its comparison key (``acetui_core.analysis.rowlabels``),
+# so they never split a cell. A plug-in is handed the options: it may read any of them.
+SCORE_OPTIONS = frozenset({"squared_weight", "ria_alpha", "varp_scale", "varp_form"})
+VARP_OPTIONS = frozenset({"varp_scale", "varp_form"})  # V_j's scale and form: what every VarP score reads
+
 
 @dataclass(frozen=True)
 class Method:
@@ -17,7 +24,7 @@ class Method:
     description: str
     score: Callable | None  # None: a method that chooses its own mask in ``mask_and_update`` (SparseGPT)
     needs_activations: bool = True
-    uses_varp: bool = False  # reads V_j, so --varp-scale and --varp-form change it
+    reads: frozenset[str] = SCORE_OPTIONS  # which of SCORE_OPTIONS its score reads
     row_local: bool = False  # a row's scores read only that row of W (and the statistics): scored in row slices
     # Bytes per weight the score holds at its height from a float32 W, its scores included (``plan``): 4 for
     # one matrix made in place; RIA's quotients hold four. A plug-in's is not known: assumed four too.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from acetui_core.basics.choices import SparsityGroup, VarpForm, VarpScale
 from acetui_core.basics.errors import UserError
-from acetui_core.scores.method import Method
+from acetui_core.scores.method import SCORE_OPTIONS, VARP_OPTIONS, Method
 from acetui_core.scores.sparsegpt import mask_and_update
 
 
@@ -93,6 +93,7 @@ METHODS: dict[str, Method] = {
             "Magnitude",
             "|W|: weight magnitude, no calibration data (per layer as Wanda's code; --group row: per row)",
             magnitude,
+            reads=frozenset(),
             needs_activations=False,
             row_local=True,
             score_bytes=4,
@@ -103,6 +104,7 @@ METHODS: dict[str, Method] = {
             "Wanda",
             "|W| * ||X_j||: weight times input-activation norm (Sun et al.)",
             wanda,
+            reads=frozenset(),
             row_local=True,
             score_bytes=4,
         ),
@@ -111,6 +113,7 @@ METHODS: dict[str, Method] = {
             "RIA",
             "relative importance times ||X_j||^0.5 (Zhang et al.; per layer as its code; --group row: per row)",
             ria,
+            reads=frozenset({"ria_alpha"}),
             group=SparsityGroup.LAYER,
         ),
         Method(
@@ -118,15 +121,23 @@ METHODS: dict[str, Method] = {
             "SparseGPT",
             "OBS weight reconstruction with the Hessian X^T X (Frantar & Alistarh)",
             None,
+            reads=frozenset(),
             mask_and_update=mask_and_update,
         ),
-        Method("cosp", "CosP", "|W| * ||X_j|| * C: activation cosine-similarity loss (ACE)", cosp, score_bytes=4),
+        Method(
+            "cosp",
+            "CosP",
+            "|W| * ||X_j|| * C: activation cosine-similarity loss (ACE)",
+            cosp,
+            reads=frozenset(),
+            score_bytes=4,
+        ),
         Method(
             "varp",
             "VarP",
             "|W| * V_j, V_j = 1 + E[x^2] + E[x^4]: activation variance (ACE)",
             varp,
-            uses_varp=True,
+            reads=VARP_OPTIONS | {"squared_weight"},
             row_local=True,
             score_bytes=4,
         ),
@@ -135,7 +146,7 @@ METHODS: dict[str, Method] = {
             "CosP+VarP",
             "|W| * V_j * C: CosP+VarP, the paper's combination (ACE)",
             ace,
-            uses_varp=True,
+            reads=VARP_OPTIONS | {"squared_weight"},
             score_bytes=4,
         ),
         Method(
@@ -143,11 +154,17 @@ METHODS: dict[str, Method] = {
             "Wanda+VarP",
             "|W| * ||X_j|| * V_j: Wanda times VarP's V_j",
             wanda_varp,
-            uses_varp=True,
+            reads=VARP_OPTIONS,
             row_local=True,
             score_bytes=4,
         ),
-        Method("ria+varp", "RIA+VarP", "RIA's score times VarP's V_j", ria_varp, uses_varp=True),
+        Method(
+            "ria+varp",
+            "RIA+VarP",
+            "RIA's score times VarP's V_j",
+            ria_varp,
+            reads=VARP_OPTIONS | {"ria_alpha"},
+        ),
     ]
 }
 
@@ -156,6 +173,17 @@ def reads_calibration(config) -> bool:
     """Whether a run reads calibration data: its method's activations (``Method.calibrated``), or the
     routed experts' scores that ``--expert-sparsity`` removes experts by."""
     return get_method(config.method).calibrated(config) or bool(config.expert_sparsity)
+
+
+def unread_settings(config, experts: bool) -> frozenset[str]:
+    """The settings a run of ``config`` never reads, which cannot change its numbers: the score options its
+    method does not read (``Method.reads``), and ``--moe-calibration`` unless the run gathers experts'
+    activations (``experts``: the model has routed experts). A plug-in, importable here or not, is handed
+    every option and reads activations."""
+    method = METHODS.get(config.method)
+    gathers_experts = experts and (method is None or method.calibrated(config))
+    unread = SCORE_OPTIONS - method.reads if method is not None else frozenset()
+    return unread if gathers_experts else unread | {"moe_calibration"}
 
 
 def may_read_calibration(config) -> bool:
