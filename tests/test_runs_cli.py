@@ -84,7 +84,11 @@ def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, 
 
 
 @pytest.mark.parametrize(
-    "command, said", [("rm", "Removed run {}."), ("cancel", "Run {} cancelled before it started.")]
+    "command, said",
+    [
+        ("rm", "Removed run {} (Wanda-16 at 0.5, finished, ppl 9.00): its record."),
+        ("cancel", "Run {} cancelled before it started."),
+    ],
 )
 def test_a_run_named_twice_is_removed_or_cancelled_once(store_path, monkeypatch, capsys, command, said):
     """By a prefix and its full id: rm said it twice, cancel refused the second as already ended."""
@@ -103,6 +107,57 @@ def test_a_run_named_twice_is_removed_or_cancelled_once(store_path, monkeypatch,
     assert (code, err, out) == (0, "", said.format("d2dc7887") + "\n")
     left = {run.id: run.status for run in Store(store_path).list_runs()}
     assert left == ({"b0000001": "finished"} | ({"d2dc7887": "cancelled"} if command == "cancel" else {}))
+
+
+@pytest.mark.parametrize("command", ["rm", "cancel"])
+def test_a_run_is_removed_or_cancelled_only_by_a_prefix_of_at_least_4_characters(
+    store_path, tmp_path, monkeypatch, capsys, command
+):
+    """`runs rm 7` removed a finished result on one mistyped key: a command that removes or stops a run
+    takes a prefix of 4 characters or more (reading ones take any unique prefix), and rm says what it removed
+    (only what existed) and which saved checkpoint it kept."""
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.run.config import RunConfig
+
+    clock = Clock()
+    store = Store(store_path, clock=clock)
+    saved = tmp_path / "pruned"
+    saved.mkdir()
+    if command == "rm":
+        config = RunConfig("org/m", "wanda", "0.5", save=str(saved))
+        insert_run(store, clock, "70609e46", config, created=1.7e9, ppl=87.624)
+        for path in (store.log_path("70609e46"), store.masks_path("70609e46")):
+            path.parent.mkdir(exist_ok=True)
+        store.log_path("70609e46").write_text("the run's log")
+        store.masks_path("70609e46").write_text("its masks")
+        matches = "70609e46 (Wanda-16 at 0.5, finished, ppl 87.62)"
+    else:
+        store.create_run(RunConfig("org/m", "wanda", "0.5"), env={}, run_id="70609e46")
+        matches = "70609e46 (Wanda-16 at 0.5, queued)"
+    insert_run(store, clock, "b0000001", RunConfig("org/m", "ria", "0.5"), created=1.7e9 + 60, ppl=9.5)
+    doing = "remove" if command == "rm" else "cancel"
+    for prefix in ("7", "706"):
+        code, out, err = cli(monkeypatch, capsys, "runs", command, prefix, "--store", store_path)
+        assert (code, out) == (2, ""), err
+        assert err == (
+            f"acetui: Run id '{prefix}' is too short a prefix to {doing} a run by: it matches run {matches}; "
+            "give at least 4 characters of its id, such as 7060.\n"
+        )
+        assert [(r.id, r.status) for r in Store(store_path).list_runs()][0] == (
+            "70609e46",
+            "finished" if command == "rm" else "queued",
+        )
+    code, out, err = cli(monkeypatch, capsys, "runs", "show", "7", "--store", store_path)  # reading: any prefix
+    assert code == 0 and "70609e46" in out, err
+    code, out, err = cli(monkeypatch, capsys, "runs", command, "7060", "--store", store_path)
+    assert code == 0, err
+    if command == "rm":
+        assert out == (f"Removed run {matches}: its record, log and masks; its saved checkpoint {saved} is kept.\n")
+        assert saved.exists() and not store.log_path("70609e46").exists()
+        assert [r.id for r in Store(store_path).list_runs()] == ["b0000001"]
+    else:
+        assert out == "Run 70609e46 cancelled before it started.\n"
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -22,6 +23,7 @@ from acetui_core.run.config import model_name
 from acetui_core.run.records import LayerRecord
 from acetui_core.scores.metrics import may_read_calibration
 from acetui_core.storage.store import Store
+from acetui_core.storage.store_files import LOG_FOLDER, MASK_FOLDER
 from acetui_core.storage.store_rows import RunRecord
 from acetui_core.storage.store_schema import STATUSES, TERMINAL
 
@@ -325,10 +327,11 @@ def watch(
 
 @runs_app.command("cancel", cls=options.Command)
 def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
-    """Stop runs: a queued run is cancelled at once, a running one after its current layer."""
+    """Stop runs: a queued run is cancelled at once, a running one after its current layer. A run id
+    prefix must be at least 4 characters long."""
     opened = Store(store, create=False)
     # every id resolved before any is touched, and each run once (a prefix and the full id name one run)
-    for full in dict.fromkeys(opened.resolve(run_id) for run_id in run_ids):
+    for full in dict.fromkeys(opened.resolve_to_change(run_id, "cancel") for run_id in run_ids):
         if opened.get_run(full, layers=False).executor == ExecutorKind.SLURM:
             from acetui_core.execution.slurm import cancel as cancel_job
 
@@ -355,8 +358,35 @@ def sync(store: options.StoreOption = None) -> None:
         print(f"Removed {len(swept)} folder(s) that killed runs left: {', '.join(map(str, swept))}.")
 
 
+def _saved_checkpoint(run: RunRecord) -> Path | None:
+    """The checkpoint the run saved (``--save``), if it is there: a relative path read from the folder the
+    run was recorded from."""
+    if run.settings_unknown or not run.config.save:
+        return None
+    path = Path(run.config.save).expanduser()
+    folder = run.env.get("folder") if isinstance(run.env, dict) else None
+    if not path.is_absolute() and isinstance(folder, str):
+        path = Path(folder) / path
+    return path if path.exists() else None
+
+
+def removal_text(run: RunRecord, files: list[Path]) -> str:
+    """What ``runs rm`` removed of a run, naming only what existed, and the checkpoint it kept:
+    ``Removed run 70609e46 (Wanda-16 at 0.5, finished, ppl 87.62): its record, log and masks.``"""
+    kinds = ["record"]
+    for path in files:
+        kind = {LOG_FOLDER: "log", MASK_FOLDER: "masks"}.get(path.parent.name, "Slurm job files")
+        if kind not in kinds:
+            kinds.append(kind)
+    what = kinds[0] if len(kinds) == 1 else f"{', '.join(kinds[:-1])} and {kinds[-1]}"
+    saved = _saved_checkpoint(run)
+    kept = f"; its saved checkpoint {saved} is kept" if saved else ""
+    return f"Removed run {run.id} ({run.brief}): its {what}{kept}."
+
+
 @runs_app.command("rm", cls=options.Command)
 def remove(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
-    """Delete finished, failed, cancelled or interrupted runs from the store."""
-    for full in Store(store, create=False).delete_runs(run_ids):
-        print(f"Removed run {full}.")
+    """Delete finished, failed, cancelled or interrupted runs from the store, with their logs, masks and
+    Slurm job files (a saved checkpoint is kept). A run id prefix must be at least 4 characters long."""
+    for run, files in Store(store, create=False).delete_runs(run_ids):
+        print(removal_text(run, files))

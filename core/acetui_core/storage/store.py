@@ -34,6 +34,7 @@ import json
 import os
 import secrets
 from dataclasses import asdict, replace
+from pathlib import Path
 
 from acetui_core.basics.choices import ExecutorKind, RunStatus
 from acetui_core.basics.errors import UserError
@@ -42,8 +43,10 @@ from acetui_core.run.events import Event, LayerPruned, LayerStarted, RunFinished
 from acetui_core.run.records import to_dict
 from acetui_core.storage import liveness, store_files
 from acetui_core.storage.store_reader import StoreReader
-from acetui_core.storage.store_rows import dumps, evidence_rows, write_layer
+from acetui_core.storage.store_rows import RunRecord, dumps, evidence_rows, write_layer
 from acetui_core.storage.store_schema import ACTIVE, STATUSES, TERMINAL, sql_list
+
+MIN_CHANGE_PREFIX = 4  # the shortest id prefix that removes or cancels a run (reading takes any unique one)
 
 
 def working_folder() -> str | None:
@@ -237,11 +240,26 @@ class Store(StoreReader):
                 ).rowcount
             )
 
+    def resolve_to_change(self, run_id: str, doing: str) -> str:
+        """The full id a command that removes or stops a run means (``doing``: "remove", "cancel"):
+        ``resolve``'s, but a prefix shorter than ``MIN_CHANGE_PREFIX`` characters is refused with one
+        sentence naming the run it matches (one mistyped key must not remove a finished result)."""
+        full = self.resolve(run_id)
+        text = str(run_id).strip()
+        if text != full and len(text) < MIN_CHANGE_PREFIX:
+            run = self.get_run(full, layers=False)
+            raise UserError(
+                f"Run id '{text}' is too short a prefix to {doing} a run by: it matches run {full} ({run.brief}); "
+                f"give at least {MIN_CHANGE_PREFIX} characters of its id, such as {full[:MIN_CHANGE_PREFIX]}."
+            )
+        return full
+
     def request_cancel(self, run_id: str) -> RunStatus:
         """Ask a run to stop. A queued run is cancelled at once; a running one is flagged, its process
         sees the flag within a second (heartbeat) and stops after the current layer. Returns the
-        status the run has now; a run that already ended raises ``UserError``."""
-        run = self.get_run(run_id, layers=False)
+        status the run has now; a run that already ended raises ``UserError``, and so does an id prefix
+        shorter than ``MIN_CHANGE_PREFIX`` (``resolve_to_change``)."""
+        run = self.get_run(self.resolve_to_change(run_id, "cancel"), layers=False)
         if not run.active:
             raise UserError(f"Run {run.id} has already ended ({run.status}); there is nothing to cancel.")
         with self._db(write=True) as db:
@@ -252,18 +270,21 @@ class Store(StoreReader):
             )
             return RunStatus(db.execute("SELECT status FROM runs WHERE id = ?", (run.id,)).fetchone()[0])
 
-    def delete_runs(self, run_ids: list[str]) -> list[str]:
+    def delete_runs(self, run_ids: list[str]) -> list[tuple[RunRecord, list[Path]]]:
         """Remove runs, their layers and every file they made (log, masks finished or partial, a Slurm
         job's files), and nothing else: a saved checkpoint is the user's. Every id is resolved and checked
-        before any is deleted. A run still queued or running is refused (cancel it first). Returns the
-        full ids, each once however many of ``run_ids`` name it (a prefix and the full id)."""
-        found = [self.get_run(run_id, layers=False) for run_id in run_ids]
-        runs = list({run.id: run for run in found}.values())
+        before any is deleted: a prefix shorter than ``MIN_CHANGE_PREFIX`` is refused
+        (``resolve_to_change``), and so is a run still queued or running (cancel it first). Returns each
+        run removed, once however many of ``run_ids`` name it (a prefix and the full id), with the files
+        removed with it."""
+        full = [self.resolve_to_change(run_id, "remove") for run_id in run_ids]
+        runs = [self.get_run(run_id, layers=False) for run_id in dict.fromkeys(full)]
         for run in runs:
             if run.active:
                 raise UserError(f"Run {run.id} is {run.status}; cancel it first (acetui runs cancel {run.id}).")
+        files = {run.id: store_files.files_of(self.folder, run) for run in runs}
         with self._db(write=True) as db:
             db.executemany("DELETE FROM runs WHERE id = ?", [(run.id,) for run in runs])
         for run in runs:
-            store_files.remove(store_files.files_of(self.folder, run))
-        return [run.id for run in runs]
+            store_files.remove(files[run.id])
+        return [(run, files[run.id]) for run in runs]
