@@ -377,7 +377,7 @@ def test_runs_rm_removes_every_file_of_the_run_and_nothing_else(make_tiny_model,
     before = _files(store.parent)
     assert {f"logs/{gone.id}.log", f"masks/{gone.id}.npz"} <= before.keys()
     code, out, err = cli(monkeypatch, capsys, "runs", "rm", gone.id, "--store", str(store))
-    assert code == 0 and out == f"Removed run {gone.id}.\n"
+    assert code == 0 and out.startswith(f"Removed run {gone.id} (") and out.endswith(": its record, log and masks.\n")
     after = _files(store.parent)
     assert not [name for name in after if gone.id in name]
     ignore = {"runs.db", "runs.db-wal", "runs.db-shm"}
