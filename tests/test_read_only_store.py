@@ -52,3 +52,99 @@ def test_a_read_only_command_refuses_a_store_that_is_not_one_and_makes_nothing(
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before  # no folder, no store, no WAL file, the user's file as it was
     assert not (tmp_path / "no").exists()
+
+
+# ---- a store this user may read but not write --------------------------------------------------------
+
+READING = [["runs"], ["runs", "show", "a0000000"], ["export", "--format", "markdown"], ["verdict"]]
+WRITING = [["runs", "rm", "a0000000"], ["runs", "cancel", "a0000000"], ["runs", "sync"]]
+
+
+def _finished_runs(path) -> None:
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.run.config import RunConfig
+    from acetui_core.storage.store import Store
+
+    clock = Clock()
+    store = Store(path, clock=clock)
+    for number, method in enumerate(("wanda", "ria")):
+        insert_run(
+            store, clock, f"a000000{number}", RunConfig("org/m", method, "0.5"), created=1.7e9 + number, ppl=10.0
+        )
+
+
+def _reads_and_refuses_writes(store, model, monkeypatch, capsys) -> None:
+    """Reading commands work on ``store``; commands that write are one sentence naming it read-only, and the
+    file is left as it was."""
+    before = store.read_bytes()
+    for args in READING:
+        code, out, err = cli(monkeypatch, capsys, *args, "--store", str(store))
+        assert code == 0 and ("a0000000" in out or "| Wanda-16 |" in out or "Wanda-16  " in out), (args, err)
+    sentence = f"acetui: The run store {store} is read-only (the file or its folder cannot be written)"
+    for args in [*WRITING, ["prune", str(model), "--method", "wanda", "--eval", "none"]]:
+        code, out, err = cli(monkeypatch, capsys, *args, "--store", str(store))
+        assert code == 2 and err.startswith(sentence) and err.count("\n") == 1, (args, err)
+    assert store.read_bytes() == before
+
+
+def test_a_store_this_user_cannot_write_is_read_but_never_written(make_tiny_model, tmp_path, monkeypatch, capsys):
+    """A colleague's store, a file or folder without write permission: `runs`, `export`, `verdict` read it
+    ("cannot be read and written by this user" refused them all), and writing commands say it is read-only."""
+    import os
+
+    from acetui_core.storage import store_db
+
+    store = tmp_path / "theirs" / "runs.db"
+    _finished_runs(store)
+    real = os.access
+
+    def access(path, mode, **kwargs):  # the permission bits, whoever runs the test (root writes anywhere)
+        if mode & os.W_OK and str(path) in (str(store), str(store.parent)):
+            return False
+        return real(path, mode, **kwargs)
+
+    from acetui_core.run.config import RunConfig
+    from acetui_core.storage.store import Store
+
+    # a queued run whose process is gone: a reader would mark it interrupted, which this store cannot record
+    Store(store).create_run(RunConfig("org/m", "wanda", "0.5"), run_id="c0000003", owner_pid=4_194_999)
+    monkeypatch.setattr(store_db.os, "access", access)
+    _reads_and_refuses_writes(store, make_tiny_model("llama"), monkeypatch, capsys)
+    code, out, err = cli(monkeypatch, capsys, "runs", "--store", store)
+    assert code == 0 and "c0000003  queued" in out, err
+
+
+def test_a_store_on_a_read_only_mount_is_read_with_or_without_its_write_ahead_log(
+    make_tiny_model, tmp_path, monkeypatch, capsys
+):
+    """A real read-only medium (a bind mount, so root is refused too): SQLite reads the store whether a
+    write-ahead log was left beside it (read-only mode) or not (immutable), and writes are refused."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root to bind-mount a folder read-only")
+    source, mounted = tmp_path / "source", tmp_path / "mounted"
+    mounted.mkdir()
+    _finished_runs(source / "runs.db")
+    for left in ("clean", "with its log"):
+        if left == "with its log":  # a writer still holds it: its -wal and -shm are beside it, unmerged
+            holder = sqlite3.connect(source / "runs.db")
+            holder.execute("PRAGMA wal_autocheckpoint = 0")
+            holder.execute("UPDATE runs SET error = 'held' WHERE id = 'a0000001'")
+            holder.commit()
+            assert (source / "runs.db-wal").stat().st_size > 0
+        mount = subprocess.run(["mount", "-o", "bind", source, mounted], capture_output=True)
+        if mount.returncode:
+            pytest.skip(f"cannot bind-mount here: {mount.stderr.decode().strip()}")
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", mounted], check=True, capture_output=True)
+            _reads_and_refuses_writes(mounted / "runs.db", make_tiny_model("llama"), monkeypatch, capsys)
+            code, out, _ = cli(monkeypatch, capsys, "runs", "show", "a0000001", "--store", mounted / "runs.db")
+            assert code == 0 and ("held" in out) == (left == "with its log"), out  # the log's change is read
+        finally:
+            subprocess.run(["umount", "-l", mounted], check=True)
+        if left == "with its log":
+            holder.close()

@@ -349,6 +349,7 @@ def sync(store: options.StoreOption = None) -> None:
     from acetui_core.modeling.checkpoint import sweep_temporaries
 
     opened = Store(store, create=False)
+    opened.check_writable()
     imported = jobfolder.sync(opened)
     runs = opened.list_runs()
     active = [run for run in runs if run.executor == ExecutorKind.SLURM and run.active]

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 import psutil
 
 from acetui_core.basics.choices import ExecutorKind, RunStatus
+from acetui_core.storage.store_db import ReadOnlyStore
 from acetui_core.storage.store_schema import ACTIVE, sql_list
 
 STALE_AFTER = 60.0  # seconds without a heartbeat before a run on another host counts as interrupted
@@ -60,7 +61,7 @@ def owner_alive(host: str | None, pid: int | None, pid_started: float | None, la
 
 def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now: float) -> list[str]:
     """Mark the active local runs of the store that ``connect`` opens (``Store._db``) as ``interrupted``
-    when their process is gone; return their ids."""
+    when their process is gone; return their ids. A store this user may only read is left as recorded."""
     with connect() as db:
         rows = db.execute(
             "SELECT id, host, pid, pid_started, heartbeat, started, created FROM runs"
@@ -74,7 +75,9 @@ def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now
             row["host"], row["pid"], row["pid_started"], row["heartbeat"] or row["started"] or row["created"], now
         )
     ]
-    if dead:
+    if not dead:
+        return []
+    try:
         with connect(write=True) as db:
             for row in dead:
                 # Conditional on the heartbeat we judged by: a run that just beat is left alone.
@@ -89,4 +92,6 @@ def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now
                         row["heartbeat"],
                     ),
                 )
+    except ReadOnlyStore:  # a store this user may only read: its runs show as recorded
+        return []
     return [row["id"] for row in dead]

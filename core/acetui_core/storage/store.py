@@ -41,7 +41,7 @@ from acetui_core.basics.errors import UserError
 from acetui_core.run.config import RunConfig
 from acetui_core.run.events import Event, LayerPruned, LayerStarted, RunFinished, RunStarted, Stage
 from acetui_core.run.records import to_dict
-from acetui_core.storage import liveness, store_files
+from acetui_core.storage import liveness, store_db, store_files
 from acetui_core.storage.store_reader import StoreReader
 from acetui_core.storage.store_rows import RunRecord, dumps, evidence_rows, write_layer
 from acetui_core.storage.store_schema import ACTIVE, STATUSES, TERMINAL, sql_list
@@ -240,10 +240,21 @@ class Store(StoreReader):
                 ).rowcount
             )
 
+    def check_writable(self) -> None:
+        """``ReadOnlyStore`` (one sentence) when this user may only read the store: before a command that
+        records, cancels or removes anything does any of it (``acetui_core.storage.store_db``)."""
+        store_db.check_writable(self.path)
+
+    def check_log_folder(self) -> None:
+        """Before any run is recorded: the store can be written, and runs can keep their logs beside it."""
+        self.check_writable()
+        super().check_log_folder()
+
     def resolve_to_change(self, run_id: str, doing: str) -> str:
         """The full id a command that removes or stops a run means (``doing``: "remove", "cancel"):
         ``resolve``'s, but a prefix shorter than ``MIN_CHANGE_PREFIX`` characters is refused with one
         sentence naming the run it matches (one mistyped key must not remove a finished result)."""
+        self.check_writable()
         full = self.resolve(run_id)
         text = str(run_id).strip()
         if text != full and len(text) < MIN_CHANGE_PREFIX:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,21 @@ from acetui_core.storage.store_schema import APPLICATION_ID, SCHEMA_VERSION
 
 STORE_FILENAME = "runs.db"
 BUSY_TIMEOUT = 30.0  # seconds a write waits for another writer's transaction
+
+# Stores this process opened that this user may read but not write (a read-only mount, a colleague's file):
+# path -> the URI that reads them. Reading commands work on them; a write is refused (``ReadOnlyStore``).
+_READ_ONLY: dict[Path, str] = {}
+
+
+class ReadOnlyStore(UserError):
+    """A write to a run store this user may only read."""
+
+
+def read_only_sentence(path: Path) -> str:
+    return (
+        f"The run store {path} is read-only (the file or its folder cannot be written): its runs can be "
+        "listed and exported, but nothing can be recorded, cancelled or removed in it."
+    )
 
 
 def default_store_path() -> Path:
@@ -51,8 +67,12 @@ def open_database(path: Path, create: bool = True) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserError(f"Cannot create the folder for the run store {path}: {error.strerror or error}.") from None
-    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-        raise UserError(f"The run store {path} cannot be read and written by this user.")
+    _READ_ONLY.pop(path, None)
+    if path.exists() and not os.access(path, os.R_OK):
+        raise UserError(f"The run store {path} cannot be read by this user.")
+    if path.exists() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        _open_read_only(path)
+        return
     if not os.access(path.parent, os.W_OK):
         raise UserError(f"The folder of the run store {path} is not writable (SQLite needs to create files beside it).")
     with transaction(
@@ -68,6 +88,56 @@ def open_database(path: Path, create: bool = True) -> None:
         raise UserError(
             f"The run store {path} cannot use SQLite's WAL mode (journal mode stays '{mode}'); put it on a local disk."
         )
+
+
+def _open_read_only(path: Path) -> None:
+    """Open a store this user can read but not write, for reading: SQLite's read-only mode, which reads a
+    write-ahead log left beside it, or, where that cannot open (no ``-shm`` file, and none can be made on a
+    read-only medium), the file as immutable, which is whole when no log is left. A store that would need
+    migrating, or whose log cannot be read, is one sentence."""
+    quoted = urllib.parse.quote(str(path))
+    wal = Path(f"{path}-wal")
+    for uri in (f"file:{quoted}?mode=ro", f"file:{quoted}?immutable=1"):
+        if "immutable" in uri and wal.exists() and wal.stat().st_size > 0:
+            raise UserError(
+                f"The run store {path} is read-only and its write-ahead log {wal} cannot be read without "
+                "writing beside it; copy the store with its -wal and -shm files to a folder you can write."
+            )
+        _READ_ONLY[path] = uri
+        try:
+            with transaction(path) as db:
+                state = _schema_state(db)
+                tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except UserError as error:
+            _READ_ONLY.pop(path, None)
+            if "unable to open" in str(error):
+                continue
+            raise
+        if state == (APPLICATION_ID, SCHEMA_VERSION):
+            return
+        _READ_ONLY.pop(path, None)
+        if state[0] == APPLICATION_ID and state[1] > SCHEMA_VERSION:
+            raise UserError(
+                f"The run store {path} was written by a newer acetui (schema {state[1]}, "
+                f"this one knows {SCHEMA_VERSION}); upgrade acetui to open it."
+            )
+        if state[0] == APPLICATION_ID or (state[0] == 0 and store_schema.is_version0(db, tables)):
+            raise UserError(
+                f"The run store {path} was written by an older acetui and must be updated before it is read, "
+                "but it is read-only (the file or its folder cannot be written); open it once as its owner."
+            )
+        raise UserError(
+            f"{path} is not an acetui run store; it was left untouched "
+            f"(choose another file with --store or ACETUI_HOME)."
+        )
+    raise UserError(f"The run store {path} is read-only and SQLite cannot open it for reading.")
+
+
+def check_writable(path: Path) -> None:
+    """``ReadOnlyStore`` when the store at ``path`` was opened read-only (``open_database``): before a
+    command that records, cancels or removes anything does any of it."""
+    if path in _READ_ONLY:
+        raise ReadOnlyStore(read_only_sentence(path))
 
 
 def _schema_state(db: sqlite3.Connection) -> tuple[int, int]:
@@ -104,9 +174,17 @@ def _prepare_schema(path: Path, db: sqlite3.Connection, create: bool = True) -> 
 @contextmanager
 def transaction(path: Path, write: bool = False, snapshot: bool = True) -> Iterator[sqlite3.Connection]:
     """A short connection inside one transaction: ``BEGIN IMMEDIATE`` to write (committed on exit),
-    else a read transaction, so that several SELECTs see one snapshot of the store."""
+    else a read transaction, so that several SELECTs see one snapshot of the store. A store opened
+    read-only (``open_database``) is read through SQLite's read-only URI, and a write to it is
+    ``ReadOnlyStore``."""
+    uri = _READ_ONLY.get(path)
+    if write and uri is not None:
+        raise ReadOnlyStore(read_only_sentence(path))
     try:
-        db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
+        if uri is not None:
+            db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None)
+        else:
+            db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
     except sqlite3.Error as error:
         raise UserError(f"Cannot open the run store {path}: {error}.") from None
     try:
