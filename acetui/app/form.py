@@ -21,8 +21,6 @@ from acetui_core.scores.metrics import get_method
 
 
 def model(text: str) -> str:
-    if not text.strip():
-        raise UserError("Choose a model: a Hugging Face id, a checkpoint folder or a .gguf file.")
     model_source(text.strip())
     return text.strip()
 
@@ -44,6 +42,8 @@ def value(name: str, text):
     the tasks' local copies), as the run would."""
     if name == "model":
         return model(text)
+    if SETTINGS[name].default is None and not str(text).strip():  # a field left empty: not given (not saved)
+        return None
     checked = SETTINGS[name].values(text) if name in SEVERAL else SETTINGS[name].value(text)
     if name == "calib":
         for source in checked if isinstance(checked, list) else [checked]:

@@ -112,7 +112,7 @@ def plan(model: options.Model = None, *, as_json: options.JsonOption = False, **
     from acetui_core.pruning.plan import plan_run
     from acetui_core.scores.metrics import get_method
 
-    config = RunConfig(model=model or default_model(), **settings)
+    config = RunConfig(model=default_model() if model is None else model, **settings)  # "" is no model
     config.method = get_method(config.method).name
     result = plan_run(config)
     if as_json:

@@ -83,7 +83,7 @@ def prune(
     from acetui.progress import EventProgress
     from acetui_core.execution.launch import InProcess, LocalProcesses, checked_store, launch, queue
 
-    config = RunConfig(model=model or default_model(), **settings)
+    config = RunConfig(model=default_model() if model is None else model, **settings)  # "" is no model
     save = config.save
     [config], opened = checked_store([config], store, local_device=cluster is None)  # before a progress bar
     if cluster is not None or detach:

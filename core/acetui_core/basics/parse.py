@@ -76,9 +76,12 @@ def number(text, flag: str, minimum: float | None = None) -> float:
     return value
 
 
-def evals(text: str) -> list[str]:
-    """``wikitext2``, ``zeroshot``, both comma-separated, or ``none``."""
+def evals(text: str, flag: str = "--eval") -> list[str]:
+    """``wikitext2``, ``zeroshot``, both comma-separated, or ``none``; nothing at all (an unset variable) is
+    refused, never taken for ``none``."""
     values = [] if str(text).strip() == "none" else items(text)
+    if not values and str(text).strip() != "none":
+        raise UserError(f"{flag} needs at least one value: wikitext2, zeroshot, both comma-separated, or none.")
     unknown = [value for value in values if value not in tuple(EvalKind)]
     if unknown:
         raise UserError(f"Unknown evaluation '{unknown[0]}'; use wikitext2, zeroshot, both comma-separated, or none.")

@@ -247,7 +247,10 @@ def _looks_like_path(source: str) -> bool:
 
 def model_source(source: str) -> tuple[str, Path | str]:
     """What ``source`` names, checked without loading anything: ``("gguf", file)``, ``("folder", dir)`` or
-    ``("hub", repo id)``; a missing or unusable path is a UserError."""
+    ``("hub", repo id)``; a missing or unusable path is a UserError, and so is nothing at all (an unset
+    variable, an empty field), never taken for the working folder or the default model."""
+    if not str(source or "").strip():
+        raise UserError("Choose a model: a Hugging Face id, a checkpoint folder or a .gguf file.")
     path = user_path(source)
     if path.is_file() and path.suffix == ".gguf":
         return "gguf", path
@@ -257,7 +260,7 @@ def model_source(source: str) -> tuple[str, Path | str]:
         return "folder", path
     if path.exists():
         raise UserError(f"{source} is neither a model folder nor a .gguf file.")
-    if _looks_like_path(source) or not source.strip():
+    if _looks_like_path(source):
         raise UserError(f"Model path {source} does not exist.")
     return "hub", source
 

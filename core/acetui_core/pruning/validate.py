@@ -43,7 +43,7 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     ``local_device``: the run executes on this machine, so ``--device cuda`` needs a GPU here (a Slurm
     job checks on its own node). ``protected``: places (path, what it is) besides the source model and
     the data folder that ``--save`` must keep away from (the run store's)."""
-    model_source(_model(config.model))  # a missing path first: the most common mistake, and cheap to see
+    model_source(config.model)  # a missing path first: the most common mistake, and cheap to see
     method = get_method(config.method)
     config = parsed(
         replace(config, method=method.name), "sparsity", "group", "sparsity_scope", "expert_sparsity", "expert_score"
@@ -167,13 +167,6 @@ def resolve_seqlen(seqlen, context_length: int, flag: str = "--seqlen") -> int:
     if seqlen > context_length:
         raise UserError(f"{flag} {seqlen} is longer than the model's context of {context_length} tokens.")
     return seqlen
-
-
-def _model(source: str) -> str:
-    source = str(source or "").strip()
-    if not source:
-        raise UserError("Choose a model: a Hugging Face id, a checkpoint folder or a .gguf file.")
-    return source
 
 
 def _local_file(what: str, relative: str) -> None:

@@ -25,16 +25,23 @@ def number(minimum: float | None = None) -> Parser:
     return lambda text, flag: parse.number(text, flag, minimum)
 
 
-def evals(value: Any, _flag: str) -> list[str]:
-    return parse.evals(value if isinstance(value, str) else ",".join(value))
+def evals(value: Any, flag: str) -> list[str]:
+    if isinstance(value, str):
+        return parse.evals(value, flag)
+    return parse.evals(",".join(value) or "none", flag)  # a list is the stored form: [] is none
 
 
 def tasks(value: Any, flag: str) -> list[str]:
     return parse.some(value if isinstance(value, str) else ",".join(value), flag)
 
 
-def optional_path(value: Any, _flag: str) -> str | None:
-    return None if value is None or str(value).strip() == "" else str(Path(str(value).strip()))
+def optional_path(value: Any, flag: str) -> str | None:
+    """A path, or None when the option is left out; an empty one (an unset variable) is refused."""
+    if value is None:
+        return None
+    if str(value).strip() == "":
+        raise UserError(f"{flag} is empty; give a path, or leave {flag} out.")
+    return str(Path(str(value).strip()))
 
 
 def sparsity(value: Any, _flag: str) -> str:
