@@ -133,7 +133,7 @@ CASES = {
         {"HOME": "{home}"},
     ),
     "save over a folder with the user's files": (
-        ["prune", "{model}", "--save", "{project}", "--overwrite"],
+        ["prune", "{model}", "--save", "{project}/figures", "--overwrite"],
         "--overwrite replaces only a checkpoint folder",
     ),
     "save over a checkpoint with a file of the user's": (
@@ -223,6 +223,8 @@ def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
     project = tmp_path / "project"  # the working folder: the user's files, nothing acetui made
     project.mkdir()
     (project / "paper.tex").write_text("\\section{Results}")
+    (project / "figures").mkdir()
+    (project / "figures" / "ppl.pdf").write_text("a figure of the user's")
     nodata = tmp_path / "nodata"
     nodata.mkdir()
     ready = {"model": model, "blocked": blocked, "project": project, "nodata": nodata, "store-folder": store.parent}
