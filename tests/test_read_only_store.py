@@ -82,7 +82,8 @@ def _reads_and_refuses_writes(store, model, monkeypatch, capsys) -> None:
         code, out, err = cli(monkeypatch, capsys, *args, "--store", str(store))
         assert code == 0 and ("a0000000" in out or "| Wanda-16 |" in out or "Wanda-16  " in out), (args, err)
     sentence = f"acetui: The run store {store} is read-only (the file or its folder cannot be written)"
-    for args in [*WRITING, ["prune", str(model), "--method", "wanda", "--eval", "none"]]:
+    # the last: refused before its (missing) model is looked at
+    for args in [*WRITING, ["prune", str(model), "--method", "wanda", "--eval", "none"], ["prune", "/no/such/model"]]:
         code, out, err = cli(monkeypatch, capsys, *args, "--store", str(store))
         assert code == 2 and err.startswith(sentence) and err.count("\n") == 1, (args, err)
     assert store.read_bytes() == before

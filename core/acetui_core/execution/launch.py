@@ -42,7 +42,7 @@ from acetui_core.run.events import OnRunEvent
 from acetui_core.scores.metrics import reads_calibration
 from acetui_core.storage import store_files
 from acetui_core.storage.store import Store
-from acetui_core.storage.store_db import store_path
+from acetui_core.storage.store_db import check_writable, store_path
 from acetui_core.storage.store_reader import StoreReader
 
 
@@ -98,8 +98,12 @@ def check(configs: list[RunConfig], *, local_device: bool = True, store: Path | 
     run store's path: no checkpoint may be saved over or into it, the files beside it, or what its runs
     read and saved (``StoreReader.protected_places``)."""
     protected: tuple = ()
-    if store is not None:
-        protected = tuple(StoreReader(store).protected_places()) if store.is_file() else store_files.places(store)
+    if store is not None and store.is_file():
+        reader = StoreReader(store)
+        check_writable(reader.path)  # a store this user may only read is said before any model is read
+        protected = tuple(reader.protected_places())
+    elif store is not None:
+        protected = store_files.places(store)
     checked = [check_config(config, local_device=local_device, protected=protected) for config in configs]
     if local_device:  # a Slurm node's memory is not this machine's
         for config in checked:
