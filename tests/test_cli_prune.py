@@ -135,6 +135,14 @@ BAD_INPUTS = {
     "empty eval": (lambda m, t, c: [m, "--eval", ""], "--eval needs at least one value: wikitext2, zeroshot"),
     "eval of commas": (lambda m, t, c: [m, "--eval", ","], "--eval needs at least one value: wikitext2, zeroshot"),
     "empty save": (lambda m, t, c: [m, "--save", ""], "--save is empty; give a path, or leave --save out."),
+    # a source twice would draw the same windows twice (every part draws with the run's seed)
+    "source twice in a mixture": (lambda m, t, c: [m, "--calib", "c4+c4"], "--calib c4+c4 gives c4 twice"),
+    "file twice in a mixture": (lambda m, t, c: [m, "--calib", f"{c}+{c}@2"], "twice; give each source once."),
+    "zero share": (lambda m, t, c: [m, "--calib", f"c4@1+{c}@0"], "in --calib is 0: a source with no windows"),
+    "zero share of one source": (lambda m, t, c: [m, "--calib", "c4@0"], "The share of c4 in --calib is 0"),
+    "share that is no number": (lambda m, t, c: [m, "--calib", "c4@abc"], "c4 in --calib must be a number, not 'abc'"),
+    "empty share": (lambda m, t, c: [m, "--calib", "c4@"], "--calib c4@ gives c4 no share after '@'"),
+    "share of one source": (lambda m, t, c: [m, "--calib", "c4@2"], "--calib c4@2 gives a share to its only source"),
 }
 
 

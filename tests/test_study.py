@@ -19,6 +19,7 @@ from runhelpers import GATE, Clock, cli, held_at_the_gate, insert_run
 
 from acetui.commands import study as study_command
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.paths import mixture
 from acetui_core.execution.launch import Grid, InProcess, queue
 from acetui_core.modeling.data import calibration_sample
 from acetui_core.run.config import RunConfig
@@ -100,6 +101,15 @@ def test_a_mixture_draws_its_shares_of_windows_from_each_source(tmp_path, calib,
     other, _ = calibration_sample(Characters(), calib.format(a=a, b=b), 16, 8, seed=1)
     assert again.equal(windows)  # the seed chooses the windows
     assert not other.equal(windows)
+
+
+def test_a_file_named_twice_in_a_mixture_by_two_paths_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "a.jsonl").write_text('{"text": "words"}\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        UserError, match=r"^--calib c4\+a.jsonl\+./a.jsonl gives ./a.jsonl twice; give each source once.$"
+    ):
+        mixture("c4+a.jsonl+./a.jsonl")
 
 
 def test_the_calibration_source_is_an_axis_of_compare_too():

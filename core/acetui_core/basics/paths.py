@@ -121,17 +121,42 @@ BUILT_IN_SOURCES = ("c4", "wikitext2")
 def mixture(source: str) -> list[tuple[str, float]]:
     """The sources of a calibration mixture and their shares of the windows: ``c4+domain.jsonl`` is half
     each, ``c4@3+domain.jsonl@1`` three quarters C4 (shares are weights, scaled to sum to one). One
-    source (or an existing file whose name holds a ``+``) is the whole."""
-    if "+" not in source or user_path(source).is_file():
+    source (or an existing file whose name holds a ``+``) is the whole, and takes no share. Each share must
+    be positive and each source come once: every part draws its windows with the run's seed, so a source
+    given twice would repeat the same windows."""
+    if user_path(source).is_file():
         return [(source, 1.0)]
-    parts = []
-    for part in source.split("+"):
-        name, at, share = part.strip().rpartition("@")
-        name, share = (name.strip(), share) if at else (share.strip(), "1")
-        if not name:
-            raise UserError(f"Calibration mixture '{source}' has an empty part; write sources joined by '+'.")
-        parts.append((name, parse.number(share, f"The share of {name} in --calib", minimum=0)))
-    total = sum(share for _, share in parts)
-    if total <= 0:
-        raise UserError(f"Calibration mixture '{source}' has no positive share.")
-    return [(name, share / total) for name, share in parts]
+    parts = [_part(part, source) for part in source.split("+")]
+    if len(parts) == 1:
+        if parts[0][1] is not None:
+            raise UserError(
+                f"--calib {source} gives a share to its only source; shares weigh the sources of a mixture "
+                f"(c4@3+domain.jsonl@1)."
+            )
+        return [(source, 1.0)]
+    seen: set[str] = set()
+    for name, _ in parts:
+        key = name if name in BUILT_IN_SOURCES else str(user_path(name).resolve())
+        if key in seen:
+            raise UserError(f"--calib {source} gives {name} twice; give each source once.")
+        seen.add(key)
+    shares = [1.0 if share is None else share for _, share in parts]
+    return [(name, share / sum(shares)) for (name, _), share in zip(parts, shares, strict=True)]
+
+
+def _part(part: str, source: str) -> tuple[str, float | None]:
+    """One source of a mixture and its share, None when it names none (``@`` before a ``/`` is part of a
+    folder's name)."""
+    name, at, share = part.strip().rpartition("@")
+    shared = bool(at) and "/" not in share and os.sep not in share
+    name = name.strip() if shared else part.strip()
+    if not name:
+        raise UserError(f"Calibration mixture '{source}' has an empty part; write sources joined by '+'.")
+    if not shared:
+        return name, None
+    if not share.strip():
+        raise UserError(f"--calib {source} gives {name} no share after '@'; write a positive number (c4@3).")
+    value = parse.number(share, f"The share of {name} in --calib", minimum=0)
+    if value == 0:
+        raise UserError(f"The share of {name} in --calib is 0: a source with no windows; leave it out of the mixture.")
+    return name, value
