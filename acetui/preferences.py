@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal, get_type_hints
@@ -17,6 +18,7 @@ from typing import Literal, get_type_hints
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.outputs import write_text_atomic
 from acetui_core.basics.paths import user_path
+from acetui_core.scores.metrics import METHODS
 
 CONFIG_DIR_ENV = "ACETUI_CONFIG_DIR"
 FILENAME = "settings.json"
@@ -39,7 +41,11 @@ class Preferences:
     plugins: list[str] = field(default_factory=list)  # plug-in metrics (module:function, file.py:function) to list
     export_dir: str | None = None  # where the app saves exports (None: ~/Documents/acetui; see acetui.app.exports)
     problem: str | None = field(default=None, compare=False)  # why the file could not be read (not saved)
+    # why the file is there but holds no JSON object ("could not be read (...)"); None: read (not saved)
+    unreadable: str | None = field(default=None, compare=False)
 
+
+UNSAVED = ("problem", "unreadable")  # what a load found, never written back
 
 # The New run values whose type the form relies on (the others it checks itself as it restores them).
 NEW_RUN_TYPES = {"model": str | None, "metrics": list[str]}
@@ -57,7 +63,8 @@ def _valid(value, kind) -> bool:
 
 def load() -> Preferences:
     """The preferences in the file; each value of the wrong type (a hand edit, an older version) falls back to
-    its default, and ``problem`` names them in one notice."""
+    its default, a built-in method remembered as a plug-in is left out, and ``problem`` names them in one
+    notice."""
     path = preferences_path()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -65,11 +72,11 @@ def load() -> Preferences:
         return Preferences()
     except (OSError, ValueError) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else "it is not valid JSON"
-        return Preferences(problem=f"The settings file {path} could not be read ({reason}); using the defaults.")
+        return _unreadable(path, f"could not be read ({reason})")
     if not isinstance(data, dict):
-        return Preferences(problem=f"The settings file {path} does not hold a JSON object; using the defaults.")
+        return _unreadable(path, "does not hold a JSON object")
     types = get_type_hints(Preferences)
-    known = {f.name: data[f.name] for f in fields(Preferences) if f.name in data and f.name != "problem"}
+    known = {f.name: data[f.name] for f in fields(Preferences) if f.name in data and f.name not in UNSAVED}
     bad = [name for name, value in known.items() if not _valid(value, types[name])]
     new_run = known.get("new_run")
     if isinstance(new_run, dict):
@@ -77,17 +84,24 @@ def load() -> Preferences:
         bad += [f"new_run.{key}" for key in wrong]
         known["new_run"] = {key: value for key, value in new_run.items() if key not in wrong}
     preferences = Preferences(**{name: value for name, value in known.items() if name not in bad})
-    if bad:
-        preferences.problem = (
-            f"The settings file {path} has a value of the wrong type for {', '.join(bad)}; using the default for each."
-        )
+    problems = [f"a value of the wrong type for {', '.join(bad)}; using the default for each"] if bad else []
+    built_in = [name for name in preferences.plugins if name in METHODS]  # listed anyway: a plug-in of no use
+    if built_in:
+        preferences.plugins = [name for name in preferences.plugins if name not in built_in]
+        problems.append(f"built-in methods among its plug-ins ({', '.join(built_in)}); leaving them out")
+    if problems:
+        preferences.problem = f"The settings file {path} has {', and '.join(problems)}."
     return preferences
+
+
+def _unreadable(path: Path, why: str) -> Preferences:
+    return Preferences(problem=f"The settings file {path} {why}; using the defaults.", unreadable=why)
 
 
 def save(preferences: Preferences) -> None:
     """Write the preferences (atomically: a crash never leaves half a file); ``UserError`` if the folder refuses."""
     path = preferences_path()
-    data = {k: v for k, v in asdict(preferences).items() if k != "problem"}
+    data = {k: v for k, v in asdict(preferences).items() if k not in UNSAVED}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(data, indent=2) + "\n")
@@ -96,8 +110,17 @@ def save(preferences: Preferences) -> None:
 
 
 def update(**values) -> Preferences:
-    """Load, change ``values``, save; returns the saved preferences."""
+    """Load, change ``values``, save; returns the saved preferences. What the file held that could not be
+    used is said on stderr before the file is rewritten without it; a file that could not be read at all
+    is left as it is (a UserError), never replaced by the defaults."""
     preferences = load()
+    if preferences.unreadable:
+        raise UserError(
+            f"The settings file {preferences_path()} {preferences.unreadable}; it is left as it is, and nothing is "
+            f"remembered until it is fixed or removed."
+        )
+    if preferences.problem:
+        print(f"acetui: {preferences.problem}", file=sys.stderr)
     for name, value in values.items():
         setattr(preferences, name, value)
     save(preferences)

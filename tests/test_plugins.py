@@ -2,6 +2,7 @@
 
 import contextlib
 import hashlib
+import json
 
 import pytest
 from runhelpers import cli, wait_for_runs
@@ -179,3 +180,61 @@ async def test_the_new_run_form_says_which_plugin_and_remembered_metric_it_left_
         assert metrics.selected == ["wanda"]
     assert any("broken.py could not be imported" in line and "left out of Metrics" in line for line in said), said
     assert any(line.startswith("Not ticked: the metric(s) ") and "broken.py:score" in line for line in said), said
+
+
+@pytest.fixture
+def settings_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACETUI_CONFIG_DIR", str(tmp_path / "config"))
+    (tmp_path / "config").mkdir()
+    (tmp_path / "mine.py").write_text(WANDA)
+    return tmp_path / "config" / "settings.json"
+
+
+def test_a_built_in_method_given_as_a_plugin_is_refused_and_never_remembered(settings_file, monkeypatch, capsys):
+    code, _, err = cli(monkeypatch, capsys, "--method", "wanda", "methods")
+    assert code == 2 and err.startswith("acetui: wanda is a built-in method, not a plug-in: acetui --method remembers")
+    assert len(err.splitlines()) == 1 and not settings_file.exists()
+
+
+def test_a_remembered_built_in_method_is_left_out_in_one_line(settings_file, tmp_path, monkeypatch, capsys):
+    """Stored by an earlier version: every acetui methods failed with "Unknown method 'wanda'"."""
+    mine = f"{tmp_path}/mine.py:my_wanda"
+    settings_file.write_text(json.dumps({"plugins": ["wanda", mine]}))
+    monkeypatch.setenv("COLUMNS", "1000")
+    code, out, err = cli(monkeypatch, capsys, "methods")
+    assert code == 0 and "my_wanda" in out
+    assert err == (
+        f"acetui: The settings file {settings_file} has built-in methods among its plug-ins (wanda); leaving them out.\n"
+    )
+
+
+def test_a_settings_file_that_cannot_be_read_is_never_rewritten(settings_file, tmp_path, monkeypatch, capsys):
+    settings_file.write_text("{bad")
+    code, _, err = cli(monkeypatch, capsys, "--method", f"{tmp_path}/mine.py:my_wanda", "methods")
+    assert code == 2 and settings_file.read_text() == "{bad"
+    assert err == (
+        f"acetui: The settings file {settings_file} could not be read (it is not valid JSON); it is left as it is, "
+        "and nothing is remembered until it is fixed or removed.\n"
+    )
+
+
+def test_a_value_of_the_wrong_type_is_said_before_the_file_is_rewritten(settings_file, tmp_path, monkeypatch, capsys):
+    settings_file.write_text(json.dumps({"notify": "loud", "theme": "light"}))
+    mine = f"{tmp_path}/mine.py:my_wanda"
+    code, _, err = cli(monkeypatch, capsys, "--method", mine, "methods")
+    assert code == 0 and err.startswith(
+        f"acetui: The settings file {settings_file} has a value of the wrong type for notify; using the default for each."
+    )
+    assert json.loads(settings_file.read_text()) == {
+        "theme": "light", "notify": "osc", "new_run": {}, "plugins": [mine], "export_dir": None
+    }  # fmt: skip
+
+
+def test_a_bad_notify_before_a_subcommand_is_refused_whatever_the_subcommand(
+    settings_file, tmp_path, monkeypatch, capsys
+):
+    store = tmp_path / "runs.db"
+    Store(store)
+    code, out, err = cli(monkeypatch, capsys, "--notify", "loud", "--store", store, "runs")
+    assert (code, out) == (2, "")
+    assert err == "acetui: Unknown notification 'loud'; choose one of: bell, osc, none.\n"

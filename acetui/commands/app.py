@@ -69,10 +69,17 @@ PluginMethods = Annotated[
 
 
 def remember_plugins(references: list[str]) -> None:
-    """Check each plug-in (one sentence when it cannot be used) and add it to the remembered list."""
+    """Check each plug-in (one sentence when it cannot be used, or is a built-in method, which every list
+    holds already) and add it to the remembered list."""
     from acetui import preferences
-    from acetui_core.scores.metrics import get_method
+    from acetui_core.scores.metrics import METHODS, get_method
 
+    for reference in references:
+        if reference.strip() in METHODS:
+            raise UserError(
+                f"{reference} is a built-in method, not a plug-in: acetui --method remembers a plug-in metric "
+                f"(module:function or path/file.py:function); give {reference} to a command (acetui prune --method)."
+            )
     names = [get_method(reference).name for reference in references]
     saved = preferences.load().plugins
     preferences.update(plugins=list(dict.fromkeys([*saved, *names])))
@@ -89,6 +96,10 @@ def workbench(
     ] = None,
 ) -> None:
     """Without a subcommand: open the workbench (pick a model and metrics, watch runs, compare results)."""
+    if notify is not None:  # checked whatever the subcommand, before anything is remembered
+        from acetui.notify import check_mode
+
+        notify = check_mode(notify)
     if method:
         remember_plugins(method)
     if ctx.invoked_subcommand is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -23,7 +25,10 @@ def methods() -> None:
     table.add_column("score (higher = keep)")
     table.add_column("from", overflow="fold")
     unusable: list[str] = []
-    for method in available_methods(METHODS, preferences.load().plugins, unusable).values():
+    user = preferences.load()
+    if user.problem:  # a remembered entry that is no plug-in is left out of the list, and said
+        print(f"acetui: {user.problem}", file=sys.stderr)
+    for method in available_methods(METHODS, user.plugins, unusable).values():
         group = method.group if method.score is not None else "blocks"  # SparseGPT masks per 128 columns
         table.add_row(method.name, method.paper_name, group, escape(method.description), escape(method.source))
     Console().print(table)
