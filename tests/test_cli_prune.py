@@ -321,3 +321,87 @@ def test_the_plan_of_the_bundled_gguf_is_within_12_percent_of_the_run_s_peak(smo
     planned = acetui("plan", str(smollm_gguf), *args)["peak_cpu_bytes"] / 2**20
     peak = acetui("prune", str(smollm_gguf), "--sparsity", "0.5", *args)["peak_rss_mb"]
     assert abs(planned - peak) < 0.12 * peak, (planned, peak)
+
+
+def _edited_copy(model, tmp_path, **config):
+    import json
+    import shutil
+
+    copy = tmp_path / "edited"
+    shutil.copytree(model, copy)
+    path = copy / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    return copy
+
+
+# case -> (the command's arguments from (tiny model, tmp_path), the whole sentence from (tiny model, tmp_path))
+UNCLEAR_BEFORE = {
+    "unknown architecture": (
+        lambda m, t: ["plan", _edited_copy(m, t, model_type="llamazz")],
+        lambda m, t: (
+            f"The checkpoint folder {t / 'edited'} could not be loaded as a model (its model_type 'llamazz' "
+            f"is an architecture transformers {__import__('transformers').__version__} does not know)."
+        ),
+    ),
+    "a size written as text": (
+        lambda m, t: ["plan", _edited_copy(m, t, hidden_size="64")],
+        lambda m, t: (
+            f"The checkpoint folder {t / 'edited'} could not be loaded as a model (Validation error for "
+            "field 'hidden_size': TypeError: Field 'hidden_size' expected int, got str (value: '64'))."
+        ),
+    ),
+    "a GGUF file cut after its magic": (
+        lambda m, t: ["plan", _written(t / "cut.gguf", b"GGUF\x03\x00")],
+        lambda m, t: (
+            f"{t / 'cut.gguf'} is not a readable GGUF model file: it ends after 6 bytes, before what its "
+            "header announces: it is truncated."
+        ),
+    ),
+    "an empty GGUF file": (
+        lambda m, t: ["plan", _written(t / "empty.gguf", b"")],
+        lambda m, t: f"{t / 'empty.gguf'} is not a readable GGUF model file: the file is empty.",
+    ),
+    "text named .gguf": (
+        lambda m, t: ["plan", _written(t / "text.gguf", b"hello")],
+        lambda m, t: (
+            f"{t / 'text.gguf'} is not a readable GGUF model file: it does not start with GGUF's magic "
+            "bytes, so it is not a GGUF file."
+        ),
+    ),
+    "eval of a folder without tokenizer": (
+        lambda m, t: ["eval", _without_tokenizer(m, t), "--tasks", "boolq", "--limit", "1"],
+        lambda m, t: (
+            f"The checkpoint folder {t / 'edited'} holds no tokenizer: none of tokenizer.json, "
+            "tokenizer_config.json, tokenizer.model, vocab.json (save the tokenizer beside the model: "
+            "tokenizer.save_pretrained)."
+        ),
+    ),
+    "a plug-in that raises a page": (
+        lambda m, t: ["prune", m, "--method", f"{_written(t / 'long.py', LONG_RAISE)}:score", "--eval", "none"],
+        lambda m, t: f"Plug-in method '{t / 'long.py'}:score' failed (RuntimeError: {'x' * 199}…).",
+    ),
+}
+LONG_RAISE = b"def score(W, stats, opts):\n    raise RuntimeError('x' * 2500)\n"
+
+
+def _written(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+def _without_tokenizer(model, tmp_path):
+    copy = _edited_copy(model, tmp_path)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (copy / name).unlink()
+    return copy
+
+
+@pytest.mark.parametrize("case", list(UNCLEAR_BEFORE))
+def test_a_damaged_model_or_a_failing_plugin_is_one_clear_sentence(case, cli, make_tiny_model, tmp_path, calib_file):
+    args, sentence = UNCLEAR_BEFORE[case]
+    model = make_tiny_model("llama")
+    extra = ["--calib", calib_file, "--nsamples", "4"] if case.startswith("a plug-in") else []
+    code, out, err = cli(*args(model, tmp_path), *extra)
+    assert code == 2 and [line for line in err.splitlines() if line.startswith("acetui:")] == [
+        f"acetui: {sentence(model, tmp_path)}"
+    ]

@@ -69,8 +69,9 @@ def eval_command(
 ) -> None:
     """Zero-shot accuracy of MODEL through lm-evaluation-harness (local task files when ACETUI_DATA_DIR is set)."""
     from acetui.progress import EventProgress
-    from acetui_core.modeling.models import load_model, model_source, resolve_device, resolve_dtype
+    from acetui_core.modeling.models import load_model, resolve_device, resolve_dtype
     from acetui_core.modeling.placement import place_for_eval
+    from acetui_core.modeling.preflight import check_runnable, preflight
     from acetui_core.pruning.zeroshot import evaluate_zeroshot, validate_tasks
 
     tasks, zeroshot_limit, batch_size, device, dtype = (
@@ -78,7 +79,8 @@ def eval_command(
     )
     # Every check before a model is loaded.
     task_list = validate_tasks(tasks, zeroshot_limit)
-    model_source(model)
+    preflight(model)  # a damaged model, as prune says it
+    check_runnable(model)  # a folder without weights or tokenizer
     resolve_dtype(dtype, resolve_device(device))
     with EventProgress() as progress:
         loaded = load_model(model, device=device, dtype=dtype, on_event=progress)

@@ -11,12 +11,19 @@ class UserError(Exception):
     """
 
 
+FIRST_LINE_CHARS = 200  # an error's message in a sentence: enough to say what went wrong, never a page
+
+
 def first_line(error: BaseException) -> str:
     """The first line of an error's message (of its captured stderr, for a failed command), for a
-    sentence that names what went wrong; the error's type when it says nothing."""
+    sentence that names what went wrong; the error's type when it says nothing. A first line that ends in
+    ':' only introduces the detail (``Validation error for field 'hidden_size':``): the next comes with it.
+    A longer line is cut, ending in an ellipsis."""
     text = getattr(error, "stderr", None) or str(error)
     text = text.decode() if isinstance(text, bytes) else text
-    return (text.strip().splitlines() or [type(error).__name__])[0][:200]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()] or [type(error).__name__]
+    line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return line if len(line) <= FIRST_LINE_CHARS else line[: FIRST_LINE_CHARS - 1] + "…"
 
 
 class Cancelled(Exception):

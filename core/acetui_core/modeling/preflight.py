@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,9 +160,7 @@ def _preflight(kind: str, path: str, identity: str | None) -> Preflight:
         except ImportError as error:  # not about the file (issue 31: a thread raced the app's imports)
             raise _not_checked(path, error) from error
         except Exception as error:  # the gguf reader raises many kinds on a damaged file
-            raise UserError(
-                f"{path} is not a readable GGUF model file ({type(error).__name__}); it may be corrupt or truncated."
-            ) from error
+            raise UserError(f"{path} is not a readable GGUF model file: {_gguf_problem(Path(path), error)}.") from error
         skeleton = meta_skeleton(config, tie_weights=False)
         return Preflight(context_length(config), _input_widths(skeleton), skeleton)
     if kind == "hub":
@@ -182,9 +181,39 @@ def _preflight(kind: str, path: str, identity: str | None) -> Preflight:
         raise _not_checked(path, error) from error
     except Exception as error:  # a damaged configuration fails in many ways
         raise UserError(
-            f"The checkpoint folder {path} could not be loaded as a model ({first_line(error)})."
+            f"The checkpoint folder {path} could not be loaded as a model ({config_problem(Path(path), error)})."
         ) from error
     return Preflight(context_length(config), _input_widths(skeleton), skeleton)
+
+
+def _gguf_problem(path: Path, error: Exception) -> str:
+    """Why a GGUF file would not parse, in words (the reader's own errors are a bare ``error`` or ``cannot
+    mmap an empty file``): empty, not a GGUF file, or cut short."""
+    size = path.stat().st_size
+    if size == 0:
+        return "the file is empty"
+    with open(path, "rb") as file:
+        if file.read(4) != b"GGUF":
+            return "it does not start with GGUF's magic bytes, so it is not a GGUF file"
+    if isinstance(error, struct.error):  # a read past the end of the file
+        return f"it ends after {size} bytes, before what its header announces: it is truncated"
+    return f"{first_line(error)}; it may be corrupt or truncated"
+
+
+def config_problem(folder: Path, error: Exception) -> str:
+    """What is wrong with a checkpoint folder's configuration, in words: an architecture this transformers
+    does not know is named with the version (transformers' own sentence is a paragraph); else the error's
+    first line."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        model_type = None
+    if isinstance(model_type, str) and model_type not in CONFIG_MAPPING:
+        return f"its model_type '{model_type}' is an architecture transformers {transformers.__version__} does not know"
+    return first_line(error)
 
 
 def _input_widths(skeleton) -> tuple[tuple[str, int], ...]:

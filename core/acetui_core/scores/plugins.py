@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from acetui_core.basics.errors import UserError
+from acetui_core.basics.errors import UserError, first_line
 from acetui_core.basics.paths import user_path
 from acetui_core.scores.method import Method
 
@@ -96,7 +96,7 @@ def _method(name: str, paper_name: str, load, source: str, fingerprint: str | No
     except UserError:
         raise
     except USER_CODE_ERRORS as error:
-        raise UserError(f"Plug-in method '{name}' could not be imported ({type(error).__name__}: {error}).") from None
+        raise UserError(f"Plug-in method '{name}' could not be imported ({_described(error)}).") from None
     _check_signature(function, name)
     doc = (inspect.getdoc(function) or "plug-in metric").strip().splitlines()[0]
     return Method(name, paper_name, doc, _guarded(function, name), source=source, fingerprint=fingerprint)
@@ -112,7 +112,7 @@ def _load_file(path: str, digest: str):
     try:
         spec.loader.exec_module(module)
     except USER_CODE_ERRORS as error:
-        raise UserError(f"Plug-in file {path} could not be imported ({type(error).__name__}: {error}).") from None
+        raise UserError(f"Plug-in file {path} could not be imported ({_described(error)}).") from None
     return module
 
 
@@ -121,7 +121,7 @@ def _import(target: str, reference: str):
         return importlib.import_module(target)
     except USER_CODE_ERRORS as error:
         raise UserError(
-            f"Plug-in module '{target}' (method '{reference}') could not be imported ({type(error).__name__}: {error})."
+            f"Plug-in module '{target}' (method '{reference}') could not be imported ({_described(error)})."
         ) from None
 
 
@@ -145,6 +145,12 @@ def _check_signature(function, name: str) -> None:
         pass
 
 
+def _described(error: BaseException) -> str:
+    """A plug-in's error in a sentence: its type and the first line of its message, cut to a readable
+    length (a plug-in may raise pages)."""
+    return f"{type(error).__name__}: {first_line(error)}" if str(error).strip() else type(error).__name__
+
+
 def _guarded(function, name: str):
     """The plug-in on a copy of ``W`` (it may write to its argument), its failures as one sentence."""
 
@@ -152,7 +158,7 @@ def _guarded(function, name: str):
         try:
             return function(W.clone(), stats, opts)
         except USER_CODE_ERRORS as error:
-            raise UserError(f"Plug-in method '{name}' failed ({type(error).__name__}: {error}).") from None
+            raise UserError(f"Plug-in method '{name}' failed ({_described(error)}).") from None
 
     return score
 
