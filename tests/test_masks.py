@@ -64,6 +64,10 @@ def test_nm_needs_divisible_width():
         ("3:2", "N must be at least 1 and smaller than M"),
         ("0:4", "N must be at least 1"),
         ("a:b", "two whole numbers"),
+        ("１:２", "two whole numbers"),  # fullwidth digits: int() reads them, the table would print 1:2
+        ("2:4_0", "two whole numbers"),
+        ("０.５", "neither a ratio"),
+        ("0.2_5", "neither a ratio"),
     ],
 )
 def test_bad_sparsity_is_one_sentence(text, message):

@@ -33,9 +33,13 @@ def parse_sparsity(text: str, allow_zero: bool = False) -> Sparsity:
     """Parse ``0.5`` or ``2:4``; anything else is a UserError with one sentence. ``allow_zero``: a ratio of 0
     (no weight inside the experts pruned: ``--expert-sparsity`` alone; ``validate`` checks that pairing)."""
     text = str(text).strip()
+    # int() and float() also read other scripts' digits and "1_0"; a recorded sparsity is what was typed
+    plain = text.isascii() and "_" not in text
     if ":" in text:
         left, _, right = text.partition(":")
         try:
+            if not plain:
+                raise ValueError(text)
             n, m = int(left), int(right)
         except ValueError:
             raise UserError(
@@ -47,6 +51,8 @@ def parse_sparsity(text: str, allow_zero: bool = False) -> Sparsity:
             )
         return Sparsity(n=n, m=m)
     try:
+        if not plain:
+            raise ValueError(text)
         ratio = float(text)
     except ValueError:
         raise UserError(f"Sparsity '{text}' is neither a ratio such as 0.5 nor an N:M pattern such as 2:4.") from None
