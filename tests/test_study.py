@@ -48,6 +48,8 @@ def _study(path: Path, text: str) -> Path:
         ('varp_form = "cubic"\n', "study.toml: Unknown varp_form 'cubic'"),
         ("seed = [0, 1, 0]\n", "study.toml: seed gives 0 twice; give each value once."),
         ('evals = ""\n', "study.toml: evals needs at least one value: wikitext2, zeroshot, both comma-separated"),
+        ("", "study.toml sets nothing"),
+        ("# the grid of table 2\n", "study.toml sets nothing"),
     ],
 )
 def test_a_bad_key_or_value_is_one_sentence_naming_it(tmp_path, text, sentence):

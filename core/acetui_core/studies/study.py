@@ -108,6 +108,8 @@ def parse_study(text: str, path: Path) -> Study:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"{path.name} is not valid TOML: {error}.") from None
+    if not data:  # an empty or truncated file would be one default cell, launched as if declared
+        raise UserError(f"{path.name} sets nothing; a study names its settings, at least its model or methods.")
     axes, common = {}, {}
     for name, value in data.items():
         if name not in SETTINGS:
