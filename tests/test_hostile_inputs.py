@@ -87,6 +87,11 @@ CASES = {
     "a negative seed": (["compare", "{model}", "--seeds", "0,-1"], "--seeds must be at least 0 (got -1)"),
     "unicode digit in a list": (["compare", "{model}", "--seeds", "0,³"], "--seeds must be a whole number, not '³'"),
     "a seed given twice": (["compare", "{model}", "--seeds", "0,1,0"], "--seeds gives 0 twice; give each value once."),
+    "a model given twice": (["compare", "{model}", "{model}"], "twice; give each model once."),
+    "a model given twice by two paths": (
+        ["sweep", "{model}", "{model}/.", "--seeds", "0,1"],
+        "/.); give each model once.",
+    ),
     "one sparsity written two ways": (
         ["compare", "{model}", "--sparsity", "0.5,2:4,0.50"],
         "--sparsity gives 0.5 twice; give each value once.",

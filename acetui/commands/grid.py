@@ -16,7 +16,8 @@ from acetui_core.analysis import verdicts
 from acetui_core.analysis.comparison import check_table, comparison
 from acetui_core.analysis.export import to_markdown
 from acetui_core.basics.choices import RunStatus
-from acetui_core.basics.paths import default_model
+from acetui_core.basics.errors import UserError
+from acetui_core.basics.paths import default_model, user_path
 from acetui_core.execution.launch import Grid, LocalProcesses, checked_store, gpus_for, launch, run_and_wait
 from acetui_core.run.config import SETTINGS, model_name
 from acetui_core.run.events import Event
@@ -110,6 +111,20 @@ def run_grid(
         raise typer.Exit(1)
 
 
+def models_once(models: list[str] | None) -> list[str]:
+    """MODELS (the bundled one when none is named), each once: ``tiny ./tiny`` would run one model where
+    two were meant, as ``--seeds 0,0`` would one seed."""
+    if not models:
+        return [default_model()]
+    places = [str(user_path(model).resolve()) if user_path(model).exists() else model for model in models]
+    for index, place in enumerate(places):
+        if place in places[:index]:
+            first = models[places.index(place)]
+            also = "" if first == models[index] else f" (as {first} and {models[index]})"
+            raise UserError(f"MODELS gives {first} twice{also}; give each model once.")
+    return models
+
+
 @options.with_settings(grid={"method": "wanda,ria,ace", "sparsity": "0.5,4:8,2:4"})
 @options.with_executor
 def compare(
@@ -123,7 +138,7 @@ def compare(
     **settings,
 ) -> None:
     """Run every method x sparsity x calibration length on MODELS and print the paper-style table."""
-    grid = Grid.of({"model": models or [default_model()], **settings})
+    grid = Grid.of({"model": models_once(models), **settings})
     run_grid(
         grid,
         device=settings["device"],
@@ -157,7 +172,7 @@ def sweep(
         settings["seqlen"] = SETTINGS["seqlen"].values("16" if len(settings["seed"]) > 1 else PAPER_SEQLENS)
     columns = "seqlen" if len(settings["seqlen"]) > 1 else "seed" if len(settings["seed"]) > 1 else "sparsity"
     run_grid(
-        Grid.of({"model": models or [default_model()], **settings}),
+        Grid.of({"model": models_once(models), **settings}),
         device=settings["device"],
         columns=columns,
         detach=detach,
