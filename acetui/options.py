@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from pathlib import Path
 from types import UnionType
 from typing import Annotated, get_type_hints
 
@@ -33,7 +32,7 @@ def _optional_whole(flag: str, minimum: int = 0):
 
 
 StoreOption = Annotated[
-    Path | None,
+    str | None,  # not Path: Path("") is ".", and an empty --store (an unset variable) is refused as such
     typer.Option("--store", help="The run store file (default: $ACETUI_HOME/runs.db or the user data folder)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout, for scripts.")]

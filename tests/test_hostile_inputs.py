@@ -60,6 +60,9 @@ GOOD_RUN = "a0000001"  # a finished run already in the store: no command below m
 # case -> (arguments, the sentence's fragment[, environment]); {name} is a place the test prepares. Every
 # command runs from a working folder holding a file of the user's, with a store holding one finished run.
 CASES = {
+    "an empty -o": (["export", "--format", "csv", "-o", ""], "-o is empty; give a file name"),
+    "an empty --store": (["runs", "--store", ""], "--store is empty; name the run store's file"),
+    "an empty report folder": (["study", "report", "study.toml", "-o", ""], "-o is empty; give the report's folder."),
     "empty calibration file": (["prune", "{model}", "--calib", "{empty}"], "holds no text to calibrate on"),
     "text that is a number": (["prune", "{model}", "--calib", "{number}"], "whose 'text' is not a string (record 2)"),
     "text that is null": (["prune", "{model}", "--calib", "{null}"], "whose 'text' is not a string (record 1)"),
@@ -254,7 +257,7 @@ def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
         monkeypatch.setenv(name, value.format(**places))
     args = [arg.format(**places) for arg in args]
     if "--store" not in args and args[0] != "eval":  # after the command's words: `runs rm` has its own --store
-        words = 2 if args[0] == "runs" and len(args) > 1 and not args[1].startswith("-") else 1
+        words = 2 if args[0] in ("runs", "study") and len(args) > 1 and not args[1].startswith("-") else 1
         args = [*args[:words], "--store", str(store), *args[words:]]
     monkeypatch.chdir(project)
     watched = [project, store.parent, *(places[name] for name in ("home", "annotated") if name in places)]

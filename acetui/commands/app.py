@@ -33,7 +33,7 @@ def require_terminal() -> None:
 
 def open_app(
     theme: str | None,
-    store: Path | None,
+    store: str | None,
     attach: str | None = None,
     notify: str | None = None,
     study: Path | None = None,

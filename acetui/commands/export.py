@@ -91,14 +91,16 @@ def runs_and_evidence(
     return records, opened.evidence([r.id for r in records])
 
 
-def guarded_file(output: Path, overwrite: bool, store) -> Path:
+def guarded_file(output: str | Path, overwrite: bool, store) -> Path:
     """The file ``-o`` writes, checked before any work by the guard of every file acetui writes
     (``acetui_core.basics.outputs``) against the store's protected places."""
+    if not str(output).strip():  # an unset variable: never the working folder
+        raise UserError("-o is empty; give a file name, or - for the standard output.")
     protected = Store(store, create=False).protected_places()
     return check_output_file(user_path(output), "-o", overwrite=overwrite, protected=protected)
 
 
-def output_file(output: Path | None, overwrite: bool, store) -> Path | None:
+def output_file(output: str | None, overwrite: bool, store) -> Path | None:
     """Where an export goes: None for stdout (no ``-o``, or ``-o -``), else ``guarded_file``."""
     return None if output is None or str(output) == "-" else guarded_file(output, overwrite, store)
 
@@ -126,7 +128,7 @@ def export_runs(
     method: MethodFilter = None,
     last: options.Last = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write here instead of stdout (- is stdout).")
+        str | None, typer.Option("--output", "-o", help="Write here instead of stdout (- is stdout).")
     ] = None,
     overwrite: Overwrite = False,
     cells: options.Cells = "ppl",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -69,7 +68,7 @@ def _watch_workers(store: Store):
 
 
 def run_grid(
-    grid: Grid, *, device: str, columns: str, detach: bool, cluster, store: Path | None, as_json: bool, cells: str
+    grid: Grid, *, device: str, columns: str, detach: bool, cluster, store: str | None, as_json: bool, cells: str
 ) -> None:
     """Launch every run of the grid, wait for them (unless detached or on a cluster), and print the
     comparison table."""

@@ -240,7 +240,7 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
 @study_app.command("report", cls=options.Command)
 def report(
     study_file: StudyFile,
-    output: Annotated[Path, typer.Option("--output", "-o", help="The report's folder (made if missing).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="The report's folder (made if missing).")],
     store: options.StoreOption = None,
     overwrite: Annotated[
         bool,
@@ -253,6 +253,8 @@ def report(
     the environment and summary.md."""
     from acetui_core.studies.studyreport import write_report
 
+    if not output.strip():  # an unset variable: never the working folder
+        raise UserError("-o is empty; give the report's folder.")
     study = _load(study_file)
     opened = Store(store, create=False)
     written = write_report(study, study.cells(opened.path), opened, user_path(output), overwrite)

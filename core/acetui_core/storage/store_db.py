@@ -46,7 +46,10 @@ def default_store_path() -> Path:
 
 
 def store_path(store: str | os.PathLike | None) -> Path:
-    """The run store a ``--store`` option names (``~`` expanded, made absolute), or the default one."""
+    """The run store a ``--store`` option names (``~`` expanded, made absolute), or the default one; an
+    empty one (an unset variable) is refused, never read as the working folder."""
+    if store is not None and not str(store).strip():
+        raise UserError("--store is empty; name the run store's file, or leave --store out for the default one.")
     return user_path(store).absolute() if store is not None else default_store_path()
 
 
