@@ -141,6 +141,16 @@ def test_a_missing_or_damaged_mask_file_gets_one_sentence(monkeypatch, capsys, s
     assert code == 2 and "are gone" in err
 
 
+def test_a_mask_file_of_the_wrong_shapes_is_called_damaged_not_another_model(monkeypatch, capsys, store_with_masks):
+    masks = {
+        key: value[: len(value) // 2] for key, value in read_masks(store_with_masks.masks_path("bbbb0002")).items()
+    }
+    np.savez(store_with_masks.masks_path("bbbb0002"), **{f"{layer}.{name}": m for (layer, name), m in masks.items()})
+    code, _, err = cli(monkeypatch, capsys, "overlap", "aaaa", "bbbb", "--store", store_with_masks.path)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "both runs pruned /models/llama-7b: one of the mask files is damaged" in err
+
+
 def test_removing_a_run_removes_its_masks(store_with_masks):
     path = store_with_masks.masks_path("aaaa0001")
     store_with_masks.delete_runs(["aaaa0001"])

@@ -149,6 +149,6 @@ def run_overlap(run_a, run_b, files: tuple[Path | None, Path | None]) -> list[Li
         return overlap(masks_a, masks_b)
     except ValueError:
         raise UserError(
-            f"The masks of runs {run_a.id} and {run_b.id} cover different linears or shapes; "
-            f"they come from different models."
+            f"The masks of runs {run_a.id} and {run_b.id} cover different linears or shapes although both runs "
+            f"pruned {model_a}: one of the mask files is damaged, or the model changed between the runs."
         ) from None
