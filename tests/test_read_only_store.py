@@ -149,3 +149,31 @@ def test_a_store_on_a_read_only_mount_is_read_with_or_without_its_write_ahead_lo
             subprocess.run(["umount", "-l", mounted], check=True)
         if left == "with its log":
             holder.close()
+
+
+def test_an_older_store_this_user_cannot_write_is_one_sentence(tmp_path, monkeypatch, capsys):
+    """A version-0 store that would need migrating, on a store this user may only read: one sentence (the
+    check read the schema from a closed connection: a ProgrammingError)."""
+    import os
+    from pathlib import Path
+
+    from acetui_core.storage import store_db
+
+    store = tmp_path / "theirs" / "runs.db"
+    store.parent.mkdir()
+    db = sqlite3.connect(store)
+    db.executescript((Path(__file__).parent / "store_v0.sql").read_text())
+    db.commit()
+    db.close()
+    before = store.read_bytes()
+    real = os.access
+
+    def access(path, mode, **kwargs):  # the permission bits, whoever runs the test (root writes anywhere)
+        if mode & os.W_OK and str(path) in (str(store), str(store.parent)):
+            return False
+        return real(path, mode, **kwargs)
+
+    monkeypatch.setattr(store_db.os, "access", access)
+    code, out, err = cli(monkeypatch, capsys, "runs", "--store", str(store))
+    assert code == 2 and err.count("\n") == 1 and "was written by an older acetui and must be updated" in err, err
+    assert store.read_bytes() == before

@@ -109,29 +109,18 @@ def _open_read_only(path: Path) -> None:
         _READ_ONLY[path] = uri
         try:
             with transaction(path) as db:
-                state = _schema_state(db)
-                tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                version = _stored_version(path, db, empty=False)
         except UserError as error:
             _READ_ONLY.pop(path, None)
             if "unable to open" in str(error):
                 continue
             raise
-        if state == (APPLICATION_ID, SCHEMA_VERSION):
+        if version == SCHEMA_VERSION:
             return
         _READ_ONLY.pop(path, None)
-        if state[0] == APPLICATION_ID and state[1] > SCHEMA_VERSION:
-            raise UserError(
-                f"The run store {path} was written by a newer acetui (schema {state[1]}, "
-                f"this one knows {SCHEMA_VERSION}); upgrade acetui to open it."
-            )
-        if state[0] == APPLICATION_ID or (state[0] == 0 and store_schema.is_version0(db, tables)):
-            raise UserError(
-                f"The run store {path} was written by an older acetui and must be updated before it is read, "
-                "but it is read-only (the file or its folder cannot be written); open it once as its owner."
-            )
         raise UserError(
-            f"{path} is not an acetui run store; it was left untouched "
-            f"(choose another file with --store or ACETUI_HOME)."
+            f"The run store {path} was written by an older acetui and must be updated before it is read, "
+            "but it is read-only (the file or its folder cannot be written); open it once as its owner."
         )
     raise UserError(f"The run store {path} is read-only and SQLite cannot open it for reading.")
 
@@ -147,8 +136,10 @@ def _schema_state(db: sqlite3.Connection) -> tuple[int, int]:
     return db.execute("PRAGMA application_id").fetchone()[0], db.execute("PRAGMA user_version").fetchone()[0]
 
 
-def _prepare_schema(path: Path, db: sqlite3.Connection, create: bool = True) -> None:
-    """Create the schema in an empty file (``create``), or migrate an older acetui store; refuse anything else."""
+def _stored_version(path: Path, db: sqlite3.Connection, *, empty: bool) -> int | None:
+    """The schema version of the acetui store ``db`` holds (0: the first, unversioned one), to migrate from;
+    None for a file without tables when ``empty`` may be made a store. A newer acetui's store, or anything
+    else, is refused with one sentence."""
     app_id, version = _schema_state(db)
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if app_id == APPLICATION_ID:
@@ -157,16 +148,22 @@ def _prepare_schema(path: Path, db: sqlite3.Connection, create: bool = True) -> 
                 f"The run store {path} was written by a newer acetui (schema {version}, "
                 f"this one knows {SCHEMA_VERSION}); upgrade acetui to open it."
             )
-    elif not tables and create:
+        return version
+    if not tables and empty:
+        return None
+    if app_id == 0 and store_schema.is_version0(db, tables):
+        return 0
+    raise UserError(
+        f"{path} is not an acetui run store; it was left untouched (choose another file with --store or ACETUI_HOME)."
+    )
+
+
+def _prepare_schema(path: Path, db: sqlite3.Connection, create: bool = True) -> None:
+    """Create the schema in an empty file (``create``), or migrate an older acetui store; refuse anything else."""
+    version = _stored_version(path, db, empty=create)
+    if version is None:
         store_schema.create(db)
         version = 1
-    elif app_id == 0 and store_schema.is_version0(db, tables):
-        version = 0
-    else:
-        raise UserError(
-            f"{path} is not an acetui run store; it was left untouched "
-            f"(choose another file with --store or ACETUI_HOME)."
-        )
     while version < SCHEMA_VERSION:
         store_schema.MIGRATIONS[version](db)
         version += 1
