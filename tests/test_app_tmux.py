@@ -113,3 +113,19 @@ def test_every_screen_reads_at_80x24(store, tmp_path, no_color):
         assert "every run on llama-7b" in runs and "run00002" in runs
     finally:
         terminal.close()
+
+
+@pytest.mark.parametrize("burst", [("F3", "F4", "F3"), ("F3", "F4", "F2", "F3")])
+def test_a_burst_of_screen_keys_at_start_ends_drawn_on_the_last_screen(tmp_path, burst):
+    """Right after start, with an empty store: ``F3 F4 F3`` in one read ended with the New run form still on
+    the terminal, though Results was the screen (its keys worked, unseen). Results, shown for the second time
+    in the burst, waited to be drawn while the Runs screen behind it redrew its footer in a batch; Textual
+    tells only the app, not the screen, when a batch ends, and the screen was never drawn."""
+    terminal = Terminal(Store(tmp_path / "empty.db").path, tmp_path, env={"NO_COLOR": "1"})
+    try:
+        terminal.wait_for(lambda text: "f5 Help" in text.splitlines()[-1], "the New run form and its footer")
+        terminal.keys(*burst)
+        results = terminal.wait_for("selected ·", "the Results screen, drawn", timeout=30)
+        assert "Start ▶" not in results
+    finally:
+        terminal.close()

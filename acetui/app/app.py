@@ -123,6 +123,14 @@ class AceApp(KeysWhereTyped, Workbench):
             return summary.run_to_show(self.runs, self.followed) not in (None, self.followed)
         return True
 
+    def _end_batch(self) -> None:
+        super()._end_batch()
+        # A screen skips drawing while any batch is open, and Textual tells only the app when the last one
+        # ends. In one burst (``F3 F4 F3`` at start) Results came back while the Runs screen behind it was
+        # redrawing its footer in a batch: Results was never drawn, the New run form stayed on the terminal.
+        if not self._batch_count and self._screen_stacks.get(self._current_mode):
+            self.screen.check_idle()
+
     def register_themes(self) -> None:
         for theme in themes.THEMES.values():
             self.register_theme(theme)
