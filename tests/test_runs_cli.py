@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,26 @@ def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(
     assert [layer.index for layer in run.layers] == [0, 1]
     err = (tmp_path / "err.txt").read_text()
     assert "cancelled" in err and "Traceback" not in err
+
+
+@pytest.mark.slow  # starts acetui processes of its own
+def test_a_run_in_the_foreground_outlives_its_terminal(layered_model, calib_file, gate, store_path, tmp_path):
+    """SIGHUP (a dropped SSH session, a closed terminal) killed ``acetui prune`` where it stood, the layers
+    under way lost and the run left to be found ``interrupted``; it now goes on, its output silenced, and
+    finishes as if the terminal were still there."""
+    process = spawn(
+        "prune", layered_model, *gated(calib_file, "until_opened"), "--store", store_path, tmp_path=tmp_path
+    )
+    run = held_at_the_gate(store_path, gate, process)
+    printed = (tmp_path / "err.txt").stat().st_size
+    process.send_signal(signal.SIGHUP)
+    time.sleep(1)  # the signal reaches the run while the gate still holds it
+    assert process.poll() is None
+    (gate / "open").touch()
+    assert process.wait(timeout=120) == 0
+    run = Store(store_path).get_run(run.id)
+    assert (run.status, run.layers_done) == ("finished", LAYERS)
+    assert (tmp_path / "err.txt").stat().st_size == printed  # nothing written where the terminal was
 
 
 def test_a_stopped_compare_says_how_many_runs_were_cancelled(make_tiny_model, fast, store_path, monkeypatch, capsys):

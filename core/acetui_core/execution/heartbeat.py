@@ -3,12 +3,15 @@ thread that tells the recorder the run is alive (with a sample of its resources)
 requests, and the stop signals. Either one stops the pipeline at its next check (between layers,
 calibration windows, evaluation batches), and the store records who asked and how far the run got.
 
-SIGINT or SIGTERM stop a run at its next check; a second SIGINT stops it at once. SIGKILL cannot be
-caught: readers then find the process gone and show the run ``interrupted`` (``acetui_core.storage.liveness``).
+SIGINT or SIGTERM stop a run at its next check; a second SIGINT stops it at once. SIGHUP (the terminal
+is gone: a dropped SSH session, a closed window) does not stop it: the run goes on and is recorded, its
+output goes nowhere. SIGKILL cannot be caught: readers then find the process gone and show the run
+``interrupted`` (``acetui_core.storage.liveness``).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -74,7 +77,7 @@ def stopped_by(stop: threading.Event) -> str:
 def stop_signals(stop: Stop):
     """While inside, SIGINT and SIGTERM set ``stop`` and say which (the run ends at its next check: before
     its next layer, calibration window or evaluation batch); a second SIGINT raises KeyboardInterrupt
-    at once. Only the main thread can own signals; elsewhere (the app's worker threads) this does
+    at once; SIGHUP leaves the runs going, their output silenced. Only the main thread can own signals; elsewhere (the app's worker threads) this does
     nothing and the caller's ``stop`` event is the way to cancel."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -87,11 +90,23 @@ def stop_signals(stop: Stop):
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup, which chose for itself
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _hung_up)
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def _hung_up(signum, frame) -> None:
+    """The terminal is gone. Its default would kill the run where it stands, hours of work with it, and
+    writing to a terminal that is gone fails: the output goes to the null device and the run goes on, to
+    be found finished in the store (``acetui runs``, the app)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for stream in (1, 2):
+        os.dup2(null, stream)
+    os.close(null)
 
 
 @contextmanager
