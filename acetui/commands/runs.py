@@ -24,6 +24,7 @@ from acetui_core.run.records import LayerRecord
 from acetui_core.scores.metrics import may_read_calibration
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_files import LOG_FOLDER, MASK_FOLDER
+from acetui_core.storage.store_reader import saved_checkpoint
 from acetui_core.storage.store_rows import RunRecord
 from acetui_core.storage.store_schema import STATUSES, TERMINAL
 
@@ -359,18 +360,6 @@ def sync(store: options.StoreOption = None) -> None:
         print(f"Removed {len(swept)} folder(s) that killed runs left: {', '.join(map(str, swept))}.")
 
 
-def _saved_checkpoint(run: RunRecord) -> Path | None:
-    """The checkpoint the run saved (``--save``), if it is there: a relative path read from the folder the
-    run was recorded from."""
-    if run.settings_unknown or not run.config.save:
-        return None
-    path = Path(run.config.save).expanduser()
-    folder = run.env.get("folder") if isinstance(run.env, dict) else None
-    if not path.is_absolute() and isinstance(folder, str):
-        path = Path(folder) / path
-    return path if path.exists() else None
-
-
 def removal_text(run: RunRecord, files: list[Path]) -> str:
     """What ``runs rm`` removed of a run, naming only what existed, and the checkpoint it kept:
     ``Removed run 70609e46 (Wanda-16 at 0.5, finished, ppl 87.62): its record, log and masks.``"""
@@ -380,7 +369,7 @@ def removal_text(run: RunRecord, files: list[Path]) -> str:
         if kind not in kinds:
             kinds.append(kind)
     what = kinds[0] if len(kinds) == 1 else f"{', '.join(kinds[:-1])} and {kinds[-1]}"
-    saved = _saved_checkpoint(run)
+    saved = saved_checkpoint(run)
     kept = f"; its saved checkpoint {saved} is kept" if saved else ""
     return f"Removed run {run.id} ({run.brief}): its {what}{kept}."
 

@@ -42,6 +42,11 @@ def _local_paths(text: str | None, key: str, folder: str | None) -> list[Path]:
         value = json.loads(text).get(key) if text else None
     except (ValueError, AttributeError):
         return []
+    return _existing(value, key, folder)
+
+
+def _existing(value: object, key: str, folder: str | None) -> list[Path]:
+    """``_local_paths`` of a setting's value already read from its row."""
     if not isinstance(value, str) or not value.strip():
         return []
     found = []
@@ -73,6 +78,16 @@ def _run_folder(env: str | None) -> str | None:
     except (ValueError, AttributeError):
         return None
     return folder if isinstance(folder, str) else None
+
+
+def saved_checkpoint(run: RunRecord) -> Path | None:
+    """The checkpoint ``run`` saved (``--save``), if it is there: the folder ``protected_places`` keeps
+    from every write (``runs rm`` says it kept it)."""
+    if run.settings_unknown:
+        return None
+    folder = run.env.get("folder") if isinstance(run.env, dict) else None
+    found = _existing(run.config.save, "save", folder if isinstance(folder, str) else None)
+    return found[0] if found else None
 
 
 class StoreReader:
