@@ -5,7 +5,7 @@ The app runs headless at 80x24 under Textual's Pilot; each key is timed from its
 idle again with the screen redrawn (``pilot.press`` returns once the key's handlers have run, then
 ``pilot.pause`` lets the refresh happen). Three kinds of key: typing a model filter and erasing it, moving
 the cursor, selecting runs; first with the table shown, then with the paper view shown (methods by
-sparsity, each cell's interval and verdict from bootstraps).
+sparsity, each cell's interval and verdict from its runs' window losses).
 
     .venv/bin/python bench/results_latency.py [--runs 300]
 """

@@ -11,19 +11,7 @@ from acetui_core.analysis.evidence import (
     group_interval,
     holm,
     paired_difference,
-    perplexity_interval,
 )
-
-
-def test_one_runs_perplexity_interval_is_the_bootstrap_of_its_windows():
-    """Half the windows at NLL a, half at b: a resampled mean is a + (b - a) K / n with K ~ Binomial(n, 1/2),
-    so the percentile interval of exp(mean) sits at that binomial's quantiles."""
-    a, b, n = 3.0, 3.5, 40
-    low, high = perplexity_interval(np.array([a, b] * (n // 2)))
-    k_low, k_high = stats.binom.ppf([0.025, 0.975], n, 0.5)
-    assert low == pytest.approx(np.exp(a + (b - a) * k_low / n))
-    assert high == pytest.approx(np.exp(a + (b - a) * k_high / n))
-    assert perplexity_interval(np.full(8, 3.0)) == pytest.approx((np.exp(3.0), np.exp(3.0)))
 
 
 def test_an_accuracy_interval_is_wilsons():

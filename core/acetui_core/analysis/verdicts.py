@@ -108,13 +108,9 @@ def _measured_interval(units: _Units | str | None, measure: str, level: float) -
 
 def _interval(units: _Units, measure: str, level: float) -> tuple[float, float]:
     group = units.group
-    if group.seeds == 1:
-        strata = group.runs[0]
-        if measure == "ppl":
-            return evidence.perplexity_interval(strata[0], level)
-        if len(strata) == 1:
-            low, high = evidence.accuracy_interval(strata[0], level)
-            return 100 * low, 100 * high
+    if group.seeds == 1 and measure != "ppl" and len(group.runs[0]) == 1:
+        low, high = evidence.accuracy_interval(group.runs[0][0], level)
+        return 100 * low, 100 * high
     low, high = evidence.group_interval(group, level)
     if measure != "ppl":
         if low == high:  # seeds alike, units alike (2 documents, both right): the binomial interval of them all
