@@ -735,6 +735,27 @@ def test_a_repeated_seed_is_one_sample_and_every_table_says_so(store, monkeypatc
     assert "RIA (repeats of a seed counted once)" in figure.read_text()
 
 
+def test_a_repeat_of_a_seed_that_disagrees_is_named_with_both_values(store, monkeypatch, capsys):
+    """A seed run again replaced its first run in every table silently, whatever it measured: a re-run on
+    another machine or version that moved the perplexity by a fifth read as the method's number. The same
+    seed should give the same number; where the two would print apart, the note names both."""
+    clock = store.clock_
+    add(store, clock, "a0000001", seed=0)
+    add(store, clock, "a0000002", seed=1)
+    add(store, clock, "b0000001", method="ria", seed=0)
+    add(store, clock, "b1000001", method="ria", seed=0)  # the same losses again: agrees to the digit
+    add(store, clock, "a0000011", seed=0, shift=0.2)  # Wanda's seed 0 again, 22% higher
+    runs = store.list_runs()
+    note = comparison(runs).repeats_note()
+    first, again = (np.exp(np.mean(losses(seed, shift)["nll"]) / SEQLEN) for seed, shift in ((1, 0.0), (11, 0.2)))
+    assert note.startswith("2 repeated run(s) of a seed already counted are left out") and note.endswith(
+        f"1 of them differ from the run counted for their seed: Wanda-16 seed 0: {first:.2f} (run a0000001), "
+        f"counted {again:.2f} (run a0000011)."
+    )
+    code, out, _ = cli(monkeypatch, capsys, "export", "--store", store.path, "--format", "markdown")
+    assert code == 0 and f"{first:.2f} (run a0000001)" in out
+
+
 def test_runs_evaluated_on_other_windows_are_never_ranked_against_each_other(store, monkeypatch, capsys):
     """The issue's case: Wanda and Magnitude evaluated on 32-token windows, RIA on 64-token windows (its
     perplexity lower): RIA was bolded as the column's best and the others got ratios to it."""

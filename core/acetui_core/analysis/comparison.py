@@ -58,6 +58,7 @@ class Cell:
     partial: bool
     runs: list[RunRecord] = field(default_factory=list)  # the runs behind ``values``, in the same order
     repeats: list[RunRecord] = field(default_factory=list)  # earlier runs of a seed the cell holds: not counted
+    repeat_values: dict[str, float] = field(default_factory=dict)  # each repeat's value, by run id
     # Perplexities are averaged as their NLLs are (the geometric mean: exp of the seeds' mean NLL), the
     # centre of the cell's interval and of the test against its column's best (acetui_core.analysis.evidence)
     geometric: bool = False
@@ -69,14 +70,27 @@ class Cell:
         same = [i for i, run in enumerate(self.runs) if sample(run) == sample(record)]
         if same and (self.runs[same[0]].created, self.runs[same[0]].id) > (record.created, record.id):
             self.repeats.append(record)
+            self.repeat_values[record.id] = value
             return
         if same:
             self.repeats.append(self.runs[same[0]])
+            self.repeat_values[self.runs[same[0]].id] = self.values[same[0]]
             del self.runs[same[0]], self.values[same[0]], self.seconds[same[0]]
         self.runs.append(record)
         self.values.append(value)
         self.seconds.append(record.prune_seconds or 0.0)
         self.partial = self.partial or partial
+
+    def disagreements(self) -> list[tuple[RunRecord, float, RunRecord, float]]:
+        """(repeat, its value, the run counted for its seed, that value) where the two would print apart:
+        the same seed run again should give the same number, and one that does not is news."""
+        counted = {sample(run): (run, value) for run, value in zip(self.runs, self.values, strict=True)}
+        found = []
+        for repeat in self.repeats:
+            run, value = counted[sample(repeat)]
+            if f"{self.repeat_values[repeat.id]:.2f}" != f"{value:.2f}":
+                found.append((repeat, self.repeat_values[repeat.id], run, value))
+        return found
 
     @property
     def value(self) -> float:
@@ -152,10 +166,19 @@ class Comparison:
         if not rows:
             return None
         count = len({run.id for cell in self.cells.values() for run in cell.repeats})
-        return (
+        note = (
             f"{count} repeated run(s) of a seed already counted are left out (each seed counts once, its latest "
             f"run): {', '.join(rows)}."
         )
+        apart = [
+            f"{row} seed {repeat.config.seed}: {old:.2f} (run {repeat.id}), counted {new:.2f} (run {run.id})"
+            for (row, _), cell in self.cells.items()
+            for repeat, old, run, new in cell.disagreements()
+        ]
+        if apart:
+            shown = "; ".join(apart[:3]) + (f"; and {len(apart) - 3} more" if len(apart) > 3 else "")
+            note += f" {len(apart)} of them differ from the run counted for their seed: {shown}."
+        return note
 
     @property
     def seeds(self) -> bool:
