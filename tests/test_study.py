@@ -388,6 +388,46 @@ def test_a_report_where_one_method_has_no_zero_shot_results(tmp_path, monkeypatc
     assert "Wanda-8" in zeroshot and "RIA" not in zeroshot
 
 
+def test_the_report_of_an_unfinished_study_names_the_cells_it_lacks(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
+):
+    """Seeds 0, 1 and 2 declared, seeds 0 and 1 in the store: the report exited 0 naming only its files, and
+    nothing in it said that its tables' n = 2 were not the study's 3 seeds. It says so on stderr and atop
+    summary.md, naming the first five cells and counting the rest."""
+    model = make_tiny_model("llama")
+    text = f'model = "{model}"\nmethod = ["wanda", "magnitude"]\nseed = [0, 1, 2]\nseqlen = [8, 16, 24, 32, 40, 48]\n'
+    study = _study(tmp_path / "s.toml", f'{text}calib = "{calib_file}"\n{QUICK}')
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    cells = load_study(study).cells(store.path)
+    assert len(cells) == 19  # Wanda: 3 seeds x 6 lengths; magnitude once
+    for number, cell in enumerate(cells):
+        if cell.seed != 2 or cell.method == "magnitude":
+            insert_run(store, clock, f"c{number:07d}", cell, created=1_700_000_000.0 + 60 * number, ppl=30.0 + number)
+    report = tmp_path / "report"
+    args = ("study", "report", str(study), "-o", str(report), "--store", str(store.path))
+    code, out, err = cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    sentence = (
+        "6 of 19 cells have no finished run, so this report is of the other 13 alone (its tables count only their "
+        "runs): "
+        + "; ".join(f"Wanda-{n} at 0.5 on {model.name}, {calib_file}, seed 2 (missing)" for n in (8, 16, 24, 32, 40))
+        + f"; and 1 more (acetui study status {study} lists every cell)."
+    )
+    assert err == sentence + "\n"
+    assert (report / "summary.md").read_text().splitlines()[:3] == [
+        "# Summary",
+        "",
+        f"**Unfinished study: {sentence}**",
+    ]
+    for number, cell in enumerate(cells):  # the study finished: said so, and nothing on stderr
+        if cell.seed == 2 and cell.method != "magnitude":
+            insert_run(store, clock, f"c{number:07d}", cell, created=1_700_001_000.0 + 60 * number, ppl=30.0 + number)
+    code, out, err = cli(monkeypatch, capsys, *args, "--overwrite")
+    assert (code, err) == (0, "")
+    assert (report / "summary.md").read_text().splitlines()[2] == "All 19 cells of the study have a finished run."
+
+
 @pytest.mark.asyncio
 async def test_the_app_opens_on_results_with_a_studys_runs_selected(tmp_path, make_tiny_model, calib_file):
     from acetui.app import make_app

@@ -21,12 +21,21 @@ from acetui_core.basics.errors import Cancelled, UserError
 from acetui_core.basics.paths import user_path
 from acetui_core.execution import jobfolder
 from acetui_core.execution.launch import LocalProcesses, gpus_for, launch, run_and_wait
-from acetui_core.run.config import SETTINGS, RunConfig, model_name
+from acetui_core.run.config import RunConfig
 from acetui_core.run.events import RunStarted
-from acetui_core.scores.metrics import may_read_calibration
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_db import store_path
-from acetui_core.studies.study import DONE, FAILED, INTERRUPTED, RUNNING, STATES, Study, cell_states, load_study
+from acetui_core.studies.study import (
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    RUNNING,
+    STATES,
+    Study,
+    cell_states,
+    cell_text,
+    load_study,
+)
 from acetui_core.studies.studylock import study_lock
 
 study_app = typer.Typer(
@@ -38,23 +47,6 @@ study_app = typer.Typer(
 
 StudyFile = Annotated[Path, typer.Argument(help="The study: a TOML file of run settings; a list is an axis.")]
 POLL_SECONDS = 2.0  # how often a study waits on runs of another process
-
-
-NAMED = {"model", "method", "sparsity", "calib", "seed", "seqlen"}  # what every cell's line says (seqlen: its label)
-
-
-def _cell_text(config, axes=()) -> str:
-    """A cell in words; with the study's other axes (``refine``, ``group``...), so no two cells read alike. A
-    cell of a method that reads no calibration data (magnitude) says so, without source, seed or sample
-    count: the study runs it once whatever they are (``launch.Grid.configs``)."""
-    calibrated = may_read_calibration(config)
-    data = f"{config.calib}, seed {config.seed}" if calibrated else "no calibration"
-    text = f"{config.label} at {config.sparsity} on {model_name(config.model)}, {data}"
-    return text + "".join(
-        f", {name} {getattr(config, name)}"
-        for name in axes
-        if name not in NAMED and (calibrated or not SETTINGS[name].calibration)
-    )
 
 
 class StudyProgress:
@@ -95,7 +87,7 @@ class StudyProgress:
         done = self.ended_before + len(self.ended_runs)
         self.bar.update(self.task, completed=done)
         run = self.store.get_run(run_id, layers=False)
-        line = f"[{done}/{self.total}] {_cell_text(run.config, self.axes)}: {run_summary(run)}"
+        line = f"[{done}/{self.total}] {cell_text(run.config, self.axes)}: {run_summary(run)}"
         self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line, greppable
 
     def __call__(self, run_id: str, event) -> None:
@@ -106,7 +98,7 @@ class StudyProgress:
             self.current = run_id
         if isinstance(event, RunStarted):
             config = self.store.get_run(run_id, layers=False).config
-            self.bar.update(self.task, description=_cell_text(config, self.axes))
+            self.bar.update(self.task, description=cell_text(config, self.axes))
 
     def poll(self, run_ids: list[str]) -> bool:
         """Count the runs of ``run_ids`` that have ended; True once none is active."""
@@ -232,7 +224,7 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
         error = (
             f": {newest.error}" if newest is not None and newest.status != RunStatus.FINISHED and newest.error else ""
         )
-        print(f"{state:<11} {newest.id if newest else '-':<8}  {_cell_text(cell, tuple(study.axes))}{error}")
+        print(f"{state:<11} {newest.id if newest else '-':<8}  {cell_text(cell, tuple(study.axes))}{error}")
     counts = {state: sum(1 for _, s, _ in states if s == state) for state in STATES}
     print(", ".join(f"{counts[state]} {state}" for state in STATES) + f" of {len(states)} cells.", file=sys.stderr)
 
@@ -258,4 +250,6 @@ def report(
     study = _load(study_file)
     opened = Store(store, create=False)
     written = write_report(study, study.cells(opened.path), opened, user_path(output), overwrite)
-    print("\n".join(str(path) for path in written))
+    print("\n".join(str(path) for path in written.files))
+    if written.unfinished:  # also atop summary.md: the report is not the whole study
+        print(written.unfinished, file=sys.stderr)

@@ -31,7 +31,7 @@ from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.paths import default_model, model_key
 from acetui_core.execution.launch import Grid, check
-from acetui_core.run.config import SETTINGS, RunConfig
+from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
 
@@ -77,6 +77,26 @@ def key(config: RunConfig) -> str:
     settings = config.to_dict()
     settings["model"] = model_key(settings["model"])
     return json.dumps(settings, sort_keys=True)
+
+
+# What every cell's words say (seqlen: in its label); another axis is named after them.
+NAMED = {"model", "method", "sparsity", "calib", "seed", "seqlen"}
+
+
+def cell_text(config: RunConfig, axes=()) -> str:
+    """A cell in words; with the study's other axes (``refine``, ``group``...), so no two cells read alike. A
+    cell of a method that reads no calibration data (magnitude) says so, without source, seed or sample
+    count: the study runs it once whatever they are (``launch.Grid.configs``)."""
+    from acetui_core.scores.metrics import may_read_calibration
+
+    calibrated = may_read_calibration(config)
+    data = f"{config.calib}, seed {config.seed}" if calibrated else "no calibration"
+    text = f"{config.label} at {config.sparsity} on {model_name(config.model)}, {data}"
+    return text + "".join(
+        f", {name} {getattr(config, name)}"
+        for name in axes
+        if name not in NAMED and (calibrated or not SETTINGS[name].calibration)
+    )
 
 
 def _value(name: str, value):
@@ -212,10 +232,9 @@ def cell_states(cells: list[RunConfig], store: Store) -> list[tuple[RunConfig, s
 
 def finished_runs(cells: list[RunConfig], store: Store) -> list[RunRecord]:
     """The newest finished run of each done cell: what a report reads."""
-    by_cell = runs_by_cell(cells, store)
-    out = []
-    for cell in cells:
-        finished = [run for run in by_cell[key(cell)] if run.status == RunStatus.FINISHED]
-        if finished:
-            out.append(finished[-1])
-    return out
+    return [newest_finished(runs) for _, state, runs in cell_states(cells, store) if state == DONE]
+
+
+def newest_finished(runs: list[RunRecord]) -> RunRecord:
+    """The newest finished run of a done cell's runs (oldest first)."""
+    return [run for run in runs if run.status == RunStatus.FINISHED][-1]

@@ -9,7 +9,9 @@
 - ``environment.md``: the versions of every package that can move a number (those each run records),
   acetui's version and commit, the machine and device of this report and of the runs, and the study file
   exactly as read (``study.toml`` beside it);
-- ``summary.md``: one sentence per comparison with its column's best, and a line when the methods of one
+- ``summary.md``: at its top, whether every cell of the study has a finished run (a report of an unfinished
+  study names the cells it lacks, and says so on stderr too: its tables count only the finished runs); then
+  one sentence per comparison with its column's best, and a line when the methods of one
   table were calibrated with different token budgets; then each method's variants against the method's
   own best (the permutation, DSnoT, a calibration length: does it help this method?).
 
@@ -22,6 +24,7 @@ import os
 import platform
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from acetui_core.analysis import verdicts
@@ -35,9 +38,31 @@ from acetui_core.execution.runner import NUMERIC_PACKAGES, package_version
 from acetui_core.modeling.data import source_names
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
-from acetui_core.studies.study import Study, finished_runs
+from acetui_core.studies.study import DONE, Study, cell_states, cell_text, newest_finished
 
 MEASURES = {"ppl": "WikiText-2 perplexity", "zeroshot-mean": "mean zero-shot accuracy"}
+UNFINISHED_NAMED = 5  # the unfinished cells a report names; `acetui study status` lists them all
+
+
+@dataclass(frozen=True)
+class Report:
+    files: list[Path]  # every file written, in the report's folder
+    unfinished: str | None  # the sentence saying which cells have no finished run; None when every one has
+
+
+def unfinished(study: Study, states: list) -> str | None:
+    """The sentence saying how many of the study's cells (``cell_states``) have no finished run, naming the
+    first few: a report of them alone is not the study's, its tables' n fewer than the file declares."""
+    lacking = [(cell, state) for cell, state, _ in states if state != DONE]
+    if not lacking:
+        return None
+    named = "; ".join(f"{cell_text(cell, tuple(study.axes))} ({state})" for cell, state in lacking[:UNFINISHED_NAMED])
+    more = f"; and {len(lacking) - UNFINISHED_NAMED} more" if len(lacking) > UNFINISHED_NAMED else ""
+    return (
+        f"{len(lacking)} of {len(states)} cells have no finished run, so this report is of the other "
+        f"{len(states) - len(lacking)} alone (its tables count only their runs): {named}{more} "
+        f"(acetui study status {study.path} lists every cell)."
+    )
 
 
 def _version(package: str) -> str:
@@ -120,10 +145,18 @@ def _against_best(table: Comparison, measure: str) -> list[str]:
     return out
 
 
-def summary(tables: dict[str, Comparison], by_method: dict[str, list[Comparison]], records: list[RunRecord]) -> str:
+def summary(
+    tables: dict[str, Comparison],
+    by_method: dict[str, list[Comparison]],
+    records: list[RunRecord],
+    cells: int,
+    lacking: str | None,
+) -> str:
     """``by_method``: per measure, one table per method of several variants (the same runs, judged among
-    themselves), so that "does DSnoT help Wanda?" has its own sentence, not only "is it the best?"."""
-    out = ["# Summary", ""]
+    themselves), so that "does DSnoT help Wanda?" has its own sentence, not only "is it the best?".
+    ``cells``: how many the study has; ``lacking``: the ``unfinished`` sentence, first, where there is one."""
+    complete = f"All {cells} cells of the study have a finished run."
+    out = ["# Summary", "", f"**Unfinished study: {lacking}**" if lacking else complete, ""]
     for measure, table in tables.items():
         out += [f"## {MEASURES[measure]}", "", *_against_best(table, measure)]
         budgets = {
@@ -197,8 +230,9 @@ def _image_formats() -> tuple[str, ...]:
     return tuple(f for f in IMAGE_FORMATS if f != ".svg")
 
 
-def write_report(study: Study, cells: list, store: Store, folder: Path, overwrite: bool = False) -> list[Path]:
-    """Write the report of ``study`` into ``folder`` (made if missing); return the files written. Every file
+def write_report(study: Study, cells: list, store: Store, folder: Path, overwrite: bool = False) -> Report:
+    """Write the report of ``study`` into ``folder`` (made if missing); return the files written and whether
+    cells are missing from it. Every file
     passes the guard of ``acetui_core.basics.outputs`` (as ``export -o``): nothing into the store's or the runs'
     places, an existing file replaced only with ``overwrite``."""
     if folder.exists() and not folder.is_dir():
@@ -217,7 +251,8 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
     def guard(path: Path) -> Path:
         return check_output_file(path, "-o", overwrite=overwrite, protected=protected)  # "-o rep/table-ppl.tex"
 
-    records = finished_runs(cells, store)
+    states = cell_states(cells, store)
+    records = [newest_finished(runs) for _, state, runs in states if state == DONE]
     if not records:
         raise UserError(f"No cell of {study.name} has a finished run yet; run: acetui study run {study.path}.")
     kept = store.evidence([r.id for r in records])
@@ -243,7 +278,8 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
             variants = verdicts.judge(comparison(runs, columns="sparsity", measure=measure), kept)
             if len(variants.rows) > 1:
                 by_method.setdefault(measure, []).append(variants)
-    written[folder / "summary.md"] = summary(tables, by_method, records)
+    lacking = unfinished(study, states)
+    written[folder / "summary.md"] = summary(tables, by_method, records, len(cells), lacking)
     written[folder / "environment.md"] = environment(study, records)
     written[folder / "study.toml"] = study.text
     for path in written:
@@ -257,7 +293,7 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
             path.unlink()
     listed = "".join(f"{path.resolve().relative_to(folder.resolve())}\n" for path in made)
     write_text_atomic(folder / MANIFEST, listed, replace=True)
-    return made
+    return Report(made, lacking)
 
 
 # The list of the files a report wrote, in its folder: what marks the folder as a report's, and the only
