@@ -212,6 +212,25 @@ def test_a_method_without_calibration_data_is_under_no_calibration_length(tmp_pa
 
 def test_latex_escapes_model_names():
     assert latex_escape("my_model#2 50%") == r"my\_model\#2 50\%"
+    assert latex_escape("a|b<c>d") == r"a\textbar{}b\textless{}c\textgreater{}d"  # OT1: an em dash, ¡ and ¿
+
+
+def test_a_label_holding_a_bar_stays_one_cell_and_prints_as_a_bar(tmp_path):
+    """ACE with and without the squared weight labels its rows ``CosP+VarP-16 (|W|^2)``: the Markdown row split
+    into extra columns at each ``|``, and LaTeX (its OT1 encoding) set ``|`` as an em dash, in the table and
+    in a figure's legend."""
+    from acetui_core.analysis.export import export
+    from acetui_core.analysis.figures import Series, to_pgfplots
+
+    runs = two_runs(tmp_path, ({"method": "ace", "squared_weight": True}, {}))
+    markdown = export(runs, "markdown")
+    rows = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert len(rows) == 4 and "| CosP+VarP-16 (\\|W\\|^2) |" in markdown
+    assert {len(re.split(r"(?<!\\)\|", row)) for row in rows} == {4}  # Method, 50%: two cells on every line
+    printed = r"CosP+VarP-16 (\textbar{}W\textbar{}\textasciicircum{}2)"
+    assert f"\n{printed} & 12.30" in export(runs, "latex")
+    figure = to_pgfplots([Series("CosP+VarP-16 (|W|^2)", [(1.0, 12.3, 12.3, 12.3)])], "x", "y", log_x=False)
+    assert f"\\addlegendentry{{{printed}}}" in figure
 
 
 def test_a_selection_without_perplexity_has_no_table(store):

@@ -148,10 +148,15 @@ _LATEX_SPECIAL = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    # LaTeX's default OT1 encoding sets these characters as other glyphs: | as an em dash, < and > as ¡ and ¿
+    "|": r"\textbar{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
 }
 
 
 def latex_escape(text: str) -> str:
+    """``text`` as LaTeX prints it in any font encoding (a row label, a model name, a figure's legend)."""
     return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
 
 
@@ -163,7 +168,7 @@ def _caption(table: Comparison, latex: bool) -> str:
     }[table.measure]
     what += " | pruning time (s) | calibration tokens | peak memory (GiB)" if table.cell_format == "ppl-time" else ""
     if latex:
-        what = what.replace("|", r"\textbar{}").replace("%", r"\%")
+        what = latex_escape(what)
     model = latex_escape(table.models[0]) if latex else table.models[0]
     of = f" of {model}" if len(table.models) == 1 else ""
     better = "lower" if table.measure == "ppl" else "higher"
@@ -279,13 +284,18 @@ def to_latex(table: Comparison) -> str:
 # ---- Markdown ----------------------------------------------------------------------------------
 
 
+def markdown_cell(text: str) -> str:
+    """``text`` as one cell of a pipe table: a ``|`` of its own (``CosP+VarP-8 (|W|^2)``) would end the cell."""
+    return text.replace("|", "\\|")
+
+
 def to_markdown(table: Comparison) -> str:
     """A GitHub-flavoured pipe table, padded so it also reads well in a terminal."""
     several = len(table.models) > 1
-    header = ["Method", *(f"{m} {h}" if several else h for m, h in table.columns)]
+    header = ["Method", *(markdown_cell(f"{m} {h}" if several else h) for m, h in table.columns)]
     body = [
         [
-            row,
+            markdown_cell(row),
             *(table.text(row, column, lambda v: f"**{v}**", "†", "\\|", "±", untested="?") for column in table.columns),
         ]
         for row in table.rows

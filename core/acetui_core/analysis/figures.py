@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from acetui_core.analysis.comparison import Comparison, comparison, measured
+from acetui_core.analysis.export import latex_escape
 from acetui_core.analysis.verdicts import judge
 from acetui_core.basics.errors import UserError, check_choice
 from acetui_core.basics.outputs import atomic_file, write_text_atomic
@@ -121,10 +122,6 @@ def layer_series(records: list[RunRecord]) -> list[Series]:
     return out
 
 
-def _tex_text(text: str) -> str:
-    return "".join("\\" + char if char in "&%$#_{}" else char for char in text)
-
-
 def off_log_axis(lines: list[Series]) -> tuple[list[Series], list[str]]:
     """The series with their points that a log x axis can place, and the names of those that lost points
     at x = 0 (calibration tokens or length of a method that reads no calibration data, a run that recorded
@@ -150,7 +147,7 @@ def to_pgfplots(
         lines, lost = off_log_axis(lines)
     named = (
         f", xtick={{{','.join(str(i) for i in range(1, len(ticks) + 1))}}}, "
-        f"xticklabels={{{','.join('{' + _tex_text(t) + '}' for t in ticks)}}}"
+        f"xticklabels={{{','.join('{' + latex_escape(t) + '}' for t in ticks)}}}"
         if ticks
         else ""
     )
@@ -158,13 +155,13 @@ def to_pgfplots(
         "% acetui figure: needs \\usepackage{pgfplots} in the preamble.",
         *([f"% Not on the log x axis (at x = 0): {', '.join(lost)}."] if lost else []),
         "\\begin{tikzpicture}",
-        f"\\begin{{axis}}[xlabel={{{_tex_text(xlabel)}}}, ylabel={{{_tex_text(ylabel)}}}, "
+        f"\\begin{{axis}}[xlabel={{{latex_escape(xlabel)}}}, ylabel={{{latex_escape(ylabel)}}}, "
         f"xmode={'log' if log_x else 'normal'}{named}, legend pos=outer north east]",
     ]
     for line in lines:
         out.append("\\addplot+[error bars/.cd, y dir=both, y explicit] coordinates {")
         out += [f"  ({x:g}, {y:.4g}) += (0, {high - y:.4g}) -= (0, {y - low:.4g})" for x, y, low, high in line.points]
-        out += ["};", f"\\addlegendentry{{{_tex_text(line.name)}}}"]
+        out += ["};", f"\\addlegendentry{{{latex_escape(line.name)}}}"]
     out += ["\\end{axis}", "\\end{tikzpicture}"]
     return "\n".join(out) + "\n"
 
