@@ -1,15 +1,16 @@
 """The x ticks of a figure drawn as an image (``acetui figure pareto -o p.png``): a few plain numbers that
 cannot overlap, whatever the span of the data (matplotlib's log axis labels every minor tick of a narrow
-span, ``9.6×10¹9.8×10¹ 10²`` run together)."""
+span, ``9.6×10¹9.8×10¹ 10²`` run together); the coordinates of a pgfplots figure, to the table's digits."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import pytest
 
-from acetui_core.analysis.figures import MOST_TICKS, Series, log_ticks, write_figure
+from acetui_core.analysis.figures import MOST_TICKS, Series, log_ticks, to_pgfplots, write_figure
 
 SPANS = {  # the data's lowest and highest x
     "prune seconds, within a decade": (96.3, 110.2),
@@ -51,3 +52,16 @@ def test_an_image_labels_only_the_chosen_ticks(tmp_path, monkeypatch):
     shown = [t.get_text() for t in axes.get_xticklabels() if t.get_text()]
     assert shown == [label for _, label in log_ticks(96.3, 110.2)]
     assert not [t.get_text() for t in axes.get_xticklabels(minor=True) if t.get_text()]
+
+
+def test_a_pgfplots_point_is_drawn_at_the_tables_figure_and_its_bars_end_on_the_seeds():
+    """A perplexity of 50961.01 was drawn at 5.096e+04 (four significant digits), its bars ending on neither
+    seed, and a million calibration tokens at 1.04858e+06."""
+    seeds = (50900.5, 51020.25)
+    value = 50961.0123
+    text = to_pgfplots([Series("Wanda-16", [(1_048_576, value, *seeds)])], "tokens", "perplexity")
+    [point] = [line for line in text.splitlines() if line.startswith("  (")]
+    assert point == "  (1048576, 50961.0123) += (0, 59.2377) -= (0, 60.5123)"
+    x, y, up, down = map(float, re.fullmatch(r"  \((.+), (.+)\) \+= \(0, (.+)\) -= \(0, (.+)\)", point).groups())
+    assert (x, f"{y:.2f}") == (1_048_576, f"{value:.2f}")  # the table's 50961.01
+    assert (y - down, y + up) == pytest.approx(seeds, abs=1e-6)

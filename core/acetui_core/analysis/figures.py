@@ -27,6 +27,13 @@ IMAGE_FORMATS = (".png", ".pdf", ".svg")
 MOST_TICKS = 6  # x tick labels an image's axis carries: a few plain numbers, never run together
 
 
+def coordinate(value: float) -> str:
+    """A number of a pgfplots figure: ten significant digits, so a point is drawn at the table's figure
+    (``50961.01``, not ``5.096e+04``) and its bars end on the seeds' or the interval's values, in digits a
+    reader can still check by eye."""
+    return f"{value:.10g}"
+
+
 @dataclass
 class Series:
     name: str
@@ -160,7 +167,10 @@ def to_pgfplots(
     ]
     for line in lines:
         out.append("\\addplot+[error bars/.cd, y dir=both, y explicit] coordinates {")
-        out += [f"  ({x:g}, {y:.4g}) += (0, {high - y:.4g}) -= (0, {y - low:.4g})" for x, y, low, high in line.points]
+        out += [
+            f"  ({coordinate(x)}, {coordinate(y)}) += (0, {coordinate(high - y)}) -= (0, {coordinate(y - low)})"
+            for x, y, low, high in line.points
+        ]
         out += ["};", f"\\addlegendentry{{{latex_escape(line.name)}}}"]
     out += ["\\end{axis}", "\\end{tikzpicture}"]
     return "\n".join(out) + "\n"
