@@ -5,6 +5,7 @@ losing a cell), calibration mixtures drawn in their shares, and the report folde
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -39,6 +40,8 @@ def _study(path: Path, text: str) -> Path:
     ("text", "sentence"),
     [
         ('methd = "wanda"\n', "study.toml: 'methd' is not a run setting (did you mean 'method'?)"),
+        ("limit = 100\n", "study.toml: 'limit' is not a run setting (--limit sets 'zeroshot_limit')"),
+        ("seeds = [0, 1]\n", "study.toml: 'seeds' is not a run setting (--seeds sets 'seed')"),
         ("nsamples = [16, 'many']\n", "study.toml: nsamples must be a whole number, not 'many'."),
         ('sparsity = ["0.5", "half"]\n', "study.toml: Sparsity 'half'"),
         ("seqlen = []\n", "study.toml: seqlen is an empty list"),
@@ -56,6 +59,46 @@ def test_a_bad_key_or_value_is_one_sentence_naming_it(tmp_path, text, sentence):
     with pytest.raises(UserError) as refused:
         load_study(_study(tmp_path / "study.toml", text))
     assert str(refused.value).startswith(sentence)
+
+
+def test_a_key_named_as_an_option_is_told_the_setting_that_option_sets(tmp_path):
+    """``limit`` (``--limit``, whose setting is ``zeroshot_limit``) was told "did you mean 'eval_limit'?", which
+    silently changed the number of perplexity windows instead: every option of prune and compare whose name
+    is not its setting's is told its setting."""
+    import typer
+
+    from acetui.cli import app
+    from acetui_core.run.config import SETTINGS
+
+    commands = typer.main.get_command(app).commands
+    renamed = {
+        flag[2:].replace("-", "_"): param.name
+        for param in commands["prune"].params
+        if param.name in SETTINGS
+        for flag in param.opts
+        if flag.startswith("--") and flag[2:].replace("-", "_") != param.name
+    }
+    assert renamed == {"eval": "evals", "limit": "zeroshot_limit"}
+    grid = {flag for param in commands["compare"].params for flag in param.opts}
+    assert {"--methods", "--seeds"} <= grid  # compare's names for the method and seed axes
+    for key, setting in {**renamed, "methods": "method", "seeds": "seed"}.items():
+        with pytest.raises(UserError) as refused:
+            load_study(_study(tmp_path / "study.toml", f"{key} = 1\n"))
+        flag = "--" + key.replace("_", "-")
+        assert str(refused.value) == (
+            f"study.toml: '{key}' is not a run setting ({flag} sets '{setting}'); the keys are in docs/studies.md."
+        )
+
+
+def test_docs_list_every_key_a_study_takes():
+    """docs/studies.md said a key is the option without its dashes, which made ``limit`` of ``--limit``
+    (its setting is ``zeroshot_limit``); it lists the keys, which are the settings' names."""
+    from acetui_core.run.config import SETTINGS
+
+    text = (REPO / "docs" / "studies.md").read_text()
+    listed = text.split("The keys, one per setting: ")[1].split(".")[0]
+    keys = re.findall(r"`(\w+)`", listed)
+    assert keys == [name for name, spec in SETTINGS.items() if not spec.single_run]
 
 
 def test_a_bad_study_runs_nothing(tmp_path, monkeypatch, capsys, make_tiny_model, calib_file):

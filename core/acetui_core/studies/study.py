@@ -121,6 +121,27 @@ def _is_axis(name: str, value) -> bool:
     return True
 
 
+def _option_keys() -> dict[str, str]:
+    """Each CLI option written as a key (``--limit``: ``limit``) where that is not its setting's name, to
+    that setting: ``limit`` is ``zeroshot_limit``, ``eval`` is ``evals``, ``seeds`` is ``seed``."""
+    return {
+        key: name
+        for name, spec in SETTINGS.items()
+        for flag in (*spec.flags, *spec.grid_flags)
+        if flag.startswith("--") and (key := flag[2:].replace("-", "_")) != name
+    }
+
+
+def _hint(key: str) -> str:
+    """What a key that is not a setting's name may have meant: the setting of the option it names (a
+    close setting's name would be another setting: ``limit`` is not ``eval_limit``), else a close name."""
+    option = _option_keys().get(key)
+    if option is not None:
+        return f" (--{key.replace('_', '-')} sets '{option}')"
+    close = difflib.get_close_matches(key, list(SETTINGS), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
 def parse_study(text: str, path: Path) -> Study:
     """The study a TOML text declares; unknown keys and bad values are refused with one sentence naming
     the key."""
@@ -133,9 +154,9 @@ def parse_study(text: str, path: Path) -> Study:
     axes, common = {}, {}
     for name, value in data.items():
         if name not in SETTINGS:
-            close = difflib.get_close_matches(name, list(SETTINGS), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise UserError(f"{path.name}: '{name}' is not a run setting{hint}; the settings are in docs/cli.md.")
+            raise UserError(
+                f"{path.name}: '{name}' is not a run setting{_hint(name)}; the keys are in docs/studies.md."
+            )
         if SETTINGS[name].single_run:
             raise UserError(f"{path.name}: '{name}' is for a single run (acetui prune); a study has many.")
         try:
