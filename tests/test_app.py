@@ -519,6 +519,57 @@ async def test_the_run_screen_shown_during_the_checks_follows_the_runs_once_they
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("field", "typed", "started"),
+    [
+        ("sparsity", "0.6", lambda c: c.sparsity == "0.6"),
+        ("model", "some-org/third", lambda c: c.model.endswith("third")),
+    ],
+)
+async def test_start_in_a_burst_starts_what_was_typed_before_it(store, monkeypatch, field, typed, started):
+    """``C-u 0.6 C-r`` in one read, in Sparsity holding 0.5: ctrl+r, a priority key run as the app reads it,
+    read the form before the field had typed "0.6" and started a run at 0.5 (and remembered 0.5)."""
+    from runhelpers import send_in_one_read
+
+    launched = []
+    monkeypatch.setattr("acetui.app.app.AceApp.start_runs", lambda app, configs: launched.extend(configs))
+    monkeypatch.setattr("acetui.app.form.cost", lambda configs: "Cost: not estimated here")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        screen.query_one("#model", Input).value = "some-org/some-model"
+        screen.query_one("#sparsity", Input).value = "0.5"
+        screen.query_one(f"#{field}", Input).focus()
+        await pilot.pause()
+        send_in_one_read(app, [("ctrl+u", None), *((c, c) for c in typed), ("ctrl+r", None)])
+        await pilot_wait_until(pilot, lambda: launched, "the runs started", timeout=15)
+        assert all(started(config) for config in launched), launched
+        await pilot_wait_until(pilot, lambda: app.preferences.new_run, "the form remembered", timeout=15)
+        assert app.preferences.new_run[field] == typed
+
+
+@pytest.mark.asyncio
+async def test_start_in_a_burst_starts_the_metric_ticked_before_it(store, monkeypatch):
+    """``space C-r`` in one read on Metrics: the tick came as a message of the list's own, handled after
+    ctrl+r had read the form."""
+    from runhelpers import send_in_one_read
+
+    launched = []
+    monkeypatch.setattr("acetui.app.app.AceApp.start_runs", lambda app, configs: launched.extend(configs))
+    monkeypatch.setattr("acetui.app.form.cost", lambda configs: "Cost: not estimated here")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        app.screen.query_one("#model", Input).value = "some-org/some-model"
+        metrics = app.screen.query_one("#metrics", SelectionList)
+        metrics.focus()
+        metrics.highlighted = [option.value for option in metrics.options].index("wanda")
+        await pilot.pause()
+        send_in_one_read(app, [("space", " "), ("ctrl+r", None)])
+        await pilot_wait_until(pilot, lambda: launched, "the runs started", timeout=15)
+        assert sorted(config.method for config in launched) == ["ace", "wanda"]
+
+
+@pytest.mark.asyncio
 async def test_runs_that_start_after_the_user_moved_on_do_not_take_the_screen(store, slow_launcher):
     """The checks end seconds after ctrl+r: the app switched to the Run screen whatever the user was doing
     by then, and the keys typed for the Runs filter (``u``, ``s``) re-ran a run and typed into the form."""

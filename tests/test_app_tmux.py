@@ -41,6 +41,17 @@ def test_editing_keys_sent_in_one_burst_are_applied_in_order(terminal):
     assert "xorg/abd-it?" not in terminal.screen()
 
 
+def test_start_in_a_burst_starts_the_model_typed_before_it(terminal):
+    """``C-u nosuchorg/third C-r`` in one read: ctrl+r, run as the app reads it, read the model field before it
+    had typed the new name, and the refusal named the model it held before (``nosuchorg/first``)."""
+    terminal.wait_for("Start ▶", "the New run form")
+    terminal.keys("C-u", "nosuchorg/first")
+    terminal.wait_for("Model        nosuchorg/first", "the first model typed")
+    terminal.keys("C-u", "nosuchorg/third", "C-r")
+    refused = terminal.wait_for("'nosuchorg/", "the launcher's refusal, naming the model")
+    assert "'nosuchorg/third'" in refused, refused
+
+
 def test_tab_in_a_burst_moves_focus_in_order_and_the_filter_keeps_its_text(terminal):
     """Results, in one read: ``/`` and "lla" in the filter, tab to the table, where ``r`` reverses the sort,
     shift+tab back to the filter and "ma" after its text. Tab was the screen's binding, run only after the

@@ -12,6 +12,9 @@ the field's own editing keys.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from textual import events
 from textual.app import App
 from textual.binding import BindingsMap
@@ -20,39 +23,34 @@ from textual.keys import key_to_character
 from textual.widget import Widget
 from textual.widgets import DataTable
 
+from acetui.app.widgets.marks import TickList
 from acetui.app.widgets.textfield import TextField
 
 
 class KeysWhereTyped(App):
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key) and not event.is_forwarded:
-            if isinstance(self.focused, DataTable) and await self._table_key_now(event.key):
+            if isinstance(self.focused, (DataTable, TickList)) and await self._list_key_now(event.key):
                 return
             event.typed_into = self.focused  # type: ignore[attr-defined]  # the widget it is about to be handed to
         await super().on_event(event)
 
-    async def _table_key_now(self, key: str) -> bool:
-        """A key typed into a run table acts as the app reads it, its bindings looked up from the table as
-        Textual would once the key had bubbled back up: the screens' keys that leave the table (enter,
-        ``o``, ``u``) act when read, so an arrow typed before them in one burst (``Up u``) must have moved
-        the cursor by then, and a key typed before an arrow (``space Down space``) must act on its row.
-        A table handles keys by bindings alone (no key handler of its own), so nothing else is skipped."""
+    async def _list_key_now(self, key: str) -> bool:
+        """A key typed into a run table or a tick list acts as the app reads it, its bindings looked up from
+        the list as Textual would once the key had bubbled back up: the screens' keys that leave the table
+        (enter, ``o``, ``u``) and ctrl+r act when read, so an arrow typed before them in one burst (``Up u``)
+        must have moved the cursor by then, and a key typed before an arrow (``space Down space``) must act
+        on its row. Both handle keys by bindings alone (no key handler of their own), so nothing else is
+        skipped."""
         return await self._check_bindings(key, priority=True) or await self._check_bindings(key)
 
     async def action_focus_next(self) -> None:  # type: ignore[override]  # Textual awaits an async action
-        await self._keys_typed_before_tab()
+        await keys_typed_before(self.focused)
         self.screen.focus_next()
 
     async def action_focus_previous(self) -> None:  # type: ignore[override]
-        await self._keys_typed_before_tab()
+        await keys_typed_before(self.focused)
         self.screen.focus_previous()
-
-    async def _keys_typed_before_tab(self) -> None:
-        """Tab is a priority key, run as the app reads it; the keys before it in the burst may still wait in
-        the focused field. ``C-u Smol Tab Enter`` tabbed past the model's completions, which "Smol" had not
-        yet shown, and Enter then unticked a metric."""
-        if isinstance(self.focused, TextField):
-            await self.focused.keys_applied()
 
     async def _on_key(self, event: events.Key) -> None:
         # Textual calls every class's ``_on_key`` down the MRO: returning hands the key to ``App._on_key``
@@ -65,6 +63,21 @@ class KeysWhereTyped(App):
             for binding in bindings.key_to_bindings.get(event.key, ()):
                 if not binding.priority and await self.run_action(binding.action, namespace):
                     return
+
+
+async def keys_typed_before(focused: Widget | None) -> None:
+    """Wait until the keys handed to ``focused`` before now have acted. A priority key (tab, ctrl+r) runs as
+    the app reads it, while the keys before it in the burst may still wait in the focused field:
+    ``C-u Smol Tab Enter`` tabbed past the model's completions, which "Smol" had not yet shown, and
+    ``C-u 0.6 C-r`` in Sparsity started a run at the 0.5 it held."""
+    if not isinstance(focused, (TextField, TickList)):
+        return  # a table's keys have acted as the app read them
+    # A text field types them in its own queue; a tick list's space (run as read) ticks by a message to it.
+    applied = asyncio.Event()
+    if not focused.call_later(applied.set):  # queued behind those keys; False: the widget is closing
+        return
+    with contextlib.suppress(TimeoutError):  # a loaded machine: the key then acts without waiting, as before
+        await asyncio.wait_for(applied.wait(), timeout=1.0)
 
 
 def binding_chain(widget: Widget, key: str) -> list[tuple[DOMNode, BindingsMap]]:

@@ -17,8 +17,8 @@ from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Input
 
+from acetui.app.keyorder import keys_typed_before
 from acetui.app.summary import STATUS_COLOR
-from acetui.app.widgets.textfield import TextField
 from acetui.app.workbench import Workbench
 from acetui_core.basics.choices import RunStatus
 from acetui_core.storage.store_rows import RunRecord
@@ -178,9 +178,7 @@ class SortedRunListScreen(RunListScreen):
     async def filter_applied(self) -> None:
         """Wait until the keys typed into the filter before now are in it (and so in the table): enter or
         escape leaving it acts on the table it shows, and so do the keys after them in the burst."""
-        field = self.query_one(f"#{self.FILTER}", Input)
-        if isinstance(field, TextField):
-            await field.keys_applied()
+        await keys_typed_before(self.query_one(f"#{self.FILTER}", Input))
 
     def action_focus_filter(self) -> None:
         """``/``: the filter. Its binding is a priority one, run by the app as it reads the key, and focus

@@ -40,6 +40,7 @@ from textual.worker import get_current_worker
 
 from acetui.app import form
 from acetui.app.candidates import model_candidates, starting_model
+from acetui.app.keyorder import keys_typed_before
 from acetui.app.messages import CandidatesFound, CostEstimated, RunsChecked
 from acetui.app.screens.common import exiting
 from acetui.app.widgets.completions import ModelCompletions
@@ -364,10 +365,11 @@ class NewRunScreen(Screen):
         self.query_one("#seqlen", Input).value = seqlen
 
     @on(Button.Pressed, "#start")
-    def _start_pressed(self) -> None:
-        self.action_start()
+    async def _start_pressed(self) -> None:
+        await self.action_start()
 
-    def action_start(self) -> None:
+    async def action_start(self) -> None:
+        await keys_typed_before(self.focused)  # the form as typed up to ctrl+r, run as the app reads it
         if self._starting is not None:
             self.notify("The runs are being checked; they start once the checks pass.", timeout=4)
             return

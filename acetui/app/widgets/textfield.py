@@ -7,13 +7,11 @@ the field up to the app, one message queue at a time. The keys read in the same 
 handed to the field and typed first: ``abc``, backspace, ``d`` in one read left ``abc``, not ``abd`` (the
 ``d`` typed, then deleted). A ten-line app with one ``Input`` shows it with Textual 3.0 to 8.2
 (``tests/test_textfield.py`` keeps that reproduction beside the fix's test). Here the field runs its own
-bindings as the key reaches it, before the next key is read from its queue.
+bindings as the key reaches it, before the next key is read from its queue. A priority key read after
+them (tab, ctrl+r) waits for them to be typed (``acetui.app.keyorder.keys_typed_before``).
 """
 
 from __future__ import annotations
-
-import asyncio
-import contextlib
 
 from textual import events
 from textual.widgets import Input
@@ -30,12 +28,3 @@ class TextField(Input):
                     event.prevent_default()
                     return
         await super()._on_key(event)
-
-    async def keys_applied(self) -> None:
-        """Wait until the keys handed to the field before now are typed: a priority key read after them
-        (tab) acts on the field as they leave it (the model field's completions shown for what was typed)."""
-        applied = asyncio.Event()
-        if not self.call_later(applied.set):  # queued behind those keys; False: the field is closing
-            return
-        with contextlib.suppress(TimeoutError):  # a loaded machine: tab then acts without waiting, as before
-            await asyncio.wait_for(applied.wait(), timeout=1.0)
