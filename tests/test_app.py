@@ -231,6 +231,24 @@ async def test_typing_tab_and_enter_in_one_burst_picks_the_completion(store, mon
         assert screen.query_one("#metrics", SelectionList).selected == ticked
 
 
+@pytest.mark.asyncio
+async def test_space_in_a_burst_ticks_the_metric_it_was_typed_on(store):
+    """``Up space Down Down space`` in one read on Metrics: space toggled the row highlighted when its toggle
+    was handled, after the arrows behind it had moved on (both spaces hit one row: nothing ticked)."""
+    from runhelpers import send_in_one_read
+
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        metrics = app.screen.query_one("#metrics", SelectionList)
+        metrics.deselect_all()
+        metrics.focus()
+        metrics.highlighted = 2
+        await pilot.pause()
+        send_in_one_read(app, [("up", None), ("space", " "), ("down", None), ("down", None), ("space", " ")])
+        ticked = [metrics.get_option_at_index(row).value for row in (1, 3)]
+        await pilot_wait_until(pilot, lambda: sorted(metrics.selected) == sorted(ticked), "rows 1 and 3 ticked", 15)
+
+
 def test_local_checkpoints_gguf_files_and_the_hub_cache_are_candidates(tmp_path):
     (tmp_path / "ckpt" / "llama-tiny").mkdir(parents=True)
     (tmp_path / "ckpt" / "llama-tiny" / "config.json").write_text("{}")

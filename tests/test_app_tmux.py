@@ -52,6 +52,17 @@ def test_start_in_a_burst_starts_the_model_typed_before_it(terminal):
     assert "'nosuchorg/third'" in refused, refused
 
 
+def test_space_in_a_burst_ticks_the_metric_it_was_typed_on(terminal):
+    """``Tab Down space Down Down space`` in one read from the model field: each space ticks the metric
+    highlighted as it was typed (Wanda, SparseGPT); the list ticked the row the arrows after it reached."""
+    terminal.wait_for("Start ▶", "the New run form")
+    terminal.keys("Tab", "Down", "space", "Down", "Down", "space")
+    metrics = lambda text: text.split("Evaluation")[0].splitlines()  # noqa: E731  # the ticks above it
+    ticked = lambda text: [line.split()[1] for line in metrics(text) if "▐X▌" in line]  # noqa: E731
+    terminal.wait_for(lambda text: len(ticked(text)) == 3, "two more metrics ticked", timeout=30)
+    assert ticked(terminal.screen()) == ["Wanda", "SparseGPT", "CosP+VarP"]
+
+
 def test_tab_in_a_burst_moves_focus_in_order_and_the_filter_keeps_its_text(terminal):
     """Results, in one read: ``/`` and "lla" in the filter, tab to the table, where ``r`` reverses the sort,
     shift+tab back to the filter and "ma" after its text. Tab was the screen's binding, run only after the

@@ -1,12 +1,13 @@
 """Check marks that read without colour: Textual draws ``▐X▌`` for a checkbox ticked or not and tells
-them apart by colour only, which the ansi theme and ``NO_COLOR`` lose. Here an unticked box is empty."""
+them apart by colour only, which the ansi theme and ``NO_COLOR`` lose. Here an unticked box is empty.
+A ``TickList``'s space also ticks the row it was typed on, however fast the keys after it come."""
 
 from __future__ import annotations
 
 from rich.segment import Segment
 from textual.content import Content
 from textual.strip import Strip
-from textual.widgets import Checkbox, SelectionList
+from textual.widgets import Checkbox, OptionList, SelectionList
 from textual.widgets._toggle_button import ToggleButton
 from textual.widgets.option_list import OptionDoesNotExist
 
@@ -31,3 +32,10 @@ class TickList(SelectionList):
             return strip
         segments[1] = Segment(EMPTY, segments[1].style, segments[1].control)
         return Strip(segments, strip.cell_length)
+
+    def _on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        # Space posts the row highlighted as it acts, and SelectionList then toggled the row highlighted once
+        # the message was handled: in one burst (``space Down``) the arrow had moved on, and its row was ticked.
+        event.stop()
+        event.prevent_default()  # SelectionList's own handler, next in the MRO, is not run
+        self.toggle(self.get_option_at_index(event.option_index))
