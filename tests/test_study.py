@@ -471,6 +471,41 @@ def test_the_report_of_an_unfinished_study_names_the_cells_it_lacks(
     assert (report / "summary.md").read_text().splitlines()[2] == "All 19 cells of the study have a finished run."
 
 
+def test_a_summary_sentence_says_its_p_is_holm_adjusted_and_each_sides_seeds(monkeypatch):
+    """ "Magnitude is tied with Wanda-8: +514.16 perplexity [+84.73, +947.22], p = 0.117, 1 seed." read as a
+    contradiction (an unadjusted interval off 0 beside a Holm-adjusted p, unnamed) and gave the smaller n of
+    the two sides (Wanda-8 had 2 seeds)."""
+    from types import SimpleNamespace
+
+    from acetui_core.analysis import verdicts
+    from acetui_core.studies.studyreport import summary
+
+    def row(name, verdict, n, p=None, difference=None):
+        return {"row": name, "verdict": verdict, "n": n, "p": p, "difference": difference, "value": 0.0, "note": None}
+
+    column = {
+        "column": "2:4 (tiny_llama)",
+        "rows": [
+            row("Wanda-8", "best", 2),
+            row("Magnitude", "tied", 1, 0.117, [514.16, 84.73, 947.22]),
+            row("RIA-8", "tied", 2, 0.206, [339.87, -43.30, 725.93]),
+            row("RIA-16", "worse", 2, 0.0004, [393.04, 260.55, 1055.09]),
+        ],
+    }
+    monkeypatch.setattr(verdicts, "report", lambda table: {"columns": [column]})
+    text = summary({"ppl": SimpleNamespace(level=0.95)}, {}, [], 4, None)
+    assert "the p of the paired test after Holm's adjustment" in text and "seeds (n) of the row and of the best" in text
+    assert [line for line in text.splitlines() if line.startswith("- at ")] == [
+        "- at 2:4 (tiny_llama), Magnitude is tied with Wanda-8: +514.16 perplexity [+84.73, +947.22], "
+        "Holm-adjusted p = 0.117, n = 1 and 2 seeds; its 95% interval excludes 0 unadjusted, but the difference "
+        "is not significant after Holm's adjustment over the column's comparisons.",
+        "- at 2:4 (tiny_llama), RIA-8 is tied with Wanda-8: +339.87 perplexity [-43.30, +725.93], "
+        "Holm-adjusted p = 0.206, n = 2 and 2 seeds.",
+        "- at 2:4 (tiny_llama), RIA-16 is worse than Wanda-8: +393.04 perplexity [+260.55, +1055.09], "
+        "Holm-adjusted p < 0.001, n = 2 and 2 seeds.",
+    ]
+
+
 @pytest.mark.asyncio
 async def test_the_app_opens_on_results_with_a_studys_runs_selected(tmp_path, make_tiny_model, calib_file):
     from acetui.app import make_app

@@ -42,6 +42,12 @@ from acetui_core.studies.study import DONE, Study, cell_states, cell_text, newes
 
 MEASURES = {"ppl": "WikiText-2 perplexity", "zeroshot-mean": "mean zero-shot accuracy"}
 UNFINISHED_NAMED = 5  # the unfinished cells a report names; `acetui study status` lists them all
+# How summary.md's sentences read, said once above them
+READING = (
+    "Each row against its column's best: the difference with its interval (unadjusted), the p of the paired "
+    "test after Holm's adjustment over the column's comparisons (what the verdict reads), and the seeds (n) of "
+    "the row and of the best."
+)
 
 
 @dataclass(frozen=True)
@@ -116,20 +122,31 @@ def environment(study: Study, records: list[RunRecord]) -> str:
     return "\n".join([*lines, study.text.rstrip("\n"), "```", ""])
 
 
-def _worse(row: dict, best: dict, measure: str, column: str, seeds: int, level: float) -> str:
-    """One sentence comparing a row with its column's best."""
+def _worse(row: dict, best: dict, measure: str, column: str, level: float) -> str:
+    """One sentence comparing a row with its column's best: the difference with its interval (at ``level``,
+    unadjusted), the paired test's p adjusted by Holm's method over the column (what the verdict is), and
+    each side's seeds. Where the interval excludes 0 but the adjusted test does not reject, it says so,
+    so "tied" beside an interval off 0 does not read as a contradiction."""
     what = "perplexity" if measure == "ppl" else "points of mean accuracy"
     where = f"at {column}, " if column else ""
+    apart = False
     if row["difference"]:
         delta, low, high = row["difference"][:3]
         shown = f"{delta:+.2f} {what} [{low:+.2f}, {high:+.2f}]"
+        apart = low > 0 or high < 0
     else:
         shown = f"{row['value']:.2f} against {best['value']:.2f} ({row['note'] or 'no interval'})"
     p_shown = verdicts.p_text(row["p"], level)
-    p = "p –" if row["p"] is None else "p < 0.001" if p_shown == "<0.001" else f"p = {p_shown}"
+    p = "p –" if row["p"] is None else f"Holm-adjusted p {'< 0.001' if p_shown == '<0.001' else f'= {p_shown}'}"
     verdict = {"worse": "is worse than", "tied": "is tied with"}.get(row["verdict"], f"is {row['verdict']} beside")
-    runs = f"{seeds} seed{'s' if seeds != 1 else ''}"
-    return f"- {where}{row['row']} {verdict} {best['row']}: {shown}, {p}, {runs}."
+    seeds = f"n = {row['n']} and {best['n']} seed{'s' if best['n'] != 1 else ''}"
+    caveat = (
+        f"; its {level * 100:g}% interval excludes 0 unadjusted, but the difference is not significant after "
+        "Holm's adjustment over the column's comparisons"
+        if apart and row["verdict"] == "tied"
+        else ""
+    )
+    return f"- {where}{row['row']} {verdict} {best['row']}: {shown}, {p}, {seeds}{caveat}."
 
 
 def _against_best(table: Comparison, measure: str) -> list[str]:
@@ -141,7 +158,7 @@ def _against_best(table: Comparison, measure: str) -> list[str]:
             continue
         for row in column["rows"]:
             if row is not best:
-                out.append(_worse(row, best, measure, column["column"], min(row["n"], best["n"]), table.level))
+                out.append(_worse(row, best, measure, column["column"], table.level))
     return out
 
 
@@ -156,7 +173,7 @@ def summary(
     themselves), so that "does DSnoT help Wanda?" has its own sentence, not only "is it the best?".
     ``cells``: how many the study has; ``lacking``: the ``unfinished`` sentence, first, where there is one."""
     complete = f"All {cells} cells of the study have a finished run."
-    out = ["# Summary", "", f"**Unfinished study: {lacking}**" if lacking else complete, ""]
+    out = ["# Summary", "", f"**Unfinished study: {lacking}**" if lacking else complete, "", READING, ""]
     for measure, table in tables.items():
         out += [f"## {MEASURES[measure]}", "", *_against_best(table, measure)]
         budgets = {
