@@ -64,3 +64,40 @@ def test_a_stopped_study_says_how_many_runs_were_cancelled(tmp_path, monkeypatch
         "(acetui runs lists them)."
     )
     assert [run.status for run in Store(tmp_path / "runs.db").list_runs()] == ["cancelled"] * 3
+
+
+def test_a_cell_that_finished_as_the_study_was_stopped_is_printed(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
+):
+    """SIGTERM as the first of three cells finished: its line was never printed (a cell's line came with the
+    next run's first event, which the stop never sent), though the store held it finished. It is printed;
+    the cancelled ones are not cells that ended."""
+    import signal
+
+    from acetui_core.basics.errors import Cancelled
+    from acetui_core.execution.launch import InProcess, queue
+
+    model = make_tiny_model("llama")
+    study = _study(
+        tmp_path / "s.toml", f'model = "{model}"\nsparsity = ["0.5", "4:8", "2:4"]\ncalib = "{calib_file}"\n{QUICK}'
+    )
+    run_the_first = study_command.run_and_wait
+
+    def first_finished_then_stopped(configs, store, executor, *, on_event, **_):
+        finished, _ = run_the_first(configs[:1], store, executor, on_event=on_event, checked=True)
+        cancelled = queue(configs[1:], store, InProcess(), checked=True)
+        for run_id in cancelled:
+            store.request_cancel(run_id)
+        return finished + cancelled, Cancelled("before this run started", signum=signal.SIGTERM)
+
+    monkeypatch.setattr(study_command, "run_and_wait", first_finished_then_stopped)
+    handler = signal.getsignal(signal.SIGINT)  # the CLI ignores a further Ctrl-C as it exits
+    try:
+        code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(tmp_path / "runs.db"))
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert code == 143, err
+    [line] = [line for line in err.splitlines() if line.startswith("[")]
+    assert line.startswith(f"[1/3] CosP+VarP-16 at 0.5 on {model.name}, ") and " finished: ppl " in line
+    assert err.splitlines()[-1].startswith("acetui: stopped; 2 runs are recorded as cancelled")
+    assert [run.status for run in Store(tmp_path / "runs.db").list_runs()].count("finished") == 1

@@ -100,13 +100,15 @@ class StudyProgress:
             config = self.store.get_run(run_id, layers=False).config
             self.bar.update(self.task, description=cell_text(config, self.axes))
 
-    def poll(self, run_ids: list[str]) -> bool:
-        """Count the runs of ``run_ids`` that have ended; True once none is active."""
+    def poll(self, run_ids: list[str], *, stopped: bool = False) -> bool:
+        """Count the runs of ``run_ids`` that have ended; True once none is active. After a stop
+        (``stopped``), the runs it cancelled are not cells that ended (the stop says how many), but one that
+        finished as it came is."""
         active = False
         for run in self.store.list_runs(ids=run_ids):
             if run.active:
                 active = True
-            else:
+            elif not (stopped and run.status == RunStatus.CANCELLED):
                 self.cell_ended(run.id)
         return not active
 
@@ -182,8 +184,9 @@ def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, 
             run_ids, stopped = run_and_wait(
                 todo, opened, executor, on_event=progress, watch=progress.watch, checked=True
             )
-            if stopped is None:
-                progress.poll(run_ids)  # the last run, and any that ended before its first event
+            # the last run (its end is told by the next run's first event, which a stop never sends), and
+            # any that ended before its first event
+            progress.poll(run_ids, stopped=stopped is not None)
         if stopped is None:
             progress.wait_for(others)
     if stopped is not None:  # its signal sets the exit code (143 for SIGTERM, 130 for Ctrl-C)
