@@ -26,13 +26,14 @@ from acetui.app import make_app
 from acetui.app.candidates import cached_hub_models, local_models
 from acetui.app.form import configs
 from acetui.app.help import HelpScreen
-from acetui.app.screens.new_run import NewRunScreen
+from acetui.app.screens.new_run import NewRunScreen, plan_line
 from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
 from acetui_core.basics.errors import UserError
 from acetui_core.run.config import RunConfig
 from acetui_core.run.events import RunStarted, Stage
+from acetui_core.scores.metrics import METHODS
 from acetui_core.storage.store import Store
 
 SIZE = (80, 24)
@@ -110,9 +111,44 @@ async def test_form_flags_bad_values_with_the_cli_sentence(store):
         chosen.select("ria")
         screen.query_one("#sparsity", Input).value = "0.5, 2:4"
         screen.query_one("#nsamples", Input).value = "4"
-        plan = "2 run(s): RIA-16 0.5, RIA-16 2:4"  # the form re-checks after each change, in its own time
+        plan = "2 runs: RIA-16 × 0.5, 2:4"  # the form re-checks after each change, in its own time
         await pilot_wait_until(pilot, lambda: str(screen.query_one("#plan", Static).render()) == plan, "the plan")
         assert not screen.query_one("#sparsity-error", Static).display
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("metrics", "sparsity", "plan"),
+    [
+        (["wanda", "sparsegpt"], "0.5,0.6", "4 runs: Wanda-16, SparseGPT-16 × 0.5, 0.6"),
+        (list(METHODS)[:8], "0.5,0.6,0.7", "24 runs: 8 methods × 3 sparsities"),
+    ],
+)
+async def test_the_plan_line_reads_whole_at_80_columns(store, monkeypatch, metrics, sparsity, plan):
+    """The start row is one line: the plan listed every run and was cut at 80 columns, mid-list
+    (``4 run(s): Wanda-64 0.5, Wanda-64 0.6, SparseGPT-64 0.5,``)."""
+    monkeypatch.setattr("acetui.app.form.cost", lambda configs: "Cost: not estimated here")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        screen.query_one("#model", Input).value = "some-org/some-model"
+        chosen = screen.query_one("#metrics", SelectionList)
+        chosen.deselect_all()
+        for metric in metrics:
+            chosen.select(metric)
+        screen.query_one("#sparsity", Input).value = sparsity
+        line = screen.query_one("#plan", Static)
+        await pilot_wait_until(pilot, lambda: str(line.render()) == plan, f"the plan {plan!r}", timeout=15)
+        await pilot.pause()
+        drawn = "".join(segment.text for segment in line.render_line(0))
+        assert drawn.rstrip() == plan and line.region.right <= SIZE[0]
+
+
+def test_a_plan_that_is_not_a_grid_counts_the_runs_it_has_no_room_for():
+    runs = [RunConfig(model="m", method="wanda", sparsity=s, seqlen=n) for s, n in (("0.5", 16), ("0.6", 64))] * 3
+    assert plan_line(runs, 200).count("Wanda") == 6
+    assert plan_line(runs, 60) == "6 runs: Wanda-16 0.5, Wanda-64 0.6, Wanda-16 0.5 … (+3 more)"
+    assert plan_line(runs[:1], 60) == "1 run: Wanda-16 × 0.5"
 
 
 @pytest.mark.asyncio

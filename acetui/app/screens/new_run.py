@@ -11,9 +11,11 @@ and come back at the next launch.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import asdict
 
+from rich.cells import cell_len
 from textual import getters, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -65,6 +67,7 @@ from acetui_core.storage.store_rows import RunRecord
 TICKS = ("eval-wikitext2", "eval-zeroshot")  # the evaluations, one tick each
 START = "Start ▶"  # the Start button's label ("Checking…" while the launcher checks the runs)
 COST_DELAY = 0.3  # seconds a cost estimate waits for the typing to stop
+PLAN_INDENT = 22  # the columns of a line the plan line leaves to the Start button, the margins and a scrollbar
 # The settings each evaluation needs: left at their defaults while it is off.
 EVAL_SETTINGS: dict[str, tuple[str, str]] = {
     EvalKind.WIKITEXT2: ("eval_limit", "eval_seqlen"),
@@ -81,6 +84,7 @@ class NewRunScreen(Screen):
     app = getters.app(Workbench)
 
     AUTO_FOCUS = "#model"
+    _planned: tuple[RunConfig, ...] = ()  # the runs the plan line names (none while a field is bad)
     BINDINGS = [
         Binding(
             "ctrl+r",
@@ -284,23 +288,28 @@ class NewRunScreen(Screen):
             self.query_one(f"#{field_id}-error").display = False
             self.query_one(f"#{field_id}").remove_class("-invalid")
         bad = [field_id for field_id in self._relevant() if not self._check(field_id)]
-        plan = self.query_one("#plan", Static)
+        self._planned = () if bad else tuple(self.configs())
         if bad:
-            plan.update(
+            self.query_one("#plan", Static).update(
                 "Pick a model to start."
                 if bad == ["model"] and not self._model_touched
                 else f"[$text-error]{len(bad)} field(s) to fix[/]"
             )
-        else:
-            configs = self.configs()
-            runs = ", ".join(f"{c.label} {c.sparsity}" for c in configs)
-            plan.update(escape(f"{len(configs)} run(s): {runs}"))
+        self._show_plan()
         cost = self.query_one("#cost", Static)
         cost.display = not bad
         if not bad:
             cost.update("[dim]Cost: working it out…[/]")
-            self.estimate_cost(configs)
+            self.estimate_cost(list(self._planned))
         return bad
+
+    def _show_plan(self) -> None:
+        if self._planned:
+            room = self.app.size.width - PLAN_INDENT
+            self.query_one("#plan", Static).update(escape(plan_line(self._planned, room)))
+
+    def on_resize(self) -> None:
+        self._show_plan()  # a summary that fits the new width
 
     @work(thread=True, exclusive=True, group="cost")
     def estimate_cost(self, configs: list) -> None:
@@ -418,6 +427,25 @@ class NewRunScreen(Screen):
         else:  # the user moved on while the runs were checked: the keys they type now are meant for that screen
             self.app.follow_later(batch[0], batch)
             self.notify(f"{len(batch)} run(s) started: F2 shows them.", timeout=8)
+
+
+def plan_line(configs: Sequence[RunConfig], room: int) -> str:
+    """The runs the form describes, in ``room`` columns (the start row is one line): each label and each
+    sparsity once where the runs are every label at every sparsity (``4 runs: Wanda-64, SparseGPT-64 ×
+    0.5, 0.6``), else each run; what does not fit is counted, never cut mid-list."""
+    count = f"{len(configs)} run{'' if len(configs) == 1 else 's'}"
+    labels = list(dict.fromkeys(config.label for config in configs))
+    sparsities = list(dict.fromkeys(config.sparsity for config in configs))
+    if len(configs) == len(labels) * len(sparsities):  # the grid, each pair once
+        grid = f"{count}: {', '.join(labels)} × {', '.join(sparsities)}"
+        return grid if cell_len(grid) <= room else f"{count}: {len(labels)} methods × {len(sparsities)} sparsities"
+    runs = [f"{config.label} {config.sparsity}" for config in configs]
+    for shown in range(len(runs), 0, -1):
+        left_out = len(runs) - shown
+        line = f"{count}: {', '.join(runs[:shown])}" + (f" … (+{left_out} more)" if left_out else "")
+        if cell_len(line) <= room:
+            return line
+    return count
 
 
 async def rerun(app: App, run: RunRecord) -> None:
