@@ -101,3 +101,31 @@ def test_a_cell_that_finished_as_the_study_was_stopped_is_printed(
     assert line.startswith(f"[1/3] CosP+VarP-16 at 0.5 on {model.name}, ") and " finished: ppl " in line
     assert err.splitlines()[-1].startswith("acetui: stopped; 2 runs are recorded as cancelled")
     assert [run.status for run in Store(tmp_path / "runs.db").list_runs()].count("finished") == 1
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_status_before_the_first_run_lists_every_cell_missing_and_makes_no_store(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file, as_json
+):
+    """It exited 2, "There is no run store", where the study's cells are simply all missing."""
+    import json
+
+    model = make_tiny_model("llama")
+    study = _study(
+        tmp_path / "s.toml", f'model = "{model}"\nsparsity = ["0.5", "2:4"]\ncalib = "{calib_file}"\n{QUICK}'
+    )
+    store = tmp_path / "new" / "runs.db"
+    code, out, err = cli(
+        monkeypatch, capsys, "study", "status", str(study), "--store", str(store), *["--json"] * as_json
+    )
+    assert code == 0, err
+    if as_json:
+        assert [(row["state"], row["run"], row["config"]["sparsity"]) for row in json.loads(out)] == [
+            ("missing", None, "0.5"),
+            ("missing", None, "2:4"),
+        ]
+    else:
+        assert [line.split(None, 2)[:2] for line in out.splitlines()] == [["missing", "-"]] * 2
+        assert err.endswith("0 done, 0 running, 0 failed, 0 interrupted, 2 missing of 2 cells.\n")
+    assert f"No run store at {store} yet" in err
+    assert not (tmp_path / "new").exists()

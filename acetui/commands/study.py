@@ -29,6 +29,7 @@ from acetui_core.studies.study import (
     DONE,
     FAILED,
     INTERRUPTED,
+    MISSING,
     RUNNING,
     STATES,
     Study,
@@ -210,8 +211,13 @@ def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, 
 def status(study_file: StudyFile, store: options.StoreOption = None, as_json: options.JsonOption = False) -> None:
     """List the study's cells: done, running, failed, interrupted or missing, with their newest run."""
     study = _load(study_file)
-    opened = Store(store, create=False)
-    states = cell_states(study.cells(opened.path), opened)
+    path = store_path(store)
+    cells = study.cells(path)
+    if path.exists():
+        states = cell_states(cells, Store(path, create=False))
+    else:  # before the first `study run`: every cell is missing, and a status makes no store
+        print(f"No run store at {path} yet: no cell has a run.", file=sys.stderr)
+        states = [(cell, MISSING, []) for cell in cells]
     if as_json:
         rows = [
             {"state": state, "run": runs[-1].id if runs else None, "config": cell.to_dict()}
