@@ -67,7 +67,7 @@ def load() -> Preferences:
     notice."""
     path = preferences_path()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as Windows editors write, is no error
     except FileNotFoundError:
         return Preferences()
     except (OSError, ValueError) as error:

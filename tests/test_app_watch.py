@@ -705,6 +705,14 @@ async def test_an_unreadable_preferences_file_is_one_warning(store):
     assert preferences.load().theme == app.theme  # rewritten whole
 
 
+def test_a_preferences_file_saved_with_a_byte_order_mark_is_read():
+    """Windows editors (Notepad) save UTF-8 with a BOM: the file was "not valid JSON" and every choice dropped."""
+    preferences.preferences_path().parent.mkdir(parents=True, exist_ok=True)
+    preferences.preferences_path().write_bytes(b'\xef\xbb\xbf{"theme": "light"}\n')
+    loaded = preferences.load()
+    assert (loaded.theme, loaded.problem) == ("light", None)
+
+
 @pytest.mark.asyncio
 async def test_the_model_field_starts_with_the_bundled_model_and_shows_its_name(store, smollm_gguf):
     app = make_app(store)
