@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from acetui_core.run.records import Histogram, TaskOutcomes, WindowLosses
 from acetui_core.storage import store_schema
 from acetui_core.storage.liveness import STALE_AFTER
 from acetui_core.storage.store import Store
+from acetui_core.storage.store_db import migration_backup
 from acetui_core.storage.store_rows import RunEvidence
 from acetui_core.storage.store_schema import APPLICATION_ID, SCHEMA_VERSION
 
@@ -316,6 +318,13 @@ def test_a_version_0_store_is_migrated(tmp_path):
     )
     store.create_run(config())  # and it takes new runs
     assert len(Store(path).list_runs()) == 3
+    # the store as it was is kept beside it, once: the old acetui can read it, and nothing is lost if the
+    # update goes wrong; an export may not replace it
+    with contextlib.closing(sqlite3.connect(migration_backup(path, 0))) as copy:
+        assert copy.execute("PRAGMA user_version").fetchall() == [(0,)]
+        assert copy.execute("SELECT id FROM runs ORDER BY id").fetchall() == [("0ld0run1",), ("0ld0run2",)]
+    assert sorted(p.name for p in tmp_path.glob("runs.db.*")) == ["runs.db.schema0.bak"]
+    assert (migration_backup(path, 0), "the run store's copy from before its update") in store.protected_places()
     # runs from before acetui kept per-window losses keep their numbers and have nothing to test
     assert store.evidence([old.id, failed.id]) == {old.id: RunEvidence(), failed.id: RunEvidence()}
 

@@ -164,11 +164,43 @@ def _prepare_schema(path: Path, db: sqlite3.Connection, create: bool = True) -> 
     if version is None:
         store_schema.create(db)
         version = 1
+    elif version < SCHEMA_VERSION:
+        _keep_a_copy(path, version)
     while version < SCHEMA_VERSION:
         store_schema.MIGRATIONS[version](db)
         version += 1
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def migration_backup(path: Path, version: int) -> Path:
+    """Where the store at ``path`` is copied before its schema ``version`` is updated."""
+    return Path(f"{path}.schema{version}.bak")
+
+
+def _keep_a_copy(path: Path, version: int) -> None:
+    """A copy of the store as it was, beside it, before an update changes it in place (any command that
+    opens an older store updates it, ``acetui runs`` too): the older acetui that wrote it can still read
+    the copy, and a finished result survives an update that went wrong. Kept if one is there already."""
+    backup = migration_backup(path, version)
+    if backup.exists():
+        return
+    # Read through a connection of its own: the caller's holds the write lock (other readers may still
+    # read, and nothing is written before the copy is whole), and SQLite's backup retries forever on it.
+    source, copy = sqlite3.connect(path, timeout=BUSY_TIMEOUT), None
+    try:
+        copy = sqlite3.connect(backup)
+        source.backup(copy)
+    except (sqlite3.Error, OSError) as error:
+        backup.unlink(missing_ok=True)
+        raise UserError(
+            f"The run store {path} was written by an older acetui and is updated in place, but a copy of it "
+            f"could not be kept first at {backup} ({error}); nothing was changed."
+        ) from None
+    finally:
+        source.close()
+        if copy is not None:
+            copy.close()
 
 
 @contextmanager

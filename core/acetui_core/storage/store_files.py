@@ -28,13 +28,18 @@ def masks_path(folder: Path, run_id: str) -> Path:
 
 
 def places(store: Path) -> tuple[tuple[Path, str], ...]:
-    """The store file, its SQLite companions, its study lock and the folders beside it, as ``(path, what it
-    is)``: a folder saved over a companion or the lock would stop every later command from opening the store."""
+    """The store file, its SQLite companions, its study lock, the folders beside it and the copies kept
+    before schema updates (``store_db.migration_backup``), as ``(path, what it is)``: a folder saved over a
+    companion or the lock would stop every later command from opening the store."""
     return (
         (store, "the run store"),
         *((Path(f"{store}{end}"), "the run store") for end in ("-wal", "-shm", "-journal")),
         (Path(f"{store.resolve()}{STUDY_LOCK_SUFFIX}"), "the run store's study lock"),
         *((store.parent / name, "a folder of the run store") for name in (LOG_FOLDER, MASK_FOLDER, JOB_FOLDER)),
+        *(
+            (copy, "the run store's copy from before its update")
+            for copy in store.parent.glob(f"{store.name}.schema*.bak")
+        ),
     )
 
 
