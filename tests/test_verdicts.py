@@ -18,6 +18,7 @@ from scipy.stats import ttest_rel
 
 from acetui_core.analysis.comparison import comparison
 from acetui_core.analysis.export import export
+from acetui_core.analysis.figures import coordinate
 from acetui_core.analysis.verdicts import judge, run_difference
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
@@ -558,7 +559,7 @@ async def test_the_pareto_view_draws_what_g_saves(store, tmp_path, no_color):
     for block in figure.split("\\addplot")[1:]:
         name = re.search(r"addlegendentry\{(.*?)\}", block).group(1)
         saved[name] = [tuple(map(float, point)) for point in re.findall(r"\(([\d.e+]+), ([\d.e+]+)\) \+=", block)]
-    assert saved == {name: [(x, float(f"{y:.4g}")) for x, y, _, _ in points] for name, points in shown.items()}
+    assert saved == {name: [(x, float(coordinate(y))) for x, y, _, _ in points] for name, points in shown.items()}
     assert [x for x, _ in saved["Wanda"]] == [128, 256, 512]
 
 

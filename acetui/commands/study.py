@@ -212,9 +212,11 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
     """List the study's cells: done, running, failed, interrupted or missing, with their newest run."""
     study = _load(study_file)
     path = store_path(store)
+    # opened before the cells are checked, which would read (and so make) a store of an empty file
+    opened = Store(path, create=False) if path.exists() else None
     cells = study.cells(path)
-    if path.exists():
-        states = cell_states(cells, Store(path, create=False))
+    if opened is not None:
+        states = cell_states(cells, opened)
     else:  # before the first `study run`: every cell is missing, and a status makes no store
         print(f"No run store at {path} yet: no cell has a run.", file=sys.stderr)
         states = [(cell, MISSING, []) for cell in cells]
