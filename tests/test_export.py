@@ -596,3 +596,20 @@ async def test_the_results_table_tells_apart_runs_of_one_method_and_sparsity(tmp
             ("32×16", "4×2048", "0"),
         ]
         assert sorted(row[column["Id"]] for row in shown) == ["d0000000", "d0000001", "d0000002"]
+
+
+def test_a_setting_every_run_shares_is_named_in_the_caption(tmp_path, monkeypatch, capsys):
+    """A label names only where runs differ: OBS-updated, DSnoT-refined Wanda and magnitude on 32 samples
+    were exported as plain "Wanda-16" and "Magnitude", nothing in the table saying otherwise. Magnitude
+    reads no samples: Wanda's 32 are still said."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for position, method in enumerate(("wanda", "magnitude")):
+        config = RunConfig(model=LLAMA, method=method, sparsity="0.5", nsamples=32, update="obs", refine="dsnot")
+        insert_run(store, clock, f"c000000{position}", config, created=1000.0 * (position + 1), ppl=8.0 + position)
+    expected = "Every run, where it applies: 32 samples, OBS update, DSnoT."
+    code, out, _ = cli(monkeypatch, capsys, "export", "--format", "latex", "--store", str(store.path))
+    assert code == 0 and f"(lower is better; best per column in bold). {expected}}}" in out
+    assert "Magnitude &" in out and "Wanda-16 &" in out  # the rows' labels as before
+    code, out, _ = cli(monkeypatch, capsys, "export", "--format", "markdown", "--store", str(store.path))
+    assert code == 0 and out.splitlines()[0].endswith(expected)

@@ -21,7 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from acetui_core.analysis.rowlabels import model_columns, result_of, row_labels
+from acetui_core.analysis.rowlabels import model_columns, result_of, row_labels, shared_settings
 from acetui_core.basics.choices import EXPERT_SCORE_NAMES, RunStatus, SparsityScope
 from acetui_core.basics.errors import UserError, check_choice
 from acetui_core.run.config import RunConfig
@@ -146,6 +146,7 @@ class Comparison:
     verdicts: dict[tuple[str, tuple[str, str]], Verdict] = field(default_factory=dict)
     level: float = 0.95
     ci: str = "none"  # one of CI_STYLES
+    shared: list[str] = field(default_factory=list)  # settings off their defaults every run shares (its caption)
 
     def bold(self, row: str, column: tuple[str, str]) -> bool:
         verdict = self.verdicts.get((row, column))
@@ -414,6 +415,7 @@ def comparison(
         grid,
         cells,
         measure,
+        shared=shared_settings(usable, measure, axis),
     )
     pick = min if measure == "ppl" else max
     for column in table.columns:

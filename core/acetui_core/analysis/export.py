@@ -173,7 +173,9 @@ def _caption(table: Comparison, latex: bool) -> str:
     of = f" of {model}" if len(table.models) == 1 else ""
     better = "lower" if table.measure == "ppl" else "higher"
     bold = "best per column, and every row tied with it, in bold" if table.tested else "best per column in bold"
-    return f"{what}{of} ({better} is better; {bold})."
+    shared = ", ".join(table.shared)
+    shared = f" Every run, where it applies: {latex_escape(shared) if latex else shared}." if shared else ""
+    return f"{what}{of} ({better} is better; {bold}).{shared}"
 
 
 def verdict_note(table: Comparison, dash: str = "–") -> str | None:

@@ -169,3 +169,25 @@ def row_labels(
                 parts.append(f"{text} v{version}" if len(same_text) > 1 else text)
             labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
     return labels
+
+
+# Settings a caption leaves to other lines: the method is the row's label, the model the caption's own
+# subject, the dtype a run resolved its environment's.
+_UNSAID = {"method", "model", "dtype"}
+
+
+def shared_settings(records: list[RunRecord], measure: str, columns: str) -> list[str]:
+    """The settings away from acetui's defaults that every run reading them shares, in the labels' words
+    (``4 samples``, ``OBS update``, ``DSnoT``; magnitude reads no samples and does not stop Wanda's being
+    said). A row label names only where runs differ, so a table of OBS-updated Wanda read as plain Wanda:
+    its caption names these."""
+    values = [settings(record, measure, columns) for record in records]
+    names = list(dict.fromkeys(name for value in values for name in value))
+    shared = []
+    for name in names:
+        if name in _UNSAID or name not in _DEFAULTS:
+            continue
+        found = {repr(value[name]): value[name] for value in values if name in value}
+        if len(found) == 1 and (value := next(iter(found.values()))) != _DEFAULTS[name]:
+            shared.append(_DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")(value))
+    return shared
