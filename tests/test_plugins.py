@@ -105,6 +105,19 @@ def test_methods_names_a_remembered_plugin_that_exits_on_import(tmp_path, monkey
     assert err.startswith("acetui: Plug-in file") and "exits.py could not be imported (SystemExit" in err, err
 
 
+def test_what_a_plugin_prints_never_reaches_the_json(make_tiny_model, fast, tmp_path, monkeypatch, capsys):
+    """``prune --json``'s stdout is one JSON object; a plug-in that printed as it was imported and as it
+    scored put its lines before it, and the output could not be read."""
+    (tmp_path / "noisy.py").write_text(
+        "print('hello from the import')\ndef score(W, stats, opts):\n    print('scoring', W.shape)\n    return W.abs()\n"
+    )
+    reference = f"{tmp_path}/noisy.py:score"
+    args = ["prune", make_tiny_model("llama"), "--method", reference, *fast, "--json", "--store", tmp_path / "r.db"]
+    code, out, err = cli(monkeypatch, capsys, *args)
+    assert code == 0 and json.loads(out)["method"] == reference
+    assert "hello from the import" in err and "scoring" in err  # said, where the progress is
+
+
 def test_a_plugin_that_exits_while_scoring_fails_its_run_with_one_sentence(
     make_tiny_model, fast, tmp_path, monkeypatch, capsys
 ):

@@ -10,12 +10,14 @@ the same file, and the run records the file's SHA-256.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import sys
 from pathlib import Path
 
 import torch
@@ -110,7 +112,8 @@ def _load_file(path: str, digest: str):
         raise UserError(f"Plug-in file {path} is not a Python file that can be imported.")
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        with _printing_to_stderr():
+            spec.loader.exec_module(module)
     except USER_CODE_ERRORS as error:
         raise UserError(f"Plug-in file {path} could not be imported ({_described(error)}).") from None
     return module
@@ -118,7 +121,8 @@ def _load_file(path: str, digest: str):
 
 def _import(target: str, reference: str):
     try:
-        return importlib.import_module(target)
+        with _printing_to_stderr():
+            return importlib.import_module(target)
     except USER_CODE_ERRORS as error:
         raise UserError(
             f"Plug-in module '{target}' (method '{reference}') could not be imported ({_described(error)})."
@@ -151,12 +155,19 @@ def _described(error: BaseException) -> str:
     return f"{type(error).__name__}: {first_line(error)}" if str(error).strip() else type(error).__name__
 
 
+def _printing_to_stderr():
+    """What a plug-in prints, as it is imported or called, goes to stderr with the progress: stdout is
+    the result's (``--json``: one JSON object, which a print before it made unreadable)."""
+    return contextlib.redirect_stdout(sys.stderr)
+
+
 def _guarded(function, name: str):
     """The plug-in on a copy of ``W`` (it may write to its argument), its failures as one sentence."""
 
     def score(W, stats, opts):
         try:
-            return function(W.clone(), stats, opts)
+            with _printing_to_stderr():
+                return function(W.clone(), stats, opts)
         except USER_CODE_ERRORS as error:
             raise UserError(f"Plug-in method '{name}' failed ({_described(error)}).") from None
 
