@@ -96,6 +96,46 @@ def test_acetui_runs_cancel_stops_a_cluster_run_between_layers(
     assert run.status == "cancelled" and 1 <= run.layers_done < LAYERS
 
 
+@pytest.mark.slow  # starts acetui processes of its own
+@pytest.mark.asyncio
+async def test_the_apps_cancel_reaches_a_cluster_run(tmp_path, make_tiny_model, calib_file, gate):
+    """The app's cancel set the store's flag alone, which a job on a node never reads: the run went on.
+    It now goes through the cancel ``acetui runs cancel`` uses, the job folder's flag."""
+    from acetui.app import make_app
+    from runhelpers import pilot_wait_until
+
+    store = Store(tmp_path / "runs.db")
+    config = gated_config(make_tiny_model("llama", layers=LAYERS), calib_file)
+    [run_id] = launch([config], Slurm(cluster="local", gpus_per_job=0), store)
+    wait_until((gate / "waiting").exists, "the cluster run to reach the gate (its layer 0 done)", timeout=240)
+    sync(store)
+    app = make_app(store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f4")
+        await pilot_wait_until(pilot, lambda: app.screen.check_action("cancel_run", ()), "the run, cancellable")
+        await pilot.press("c", "y")  # cancel asks first
+        await pilot_wait_until(pilot, lambda: store.cancel_requested(run_id), "the cancel asked")
+    [run] = wait_until_ended(store, [run_id])
+    assert run.status == "cancelled" and 1 <= run.layers_done < LAYERS
+
+
+def test_a_preempted_and_requeued_cluster_run_finishes(slurm_cluster, tmp_path, make_tiny_model, calib_file, gate):
+    """Preemption: Slurm sends the job SIGTERM, kills it and runs it again. The SIGTERM was heard as a
+    stop, the run recorded cancelled, and the result of the requeued job, run to the end, was refused."""
+    store = Store(tmp_path / "runs.db")
+    executor = Slurm(partition=slurm_cluster.partition, gpus_per_job=1, time="10", folder=slurm_cluster.work_dir)
+    # Held in layer 1 until cancelled or let go: a SIGTERM heard as a stop ends it within Slurm's KillWait.
+    config = gated_config(make_tiny_model("llama", layers=LAYERS), calib_file)
+    [run_id] = launch([config], executor, store)
+    wait_until((gate / "waiting").exists, "the Slurm run to reach the gate (its layer 0 done)", timeout=240)
+    slurm_cluster.run("scontrol", "requeue", store.get_run(run_id, layers=False).job["job_id"])
+    (gate / "waiting").unlink()
+    wait_until((gate / "waiting").exists, "the requeued job to reach the gate again", timeout=240)
+    (gate / "open").touch()
+    [run] = wait_until_ended(store, [run_id])
+    assert (run.status, run.layers_done, run.error) == ("finished", LAYERS, None)
+
+
 def test_a_two_run_grid_on_a_real_slurm_cluster(
     slurm_cluster, tmp_path, make_tiny_model, calib_file, gate, monkeypatch, capsys
 ):

@@ -23,7 +23,7 @@ from acetui.app.watch import watch_runs
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.imports import HEAVY_IMPORTS
-from acetui_core.execution.kill import check_killable, force_kill, process_runs
+from acetui_core.execution.kill import cancel, check_killable, force_kill, process_runs
 from acetui_core.execution.launch import LocalProcesses, gpus_for, launch
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
@@ -206,7 +206,7 @@ class Workbench(App):
             if not yes:
                 return
             try:
-                status = self.store.request_cancel(run.id)
+                status = cancel(self.store, run.id)
             except UserError as error:
                 self.notify(str(error), severity="warning")
                 return

@@ -18,6 +18,7 @@ from acetui_core.basics.choices import ExecutorKind, RunStatus
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.texttable import text_table
 from acetui_core.execution import jobfolder
+from acetui_core.execution.kill import cancel as cancel_run
 from acetui_core.modeling.data import source_names
 from acetui_core.run.config import model_name
 from acetui_core.run.records import LayerRecord
@@ -333,11 +334,7 @@ def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
     opened = Store(store, create=False)
     # every id resolved before any is touched, and each run once (a prefix and the full id name one run)
     for full in dict.fromkeys(opened.resolve_to_change(run_id, "cancel") for run_id in run_ids):
-        if opened.get_run(full, layers=False).executor == ExecutorKind.SLURM:
-            from acetui_core.execution.slurm import cancel as cancel_job
-
-            cancel_job(opened, full)
-        if opened.request_cancel(full) == RunStatus.CANCELLED:
+        if cancel_run(opened, full) == RunStatus.CANCELLED:
             print(f"Run {full} cancelled before it started.")
         else:
             print(f"Run {full}: cancel requested; it stops after its current layer.")

@@ -1,4 +1,5 @@
-"""Force-stopping a run whose process ignores a cancel request (stuck in a kernel, a hung data loader).
+"""Stopping runs: a cancel request (``cancel``), and force-stopping a run whose process ignores one (stuck
+in a kernel, a hung data loader).
 
 Cancel is the polite way: the run stops between layers and keeps them. A force kill ends the run's
 local worker process at once (SIGKILL, its children too); the run, and every other run that process
@@ -19,6 +20,18 @@ from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
 
 KILLED = "Force-killed on request (its process did not stop when asked to cancel); the layers done are kept."
+
+
+def cancel(store: Store, run_id: str) -> RunStatus:
+    """Ask a run to stop, wherever it runs: a queued run is cancelled at once, a running one stops after
+    its current layer; a Slurm run is told through its job folder, since its job cannot read the store
+    (``acetui_core.execution.slurm.stop_job``). Returns the status the run has now (``Store.request_cancel``)."""
+    run = store.get_run(store.resolve_to_change(run_id, "cancel"), layers=False)
+    if run.active and run.executor == ExecutorKind.SLURM:
+        from acetui_core.execution.slurm import stop_job
+
+        stop_job(run)
+    return store.request_cancel(run.id)
 
 
 def process_runs(store: Store, run: RunRecord) -> list[RunRecord]:

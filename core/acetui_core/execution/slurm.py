@@ -2,8 +2,11 @@
 
 Each job executes one run with a ``JobFolder`` recorder (``acetui_core.execution.jobfolder``): it writes its
 events and log to the job folder on the shared file system, never to the user's SQLite store, which
-imports them (``acetui runs sync``, ``acetui runs watch``, the app). ``scancel`` sends the job SIGTERM,
-which stops the run between layers and records it cancelled, as Ctrl-C does on a workstation.
+imports them (``acetui runs sync``, ``acetui runs watch``, the app). ``acetui runs cancel`` leaves a flag
+in the job folder, which stops the run between layers and records it cancelled, as Ctrl-C does on a
+workstation. SIGTERM does not stop a run: Slurm sends it to preempt a job, and the job requeued then runs
+again and finishes (submitit ignores it for that); a job cancelled with ``scancel`` alone is killed after
+Slurm's KillWait and recorded cancelled by the next sync.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from acetui_core.execution.jobfolder import JobFolder
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_files import JOB_FOLDER
+from acetui_core.storage.store_rows import RunRecord
 
 JOB_NAME = "acetui"
 
@@ -114,11 +118,15 @@ class Slurm:
 
 def run_job(folder: str, run_id: str, config: dict) -> RunStatus:
     """What one job of the array executes on its node: the run, recorded in the job folder."""
+    from acetui_core.execution.heartbeat import Stop
     from acetui_core.execution.runner import execute
 
     recorder = JobFolder(Path(folder))
     try:
-        execute(recorder, run_id, RunConfig.from_dict(config), log=recorder.log_path(run_id))
+        # A stop of its own, heard from the cancel flag alone: SIGTERM keeps submitit's handler, which
+        # ignores it. Heard as a stop, a preemption recorded the run cancelled, and the result of the
+        # job that Slurm requeued and ran to the end was refused.
+        execute(recorder, run_id, RunConfig.from_dict(config), log=recorder.log_path(run_id), stop=Stop())
     except (Cancelled, KeyboardInterrupt):
         return RunStatus.CANCELLED
     except Exception:
@@ -126,13 +134,16 @@ def run_job(folder: str, run_id: str, config: dict) -> RunStatus:
     return RunStatus.FINISHED
 
 
-def cancel(store: Store, run_id: str) -> None:
-    """Ask a Slurm run to stop: the flag in its job folder (seen within a second), and scancel."""
-    run = store.get_run(run_id, layers=False)
+def stop_job(run: RunRecord) -> None:
+    """Tell a Slurm run to stop: the flag in its job folder, which the job sees within a second and stops
+    at after its current layer; a job still waiting in the queue is taken out of it (``scancel``; a
+    signal alone leaves a pending job queued, to start later only to stop)."""
     if run.job is None:
         return
     JobFolder(Path(run.job["folder"])).cancel_path(run.id).touch()
+    if run.status != RunStatus.QUEUED:
+        return
     try:
-        subprocess.run(["scancel", "--signal=TERM", run.job["job_id"]], capture_output=True, timeout=30)
+        subprocess.run(["scancel", run.job["job_id"]], capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         pass  # no Slurm here (submitit's local cluster): the flag alone stops the run
