@@ -95,6 +95,14 @@ CASES = {
         ["sweep", "{model}", "{model}/.", "--seeds", "0,1"],
         "/.); give each model once.",
     ),
+    "one calibration file named two ways": (
+        ["compare", "{model}", "--calib", "{text},{nodata}/../text.txt"],
+        "/text.txt twice (as ",  # it ran the same cells twice
+    ),
+    "one plug-in named two ways": (
+        ["compare", "{model}", "--methods", "{plugin}:score,{nodata}/../plugin.py:score"],
+        "/plugin.py:score twice (as ",
+    ),
     "one sparsity written two ways": (
         ["compare", "{model}", "--sparsity", "0.5,2:4,0.50"],
         "--sparsity gives 0.5 twice; give each value once.",
@@ -247,6 +255,7 @@ def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
         "lines": lambda: _calib(tmp_path, "lines.json", '{"text": "a"}\n\n{"text": "b"\n'),
         "text": lambda: _calib(tmp_path, "text.txt", "Calibration text of a few words. " * 50),
         "short": lambda: _calib(tmp_path, "short.txt", "short text"),
+        "plugin": lambda: _calib(tmp_path, "plugin.py", "def score(W, stats, opts):\n    return W.abs()\n"),
         **{how: functools.partial(_broken_checkpoint, tmp_path, model, how) for how in BROKEN},
     }
     args, fragment, *env = CASES[case]

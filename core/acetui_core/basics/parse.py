@@ -8,6 +8,8 @@ which ``int`` then refuses.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from acetui_core.basics.choices import EvalKind
 from acetui_core.basics.errors import UserError
@@ -21,11 +23,15 @@ def items(text: str | None, unique: bool = True) -> list[str]:
     return list(dict.fromkeys(parts)) if unique else parts
 
 
-def each_once(values: list, flag: str) -> list:
-    """``values``, refused when one repeats: ``--seeds 0,0`` meant two seeds and would run one."""
-    repeated = next((value for i, value in enumerate(values) if value in values[:i]), None)
-    if repeated is not None:
-        raise UserError(f"{flag} gives {repeated} twice; give each value once.")
+def each_once(values: list, flag: str, key: Callable[[Any], Any] = lambda value: value) -> list:
+    """``values``, refused when one repeats: ``--seeds 0,0`` meant two seeds and would run one. ``key``:
+    what makes two values the same (one file named two ways)."""
+    keys = [key(value) for value in values]
+    for index, found in enumerate(keys):
+        if found in keys[:index]:
+            first, again = values[keys.index(found)], values[index]
+            also = "" if first == again else f" (as {first} and {again})"
+            raise UserError(f"{flag} gives {first} twice{also}; give each value once.")
     return values
 
 

@@ -118,6 +118,31 @@ def file_identity(source: str | os.PathLike | None) -> str | None:
 BUILT_IN_SOURCES = ("c4", "wikitext2")
 
 
+def same_place(value: object) -> object:
+    """A setting's value as what it names: the files in it resolved (``calib.jsonl`` and
+    ``/data/calib.jsonl``, ``p.py:score`` and ``/abs/p.py:score``, each source of a mixture), so a grid
+    never runs one cell twice under two names. Anything else as it is."""
+    if not isinstance(value, str):
+        return value
+
+    def resolved(name: str) -> str:
+        path = user_path(name)
+        return str(path.resolve()) if name and path.exists() else name
+
+    file, colon, function = value.rpartition(":")
+    if colon and user_path(file).is_file():
+        return f"{resolved(file)}:{function}"
+    if user_path(value).exists():
+        return resolved(value)
+    parts = []
+    for part in value.split("+"):
+        name, at, share = part.strip().rpartition("@")
+        parts.append(
+            f"{resolved(name)}@{share}" if at and not user_path(part.strip()).exists() else resolved(part.strip())
+        )
+    return "+".join(parts)
+
+
 def mixture(source: str) -> list[tuple[str, float]]:
     """The sources of a calibration mixture and their shares of the windows: ``c4+domain.jsonl`` is half
     each, ``c4@3+domain.jsonl@1`` three quarters C4 (shares are weights, scaled to sum to one). One

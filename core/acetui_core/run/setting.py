@@ -12,6 +12,7 @@ from typing import Any
 
 from acetui_core.basics import parse
 from acetui_core.basics.errors import UserError, check_choice
+from acetui_core.basics.paths import same_place
 
 # A setting's parser: the text typed (or a stored value) and the option's name as the user typed it, to
 # the value; a bad value raises a UserError naming that option.
@@ -67,7 +68,7 @@ class Setting:
             items = list(typed) if isinstance(typed, list | tuple) else [typed]
         if not items:
             raise UserError(f"{flag} needs at least one value: {self.help[0].lower()}{self.help[1:]}")
-        return parse.each_once([self.value(item, flag) for item in items], flag)
+        return parse.each_once([self.value(item, flag) for item in items], flag, key=same_place)
 
     @property
     def text(self) -> str:
