@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runhelpers import GATE, cli, wait_until
+from runhelpers import GATE, cli, pilot_wait_until, wait_until
 
 from acetui_core.basics.errors import UserError
 from acetui_core.execution.jobfolder import sync
@@ -102,7 +102,6 @@ async def test_the_apps_cancel_reaches_a_cluster_run(tmp_path, make_tiny_model, 
     """The app's cancel set the store's flag alone, which a job on a node never reads: the run went on.
     It now goes through the cancel ``acetui runs cancel`` uses, the job folder's flag."""
     from acetui.app import make_app
-    from runhelpers import pilot_wait_until
 
     store = Store(tmp_path / "runs.db")
     config = gated_config(make_tiny_model("llama", layers=LAYERS), calib_file)
