@@ -4,6 +4,7 @@ losing a cell), calibration mixtures drawn in their shares, and the report folde
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -59,6 +60,19 @@ def test_a_bad_key_or_value_is_one_sentence_naming_it(tmp_path, text, sentence):
     with pytest.raises(UserError) as refused:
         load_study(_study(tmp_path / "study.toml", text))
     assert str(refused.value).startswith(sentence)
+
+
+def test_one_model_or_file_named_two_ways_is_one_value(tmp_path):
+    """``model = ["tiny", "./tiny"]`` was two cells of one model (repeats were found by their text)."""
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "calib.jsonl").write_text('{"text": "words"}\n')
+    for key, first, again in (("model", "tiny", "./tiny/"), ("calib", "calib.jsonl", f"{tmp_path}/calib.jsonl")):
+        with pytest.raises(UserError) as refused, contextlib.chdir(tmp_path):
+            load_study(_study(tmp_path / "study.toml", f'{key} = ["{first}", "{again}"]\n'))
+        assert (
+            str(refused.value)
+            == f"study.toml: {key} gives {first} twice (as {first} and {again}); give each value once."
+        )
 
 
 def test_a_key_named_as_an_option_is_told_the_setting_that_option_sets(tmp_path):

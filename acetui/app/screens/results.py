@@ -2,8 +2,8 @@
 comparison layout (drawn by ``acetui.app.paper``); plots of the chosen runs (``results_plots.py``); exports
 (``results_export.py``).
 
-The paper view's verdicts take bootstraps of thousands of resamples per cell: they are worked out in a
-thread, only while the view is shown, and kept by the set of runs they judge (a finished run's results
+The paper view's verdicts pair every window of every run with its column's best (seconds over hundreds of
+runs): they are worked out in a thread, only while the view is shown, and kept by the set of runs they judge (a finished run's results
 and evidence never change), so typing, selecting and scrolling never wait on statistics."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from pathlib import Path
 from acetui_core.basics import parse
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import default_model, model_key
+from acetui_core.basics.paths import default_model, model_key, same_place
 from acetui_core.execution.launch import Grid, check
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.storage.store import Store
@@ -163,7 +163,7 @@ def parse_study(text: str, path: Path) -> Study:
             if _is_axis(name, value):
                 if not value:
                     raise UserError(f"{name} is an empty list; give at least one value.")
-                axes[name] = parse.each_once([_value(name, item) for item in value], name)
+                axes[name] = parse.each_once([_value(name, item) for item in value], name, key=same_place)
             else:
                 common[name] = _value(name, value)
         except UserError as problem:
