@@ -169,6 +169,15 @@ CASES = {
     "unknown metric": (["compare", "{model}", "--methods", "wanda,cosine"], "Unknown method 'cosine'"),
     "OWL with N:M": (["prune", "{model}", "--allocation", "owl", "--sparsity", "2:4"], "needs unstructured sparsity"),
     "OWL lambda too wide": (["prune", "{model}", "--allocation", "owl", "--owl-lambda", "0.6"], "--owl-lambda 0.6"),
+    "OWL lambda past 1 at a high sparsity": (  # it was told "must be at least 0"
+        ["prune", "{model}", "--allocation", "owl", "--sparsity", "0.95", "--owl-lambda", "0.08"],
+        "--owl-lambda 0.08 at --sparsity 0.95 would set a layer's sparsity to 0.87..1.03; every layer's must "
+        "stay inside (0, 1): give less than 0.05.",
+    ),
+    "OWL lambda below 0": (
+        ["prune", "{model}", "--allocation", "owl", "--owl-lambda", "-0.1"],
+        "--owl-lambda must be at least 0, not -0.1.",
+    ),
     "OWL M not a number": (["prune", "{model}", "--allocation", "owl", "--owl-m", "five"], "--owl-m must be a number"),
     "OWL with SparseGPT": (["prune", "{model}", "-m", "sparsegpt", "--allocation", "owl"], "needs a scoring method"),
     "OBS update of SparseGPT": (["prune", "{model}", "-m", "sparsegpt", "--update", "obs"], "needs a scoring method"),

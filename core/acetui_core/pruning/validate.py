@@ -126,8 +126,16 @@ def _check_variants(config: RunConfig, method) -> RunConfig:
         )
     config = parsed(config, *OWL)
     lam, m = config.owl_lambda, config.owl_m
-    if not 0 <= lam < min(config.sparsity_spec.ratio, 1 - config.sparsity_spec.ratio):
-        raise UserError(f"--owl-lambda {lam:g} must be at least 0 and leave every layer's sparsity inside (0, 1).")
+    ratio = config.sparsity_spec.ratio
+    if lam < 0:
+        raise UserError(f"--owl-lambda must be at least 0, not {lam:g}.")
+    if lam >= min(ratio, 1 - ratio):
+        # OWL moves each layer's sparsity within ratio ± lambda: a layer at 0 or 1 is no pruning or no layer
+        raise UserError(
+            f"--owl-lambda {lam:g} at --sparsity {ratio:g} would set a layer's sparsity to "
+            f"{ratio - lam:g}..{ratio + lam:g}; every layer's must stay inside (0, 1): give less than "
+            f"{min(ratio, 1 - ratio):g}."
+        )
     if m <= 0:
         raise UserError(f"--owl-m must be positive, not {m:g}.")
     return config
