@@ -62,6 +62,26 @@ def test_a_bad_key_or_value_is_one_sentence_naming_it(tmp_path, text, sentence):
     assert str(refused.value).startswith(sentence)
 
 
+def test_a_relative_model_read_from_another_folder_is_another_cell(tmp_path):
+    """A study naming ``model = "tiny"``, run in one folder: from a folder holding another ``tiny``, its
+    status said the cells were done and its report showed the first model's numbers as the second's."""
+    from acetui_core.basics.paths import file_identity
+
+    for folder, weights in (("a", "first"), ("b", "another model")):
+        (tmp_path / folder / "tiny").mkdir(parents=True)
+        (tmp_path / folder / "tiny" / "model.safetensors").write_text(weights)
+    cell = RunConfig(model="tiny", method="magnitude", sparsity="0.5")
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    with contextlib.chdir(tmp_path / "a"):
+        identity = file_identity("tiny")
+    insert_run(store, clock, "a0000001", cell, created=1.7e9, ppl=9.0, result={"model_fingerprint": identity})
+    for folder, state in (("a", "done"), ("b", "missing")):
+        with contextlib.chdir(tmp_path / folder):
+            [(_, found, _)] = cell_states([cell], store)
+        assert found == state, folder
+
+
 def test_one_model_or_file_named_two_ways_is_one_value(tmp_path):
     """``model = ["tiny", "./tiny"]`` was two cells of one model (repeats were found by their text)."""
     (tmp_path / "tiny").mkdir()

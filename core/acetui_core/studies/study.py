@@ -29,7 +29,7 @@ from pathlib import Path
 from acetui_core.basics import parse
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import default_model, model_key, same_place
+from acetui_core.basics.paths import default_model, file_identity, model_key, same_place
 from acetui_core.execution.launch import Grid, check
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.storage.store import Store
@@ -193,30 +193,44 @@ def runs_by_cell(cells: list[RunConfig], store: Store) -> dict[str, list[RunReco
     return wanted
 
 
-def _files_now(cells: list[RunConfig]) -> dict[str, tuple[str | None, str | None]]:
-    """Per cell, the identities its run would record now: the metric's file (a plug-in's) and the
-    calibration files' content (None where the method reads none, or the source is the hub)."""
+def _files_now(cells: list[RunConfig]) -> dict[str, tuple[str | None, str | None, str | None]]:
+    """Per cell, the identities its run would record now: the metric's file (a plug-in's), the calibration
+    files' content (None where the method reads none, or the source is the hub) and the model's files
+    (None for a hub id, and for the bundled model, whose installed copies differ in time alone)."""
     from acetui_core.modeling.data import calibration_identity
     from acetui_core.scores.metrics import get_method, reads_calibration
 
     calibration: dict[str, str | None] = {}
+    models: dict[str, str | None] = {}
     files = {}
     for cell in cells:
         calibrated = reads_calibration(cell)
         if calibrated and cell.calib not in calibration:
             calibration[cell.calib] = calibration_identity(cell.calib)
-        files[key(cell)] = (get_method(cell.method).fingerprint, calibration[cell.calib] if calibrated else None)
+        if cell.model not in models:
+            models[cell.model] = file_identity(cell.model) if model_key(cell.model) == cell.model else None
+        files[key(cell)] = (
+            get_method(cell.method).fingerprint,
+            calibration[cell.calib] if calibrated else None,
+            models[cell.model],
+        )
     return files
 
 
-def _read_these(record: RunRecord, files: tuple[str | None, str | None]) -> bool:
-    """Whether a run read the files as they are now (a run without results read nothing yet)."""
+def _read_these(record: RunRecord, files: tuple[str | None, str | None, str | None]) -> bool:
+    """Whether a run read the files as they are now (a run without results read nothing yet): its metric's,
+    its calibration files, and its model's (a relative model path read from another folder is another
+    model, though its text is the same)."""
     results = record.results
     if results is None:
         return True
-    method, calibration = files
+    method, calibration, model = files
     recorded = results.calibration.fingerprint if results.calibration is not None else None
-    return (method is None or results.method_fingerprint == method) and _same_content(recorded, calibration)
+    return (
+        (method is None or results.method_fingerprint == method)
+        and _same_content(recorded, calibration)
+        and (model is None or results.model_fingerprint in (None, model))
+    )
 
 
 def _same_content(recorded: str | None, now: str | None) -> bool:
