@@ -143,6 +143,10 @@ BAD_INPUTS = {
     "share that is no number": (lambda m, t, c: [m, "--calib", "c4@abc"], "c4 in --calib must be a number, not 'abc'"),
     "empty share": (lambda m, t, c: [m, "--calib", "c4@"], "--calib c4@ gives c4 no share after '@'"),
     "share of one source": (lambda m, t, c: [m, "--calib", "c4@2"], "--calib c4@2 gives a share to its only source"),
+    "a missing file whose name holds @": (  # it was told its share "v2.jsonl" must be a number
+        lambda m, t, c: [m, "--calib", "data@v2.jsonl"],
+        "Calibration source 'data@v2.jsonl' is neither c4, wikitext2 nor an existing file.",
+    ),
 }
 
 

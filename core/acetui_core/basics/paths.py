@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 from acetui_core.basics import parse
@@ -171,9 +172,9 @@ def mixture(source: str) -> list[tuple[str, float]]:
 
 def _part(part: str, source: str) -> tuple[str, float | None]:
     """One source of a mixture and its share, None when it names none (``@`` before a ``/`` is part of a
-    folder's name)."""
+    folder's name, and before a file's extension part of the file's: ``data@v2.jsonl``)."""
     name, at, share = part.strip().rpartition("@")
-    shared = bool(at) and "/" not in share and os.sep not in share
+    shared = bool(at) and "/" not in share and os.sep not in share and not re.search(r"\.[A-Za-z]", share)
     name = name.strip() if shared else part.strip()
     if not name:
         raise UserError(f"Calibration mixture '{source}' has an empty part; write sources joined by '+'.")
