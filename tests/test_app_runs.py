@@ -476,3 +476,29 @@ async def test_keys_after_a_filter_edit_in_a_burst_act_on_the_filtered_table(sto
         else:
             await pilot_wait_until(pilot, lambda: screen.selected, "a selection")
             assert screen.selected == {ria}
+
+
+@pytest.mark.asyncio
+async def test_every_runs_header_reads_whole_at_80_columns(tmp_path):
+    """Finished runs with partial perplexities, a long method name (CosP+VarP-16), a cancelled row, two models:
+    the shortened columns were still wider than the screen (the model column kept 8 characters) and the
+    header read ``... Model    Create``. The model column goes (the line under the table names the
+    highlighted run's model); every other column's title is read whole."""
+    from test_app_snapshots import add_run
+
+    store = Store(tmp_path / "runs.db")
+    add_run(store, "ace", "0.5", ppl=12345.67, windows=4, model="/models/llama-7b")
+    add_run(store, "wanda", "2:4", ppl=1234.56, windows=4, model="/models/opt-125m-long-name")
+    add_run(store, "sparsegpt", "0.6", status="cancelled", layers=2, model="/models/llama-7b")
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        table = app.screen.query_one("#runs", DataTable)
+        await pilot_wait_until(pilot, lambda: table.row_count == 3, "the runs")
+        await pilot.pause()
+        widths = sum(column.get_render_width(table) for column in table.columns.values())
+        titles = [str(column.label) for column in table.columns.values()]
+        assert widths <= table.scrollable_content_region.width, (titles, widths)
+        assert "Created" in titles and "Model" not in titles
+        detail = str(app.screen.query_one("#run-detail", Static).render())
+        assert "llama-7b" in detail or "opt-125m-long-name" in detail

@@ -62,11 +62,13 @@ def fit_columns(
     optional: tuple[str, ...] = (),
     briefs: dict[str, list[str]] | None = None,
     squeeze: str | None = None,
+    last: tuple[str, ...] = (),
 ) -> Fitted:
     """The columns of ``rows`` (``(key, cells)``) that fit ``width``. Columns that do not tell the rows apart
     go first (``same_first``, in order: left out while every row has one value), then ``optional`` ones;
     then columns with ``briefs`` (a shorter cell per row) take them; then the ``squeeze`` column's cells
-    are cut at their start (a model path keeps its name)."""
+    are cut at their start (a model path keeps its name); then, while the table is still too wide, the
+    ``last`` columns go (in order), so that no title is cut at the screen's edge."""
     cells = [list(row) for _, row in rows]
 
     def text(cell: Cell) -> str:
@@ -101,6 +103,10 @@ def fit_columns(
         room = max(8, widths[index] - (total() - width)) - PADDING
         for row in cells:
             row[index] = _cut(text(row[index]), room)
+        widths[index] = max([cell_len(titles[index]), *(cell_len(text(row[index])) for row in cells)]) + PADDING
+    for title in last:
+        if total() > width and titles.index(title) in shown:
+            shown.remove(titles.index(title))
     return Fitted(
         shown, [(key, tuple(row[i] for i in shown)) for (key, _), row in zip(rows, cells, strict=True)], common
     )

@@ -155,11 +155,12 @@ class RunsScreen(SortedRunListScreen):
         ]
         # At 80 columns: the model goes to the info line while every run shares it, the time taken (the
         # line under the table says it) goes, an active run's layers lose their bar (the count stays), the
-        # creation date keeps its time (the line under the table has the date), then the model's path is cut.
+        # creation date keeps its time (the line under the table has the date), then the model's path is cut,
+        # and when even that is too wide the model goes (the line under the table names the highlighted run's).
         fitted = fit_columns(
             [c.title for c in COLUMNS],
             rows,
-            self.table_width(),
+            self.app.size.width - 2,  # the table has no edges: its vertical scrollbar's two columns
             same_first=("Model",),
             optional=("Took",),
             briefs={
@@ -167,6 +168,7 @@ class RunsScreen(SortedRunListScreen):
                 "Created": [summary.fmt_time(r.created, "%H:%M") for r in shown],
             },
             squeeze="Model",
+            last=("Model",),
         )
         self.shown_columns = fitted.shown
         table = self.query_one("#runs", DataTable)
