@@ -869,6 +869,31 @@ async def test_escape_closes_the_keys_panel(store, screen_key):
         assert isinstance(screen.focused, DataTable)
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("close", [("escape", None), ("q", "q")])
+async def test_help_after_closing_the_keys_panel_and_switching_screens_in_one_burst(store, close):
+    """On Runs with the keys panel open, ``escape F3 F5`` (or ``q F3 F5``) in one burst: F3 closed the
+    panel and went to Results, F5 opened Results' keys, and then the escape (handed to the closed panel,
+    looked up from the screen shown once it reached the app) closed them: Results without its keys."""
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunsScreen), "the Runs screen")
+        await pilot.press("f5")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, HelpScreen), "the keys of Runs")
+        send_in_one_read(app, [close, ("f3", None), ("f5", None)])
+        await pilot_wait_until(
+            pilot,
+            lambda: isinstance(app.screen_stack[0], ResultsScreen) and screen_shown(app, HelpScreen),
+            "the keys of Results",
+            timeout=10,
+        )
+        for _ in range(10):
+            await pilot.pause(0.05)
+        assert screen_shown(app, HelpScreen) and isinstance(app.screen_stack[0], ResultsScreen)
+        assert app.screen.sections[0][0] == "Results screen"
+
+
 # ---- Runs and Results tell runs apart -------------------------------------------------------------
 
 

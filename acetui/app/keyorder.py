@@ -20,6 +20,7 @@ from textual.app import App
 from textual.binding import BindingsMap
 from textual.dom import DOMNode
 from textual.keys import key_to_character
+from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable
 
@@ -33,6 +34,7 @@ class KeysWhereTyped(App):
             if isinstance(self.focused, (DataTable, TickList)) and await self._list_key_now(event.key):
                 return
             event.typed_into = self.focused  # type: ignore[attr-defined]  # the widget it is about to be handed to
+            event.typed_on = self.screen  # type: ignore[attr-defined]  # and its screen
         await super().on_event(event)
 
     async def _list_key_now(self, key: str) -> bool:
@@ -55,6 +57,13 @@ class KeysWhereTyped(App):
     async def _on_key(self, event: events.Key) -> None:
         # Textual calls every class's ``_on_key`` down the MRO: returning hands the key to ``App._on_key``
         # (the bindings of the widget focused now); ``prevent_default`` keeps it from there.
+        typed_on: Screen | None = getattr(event, "typed_on", None)
+        if typed_on is not None and typed_on is not self.screen and self._screen_gone(typed_on):
+            # Handed to a screen that has closed since (a priority key after it in the burst left it): the key
+            # was meant for that screen, not for the one shown now. ``escape F3 F5`` on the keys panel: F3
+            # closed it and went to Results, F5 opened Results' keys, and the escape then closed those.
+            event.prevent_default()
+            return
         typed_into: Widget | None = getattr(event, "typed_into", None)
         if typed_into is None or typed_into is self.focused or not typed_into.is_attached:
             return
@@ -63,6 +72,10 @@ class KeysWhereTyped(App):
             for binding in bindings.key_to_bindings.get(event.key, ()):
                 if not binding.priority and await self.run_action(binding.action, namespace):
                     return
+
+    def _screen_gone(self, screen: Screen) -> bool:
+        """Whether ``screen`` is in no mode's stack any more (popped or dismissed)."""
+        return all(screen not in stack for stack in self._screen_stacks.values())
 
 
 async def keys_typed_before(focused: Widget | None) -> None:
