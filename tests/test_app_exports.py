@@ -71,6 +71,25 @@ async def test_an_export_is_refused_in_the_working_folder_and_the_stores_folder(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("under", [False, True])
+async def test_an_export_folder_that_is_a_file_is_refused_in_a_sentence(store, monkeypatch, under):
+    """``ACETUI_EXPORT_DIR`` naming a file (the run store, a log), or a folder under one: the notice read
+    ``[Errno 17] File exists: '/tmp/x/runs.db'`` (or ``[Errno 20] Not a directory``)."""
+    folder = store.path / "exports" if under else store.path
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(folder))
+    async with results(store) as (app, pilot):
+        await pilot.press("e")
+        await pilot_wait_until(pilot, lambda: any("Could not save" in t for t in toasts(app)), "the refusal")
+    refusal = next(t for t in toasts(app) if "Could not save" in t)
+    what = f"is under {store.path}, a file" if under else "is a file"
+    assert refusal == (
+        f"Could not save the export: the export folder {exports.EXPORT_DIR_ENV}={folder} {what}, not a folder; "
+        f"{exports.EXPORT_DIR_ADVICE}"
+    ), refusal
+    assert store.path.is_file() and store.list_runs()
+
+
+@pytest.mark.asyncio
 async def test_an_export_folder_under_the_working_folder_is_taken(store, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(exports.EXPORT_DIR_ENV, "exports")

@@ -10,7 +10,7 @@ import time
 from acetui.app.exports import (
     EXPORT_DIR_ADVICE,
     TMUX_CLIPBOARD_HINT,
-    export_dir,
+    make_export_dir,
     refused_folders,
     tmux_drops_clipboard,
 )
@@ -49,8 +49,7 @@ class ResultsExports(ResultsPlots):
         suffix = ".tex" if fmt in ("latex", "pareto") else f".{fmt}"
         kind = "-pareto" if fmt == "pareto" else ""
         try:
-            folder = export_dir(self.app.preferences.export_dir)
-            folder.mkdir(parents=True, exist_ok=True)
+            folder = make_export_dir(self.app.preferences.export_dir)
             stem = f"acetui{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
             store = self.app.store
             refused = refused_folders(store.folder)
