@@ -83,7 +83,7 @@ async def test_an_export_folder_that_is_a_file_is_refused_in_a_sentence(store, m
     refusal = next(t for t in toasts(app) if "Could not save" in t)
     what = f"is under {store.path}, a file" if under else "is a file"
     assert refusal == (
-        f"Could not save the export: the export folder {exports.EXPORT_DIR_ENV}={folder} {what}, not a folder; "
+        f"Could not save the export: The export folder {exports.EXPORT_DIR_ENV}={folder} {what}, not a folder; "
         f"{exports.EXPORT_DIR_ADVICE}"
     ), refusal
     assert store.path.is_file() and store.list_runs()

@@ -45,7 +45,7 @@ def make_export_dir(setting: str | None = None) -> Path:
             else:
                 named = f"{folder} (export_dir in settings.json)" if setting else str(folder)
             what = "is a file" if place == folder else f"is under {place}, a file"
-            raise UserError(f"the export folder {named} {what}, not a folder; {EXPORT_DIR_ADVICE}")
+            raise UserError(f"The export folder {named} {what}, not a folder; {EXPORT_DIR_ADVICE}")
         break
     folder.mkdir(parents=True, exist_ok=True)
     return folder
