@@ -93,7 +93,7 @@ def test_verdict_and_the_figure_put_expert_removal_beside_sparsity_inside_the_ex
     text = tex.read_text()
     assert text.count("\\addplot") == 4 and "\\addlegendentry{REAP expert removal}" in text
     assert "xlabel={parameters removed (millions" in text and "xmode=normal" in text
-    assert {x for x in re.findall(r"\n  \(([\d.]+), ", text)} == {"1.00026", "1"}
+    assert {x for x in re.findall(r"\n  \(([\d.]+), ", text)} == {"1.000256", "1"}  # 1,000,256 parameters
     csv = tmp_path / "runs.csv"
     code, _, err = cli(monkeypatch, capsys, "export", "--format", "csv", "-o", csv, "--store", store.path)
     assert code == 0 and "results.parameters_removed" in csv.read_text().splitlines()[0]
