@@ -16,7 +16,7 @@ from acetui_core.analysis.comparison import check_table, comparison
 from acetui_core.analysis.export import to_markdown
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import default_model, user_path
+from acetui_core.basics.paths import default_model, same_place
 from acetui_core.execution.launch import Grid, LocalProcesses, checked_store, gpus_for, launch, run_and_wait
 from acetui_core.run.config import SETTINGS, model_name
 from acetui_core.run.events import Event
@@ -115,7 +115,7 @@ def models_once(models: list[str] | None) -> list[str]:
     two were meant, as ``--seeds 0,0`` would one seed."""
     if not models:
         return [default_model()]
-    places = [str(user_path(model).resolve()) if user_path(model).exists() else model for model in models]
+    places = [same_place(model) for model in models]  # one folder named two ways is one model
     for index, place in enumerate(places):
         if place in places[:index]:
             first = models[places.index(place)]
