@@ -11,7 +11,7 @@ import typer
 from acetui import options
 from acetui.commands import app as workbench
 from acetui.commands import evaluate, export, figure, grid, methods, overlap, plan, prune, runs, study
-from acetui_core.basics.errors import Cancelled, UserError
+from acetui_core.basics.errors import Cancelled, UserError, os_sentence
 
 app = typer.Typer(
     cls=options.Group,
@@ -50,12 +50,6 @@ def _usage_sentence(error: typer.TyperException) -> str:
     return f"{message.rstrip('.')}; see {command} --help."
 
 
-def _os_sentence(error: OSError) -> str:
-    """An OS refusal on any path a user gave (a full disk, a file where a folder should be...)."""
-    reason = error.strerror or str(error)
-    return f"Cannot use {error.filename}: {reason}." if error.filename else f"{reason}."
-
-
 def _interrupted(message: str, signum: int = signal.SIGINT) -> None:
     """Exit as a process ended by ``signum`` says it was: 130 for Ctrl-C, 143 for SIGTERM."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # one more Ctrl-C must not turn this into a traceback
@@ -87,7 +81,7 @@ def main() -> None:
     except UserError as error:
         fail(str(error))
     except OSError as error:
-        fail(_os_sentence(error))
+        fail(os_sentence(error))
     if code == 130:  # Typer's answer to KeyboardInterrupt: a second Ctrl-C, or one outside a run
         _interrupted("interrupted; a run in progress is recorded as cancelled.")
     raise SystemExit(code if isinstance(code, int) else 0)

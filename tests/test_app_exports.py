@@ -13,6 +13,7 @@ from rich.console import Console
 from runhelpers import Clock, cli, insert_run, pilot_wait_until
 
 from acetui.app import exports, make_app, paper
+from acetui.app.screens import results_export
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
 
@@ -87,6 +88,34 @@ async def test_an_export_folder_that_is_a_file_is_refused_in_a_sentence(store, m
         f"{exports.EXPORT_DIR_ADVICE}"
     ), refusal
     assert store.path.is_file() and store.list_runs()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fails", ["choosing the file", "writing it"])
+async def test_an_export_the_os_refuses_is_said_in_a_sentence(store, tmp_path, monkeypatch, fails):
+    """A read-only export folder (or a full disk) refused the export as ``[Errno 13] Permission denied:
+    '/x/acetui-....csv'``: the notice says it as the CLI does, the path and the reason."""
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(tmp_path / "exports"))
+    chosen = results_export.reserve_new_file
+
+    def refused(folder, stem, suffix, *args):
+        if fails == "choosing the file":
+            raise PermissionError(13, "Permission denied", str(folder / f"{stem}{suffix}"))
+        path = chosen(folder, stem, suffix, *args)
+        path.unlink()
+        path.mkdir()  # the write that follows fails as a read-only file would
+        return path
+
+    monkeypatch.setattr(results_export, "reserve_new_file", refused)
+    async with results(store) as (app, pilot):
+        await pilot.press("e")
+        await pilot_wait_until(pilot, lambda: any("Could not save" in t for t in toasts(app)), "the refusal")
+    refusal = next(t for t in toasts(app) if "Could not save" in t)
+    reason = "Permission denied" if fails == "choosing the file" else "Is a directory"
+    assert re.fullmatch(
+        rf"Could not save the export\. Cannot use {tmp_path}/exports/acetui-[0-9-]+\.csv: {reason}\.", refusal
+    )
+    assert "Errno" not in refusal and store.list_runs()
 
 
 @pytest.mark.asyncio

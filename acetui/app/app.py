@@ -29,6 +29,7 @@ from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
 from acetui.app.workbench import Workbench
+from acetui_core.basics.errors import os_sentence
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_db import default_store_path
 
@@ -237,7 +238,9 @@ class AceApp(KeysWhereTyped, Workbench):
     @on(events.DeliveryFailed)
     def _not_delivered(self, event: events.DeliveryFailed) -> None:
         if event.name == "export":
-            self.notify(f"Could not save the export: {event.exception}", severity="error")
+            error = event.exception
+            reason = os_sentence(error) if isinstance(error, OSError) else str(error)
+            self.notify(f"Could not save the export. {reason}", severity="error", timeout=10)
 
 
 def home_short(path: Path) -> str:

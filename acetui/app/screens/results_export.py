@@ -19,7 +19,7 @@ from acetui.app.screens.results_plots import ResultsPlots
 from acetui_core.analysis.comparison import comparison
 from acetui_core.analysis.export import export
 from acetui_core.analysis.figures import off_log_axis, to_pgfplots
-from acetui_core.basics.errors import UserError
+from acetui_core.basics.errors import UserError, os_sentence
 from acetui_core.basics.outputs import reserve_new_file
 
 
@@ -54,8 +54,11 @@ class ResultsExports(ResultsPlots):
             store = self.app.store
             refused = refused_folders(store.folder)
             path = reserve_new_file(folder, stem, suffix, store.protected_places(), refused, EXPORT_DIR_ADVICE)
-        except (UserError, OSError) as error:
+        except UserError as error:
             self.notify(f"Could not save the export: {error}", severity="error", timeout=10)
+            return
+        except OSError as error:
+            self.notify(f"Could not save the export. {os_sentence(error)}", severity="error", timeout=10)
             return
         self.app.deliver_text(io.StringIO(text), save_directory=folder, save_filename=path.name, name="export")
 

@@ -26,6 +26,13 @@ def first_line(error: BaseException) -> str:
     return line if len(line) <= FIRST_LINE_CHARS else line[: FIRST_LINE_CHARS - 1] + "…"
 
 
+def os_sentence(error: OSError) -> str:
+    """An OS refusal on a path a user gave or chose (a full disk, a read-only folder, a file where a folder
+    should be) as one sentence: ``Cannot use /x/y.csv: Permission denied.``, never Python's ``[Errno 13]``."""
+    reason = error.strerror or str(error)
+    return f"Cannot use {error.filename}: {reason}." if error.filename else f"{reason}."
+
+
 class Cancelled(Exception):
     """The run was asked to stop; raised where a long loop checks the request (between layers, between
     calibration windows, between evaluation batches), never mid-layer. Its message says where it stopped
