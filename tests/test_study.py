@@ -27,6 +27,7 @@ from acetui_core.modeling.data import calibration_sample
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
 from acetui_core.studies.study import cell_states, load_study, parse_study
+from acetui_core.studies.studyreport import MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = 'nsamples = 4\neval_seqlen = 32\neval_limit = 2\ndevice = "cpu"\n'
@@ -436,6 +437,12 @@ def test_the_report_of_a_study(tmp_path, monkeypatch, capsys, make_tiny_model, c
         code, out, err = cli(monkeypatch, capsys, *args)
         assert code == 2 and err.startswith("acetui: ") and err.count("\n") == 1 and sentence in err, err
     assert (other / "study.toml").read_text() == text and not (other / "summary.md").exists()
+    # the report's list of its files is checked as they are: a file of that name is not replaced unasked
+    (other / MANIFEST).write_text("notes\n")
+    (other / "study.toml").unlink()
+    code, out, err = cli(monkeypatch, capsys, "study", "report", str(alone), "-o", str(other), "--store", store)
+    assert code == 2 and f"-o {other / MANIFEST} exists; pass --overwrite" in err, err
+    assert (other / MANIFEST).read_text() == "notes\n" and not (other / "summary.md").exists()
 
 
 def test_a_report_where_one_method_has_no_zero_shot_results(tmp_path, monkeypatch, capsys, make_tiny_model, calib_file):
@@ -497,12 +504,19 @@ def test_the_report_of_an_unfinished_study_names_the_cells_it_lacks(
         "",
         f"**Unfinished study: {sentence}**",
     ]
+    # each table and verdict file says so too: pasted alone, its n = 2 would pass for the study's 3 seeds
+    mark = "Unfinished study: 6 of 19 cells have no finished run; summary.md names them."
+    assert (report / "table-ppl.tex").read_text().startswith(f"% {mark}\n% acetui export: needs")
+    assert (report / "table-ppl.md").read_text().startswith(f"**{mark}**\n\n")
+    assert (report / "verdicts-ppl.txt").read_text().startswith(f"{mark}\n\n")
+    assert "Unfinished" not in (report / "table-ppl.csv").read_text()
     for number, cell in enumerate(cells):  # the study finished: said so, and nothing on stderr
         if cell.seed == 2 and cell.method != "magnitude":
             insert_run(store, clock, f"c{number:07d}", cell, created=1_700_001_000.0 + 60 * number, ppl=30.0 + number)
     code, out, err = cli(monkeypatch, capsys, *args, "--overwrite")
     assert (code, err) == (0, "")
     assert (report / "summary.md").read_text().splitlines()[2] == "All 19 cells of the study have a finished run."
+    assert not any("Unfinished" in path.read_text() for path in report.glob("*-ppl.*"))
 
 
 def test_a_summary_sentence_says_its_p_is_holm_adjusted_and_each_sides_seeds(monkeypatch):

@@ -273,6 +273,10 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
     if not records:
         raise UserError(f"No cell of {study.name} has a finished run yet; run: acetui study run {study.path}.")
     kept = store.evidence([r.id for r in records])
+    missing = sum(state != DONE for _, state, _ in states)
+    # a table pasted alone must not pass for the study's: each says so, summary.md names the cells
+    mark = f"Unfinished study: {missing} of {len(states)} cells have no finished run; summary.md names them."
+    tex, md, txt = (f"% {mark}\n", f"**{mark}**\n\n", f"{mark}\n\n") if missing else ("", "", "")
     (folder / "figures").mkdir(parents=True, exist_ok=True)  # after the checks above: nothing made for nothing
     written: dict[Path, str] = {}
     tables: dict[str, Comparison] = {}
@@ -284,10 +288,10 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
         except UserError:  # no run of the study has this evaluation
             continue
         tables[measure] = table
-        written[folder / f"table-{measure}.tex"] = to_latex(table)
-        written[folder / f"table-{measure}.md"] = to_markdown(table)
-        written[folder / f"table-{measure}.csv"] = to_csv(records, table)
-        written[folder / f"verdicts-{measure}.txt"] = verdicts.text(verdicts.report(table))
+        written[folder / f"table-{measure}.tex"] = tex + to_latex(table)
+        written[folder / f"table-{measure}.md"] = md + to_markdown(table)
+        written[folder / f"table-{measure}.csv"] = to_csv(records, table)  # read by programs: a column's rows only
+        written[folder / f"verdicts-{measure}.txt"] = txt + verdicts.text(verdicts.report(table))
         for method in methods:  # a method whose runs lack this evaluation has no variants to judge on it
             runs = [r for r in records if r.config.method == method and measured(r, measure)]
             if not runs:
@@ -299,7 +303,7 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
     written[folder / "summary.md"] = summary(tables, by_method, records, len(cells), lacking)
     written[folder / "environment.md"] = environment(study, records)
     written[folder / "study.toml"] = study.text
-    for path in written:
+    for path in [*written, folder / MANIFEST]:
         guard(path)  # every file checked before the first is written
     for path, text in written.items():
         write_text_atomic(path, text, replace=overwrite)
