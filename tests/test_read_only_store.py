@@ -112,12 +112,21 @@ def test_a_store_this_user_cannot_write_is_read_but_never_written(make_tiny_mode
     from acetui_core.run.config import RunConfig
     from acetui_core.storage.store import Store
 
-    # a queued run whose process is gone: a reader would mark it interrupted, which this store cannot record
+    # a queued run whose process is gone: a reader marks it interrupted, which this store cannot record
     Store(store).create_run(RunConfig("org/m", "wanda", "0.5"), run_id="c0000003", owner_pid=4_194_999)
     monkeypatch.setattr(store_db.os, "access", access)
     _reads_and_refuses_writes(store, make_tiny_model("llama"), monkeypatch, capsys)
+    before = store.read_bytes()
+    # it reads interrupted, as in a store that can be written, though nothing records it
     code, out, err = cli(monkeypatch, capsys, "runs", "--store", store)
-    assert code == 0 and "c0000003  queued" in out, err
+    assert code == 0 and "c0000003  interrupted" in out, err
+    code, out, err = cli(monkeypatch, capsys, "runs", "--status", "interrupted", "--store", store)
+    assert code == 0 and "c0000003  interrupted" in out and "a0000000" not in out, err
+    code, out, err = cli(monkeypatch, capsys, "runs", "--status", "queued", "--store", store)
+    assert "c0000003" not in out, out
+    code, out, err = cli(monkeypatch, capsys, "runs", "show", "c0000003", "--store", store)
+    assert code == 0 and "interrupted" in out and "never started" in out, out
+    assert store.read_bytes() == before  # and nothing was written
 
 
 def test_a_store_on_a_read_only_mount_is_read_with_or_without_its_write_ahead_log(

@@ -11,12 +11,15 @@ from __future__ import annotations
 import socket
 import sqlite3
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
+from typing import NamedTuple
 
 import psutil
 
 from acetui_core.basics.choices import ExecutorKind, RunStatus
 from acetui_core.storage.store_db import ReadOnlyStore
+from acetui_core.storage.store_rows import RunRecord
 from acetui_core.storage.store_schema import ACTIVE, sql_list
 
 STALE_AFTER = 60.0  # seconds without a heartbeat before a run on another host counts as interrupted
@@ -27,6 +30,13 @@ NEVER_STARTED_ERROR = (
 PID_START_TOLERANCE = 1.0  # seconds: psutil's create_time is rounded differently across calls
 
 HOST = socket.gethostname()
+
+
+class Ending(NamedTuple):
+    """How a run whose process is gone reads: why it ended, and when (its last sign of life)."""
+
+    error: str
+    finished: float
 
 
 def process_start(pid: int) -> float | None:
@@ -59,39 +69,52 @@ def owner_alive(host: str | None, pid: int | None, pid_started: float | None, la
     return now - last_sign <= STALE_AFTER
 
 
-def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now: float) -> list[str]:
+def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now: float) -> dict[str, Ending]:
     """Mark the active local runs of the store that ``connect`` opens (``Store._db``) as ``interrupted``
-    when their process is gone; return their ids. A store this user may only read is left as recorded."""
+    when their process is gone; return how each of them ended. A store this user may only read is left as
+    recorded, and its readers show the runs as ended all the same (``shown_ended``): a dead run must not
+    read ``running`` for ever in a colleague's store."""
     with connect() as db:
         rows = db.execute(
             "SELECT id, host, pid, pid_started, heartbeat, started, created FROM runs"
             f" WHERE status IN {sql_list(ACTIVE)} AND executor = ?",
             (ExecutorKind.LOCAL,),
         ).fetchall()
-    dead = [
-        row
+    dead = {
+        row["id"]: (
+            row["heartbeat"],
+            Ending(
+                INTERRUPTED_ERROR if row["started"] else NEVER_STARTED_ERROR,
+                row["heartbeat"] or row["started"] or row["created"],
+            ),
+        )
         for row in rows
         if not owner_alive(
             row["host"], row["pid"], row["pid_started"], row["heartbeat"] or row["started"] or row["created"], now
         )
-    ]
-    if not dead:
-        return []
+    }
     try:
-        with connect(write=True) as db:
-            for row in dead:
+        with connect(write=True) if dead else nullcontext() as db:
+            for run_id, (heartbeat, ending) in dead.items():
                 # Conditional on the heartbeat we judged by: a run that just beat is left alone.
                 db.execute(
-                    "UPDATE runs SET status = ?, error = ?, current_layer = NULL,"
-                    " finished = COALESCE(heartbeat, started, created) WHERE id = ?"
+                    "UPDATE runs SET status = ?, error = ?, current_layer = NULL, finished = ? WHERE id = ?"
                     f" AND status IN {sql_list(ACTIVE)} AND heartbeat IS ?",
-                    (
-                        RunStatus.INTERRUPTED,
-                        INTERRUPTED_ERROR if row["started"] else NEVER_STARTED_ERROR,
-                        row["id"],
-                        row["heartbeat"],
-                    ),
+                    (RunStatus.INTERRUPTED, ending.error, ending.finished, run_id, heartbeat),
                 )
-    except ReadOnlyStore:  # a store this user may only read: its runs show as recorded
-        return []
-    return [row["id"] for row in dead]
+    except ReadOnlyStore:  # a store this user may only read: its readers show the ending without recording it
+        pass
+    return {run_id: ending for run_id, (_, ending) in dead.items()}
+
+
+def shown_ended(records: list[RunRecord], dead: dict[str, Ending]) -> list[RunRecord]:
+    """``records`` with each run that ``reap`` found dead shown ``interrupted``, where the store still says
+    it is active (a store this user may only read, which ``reap`` could not write)."""
+    return [
+        replace(
+            r, status=RunStatus.INTERRUPTED, error=dead[r.id].error, finished=dead[r.id].finished, current_layer=None
+        )
+        if r.id in dead and r.active
+        else r
+        for r in records
+    ]

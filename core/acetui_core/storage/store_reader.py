@@ -15,6 +15,7 @@ import re
 import time
 from pathlib import Path
 
+from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.paths import BUILT_IN_SOURCES, data_dir, mixture
 from acetui_core.run.records import LayerRecord
@@ -191,9 +192,11 @@ class StoreReader:
     def get_run(self, run_id: str, *, layers: bool = True) -> RunRecord:
         """The run with this id (or unique id prefix), with its layers unless ``layers=False``."""
         full = self.resolve(run_id)
-        self.reap()
+        dead = self.reap()
         with self._db() as db:
-            record = record_from_row(db.execute(f"{SELECT_RUNS} WHERE id = ?", (full,)).fetchone())
+            [record] = liveness.shown_ended(
+                [record_from_row(db.execute(f"{SELECT_RUNS} WHERE id = ?", (full,)).fetchone())], dead
+            )
             if layers:
                 attach_layers(db, [record])
         return record
@@ -211,13 +214,13 @@ class StoreReader:
         """Runs oldest first, optionally only these ids (prefixes allowed, in the given order), one
         model (matched exactly or by its last path component), one status, the ``last`` N, or only the
         queued and running runs of one executor (``active_on="slurm"``)."""
-        self.reap()
+        dead = self.reap()
         where, params = [], []
         if ids is not None:
             full = [self.resolve(i) for i in ids]
             where.append(f"id IN ({','.join('?' * len(full))})")
             params += full
-        if status is not None:
+        if status is not None and status != RunStatus.INTERRUPTED:  # a read-only store's dead runs read active
             where.append("status = ?")
             params.append(status)
         if active_on is not None:
@@ -225,7 +228,9 @@ class StoreReader:
             params.append(active_on)
         sql = SELECT_RUNS + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY created, id"
         with self._db() as db:
-            records = [record_from_row(row) for row in db.execute(sql, params)]
+            records = liveness.shown_ended([record_from_row(row) for row in db.execute(sql, params)], dead)
+            if status is not None:
+                records = [r for r in records if r.status == status]
             if model is not None:
                 records = [r for r in records if model in model_names(r.config.model)]
             if last is not None:
@@ -256,8 +261,8 @@ class StoreReader:
         with self._db() as db:
             return [layer for layer in read_layers(db, [full])[full] if layer.index > after]
 
-    def reap(self) -> list[str]:
-        """Mark active local runs whose process is gone as ``interrupted``; return their ids.
+    def reap(self) -> dict[str, liveness.Ending]:
+        """Mark active local runs whose process is gone as ``interrupted``; return how each ended.
 
         Readers call this, so no run shows ``running`` forever after a SIGKILL or a reboot. A Slurm run's
         end is imported from its job folder instead (``acetui_core.execution.slurm.sync``).
