@@ -366,10 +366,11 @@ def test_a_task_without_an_accuracy_is_no_accuracy_not_zero(store):
 BASE = RunConfig(
     model=LLAMA, method="wanda", sparsity="0.5", seqlen=16, seed=0
 )  # a ratio: at N:M the group never splits a row
+MODEL = "content:1111111111111111"  # the model files' identity (paths.model_identity)
 CALIBRATION = {"source": "c4", "nsamples": 128, "seqlen": 16, "seed": 0, "fingerprint": "6553273:1"}
 # setting -> (config changes, result changes) of a second run that differs from BASE in that setting alone
 ONE_SETTING_APART = {
-    "model file": ({}, {"model_fingerprint": "13476839424:2"}),
+    "model file": ({}, {"model_fingerprint": "content:2222222222222222"}),
     "group": ({"group": "layer"}, {}),
     "squared weight": ({"method": "ace", "squared_weight": True}, {}),
     "calibration source": ({"calib": "wikitext2"}, {}),
@@ -407,7 +408,7 @@ def two_runs(tmp_path, changes: tuple[dict, dict], seed: int = 0) -> list:
         first,
         created=1_700_000_000.0,
         ppl=11.70,
-        result={"calibration": CALIBRATION, "model_fingerprint": "13476839424:1"},
+        result={"calibration": CALIBRATION, "model_fingerprint": MODEL},
     )
     second = RunConfig(**{**first.to_dict(), **config_changes, "seed": seed})
     insert_run(
@@ -417,7 +418,7 @@ def two_runs(tmp_path, changes: tuple[dict, dict], seed: int = 0) -> list:
         second,
         created=1_700_003_600.0,
         ppl=12.30,
-        result={"calibration": CALIBRATION, "model_fingerprint": "13476839424:1", **result_changes},
+        result={"calibration": CALIBRATION, "model_fingerprint": MODEL, **result_changes},
     )
     return store.list_runs()
 
@@ -431,6 +432,14 @@ def test_runs_that_differ_in_one_setting_get_rows_of_their_own(tmp_path, setting
         return
     assert len(table.rows) == 2, table.rows
     assert len(set(table.rows)) == 2  # two labels: the mixed-selection golden shows how they name the difference
+
+
+def test_runs_recorded_before_model_identities_held_content_split_no_cell(tmp_path):
+    """Before 2026-12-07 a run recorded its model files' size and modification time, which a copy of the
+    same files changes: that is no evidence of another model, and splits no cell."""
+    for before in ("13476839424:1", None):
+        table = comparison(two_runs(tmp_path / str(before), ({}, {"model_fingerprint": before}), seed=1))
+        assert table.rows == ["Wanda-16"], before
 
 
 def test_runs_that_differ_only_in_their_seed_share_a_cell(tmp_path):
@@ -457,7 +466,7 @@ def test_runs_of_a_mixture_of_experts_split_by_how_its_experts_were_calibrated(t
     for seed, calibration in enumerate(("routed", "all")):
         config = RunConfig(**{**BASE.to_dict(), "moe_calibration": calibration, "seed": seed})
         experts = {"layout": "fused 3-D [experts, d_out, d_in]: gate_up_proj, down_proj", "calibration": calibration}
-        result = {"calibration": CALIBRATION, "model_fingerprint": "13476839424:1", "experts": experts}
+        result = {"calibration": CALIBRATION, "model_fingerprint": MODEL, "experts": experts}
         insert_run(store, clock, f"x000000{seed}", config, created=1.7e9 + seed, ppl=11.7 + seed, result=result)
     assert comparison(store.list_runs()).rows == [
         "Wanda-16 (experts calibrated on routed tokens)",
@@ -549,7 +558,7 @@ def test_zero_shot_runs_over_different_examples_never_share_a_cell(tmp_path, mea
             config,
             created=1_700_000_000.0 + 3600 * position,
             zeroshot=_zeroshot(limit),
-            result={"calibration": CALIBRATION, "model_fingerprint": "13476839424:1"},
+            result={"calibration": CALIBRATION, "model_fingerprint": MODEL},
         )
     table = comparison(store.list_runs(), measure=measure)
     assert table.rows == ["Wanda-16 (boolq n=100, rte n=100)", "Wanda-16 (boolq n=200, rte n=200)"]

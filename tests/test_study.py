@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -66,7 +68,7 @@ def test_a_bad_key_or_value_is_one_sentence_naming_it(tmp_path, text, sentence):
 def test_a_relative_model_read_from_another_folder_is_another_cell(tmp_path):
     """A study naming ``model = "tiny"``, run in one folder: from a folder holding another ``tiny``, its
     status said the cells were done and its report showed the first model's numbers as the second's."""
-    from acetui_core.basics.paths import file_identity
+    from acetui_core.basics.paths import model_identity
 
     for folder, weights in (("a", "first"), ("b", "another model")):
         (tmp_path / folder / "tiny").mkdir(parents=True)
@@ -75,12 +77,47 @@ def test_a_relative_model_read_from_another_folder_is_another_cell(tmp_path):
     clock = Clock()
     store = Store(tmp_path / "runs.db", clock=clock)
     with contextlib.chdir(tmp_path / "a"):
-        identity = file_identity("tiny")
+        identity = model_identity("tiny")
     insert_run(store, clock, "a0000001", cell, created=1.7e9, ppl=9.0, result={"model_fingerprint": identity})
-    for folder, state in (("a", "done"), ("b", "missing")):
+    # the same files copied again (cp, a fresh download: new modification times) are the same model
+    shutil.copytree(tmp_path / "a" / "tiny", tmp_path / "c" / "tiny")
+    os.utime(tmp_path / "c" / "tiny" / "model.safetensors", (1e9, 1e9))
+    for folder, state in (("a", "done"), ("b", "missing"), ("c", "done")):
         with contextlib.chdir(tmp_path / folder):
             [(_, found, _)] = cell_states([cell], store)
         assert found == state, folder
+    # a run recorded before runs kept their model's content (size and time) is no evidence of another model
+    insert_run(store, clock, "a0000002", cell, created=1.8e9, ppl=9.0, result={"model_fingerprint": "13:1700000000"})
+    with contextlib.chdir(tmp_path / "b"):
+        assert cell_states([cell], store)[0][1] == "done"
+
+
+def test_a_models_identity_is_its_files_content_not_their_times(tmp_path):
+    """A model copied or downloaded again has new modification times: with size and time as its identity,
+    every cell of a study run on it read as missing, and ran again. Another model of the same shapes (the
+    same sizes and names) is told apart by its bytes, read in 16 blocks of 64 KiB spread through each file."""
+    from acetui_core.basics.paths import SAMPLED_BLOCK, model_identity
+
+    rng = random.Random(0)
+    weights = bytes(rng.getrandbits(8) for _ in range(40 * SAMPLED_BLOCK))  # larger than the 16 blocks read
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "model.safetensors").write_bytes(weights)
+    (first / "config.json").write_text("{}")
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy)
+    for file in copy.iterdir():
+        os.utime(file, (1e9, 1e9))
+    assert model_identity(copy) == model_identity(first) == model_identity(str(first) + "/")
+    assert model_identity(first).startswith("content:") and model_identity("org/hub-model") is None
+    other = tmp_path / "other"
+    shutil.copytree(first, other)
+    last = 40 * SAMPLED_BLOCK - 1  # the last block is always read: a fine-tune's other bytes there tell it
+    (other / "model.safetensors").write_bytes(weights[:last] + bytes([weights[last] ^ 1]))
+    assert model_identity(other) != model_identity(first)
+    (copy / "config.json").write_text("[]")  # the same size, another configuration
+    assert model_identity(copy) != model_identity(first)
+    assert model_identity(first / "model.safetensors") != model_identity(first)  # a file is not its folder
 
 
 def test_one_model_or_file_named_two_ways_is_one_value(tmp_path):

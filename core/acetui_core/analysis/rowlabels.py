@@ -10,7 +10,7 @@ from dataclasses import fields
 from typing import Any
 
 from acetui_core.basics.choices import SparsityGroup
-from acetui_core.basics.paths import model_key
+from acetui_core.basics.paths import known_model, model_key
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.run.records import RunResult
 from acetui_core.scores.metrics import METHODS, unread_settings
@@ -59,7 +59,7 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     values["dtype"] = result.dtype
     values["model"] = model_key(config.model)  # an installed copy of the bundled model is the bundled model
     bundled = values["model"] != config.model
-    values["model file"] = None if bundled else result.model_fingerprint  # its copies differ in time alone
+    values["model file"] = None if bundled else known_model(result.model_fingerprint)  # by content: copies are one
     if result.method_fingerprint is not None:  # a plug-in metric: its file's version
         values["method file"] = result.method_fingerprint
     if result.calibration is not None:  # named by its file, known by its content
@@ -148,6 +148,9 @@ def row_labels(
     labels = {}
     for (label, _), group in groups.items():
         values = {record.id: settings(record, measure, columns) for record in group}
+        if any(v.get("model file") is None for v in values.values()):  # one run does not know its model's content
+            for v in values.values():
+                v.pop("model file", None)  # no evidence of another model: no row of its own
         names = list(dict.fromkeys(name for v in values.values() for name in v))
         differing = [
             name for name in names if name not in shown and len({repr(v.get(name)) for v in values.values()}) > 1

@@ -90,7 +90,7 @@ def data_dir() -> Path | None:
 def content_identity(source: str | os.PathLike | None) -> str | None:
     """The SHA-256 of a file's bytes (16 hex digits): a calibration file re-copied or re-downloaded with
     the same text is the same file, which size and modification time cannot tell. Calibration files
-    are megabytes, so this is quick; models keep ``file_identity``. None for what is not a local file."""
+    are megabytes, so this is quick; models have ``model_identity``. None for what is not a local file."""
     if source is None or not user_path(source).is_file():
         return None
     digest = hashlib.sha256()
@@ -101,8 +101,8 @@ def content_identity(source: str | os.PathLike | None) -> str | None:
 
 
 def file_identity(source: str | os.PathLike | None) -> str | None:
-    """Size and modification time of a file, or of a folder's files: tells two versions of "the same"
-    model or calibration file apart. None for what is not a local path (a hub id)."""
+    """Size and modification time of a file, or of a folder's files: a cache's key, which any change to the
+    files (a write, a copy) renews. None for what is not a local path (a hub id)."""
     if source is None:
         return None
     path = user_path(source)
@@ -113,6 +113,58 @@ def file_identity(source: str | os.PathLike | None) -> str | None:
         entries = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file())
         return hashlib.sha256(repr(entries).encode()).hexdigest()[:16]
     return None
+
+
+MODEL_IDENTITY = "content:"  # what marks a model identity apart from the size and time recorded before it
+SAMPLED_BLOCKS, SAMPLED_BLOCK = 16, 64 << 10  # 1 MiB read of each model file, however large
+
+
+def _sampled(path: Path, digest) -> None:
+    """Feed ``digest`` a file's size and ``SAMPLED_BLOCKS`` blocks spread evenly through it, first and
+    last included (the whole file when it is smaller)."""
+    size = path.stat().st_size
+    digest.update(f"{path.name}:{size};".encode())
+    with open(path, "rb") as file:
+        if size <= SAMPLED_BLOCKS * SAMPLED_BLOCK:
+            digest.update(file.read())
+            return
+        for block in range(SAMPLED_BLOCKS):
+            file.seek(block * (size - SAMPLED_BLOCK) // (SAMPLED_BLOCKS - 1))
+            digest.update(file.read(SAMPLED_BLOCK))
+
+
+def model_identity(source: str | os.PathLike | None) -> str | None:
+    """What a run records of the model files it read, and what a study checks its runs by: the names and
+    sizes of a model file or a folder's files, and 16 blocks of 64 KiB spread through each, hashed. A copy
+    or a fresh download of the same files is the same model (a modification time would say otherwise);
+    another model of the same shapes is not (its weights fill the blocks); reading 1 MiB a file keeps it
+    quick on a 70B model's shards. None for what is not a local path (a hub id)."""
+    if source is None:
+        return None
+    path = user_path(source)
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else None
+    if files is None:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        _sampled(file, digest)
+    return MODEL_IDENTITY + digest.hexdigest()[:16]
+
+
+def known_model(identity: str | None) -> str | None:
+    """A recorded model identity where it tells the model apart: the content's (``model_identity``), a hub
+    model's commit. None for none, and for one recorded before runs kept their model's content (a file's
+    size and modification time, ``13476839424:1700000000``, or a folder's hash of them: 16 hex digits,
+    until 2026-12-07), which a copy of the same files changes: no evidence of another model."""
+    if identity is None or re.fullmatch(r"\d+:\d+|[0-9a-f]{16}", identity):
+        return None
+    return identity
+
+
+def same_model(recorded: str | None, now: str | None) -> bool:
+    """Whether a run's recorded model identity and another (of the files now, of another run) may name the
+    same model files: they are equal, or one of them is not known (``known_model``)."""
+    return None in (known_model(recorded), known_model(now)) or recorded == now
 
 
 # The calibration corpora acetui knows by name (--calib c4, wikitext2): read from ACETUI_DATA_DIR or the hub.

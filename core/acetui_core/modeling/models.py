@@ -17,7 +17,7 @@ import torch
 
 from acetui_core.basics.choices import Dtype, StageName
 from acetui_core.basics.errors import UserError, check_choice, first_line
-from acetui_core.basics.paths import file_identity, user_path
+from acetui_core.basics.paths import model_identity, user_path
 from acetui_core.modeling.layouts import decoder_layers, prunable_linears
 from acetui_core.run.basic_settings import FULL_CONTEXT_CAP
 from acetui_core.run.events import OnEvent, Stage
@@ -287,7 +287,7 @@ def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_eve
         tokenizer.pad_token = tokenizer.eos_token
     if on_event:
         on_event(Stage(StageName.LOAD, 1, 1))
-    fingerprint = file_identity(path) if kind != "hub" else getattr(model.config, "_commit_hash", None)
+    fingerprint = model_identity(path) if kind != "hub" else getattr(model.config, "_commit_hash", None)
     return Loaded(
         model,
         tokenizer,

@@ -125,7 +125,7 @@ def _tied(model: PreTrainedModel, name: str) -> bool:
 def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event: OnEvent | None = None):
     """Load ``source`` whole (``models.load_model``) or, when ``offload`` says so, streamed: a ``Loaded``
     whose decoder layers stay on disk until the layer loop needs them."""
-    from acetui_core.basics.paths import file_identity
+    from acetui_core.basics.paths import model_identity
     from acetui_core.modeling.models import Loaded, context_length, load_model, resolve_device, resolve_dtype
 
     compute_device = resolve_device(device)
@@ -143,7 +143,7 @@ def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event
     context = context_length(model.config)
     family = model.config.model_type
     return Loaded(
-        model, tokenizer, source, family, compute_device, torch_dtype, context, file_identity(folder), streamed
+        model, tokenizer, source, family, compute_device, torch_dtype, context, model_identity(folder), streamed
     )
 
 

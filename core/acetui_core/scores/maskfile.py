@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.paths import same_model
 
 MaskKey = tuple[int, str]  # (decoder layer, linear name)
 
@@ -139,7 +140,7 @@ def run_overlap(run_a, run_b, files: tuple[Path | None, Path | None]) -> list[Li
     fingerprints = (
         run_a.results and run_b.results and (run_a.results.model_fingerprint, run_b.results.model_fingerprint)
     )
-    if model_a != model_b or (fingerprints and None not in fingerprints and fingerprints[0] != fingerprints[1]):
+    if model_a != model_b or (fingerprints and not same_model(*fingerprints)):
         raise UserError(
             f"Runs {run_a.id} and {run_b.id} pruned different models ({model_a}, {model_b}); "
             f"their masks cannot be compared."

@@ -29,7 +29,7 @@ from pathlib import Path
 from acetui_core.basics import parse
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import default_model, file_identity, model_key, same_place
+from acetui_core.basics.paths import default_model, model_identity, model_key, same_model, same_place
 from acetui_core.execution.launch import Grid, check
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.storage.store import Store
@@ -208,7 +208,7 @@ def _files_now(cells: list[RunConfig]) -> dict[str, tuple[str | None, str | None
         if calibrated and cell.calib not in calibration:
             calibration[cell.calib] = calibration_identity(cell.calib)
         if cell.model not in models:
-            models[cell.model] = file_identity(cell.model) if model_key(cell.model) == cell.model else None
+            models[cell.model] = model_identity(cell.model) if model_key(cell.model) == cell.model else None
         files[key(cell)] = (
             get_method(cell.method).fingerprint,
             calibration[cell.calib] if calibrated else None,
@@ -229,7 +229,7 @@ def _read_these(record: RunRecord, files: tuple[str | None, str | None, str | No
     return (
         (method is None or results.method_fingerprint == method)
         and _same_content(recorded, calibration)
-        and (model is None or results.model_fingerprint in (None, model))
+        and same_model(results.model_fingerprint, model)
     )
 
 
