@@ -215,6 +215,32 @@ def test_latex_escapes_model_names():
     assert latex_escape("a|b<c>d") == r"a\textbar{}b\textless{}c\textgreater{}d"  # OT1: an em dash, ¡ and ¿
 
 
+@pytest.mark.parametrize(
+    "label",
+    [
+        "CosP+VarP-16 (|W|^2)",
+        "_scores:magnitude_",
+        "my*metric*",
+        "tiny_llama_v2",
+        "a`b`",
+        "<b>x</b>",
+        "[x](y)",
+        "a\\*b",
+    ],
+)
+def test_a_markdown_cell_renders_as_the_label_it_holds(label):
+    """A plug-in's label ``_scores:magnitude_`` rendered in italics, ``my*metric*`` lost its stars: only
+    ``|`` was escaped. Rendered by markdown-it (what rich renders Markdown with) as GitHub's tables are."""
+    from markdown_it import MarkdownIt
+
+    from acetui_core.analysis.export import markdown_cell
+
+    html = MarkdownIt("commonmark").enable("table").render(f"| a |\n|---|\n| {markdown_cell(label)} |\n")
+    cell = re.search(r"<td>(.*)</td>", html).group(1)
+    assert cell == label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"), html
+    assert markdown_cell("tiny_llama_v2") == "tiny_llama_v2"  # inside a word: as it is, for a terminal too
+
+
 def test_a_label_holding_a_bar_stays_one_cell_and_prints_as_a_bar(tmp_path):
     """ACE with and without the squared weight labels its rows ``CosP+VarP-16 (|W|^2)``: the Markdown row split
     into extra columns at each ``|``, and LaTeX (its OT1 encoding) set ``|`` as an em dash, in the table and

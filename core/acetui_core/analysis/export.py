@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from datetime import datetime, timezone
 
 from acetui_core.analysis.comparison import AVERAGE, Comparison, comparison
@@ -286,9 +287,15 @@ def to_latex(table: Comparison) -> str:
 # ---- Markdown ----------------------------------------------------------------------------------
 
 
+# What Markdown would read as markup in a label: a bar ends a cell (``CosP+VarP-8 (|W|^2)``), a ``*`` or a
+# word-edge ``_`` starts emphasis (``_scores.py``'s plug-in), backticks code, ``<`` an HTML tag. An ``_``
+# inside a word (``tiny_llama``) is text in CommonMark and stays as it is, readable in a terminal.
+_MARKUP = re.compile(r"[\\|*`<>\[\]]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
 def markdown_cell(text: str) -> str:
-    """``text`` as one cell of a pipe table: a ``|`` of its own (``CosP+VarP-8 (|W|^2)``) would end the cell."""
-    return text.replace("|", "\\|")
+    """``text`` as one cell of a pipe table that renders as the text it is."""
+    return _MARKUP.sub(lambda found: "\\" + found.group(), text)
 
 
 def to_markdown(table: Comparison) -> str:
