@@ -163,6 +163,32 @@ def test_a_link_is_written_through_and_a_folder_or_a_dangling_link_is_refused(pl
     dangling.symlink_to(tmp / "nowhere" / "x.csv")
     code, _, err = cli(monkeypatch, capsys, *_args("export", places, dangling), "--overwrite")
     assert code == 2 and "the folder" in err and "does not exist" in err and "Traceback" not in err
+    code, _, err = cli(monkeypatch, capsys, *_args("export", places, real / "out.csv"))  # it said "does not exist"
+    assert code == 2 and err == f"acetui: Cannot write {real / 'out.csv'}: {real} is a file, not a folder.\n"
+
+
+def test_a_read_only_medium_is_named_by_the_users_path(places, monkeypatch, capsys):
+    """On a read-only mount the partial file's removal failed too, and that second refusal was the sentence:
+    ``Cannot use ro/.out.csv.11274-71ea1d.partial: Read-only file system.``"""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root to bind-mount a folder read-only")
+    source, mounted = places["tmp"] / "source", places["tmp"] / "ro"
+    source.mkdir()
+    mounted.mkdir()
+    (source / "old.csv").write_text(PRECIOUS)
+    if subprocess.run(["mount", "-o", "bind", source, mounted], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", mounted], check=True, capture_output=True)
+        for name, overwrite in (("out.csv", ()), ("old.csv", ("--overwrite",))):
+            code, _, err = cli(monkeypatch, capsys, *_args("export", places, mounted / name), *overwrite)
+            assert (code, err) == (2, f"acetui: Cannot use {mounted / name}: Read-only file system.\n")
+    finally:
+        subprocess.run(["umount", "-l", mounted], check=True)
+    assert (source / "old.csv").read_text() == PRECIOUS and sorted(p.name for p in source.iterdir()) == ["old.csv"]
 
 
 def test_dash_is_stdout_and_a_read_only_folder_is_one_sentence(places, monkeypatch, capsys):

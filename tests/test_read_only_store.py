@@ -164,6 +164,49 @@ def test_a_store_on_a_read_only_mount_is_read_with_or_without_its_write_ahead_lo
             holder.close()
 
 
+def test_another_users_store_is_read_as_that_user(tmp_path):
+    """A colleague's store, closed cleanly (no -shm beside it), read by a user who may not write its folder:
+    SQLite's read-only mode cannot make the -shm and says "attempt to write a readonly database", which
+    was not taken for a store to open as immutable: every reading command exited 2. Run as a real other
+    user (uid 65534), since root writes anywhere."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run a command as another user")
+    shared = Path(tempfile.mkdtemp(prefix="acetui-theirs-"))  # tmp_path's parents are private to root
+    try:
+        shared.chmod(0o755)
+        store = shared / "runs.db"
+        _finished_runs(store)
+        assert not Path(f"{store}-shm").exists()
+        home = shared / "home"
+        home.mkdir(mode=0o777)
+        home.chmod(0o777)
+        env = {**os.environ, "HOME": str(home), "ACETUI_HOME": str(home), "ACETUI_CONFIG_DIR": str(home)}
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "acetui"]
+        readable = subprocess.run([*as_nobody, "--help"], env=env, capture_output=True, text=True, timeout=120)
+        if readable.returncode:
+            pytest.skip(f"acetui cannot run as uid 65534 from here: {readable.stderr.strip()[-200:]}")
+        before = store.read_bytes()
+        for args in (["runs"], ["export", "--format", "markdown"], ["verdict"]):
+            done = subprocess.run(
+                [*as_nobody, *args, "--store", str(store)], env=env, capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 0 and "Wanda-16" in done.stdout, (args, done.stderr)
+        prune = subprocess.run(
+            [*as_nobody, "prune", "/no/such/model", "--store", str(store)], env=env, capture_output=True, text=True
+        )
+        assert prune.returncode == 2 and "is read-only" in prune.stderr, prune.stderr
+        assert store.read_bytes() == before
+    finally:
+        shutil.rmtree(shared)
+
+
 def test_an_older_store_this_user_cannot_write_is_one_sentence(tmp_path, monkeypatch, capsys):
     """A version-0 store that would need migrating, on a store this user may only read: one sentence (the
     check read the schema from a closed connection: a ProgrammingError)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
@@ -58,6 +58,8 @@ def check_output_file(path: Path, flag: str, *, overwrite: bool, protected: Plac
     if target.exists() and not target.is_file():  # renaming over it would replace a device or a pipe
         raise UserError(f"{named} is not a regular file (a device, pipe or socket); -o - writes to stdout.")
     if not target.parent.is_dir():
+        if target.parent.exists():
+            raise UserError(f"Cannot write {path}: {target.parent} is a file, not a folder.")
         raise UserError(f"Cannot write {path}: the folder {target.parent} does not exist.")
     return target
 
@@ -97,7 +99,8 @@ def atomic_file(path: Path, binary: bool = False, replace: bool = True) -> Itera
         else:
             _no_clobber(partial, path)
     except BaseException as error:
-        partial.unlink(missing_ok=True)
+        with suppress(OSError):  # a read-only medium refuses the removal too: the first refusal is the one to say
+            partial.unlink(missing_ok=True)
         if isinstance(error, OSError):
             raise OSError(error.errno, error.strerror, str(path)) from None
         raise

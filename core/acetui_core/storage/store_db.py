@@ -96,7 +96,7 @@ def open_database(path: Path, create: bool = True) -> None:
 def _open_read_only(path: Path) -> None:
     """Open a store this user can read but not write, for reading: SQLite's read-only mode, which reads a
     write-ahead log left beside it, or, where that cannot open (no ``-shm`` file, and none can be made on a
-    read-only medium), the file as immutable, which is whole when no log is left. A store that would need
+    read-only medium or in another user's folder), the file as immutable, which is whole when no log is left. A store that would need
     migrating, or whose log cannot be read, is one sentence."""
     quoted = urllib.parse.quote(str(path))
     wal = Path(f"{path}-wal")
@@ -112,7 +112,9 @@ def _open_read_only(path: Path) -> None:
                 version = _stored_version(path, db, empty=False)
         except UserError as error:
             _READ_ONLY.pop(path, None)
-            if "unable to open" in str(error):
+            # no -shm beside it, and none can be made: SQLite says "unable to open" on a read-only medium, and
+            # "attempt to write a readonly database" in another user's folder
+            if "unable to open" in str(error) or "readonly database" in str(error):
                 continue
             raise
         if version == SCHEMA_VERSION:
