@@ -4,9 +4,13 @@ read at 80 columns."""
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import errno
+import os
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -116,6 +120,54 @@ async def test_an_export_the_os_refuses_is_said_in_a_sentence(store, tmp_path, m
         rf"Could not save the export\. Cannot use {tmp_path}/exports/acetui-[0-9-]+\.csv: {reason}\.", refusal
     )
     assert "Errno" not in refusal and store.list_runs()
+
+
+@pytest.mark.asyncio
+async def test_an_export_on_a_full_disk_leaves_no_file_cut_short(store, tmp_path, monkeypatch):
+    """A full disk left the export cut mid-row under its own name (8192 bytes of a CSV), with a notice that
+    named no file: now nothing is left, and the notice says which file could not be written and why."""
+    folder = tmp_path / "exports"
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(folder))
+    real_open = builtins.open
+
+    class FullDisk:
+        """A file of the export folder that takes the first 100 characters, then has no room left."""
+
+        def __init__(self, file):
+            self.file = file
+
+        def write(self, text: str) -> int:
+            self.file.write(text[:100])
+            self.file.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info) -> None:
+            self.file.close()
+
+    def in_export_folder(opened) -> bool:
+        if isinstance(opened, int):  # an open descriptor: the file of the folder it is
+            return any(os.path.samestat(os.fstat(opened), entry.stat()) for entry in folder.iterdir())
+        return Path(opened).parent == folder
+
+    def full_disk_open(file, mode="r", *args, **kwargs):
+        opened = real_open(file, mode, *args, **kwargs)
+        return FullDisk(opened) if "w" in mode and in_export_folder(file) else opened
+
+    monkeypatch.setattr(builtins, "open", full_disk_open)
+    async with results(store) as (app, pilot):
+        await pilot.press("e")
+        await pilot_wait_until(pilot, lambda: any("Could not save" in t for t in toasts(app)), "the refusal")
+    assert list(folder.iterdir()) == [], "no file, whole or cut short, and no partial beside it"
+    refusal = next(t for t in toasts(app) if "Could not save" in t)
+    assert re.fullmatch(
+        rf"Could not save the export\. Cannot use {folder}/acetui-[0-9-]+\.csv: No space left on device\.", refusal
+    ), refusal
 
 
 @pytest.mark.asyncio

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from pathlib import Path
 
-from textual import events, on
 from textual.actions import SkipAction
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -29,7 +27,6 @@ from acetui.app.screens.results import ResultsScreen
 from acetui.app.screens.run import RunScreen
 from acetui.app.screens.runs import RunsScreen
 from acetui.app.workbench import Workbench
-from acetui_core.basics.errors import os_sentence
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_db import default_store_path
 
@@ -229,26 +226,6 @@ class AceApp(KeysWhereTyped, Workbench):
         """``action`` of the screen ``mode``, switched to first (the command palette offers every screen's)."""
         await self.switch_mode(mode)
         await self.run_action(action, self.screen)
-
-    @on(events.DeliveryComplete)
-    def _delivered(self, event: events.DeliveryComplete) -> None:
-        if event.name == "export" and event.path is not None:  # name and folder on lines of their own (80 columns)
-            self.notify(f"Saved {event.path.name}\nin {home_short(event.path.parent)}")
-
-    @on(events.DeliveryFailed)
-    def _not_delivered(self, event: events.DeliveryFailed) -> None:
-        if event.name == "export":
-            error = event.exception
-            reason = os_sentence(error) if isinstance(error, OSError) else str(error)
-            self.notify(f"Could not save the export. {reason}", severity="error", timeout=10)
-
-
-def home_short(path: Path) -> str:
-    """``path`` with ``~`` for the user's home, as a notice shows it."""
-    try:
-        return f"~/{path.relative_to(Path.home())}"
-    except ValueError:
-        return str(path)
 
 
 def runs_going_on(store: Store) -> str | None:

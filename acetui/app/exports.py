@@ -51,6 +51,14 @@ def make_export_dir(setting: str | None = None) -> Path:
     return folder
 
 
+def home_short(path: Path) -> str:
+    """``path`` with ``~`` for the user's home, as a notice shows it."""
+    try:
+        return f"~/{path.relative_to(Path.home())}"
+    except ValueError:
+        return str(path)
+
+
 def refused_folders(store_folder: Path) -> list[tuple[Path, str]]:
     """The folders no export is saved in (a folder under them is fine): the working folder, often a git
     checkout, and the run store's folder, beside its database."""

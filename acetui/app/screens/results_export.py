@@ -4,12 +4,14 @@ that drops it). Files go to the export folder, never over another."""
 
 from __future__ import annotations
 
-import io
 import time
+from contextlib import suppress
+from pathlib import Path
 
 from acetui.app.exports import (
     EXPORT_DIR_ADVICE,
     TMUX_CLIPBOARD_HINT,
+    home_short,
     make_export_dir,
     refused_folders,
     tmux_drops_clipboard,
@@ -20,7 +22,7 @@ from acetui_core.analysis.comparison import comparison
 from acetui_core.analysis.export import export
 from acetui_core.analysis.figures import off_log_axis, to_pgfplots
 from acetui_core.basics.errors import UserError, os_sentence
-from acetui_core.basics.outputs import reserve_new_file
+from acetui_core.basics.outputs import reserve_new_file, write_text_atomic
 
 
 class ResultsExports(ResultsPlots):
@@ -49,18 +51,30 @@ class ResultsExports(ResultsPlots):
         suffix = ".tex" if fmt in ("latex", "pareto") else f".{fmt}"
         kind = "-pareto" if fmt == "pareto" else ""
         try:
-            folder = make_export_dir(self.app.preferences.export_dir)
-            stem = f"acetui{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-            store = self.app.store
-            refused = refused_folders(store.folder)
-            path = reserve_new_file(folder, stem, suffix, store.protected_places(), refused, EXPORT_DIR_ADVICE)
+            path = self._save(text, f"acetui{kind}-{time.strftime('%Y%m%d-%H%M%S')}", suffix)
         except UserError as error:
             self.notify(f"Could not save the export: {error}", severity="error", timeout=10)
             return
         except OSError as error:
             self.notify(f"Could not save the export. {os_sentence(error)}", severity="error", timeout=10)
             return
-        self.app.deliver_text(io.StringIO(text), save_directory=folder, save_filename=path.name, name="export")
+        self.notify(f"Saved {path.name}\nin {home_short(path.parent)}")  # each on a line of its own (80 columns)
+
+    def _save(self, text: str, stem: str, suffix: str) -> Path:
+        """``text`` as a new file of the export folder, whole or not at all: written beside the reserved
+        name and renamed over it once complete (a full disk left a file cut mid-row), the reservation
+        removed when that fails."""
+        folder = make_export_dir(self.app.preferences.export_dir)
+        store = self.app.store
+        refused = refused_folders(store.folder)
+        path = reserve_new_file(folder, stem, suffix, store.protected_places(), refused, EXPORT_DIR_ADVICE)
+        try:
+            write_text_atomic(path, text)
+        except BaseException:
+            with suppress(OSError):  # the refusal is what to say; at worst an empty file stays
+                path.unlink()
+            raise
+        return path
 
     def _table_count(self) -> str:
         """What the LaTeX table holds, as its notice says it: the runs it counts, and the repeated runs of
