@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 
 import pytest
@@ -466,6 +468,49 @@ def test_runs_recorded_before_model_identities_held_content_split_no_cell(tmp_pa
     for before in ("13476839424:1", None):
         table = comparison(two_runs(tmp_path / str(before), ({}, {"model_fingerprint": before}), seed=1))
         assert table.rows == ["Wanda-16"], before
+
+
+def _recorded_from(store: Store, run_id: str, folder: str) -> None:
+    """Set the working folder a run was recorded from (``Store.create_run`` keeps it in its env)."""
+    with sqlite3.connect(store.path) as db:
+        [env] = db.execute("SELECT env FROM runs WHERE id = ?", (run_id,)).fetchone()
+        db.execute("UPDATE runs SET env = ? WHERE id = ?", (json.dumps({**json.loads(env), "folder": folder}), run_id))
+    db.close()
+
+
+def test_one_model_typed_two_ways_is_one_column_and_two_models_of_one_name_are_two(tmp_path, monkeypatch):
+    """``prune models/m`` then ``prune ./models/m`` (or the absolute path) made a column each, n = 1 apiece
+    and a repeated seed unseen; ``prune m`` in folders a and b (two models) shared one column and were ranked
+    against each other. Local paths are now the files they name, from the folder each run was recorded in;
+    a hub id stays as typed."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    work = tmp_path / "work"
+    runs = [  # (id, model as typed, recorded from, the model's identity, seed, ppl)
+        ("f0000001", "models/m", work, MODEL, 0, 20.0),
+        ("f0000002", "./models/m", work, MODEL, 1, 22.0),
+        ("f0000003", f"{work}/models/m", tmp_path, MODEL, 2, 21.0),
+        ("f0000004", "../work/models/m/", tmp_path / "other", MODEL, 0, 20.5),  # seed 0 again: a repeat
+        ("f0000005", "m", tmp_path / "a", "content:aaaaaaaaaaaaaaaa", 0, 50.0),
+        ("f0000006", "m", tmp_path / "b", "content:bbbbbbbbbbbbbbbb", 0, 9.0),
+        ("f0000007", "org/m", work, None, 0, 30.0),  # a hub id: no local files to resolve
+    ]
+    for number, (run_id, model, folder, identity, seed, ppl) in enumerate(runs):
+        config = RunConfig(**{**BASE.to_dict(), "model": model, "seed": seed})
+        result = {"calibration": CALIBRATION, "model_fingerprint": identity}
+        insert_run(store, clock, run_id, config, created=1_700_000_000.0 + 60 * number, ppl=ppl, result=result)
+        _recorded_from(store, run_id, str(folder))
+    table = comparison(store.list_runs())
+    assert sorted(table.models) == ["a/m", "b/m", "models/m", "org/m"], table.models
+    [shared] = [cell for (_, column), cell in table.cells.items() if column[0] == "models/m"]
+    assert len(shared.values) == 3 and [r.id for r in shared.repeats] == ["f0000001"], shared
+    assert all(len(cell.values) == 1 for (_, column), cell in table.cells.items() if column[0] != "models/m")
+    # the --model filter finds the runs of models/m however it is typed, from the folder it is typed in
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for typed in ("models/m", "./models/m", f"{work}/models/m"):
+        assert {r.id for r in store.list_runs(model=typed)} == {"f0000001", "f0000002", "f0000003", "f0000004"}
+    assert {r.id for r in store.list_runs(model="org/m")} == {"f0000007"}
 
 
 def test_runs_that_differ_only_in_their_seed_share_a_cell(tmp_path):

@@ -57,8 +57,8 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
             group = method.group if method is not None else SparsityGroup.ROW
         values["group"] = str(group)  # text: a run stored without a group reads back as the enum
     values["dtype"] = result.dtype
-    values["model"] = model_key(config.model)  # an installed copy of the bundled model is the bundled model
-    bundled = values["model"] != config.model
+    values["model"] = record.model_key  # one model however its path was typed; any copy of the bundled one
+    bundled = model_key(config.model) != config.model
     values["model file"] = None if bundled else known_model(result.model_fingerprint)  # by content: copies are one
     if result.method_fingerprint is not None:  # a plug-in metric: its file's version
         values["method file"] = result.method_fingerprint
@@ -79,7 +79,7 @@ def model_columns(records: list[RunRecord]) -> dict[str, str]:
     """Each run's model as a table names its column group: the model's short name, or, where two models
     share it (a quantisation in another folder, a hub id beside a local copy), as many of the path's last
     parts as tell them apart. Models are never merged by name: one name, one model."""
-    keys = {record.id: model_key(record.config.model) for record in records}
+    keys = {record.id: record.model_key for record in records}
     models = set(keys.values())
     names = {}
     for key in models:
@@ -144,7 +144,7 @@ def row_labels(
     still one label per set of settings, for a narrow table."""
     groups: dict[tuple[str, str], list[RunRecord]] = {}
     for record in records:
-        groups.setdefault((base[record.id], model_key(record.config.model)), []).append(record)
+        groups.setdefault((base[record.id], record.model_key), []).append(record)
     labels = {}
     for (label, _), group in groups.items():
         values = {record.id: settings(record, measure, columns) for record in group}

@@ -16,7 +16,6 @@ import numpy as np
 
 from acetui_core.analysis import evidence
 from acetui_core.analysis.comparison import AVERAGE, NO_CALIBRATION, Cell, Comparison, Verdict
-from acetui_core.basics.paths import model_key
 from acetui_core.basics.texttable import text_table
 from acetui_core.run.records import NOT_FINITE
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
@@ -297,7 +296,7 @@ def run_difference(
     units: in perplexity over the same windows (``measure`` "ppl"), or in points of mean zero-shot accuracy
     over the same documents of the same tasks ("zeroshot", each task weighing equally); or why it cannot
     be computed. One run each: the seed noise is not included."""
-    if measure == "ppl" and model_key(first.config.model) != model_key(second.config.model):
+    if measure == "ppl" and first.model_key != second.model_key:
         # another model's tokenizer cuts other windows from the same text; documents stay the same documents
         return "cannot be tested: the two runs are of different models, whose windows need not hold the same tokens"
     a, b = (_run_units(run, kept.get(run.id, RunEvidence()), measure, AVERAGE) for run in (first, second))

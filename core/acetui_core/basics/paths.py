@@ -151,12 +151,41 @@ def model_identity(source: str | os.PathLike | None) -> str | None:
     return MODEL_IDENTITY + digest.hexdigest()[:16]
 
 
+# How a run knew its model's files before it kept their content: a file's size and modification time, or a
+# folder's hash of them (until 2026-12-07)
+_SIZE_AND_TIME = re.compile(r"\d+:\d+|[0-9a-f]{16}")
+
+
+def read_local_files(identity: str | None) -> bool:
+    """Whether a run's recorded model identity is of local files (a hub model's is its commit, or None)."""
+    return identity is not None and (identity.startswith(MODEL_IDENTITY) or bool(_SIZE_AND_TIME.fullmatch(identity)))
+
+
+def run_model_key(model: str, identity: str | None, folder: str | None) -> str:
+    """``model_key`` of a run's model, a local path made absolute from the folder the run was recorded
+    from: ``models/m``, ``./models/m`` and ``/home/u/models/m`` are one model, and ``m`` read in two
+    folders is two. Whether the run read local files its recorded ``identity`` says (``org/m`` may be a
+    hub id or a folder); a hub id, or a run that recorded neither, keeps its model as typed."""
+    key = model_key(model)
+    if key != model or not read_local_files(identity):
+        return key
+    try:
+        path = user_path(model)
+    except UserError:  # ~nouser: nothing to resolve it by
+        return model
+    if not path.is_absolute():
+        if folder is None:
+            return model
+        path = Path(folder) / path
+    return os.path.normpath(path)
+
+
 def known_model(identity: str | None) -> str | None:
     """A recorded model identity where it tells the model apart: the content's (``model_identity``), a hub
     model's commit. None for none, and for one recorded before runs kept their model's content (a file's
     size and modification time, ``13476839424:1700000000``, or a folder's hash of them: 16 hex digits,
     until 2026-12-07), which a copy of the same files changes: no evidence of another model."""
-    if identity is None or re.fullmatch(r"\d+:\d+|[0-9a-f]{16}", identity):
+    if identity is None or _SIZE_AND_TIME.fullmatch(identity):
         return None
     return identity
 

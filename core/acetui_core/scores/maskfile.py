@@ -140,7 +140,7 @@ def run_overlap(run_a, run_b, files: tuple[Path | None, Path | None]) -> list[Li
     fingerprints = (
         run_a.results and run_b.results and (run_a.results.model_fingerprint, run_b.results.model_fingerprint)
     )
-    if model_a != model_b or (fingerprints and not same_model(*fingerprints)):
+    if run_a.model_key != run_b.model_key or (fingerprints and not same_model(*fingerprints)):
         raise UserError(
             f"Runs {run_a.id} and {run_b.id} pruned different models ({model_a}, {model_b}); "
             f"their masks cannot be compared."

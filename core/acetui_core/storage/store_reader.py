@@ -17,7 +17,7 @@ from pathlib import Path
 
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import BUILT_IN_SOURCES, data_dir, mixture
+from acetui_core.basics.paths import BUILT_IN_SOURCES, data_dir, mixture, user_path
 from acetui_core.run.records import LayerRecord
 from acetui_core.storage import liveness, store_files
 from acetui_core.storage.store_db import open_database, store_path, transaction
@@ -231,8 +231,13 @@ class StoreReader:
             records = liveness.shown_ended([record_from_row(row) for row in db.execute(sql, params)], dead)
             if status is not None:
                 records = [r for r in records if r.status == status]
-            if model is not None:
-                records = [r for r in records if model in model_names(r.config.model)]
+            if model is not None:  # as typed, or its path from here: `./models/m` finds the runs of `models/m`
+                here = os.path.normpath(Path.cwd() / user_path(model))  # an absolute path stays itself
+                records = [
+                    r
+                    for r in records
+                    if model in model_names(r.config.model) | model_names(r.model_key) or here == r.model_key
+                ]
             if last is not None:
                 records = records[-last:] if last > 0 else []
             if ids is not None:

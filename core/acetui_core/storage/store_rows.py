@@ -9,6 +9,7 @@ import sqlite3
 from dataclasses import asdict, dataclass, field
 
 from acetui_core.basics.choices import ExecutorKind, RunStatus
+from acetui_core.basics.paths import run_model_key
 from acetui_core.run.config import RunConfig, model_name
 from acetui_core.run.events import Stage
 from acetui_core.run.records import (
@@ -75,6 +76,13 @@ class RunRecord:
         what = "settings unreadable" if self.settings_unknown else f"{self.label} at {self.config.sparsity}"
         ppl = "" if self.ppl is None else f", ppl {self.ppl:.2f}"
         return f"{what}, {self.status}{ppl}"
+
+    @property
+    def model_key(self) -> str:
+        """The model as tables compare runs (``paths.run_model_key``): one model however its path was typed."""
+        folder = self.env.get("folder") if isinstance(self.env, dict) else None
+        identity = self.results.model_fingerprint if self.results else None
+        return run_model_key(self.config.model, identity, folder if isinstance(folder, str) else None)
 
     @property
     def active(self) -> bool:
