@@ -693,3 +693,28 @@ def test_a_setting_every_run_shares_is_named_in_the_caption(tmp_path, monkeypatc
     assert "Magnitude &" in out and "Wanda-16 &" in out  # the rows' labels as before
     code, out, _ = cli(monkeypatch, capsys, "export", "--format", "markdown", "--store", str(store.path))
     assert code == 0 and out.splitlines()[0].endswith(expected)
+
+
+def test_a_sample_count_every_run_shares_is_named_with_lengths_as_columns(tmp_path, monkeypatch, capsys):
+    """A sweep of calibration lengths on 2 samples, exported with the lengths as columns, named its 2
+    samples nowhere (the headers say ``2x16`` only where runs differ in it): pasted, it read as the paper's
+    128-sample sweep. Where they differ, the headers say it and the caption does not."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for position, (seqlen, nsamples) in enumerate(((16, 2), (64, 2), (64, 8))):
+        config = RunConfig(model=LLAMA, method="wanda", sparsity="0.5", seqlen=seqlen, nsamples=nsamples)
+        calibration = {**CALIBRATION, "seqlen": seqlen, "nsamples": nsamples}
+        insert_run(
+            store,
+            clock,
+            f"c000000{position}",
+            config,
+            created=1000.0 * (position + 1),
+            ppl=8.0,
+            result={"calibration": calibration},
+        )
+    args = ("export", "--format", "markdown", "--columns", "seqlen", "--store", str(store.path))
+    code, out, _ = cli(monkeypatch, capsys, *args, "--runs", "c0000000,c0000001")
+    assert code == 0 and out.splitlines()[0].endswith("Every run, where it applies: 2 samples."), out
+    code, out, _ = cli(monkeypatch, capsys, *args)
+    assert code == 0 and "2x64" in out and "8x64" in out and "samples" not in out.splitlines()[0], out

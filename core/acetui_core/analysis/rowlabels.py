@@ -185,6 +185,10 @@ def shared_settings(records: list[RunRecord], measure: str, columns: str) -> lis
     said). A row label names only where runs differ, so a table of OBS-updated Wanda read as plain Wanda:
     its caption names these."""
     values = [settings(record, measure, columns) for record in records]
+    if columns == "seqlen":  # the headers name the sample count only where runs differ in it
+        for value, record in zip(values, records, strict=True):
+            if result_of(record).calibration is not None:
+                value["nsamples"] = record.config.nsamples
     names = list(dict.fromkeys(name for value in values for name in value))
     shared = []
     for name in names:
