@@ -206,6 +206,24 @@ def test_dash_is_stdout_and_a_read_only_folder_is_one_sentence(places, monkeypat
         folder.chmod(0o700)
 
 
+def test_a_run_of_a_path_that_is_not_utf8_is_exported_to_a_file(tmp_path, monkeypatch, capsys):
+    """A run whose calibration file was named in bytes that are not UTF-8 (``calib\\xff.jsonl``) made every
+    CSV export of the store to a file a UnicodeEncodeError traceback (stdout wrote it): the name is written
+    as the bytes it was."""
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.run.config import RunConfig
+    from acetui_core.storage.store import Store
+
+    calib = os.fsdecode(b"/data/calib\xff.jsonl")
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    insert_run(store, clock, "a0000001", RunConfig("org/m", "wanda", "0.5", calib=calib), created=1.7e9, ppl=9.0)
+    code, _, err = cli(monkeypatch, capsys, "export", "-o", str(tmp_path / "runs.csv"), "--store", str(store.path))
+    assert code == 0, err
+    assert b"/data/calib\xff.jsonl" in (tmp_path / "runs.csv").read_bytes()
+
+
 def test_a_file_made_between_the_check_and_the_write_is_kept(tmp_path):
     target = tmp_path / "t.csv"
     target.write_text(PRECIOUS)  # as if another process made it after export checked the name

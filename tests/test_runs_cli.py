@@ -199,21 +199,45 @@ def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(
 @pytest.mark.slow  # starts acetui processes of its own
 def test_a_run_in_the_foreground_outlives_its_terminal(layered_model, calib_file, gate, store_path, tmp_path):
     """SIGHUP (a dropped SSH session, a closed terminal) killed ``acetui prune`` where it stood, the layers
-    under way lost and the run left to be found ``interrupted``; it now goes on, its output silenced, and
-    finishes as if the terminal were still there."""
-    process = spawn(
-        "prune", layered_model, *gated(calib_file, "until_opened"), "--store", store_path, tmp_path=tmp_path
-    )
+    under way lost and the run left to be found ``interrupted``; it now goes on and finishes. Its progress,
+    on the terminal, goes nowhere (writing to a terminal that is gone fails); its ``--json``, sent to a file
+    (``prune --json > result.json``), still arrives: the first fix silenced both, and a script got exit 0
+    and an empty file."""
+    import pty
+    import threading
+
+    terminal, stderr = pty.openpty()
+    shown = bytearray()
+    hung_up = threading.Event()
+
+    def show() -> None:  # the terminal: reads what the run prints until it is gone
+        while not hung_up.is_set():
+            try:
+                shown.extend(os.read(terminal, 4096))
+            except OSError:
+                return
+
+    reader = threading.Thread(target=show, daemon=True)
+    reader.start()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    args = ["prune", layered_model, *gated(calib_file, "until_opened"), "--json", "--store", store_path]
+    with open(tmp_path / "result.json", "wb") as result:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "acetui", *map(str, args)], stdout=result, stderr=stderr, env=env
+        )
+    os.close(stderr)
     run = held_at_the_gate(store_path, gate, process)
-    printed = (tmp_path / "err.txt").stat().st_size
     process.send_signal(signal.SIGHUP)
+    hung_up.set()
+    os.close(terminal)  # the terminal is gone: a write to it now fails
     time.sleep(1)  # the signal reaches the run while the gate still holds it
     assert process.poll() is None
     (gate / "open").touch()
     assert process.wait(timeout=120) == 0
     run = Store(store_path).get_run(run.id)
     assert (run.status, run.layers_done) == ("finished", LAYERS)
-    assert (tmp_path / "err.txt").stat().st_size == printed  # nothing written where the terminal was
+    assert json.loads((tmp_path / "result.json").read_text())["run_id"] == run.id
+    assert b"Traceback" not in shown
 
 
 def test_a_stopped_compare_says_how_many_runs_were_cancelled(make_tiny_model, fast, store_path, monkeypatch, capsys):

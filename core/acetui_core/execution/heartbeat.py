@@ -91,7 +91,9 @@ def stop_signals(stop: Stop):
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup, which chose for itself
-        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _hung_up)
+        # asked now: a terminal that has hung up no longer says it is one
+        terminals = [stream for stream in (1, 2) if os.isatty(stream)]
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda signum, frame: _hung_up(terminals))
     try:
         yield
     finally:
@@ -99,12 +101,13 @@ def stop_signals(stop: Stop):
             signal.signal(sig, old)
 
 
-def _hung_up(signum, frame) -> None:
+def _hung_up(terminals: list[int]) -> None:
     """The terminal is gone. Its default would kill the run where it stands, hours of work with it, and
-    writing to a terminal that is gone fails: the output goes to the null device and the run goes on, to
-    be found finished in the store (``acetui runs``, the app)."""
+    writing to a terminal that is gone fails: what went to it (``terminals``, of stdout and stderr) goes
+    to the null device and the run goes on, to be found finished in the store (``acetui runs``, the app).
+    Output sent to a file or a pipe (``prune --json > result.json``) still reaches it."""
     null = os.open(os.devnull, os.O_WRONLY)
-    for stream in (1, 2):
+    for stream in terminals:
         os.dup2(null, stream)
     os.close(null)
 
