@@ -8,6 +8,7 @@ Rich renderables from the engine's comparison (``acetui_core.analysis.comparison
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -76,15 +77,25 @@ def view(runs: list[RunRecord], kept: dict[str, RunEvidence], which: str, picked
 
 
 def _grid_table(grid: Comparison) -> Table:
+    """The table of ``grid``, each column at least as wide as its longest word: narrowed to fit a terminal,
+    Rich cut cells with an ellipsis (``50426.0…``, the mark and † gone, ``tiny-ll…``); now they wrap at
+    spaces only, and the table comes out wider than asked where it must (the view scrolls sideways)."""
     grid.ci = "interval"
     table = Table(expand=False)
     several = len(grid.models) > 1
-    table.add_column("Method")
-    for model, header in grid.columns:
-        table.add_column(f"{model} {header}" if several else header, justify="right")
-    for row in grid.rows:
-        table.add_row(Text(row), *(_cell(grid, row, column) for column in grid.columns))
+    headers = ["Method", *(f"{model} {header}" if several else header for model, header in grid.columns)]
+    rows = [[Text(row), *(_cell(grid, row, column) for column in grid.columns)] for row in grid.rows]
+    for index, header in enumerate(headers):
+        longest = _longest_word([header, *(cells[index].plain for cells in rows)])
+        table.add_column(header, justify="right" if index else "left", min_width=longest)
+    for cells in rows:
+        table.add_row(*cells)
     return table
+
+
+def _longest_word(texts: list[str]) -> int:
+    """The width of the widest run of characters without a space in ``texts``."""
+    return max(cell_len(word) for text in texts for word in text.split())
 
 
 def _cell(grid: Comparison, row: str, column: tuple[str, str]) -> Text:

@@ -9,10 +9,14 @@ and evidence never change), so typing, selecting and scrolling never wait on sta
 from __future__ import annotations
 
 from rich.console import Group
+from rich.constrain import Constrain
+from rich.segment import Segment
+from rich.table import Table
 from textual import work
-from textual.app import ComposeResult
+from textual.app import ComposeResult, RenderResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, ScrollableContainer, Vertical
+from textual.geometry import Size
 from textual.message import Message
 from textual.widgets import ContentSwitcher, DataTable, Footer, Header, Static
 
@@ -36,6 +40,41 @@ class PaperReady(Message):
         self.key, self.view = key, view
 
 
+class PaperTables(Static):
+    """The paper view's tables, as wide as the view or, where a table drawn whole is wider (``paper`` keeps
+    each column as wide as its longest word), as wide as that table, the view then scrolling sideways:
+    fitted to 80 columns, six column groups' cells were cut to ``50426.0…`` with nothing to scroll to. The
+    legend and captions keep the view's width, so they read without scrolling."""
+
+    DEFAULT_CSS = "PaperTables { width: auto; }"
+    fitted: tuple[object, int, int] | None = None  # content, view width, width: layouts are often, drawing slow
+    view_width = 0  # where the legend and captions wrap
+
+    def get_content_width(self, container: Size, viewport: Size) -> int:
+        if container.width != self.view_width:  # the view resized: the captions wrap anew though the table stays
+            self.view_width = container.width
+            self.refresh()
+        if not isinstance(self.content, Group):  # a line saying why there is no table yet
+            return container.width
+        if self.fitted and self.fitted[:2] == (self.content, container.width):
+            return self.fitted[2]
+        width = container.width
+        while True:  # a column widened to its longest word can widen the table: draw it again at that width
+            options = self.app.console_options.update_width(width)
+            lines = Segment.split_lines(self.app.console.render(self.content, options))  # uncropped
+            drawn = max(Segment.get_line_length(line) for line in lines)
+            if drawn <= width:
+                self.fitted = (self.content, container.width, width)
+                return width
+            width = drawn
+
+    def render(self) -> RenderResult:
+        if not isinstance(self.content, Group) or not self.view_width:
+            return super().render()
+        parts = self.content.renderables
+        return Group(*(part if isinstance(part, Table) else Constrain(part, self.view_width) for part in parts))
+
+
 class ResultsScreen(ResultsExports):
     # The footer shows the main keys; the others are in the help (F5).
     BINDINGS = [
@@ -45,7 +84,7 @@ class ResultsScreen(ResultsExports):
         Binding("s", "sort(1)", "Sort", tooltip="Sort by the next column (header clicks too)"),
         Binding("S", "sort(-1)", "Sort back", show=False, tooltip="Sort by the previous column"),
         Binding("r", "reverse", "Reverse sort", show=False, tooltip="Reverse the order"),
-        Binding("v", "toggle_view", "Paper", tooltip="The paper's layout: methods by sparsity"),
+        Binding("v", "toggle_view", "Paper", tooltip="The paper's layout: methods by sparsity (arrows scroll it)"),
         Binding("e", "export('csv')", "CSV", tooltip="Export the chosen runs as CSV"),
         Binding("l", "export('latex')", "LaTeX", tooltip="Export the chosen runs as a LaTeX table"),
         Binding(
@@ -90,8 +129,8 @@ class ResultsScreen(ResultsExports):
         yield Static("", id="results-empty")
         with ContentSwitcher(initial="results", id="results-views"):
             yield RowTable(id="results")
-            with VerticalScroll(id="paper"):
-                yield Static("", id="paper-table")
+            with ScrollableContainer(id="paper"):
+                yield PaperTables("", id="paper-table")
             with Vertical(id="fidelity-view", classes="overlay"):
                 yield Static("", id="fidelity-caption")
                 yield DepthPlot("", log=True, id="fidelity-overlay")
