@@ -134,6 +134,15 @@ def test_relative_paths_of_a_run_are_protected_from_any_folder(tmp_path, monkeyp
     assert code == 2 and "run a0000001" in err, err
     assert (work / target).read_text() == PRECIOUS
 
+    # the same names in another folder are other files, not the run's: written as any file is
+    other = tmp_path / "other"
+    for folder in ("model", "out"):
+        (other / folder).mkdir(parents=True)
+    monkeypatch.chdir(other)
+    args = ["export", "--format", "csv", "-o", target, "--overwrite", "--store", "../runs.db"]
+    code, out, err = cli(monkeypatch, capsys, *args)
+    assert code == 0 and (other / target).read_text().startswith("id,status,"), err
+
 
 @pytest.mark.parametrize("command", ["export", "figure"])
 def test_an_existing_file_is_replaced_only_with_overwrite_and_keeps_its_mode(places, monkeypatch, capsys, command):

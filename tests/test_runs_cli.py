@@ -47,6 +47,26 @@ def spawn(*args, tmp_path: Path) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "acetui", *map(str, args)], stdout=out, stderr=err, env=env)
 
 
+@pytest.mark.parametrize("theirs", [None, "COMPATIBLE"])
+def test_every_cpu_takes_one_matrix_product_path(theirs):
+    """The README's prune printed 448.59 on an Intel Xeon and 445.96 on an AMD EPYC with the same packages:
+    MKL chose AVX-512 on one and AVX2 on the other. acetui_core asks for AVX2 (MKL_CBWR) before torch's first
+    product, keeping a user's own choice; on this machine the product is then MKL's AVX2 path, bit for bit."""
+    env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"} | ({"MKL_CBWR": theirs} if theirs else {})
+    product = (
+        "import hashlib, os, torch; g = torch.Generator().manual_seed(0); "
+        "a, b = torch.randn(256, 1024, generator=g), torch.randn(1024, 512, generator=g); "
+        "print(os.environ.get('MKL_CBWR'), hashlib.sha256((a @ b).numpy().tobytes()).hexdigest())"
+    )
+    ours = subprocess.run(
+        [sys.executable, "-c", f"import acetui_core; {product}"], env=env, capture_output=True, text=True
+    )
+    path, digest = ours.stdout.split()
+    assert path == (theirs or "AVX2"), ours.stderr
+    mkl = subprocess.run([sys.executable, "-c", product], env={**env, "MKL_CBWR": path}, capture_output=True, text=True)
+    assert mkl.stdout.split() == [path, digest], mkl.stderr
+
+
 def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, store_path, monkeypatch, capsys):
     model = make_tiny_model("llama")
     code, out, _ = cli(monkeypatch, capsys, "prune", model, "--method", "wanda", *fast, "--json", "--store", store_path)
@@ -62,6 +82,7 @@ def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, 
     moving = ("torch", "transformers", "tokenizers", "gguf", "numpy", "safetensors", "accelerate", "scipy", "lm-eval")
     for package in (*moving, "datasets"):
         assert run.env[package] == importlib.metadata.version(package), package
+    assert run.env["mkl_cbwr"] == os.environ["MKL_CBWR"]  # the CPU products' code path (acetui_core sets it)
 
     code, out, _ = cli(monkeypatch, capsys, "runs", "--store", store_path)
     assert code == 0 and run.id in out and "finished" in out and "Wanda-16" in out

@@ -186,9 +186,9 @@ def shared_settings(records: list[RunRecord], measure: str, columns: str) -> lis
     its caption names these."""
     values = [settings(record, measure, columns) for record in records]
     if columns == "seqlen":  # the headers name the sample count only where runs differ in it
-        for value, record in zip(values, records, strict=True):
+        for its, record in zip(values, records, strict=True):
             if result_of(record).calibration is not None:
-                value["nsamples"] = record.config.nsamples
+                its["nsamples"] = record.config.nsamples
     names = list(dict.fromkeys(name for value in values for name in value))
     shared = []
     for name in names:

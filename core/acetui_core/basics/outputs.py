@@ -94,8 +94,8 @@ def atomic_file(path: Path, binary: bool = False, replace: bool = True) -> Itera
         descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         # a path of bytes that are not UTF-8 (``calib\xff.jsonl``) reads back as Python's surrogates: written as
         # the bytes it was, as stdout would, not a UnicodeEncodeError
-        text = {} if binary else {"encoding": "utf-8", "errors": "surrogateescape"}
-        with open(descriptor, "wb" if binary else "w", **text) as file:
+        encoding, errors = (None, None) if binary else ("utf-8", "surrogateescape")
+        with open(descriptor, "wb" if binary else "w", encoding=encoding, errors=errors) as file:
             yield file
         if replace:
             os.replace(partial, path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import sqlite3
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -93,8 +93,10 @@ def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now
             row["host"], row["pid"], row["pid_started"], row["heartbeat"] or row["started"] or row["created"], now
         )
     }
+    if not dead:
+        return {}
     try:
-        with connect(write=True) if dead else nullcontext() as db:
+        with connect(write=True) as db:
             for run_id, (heartbeat, ending) in dead.items():
                 # Conditional on the heartbeat we judged by: a run that just beat is left alone.
                 db.execute(

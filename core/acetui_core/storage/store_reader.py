@@ -53,8 +53,8 @@ def _existing(value: object, key: str, folder: str | None) -> list[Path]:
     found = []
     for name in _file_names(key, value.strip()):
         path = Path(name).expanduser()
-        candidates = [path] if path.is_absolute() or not folder else [Path(folder) / path, path]
-        found += [candidate for candidate in candidates if candidate.exists()]
+        candidate = path if path.is_absolute() or not folder else Path(folder) / path
+        found += [candidate] if candidate.exists() else []
     return found
 
 
