@@ -67,6 +67,44 @@ def test_every_cpu_takes_one_matrix_product_path(theirs):
     assert mkl.stdout.split() == [path, digest], mkl.stderr
 
 
+def test_a_run_waits_while_another_process_holds_the_store(make_tiny_model, fast, store_path, monkeypatch, capsys):
+    """Another process held the store's write lock (a backup, a `sqlite3` session) longer than the busy
+    timeout as a layer was recorded: the run failed with "database is locked", its pruning lost. It waits."""
+    import sqlite3
+    import threading
+
+    from acetui_core.run.events import LayerPruned
+    from acetui_core.storage import store_db
+
+    monkeypatch.setattr(store_db, "BUSY_TIMEOUT", 0.2)  # the lock is held for many of them
+    held = threading.Event()
+
+    def hold() -> None:
+        db = sqlite3.connect(store_path, isolation_level=None)
+        db.execute("BEGIN EXCLUSIVE")
+        held.set()
+        time.sleep(1.5)
+        db.execute("COMMIT")
+        db.close()
+
+    record = Store.record_event
+
+    def record_after_a_lock(self, run_id, event):
+        if isinstance(event, LayerPruned) and not held.is_set():
+            threading.Thread(target=hold).start()
+            held.wait()
+        return record(self, run_id, event)
+
+    monkeypatch.setattr(Store, "record_event", record_after_a_lock)
+    model = make_tiny_model("llama")
+    code, out, err = cli(
+        monkeypatch, capsys, "prune", model, "--method", "wanda", *fast, "--json", "--store", store_path
+    )
+    assert code == 0, err
+    run = Store(store_path).get_run(json.loads(out)["run_id"])
+    assert (run.status, run.layers_done) == ("finished", 2) and held.is_set()
+
+
 def test_prune_records_the_run_and_runs_commands_show_it(make_tiny_model, fast, store_path, monkeypatch, capsys):
     model = make_tiny_model("llama")
     code, out, _ = cli(monkeypatch, capsys, "prune", model, "--method", "wanda", *fast, "--json", "--store", store_path)

@@ -29,6 +29,7 @@ from acetui_core.execution.runlog import log_line, run_log
 from acetui_core.pruning import pipeline
 from acetui_core.run.config import RunConfig
 from acetui_core.run.events import OnEvent, OnRunEvent, Stage
+from acetui_core.storage.store_db import StoreLocked
 
 STAGE_WRITE_SECONDS = 0.5  # zero-shot reports thousands of steps: record a stage's progress at most this often
 
@@ -77,6 +78,26 @@ def collect_env() -> dict:
     return env
 
 
+LOCKED_PATIENCE = 3600.0  # seconds a run waits to record an event while another process holds the store
+
+
+def record_patiently(recorder: Recorder, run_id: str, event, log_file=None, patience: float = LOCKED_PATIENCE) -> None:
+    """Record ``event``, waiting while another process holds the store's write lock (a backup, a `sqlite3`
+    session): a run that failed there after ``BUSY_TIMEOUT`` lost the layers it had pruned. Past
+    ``patience`` it fails as before."""
+    started, said = time.monotonic(), False
+    while True:
+        try:
+            recorder.record_event(run_id, event)
+            return
+        except StoreLocked:
+            if time.monotonic() - started >= patience:
+                raise
+            if log_file is not None and not said:
+                log_file.write(f"{time.strftime('%H:%M:%S')} the run store is locked by another process; waiting\n")
+                said = True
+
+
 def execute(
     recorder: Recorder,
     run_id: str,
@@ -106,7 +127,7 @@ def execute(
             if not throttled or time.monotonic() - last_stage_write[0] >= STAGE_WRITE_SECONDS:
                 if throttled:
                     last_stage_write[0] = time.monotonic()
-                recorder.record_event(run_id, event)
+                record_patiently(recorder, run_id, event, log_file)
             if on_event is not None:
                 on_event(event)
 

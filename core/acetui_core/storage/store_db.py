@@ -28,6 +28,10 @@ class ReadOnlyStore(UserError):
     """A write to a run store this user may only read."""
 
 
+class StoreLocked(UserError):
+    """Another process held the store's write lock for longer than ``BUSY_TIMEOUT``."""
+
+
 def read_only_sentence(path: Path) -> str:
     return (
         f"The run store {path} is read-only (the file or its folder cannot be written): its runs can be "
@@ -238,7 +242,8 @@ def transaction(path: Path, write: bool = False, snapshot: bool = True) -> Itera
             raise UserError(
                 f"{path} is not an acetui run store (not an SQLite database); it was left untouched."
             ) from None
-        raise UserError(f"The run store {path} could not be used: {error}.") from None
+        kind = StoreLocked if "database is locked" in str(error) else UserError
+        raise kind(f"The run store {path} could not be used: {error}.") from None
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
