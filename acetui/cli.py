@@ -37,8 +37,10 @@ app.add_typer(study.study_app, name="study")
 
 
 def fail(message: str) -> None:
-    """Print one sentence on stderr and exit 2: the contract for every bad input."""
-    print(f"acetui: {message}", file=sys.stderr)
+    """Print one sentence on stderr and exit 2: the contract for every bad input. A path's bytes that are
+    not UTF-8 print as "�" (a stderr that refuses them would turn the sentence into a traceback)."""
+    readable = message.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    print(f"acetui: {readable}", file=sys.stderr)
     raise SystemExit(2)
 
 

@@ -536,6 +536,34 @@ def test_plan_on_a_truncated_shard_says_what_prune_says(make_tiny_model, tmp_pat
     assert code == 2 and pruned == planned
 
 
+def test_a_good_shard_that_cannot_be_opened_is_not_called_damaged(make_tiny_model, tmp_path, monkeypatch, capsys):
+    """An unreadable model.safetensors (another user's, mode 000) and one under a folder whose name is not
+    UTF-8 were each "model.safetensors is damaged (No such file...)": a user told so may delete a good file."""
+    import builtins
+    import os
+
+    from acetui_core.modeling import preflight
+
+    folder = tmp_path / "theirs"
+    shutil.copytree(make_tiny_model("llama"), folder)
+    weights = folder / "model.safetensors"
+
+    def refused(path, *args, **kwargs):  # the permission bits, whoever runs the test (root reads anything)
+        if str(path) == str(weights):
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(preflight, "open", refused, raising=False)
+    code, _, err = cli(monkeypatch, capsys, "plan", str(folder))
+    _one_sentence(code, err, f"{weights} cannot be read (Permission denied).")
+    monkeypatch.undo()
+    named = tmp_path / os.fsdecode(b"bad\xffname")
+    shutil.copytree(make_tiny_model("llama"), named)
+    code, _, err = cli(monkeypatch, capsys, "plan", str(named))
+    shown = str(named).replace("\udcff", "\N{REPLACEMENT CHARACTER}")
+    _one_sentence(code, err, f"The path {shown} is not valid UTF-8, which safetensors cannot open; rename the folder.")
+
+
 # ---- 12. plug-in scores that are not scores ------------------------------------------------------------
 
 

@@ -292,6 +292,21 @@ def _check_names(folder: Path, skeleton, present: set[str]) -> None:
     refuse_mismatch(f"folder {folder}", missing, unexpected)
 
 
+def _check_readable(shard: Path) -> None:
+    """A weights file safetensors can open, or why not in words that do not call a good file damaged."""
+    try:
+        str(shard).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(
+            f"The path {shard.parent} is not valid UTF-8, which safetensors cannot open; rename the folder."
+        ) from None
+    try:
+        with open(shard, "rb"):
+            pass
+    except OSError as error:
+        raise UserError(f"{shard} cannot be read ({error.strerror or error}).") from None
+
+
 def _check_shards(folder: Path, expected: dict[str, tuple]) -> set[str]:
     """Every safetensors shard must have a readable header whose tensors fit the configuration; returns
     the names of the tensors they hold."""
@@ -311,6 +326,7 @@ def _check_shards(folder: Path, expected: dict[str, tuple]) -> set[str]:
             )
     present: set[str] = set()
     for shard in sorted(folder.glob("*.safetensors")):
+        _check_readable(shard)  # safetensors says "No such file" of an unreadable one: not damage
         try:
             with safe_open(str(shard), "pt") as tensors:
                 shapes = {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()}  # noqa: SIM118 (a safe_open handle is not iterable)
