@@ -65,10 +65,23 @@ def test_validate_tasks_rejects_bad_input(tasks, limit, message):
         validate_tasks(tasks, limit)
 
 
-def test_offline_without_local_data_fails_before_any_model_work(monkeypatch, tmp_path):
-    monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path))  # a data dir with no zeroshot/ in it
+def test_offline_without_local_data_fails_before_any_model_work(monkeypatch):
+    monkeypatch.delenv("ACETUI_DATA_DIR", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UserError, match="'rte' has no local data and the hub is switched off"):
         validate_tasks("rte")
+
+
+def test_a_data_folder_without_a_tasks_file_fails_before_any_model_work(monkeypatch, tmp_path):
+    """ACETUI_DATA_DIR without zeroshot/: the run loaded and pruned the model, spent half a minute on the
+    hub's retries, then was recorded failed, telling the user to set ACETUI_DATA_DIR, which was set."""
+    monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(UserError) as refused:
+        validate_tasks("boolq,rte")
+    assert str(refused.value) == (
+        f"ACETUI_DATA_DIR ({tmp_path}) has no zero-shot data for 'boolq' at {tmp_path}/zeroshot/boolq/val.jsonl."
+    )
 
 
 def test_core_zeroshot_imports_without_the_harness():
@@ -277,7 +290,7 @@ def test_eval_table(make_tiny_model, monkeypatch, capsys):
         (
             ["--tasks", "winogrande"],
             {"ACETUI_DATA_DIR": "EMPTY"},
-            "'winogrande' has no local data and the hub is switched off",
+            "has no zero-shot data for 'winogrande' at",
         ),
         (["--batch-size", "0"], {}, "--batch-size must be at least 1 (got 0)."),
     ],

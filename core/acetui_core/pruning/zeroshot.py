@@ -109,7 +109,13 @@ def validate_tasks(tasks: str | Iterable[str], limit: int | None = None) -> list
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise UserError(f"--limit must be a whole number of examples per task, at least 1 (got {limit}).")
     names = list(dict.fromkeys(names))
-    if _hub_offline():
+    root = data_dir()
+    if root is not None:  # the tasks read its files (as C4 and WikiText-2 do): checked before any model loads
+        missing = [name for name in names if _local_file(name) is None]
+        if missing:
+            path = root / "zeroshot" / LOCAL_COPIES[missing[0]].file
+            raise UserError(f"ACETUI_DATA_DIR ({root}) has no zero-shot data for '{missing[0]}' at {path}.")
+    elif _hub_offline():
         # Fail before a model is loaded or pruned, not after: offline, the hub is no fallback.
         missing = [name for name in names if _local_file(name) is None]
         if missing:
