@@ -616,14 +616,29 @@ async def test_question_mark_lists_every_key_of_the_screen(store):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f2", "question_mark")
         assert isinstance(app.screen, HelpScreen)
-        (title, rows), (everywhere, app_rows) = app.screen.sections
-        assert title == "Run screen" and everywhere == "Everywhere"
+        sections = dict(app.screen.sections)
+        assert list(sections)[0] == "Run screen" and list(sections)[-1] == "Everywhere"
+        rows, app_rows = sections["Run screen"], sections["Everywhere"]
         listed = {keys for keys, _, _ in rows}
         assert {"c", "]", "[", "n", "p", "h", "s", "v", "i", "l"} <= listed  # hidden ones too
         assert dict((keys, now) for keys, _, now in rows)["c"] is False  # no run to cancel
         assert {"f1", "f2", "f3", "f4", "f5 ?", "^q"} <= {keys for keys, _, _ in app_rows}
         await pilot.press("escape")
         assert isinstance(app.screen, RunScreen)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("screen", ["f3", "f4"])
+async def test_help_lists_the_keys_of_the_screens_list(store, screen):
+    """home and end go to a list's first and last row (docs/app.md lists them): they are the table's keys,
+    not the screen's, and F5 did not say them."""
+    finished_run(store)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(screen, "f5")
+        assert isinstance(app.screen, HelpScreen)
+        lists = dict(app.screen.sections)["In its lists"]
+        assert [(keys, what) for keys, what, _ in lists] == [("home", "First row"), ("end", "Last row")]
 
 
 @pytest.mark.asyncio

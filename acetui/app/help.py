@@ -15,6 +15,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
+from acetui.app.widgets.rowtable import RowTable
+
 
 def screen_name(screen: type[Screen]) -> str:
     """A screen's name as the user reads it: ``NewRunScreen`` -> ``New run``."""
@@ -39,7 +41,14 @@ def key_rows(screen: Screen) -> list[tuple[str, list[tuple[str, str, bool]]]]:
     """``(section, [(keys, what it does, available now)])`` for the screen's own keys and the app's."""
     app = screen.app
     sections = []
-    for title, node in ((f"{screen_name(type(screen))} screen", screen), ("Everywhere", app)):
+    # a list's own keys (home, end) are its table's, not the screen's: said with the screen's where it has one
+    tables = list(screen.query(RowTable).results())[:1]
+    nodes = [
+        (f"{screen_name(type(screen))} screen", screen),
+        *(("In its lists", t) for t in tables),
+        ("Everywhere", app),
+    ]
+    for title, node in nodes:
         rows: dict[tuple[str, str], list[str]] = {}
         available: dict[tuple[str, str], bool] = {}
         for binding in Binding.make_bindings(node.BINDINGS):
