@@ -8,6 +8,7 @@ import re
 import pytest
 from runhelpers import Clock, insert_run, pilot_wait_until
 from textual.geometry import Region
+from tmuxterm import Terminal, needs_tmux
 
 from acetui.app import make_app, paper
 from acetui_core.run.config import RunConfig
@@ -65,5 +66,28 @@ async def test_the_paper_view_at_80_columns_keeps_every_number_whole_and_scrolls
         captions = [line.rstrip() for line in text.splitlines() if not line.strip().startswith(tuple("┏┃┡│└"))]
         assert max(map(len, captions)) <= view.scrollable_content_region.width, captions  # read without scrolling
         assert app.focused is view and view.max_scroll_x > 0
-        await pilot.press("right")
-        await pilot_wait_until(pilot, lambda: view.scroll_x > 0, "the view scrolled right")
+        await pilot.press(*["right"] * 20)  # one burst, as SSH sends a held key: each press moves a column
+        await pilot_wait_until(pilot, lambda: view.scroll_x == min(20, view.max_scroll_x), "the view scrolled right")
+        await pilot.press(*["left"] * 5)
+        await pilot_wait_until(pilot, lambda: view.scroll_x == min(20, view.max_scroll_x) - 5, "and back left")
+
+
+@needs_tmux
+@pytest.mark.slow  # the app in a real terminal
+def test_arrows_held_over_ssh_scroll_the_paper_view_a_column_each(perplexities, tmp_path):
+    """Twenty presses of right in one read (a held key over SSH) moved the view three columns: Textual moves
+    a view after the next refresh, so each press of the burst started from where it stood."""
+    store, _ = perplexities
+    terminal = Terminal(store.path, tmp_path)
+    try:
+        terminal.wait_for("Start ▶", "the New run form")
+        terminal.keys("F3")
+        terminal.wait_for("by PPL ↑", "the Results table")
+        terminal.keys("v")
+        shown = terminal.wait_for("┃ Method", "the paper view").splitlines()
+        row = next(i for i, line in enumerate(shown) if "┃ Method" in line)  # the headers' second line
+        terminal.keys(*["Right"] * 20)
+        moved = lambda text: text.splitlines()[row].startswith(shown[row][20:70])  # noqa: E731
+        terminal.wait_for(moved, "the view 20 columns to the right", timeout=30)
+    finally:
+        terminal.close()
