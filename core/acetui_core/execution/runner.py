@@ -69,7 +69,7 @@ def collect_env() -> dict:
         "python": platform.python_version(),
         **{package: package_version(package) for package in NUMERIC_PACKAGES},
         "acetui": acetui_core.__version__,
-        "mkl_cbwr": os.environ.get("MKL_CBWR"),  # the CPU products' code path (acetui_core sets AVX2)
+        "mkl_cbwr": os.environ.get("MKL_CBWR"),  # the CPU products' code path (acetui_core sets AVX2,STRICT)
     }
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         env["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
