@@ -80,19 +80,12 @@ def reap(connect: Callable[..., AbstractContextManager[sqlite3.Connection]], now
             f" WHERE status IN {sql_list(ACTIVE)} AND executor = ?",
             (ExecutorKind.LOCAL,),
         ).fetchall()
-    dead = {
-        row["id"]: (
-            row["heartbeat"],
-            Ending(
-                INTERRUPTED_ERROR if row["started"] else NEVER_STARTED_ERROR,
-                row["heartbeat"] or row["started"] or row["created"],
-            ),
-        )
-        for row in rows
-        if not owner_alive(
-            row["host"], row["pid"], row["pid_started"], row["heartbeat"] or row["started"] or row["created"], now
-        )
-    }
+    dead: dict[str, tuple[float | None, Ending]] = {}  # id: the heartbeat judged by, and how the run ended
+    for row in rows:
+        last_sign = row["heartbeat"] or row["started"] or row["created"]
+        if not owner_alive(row["host"], row["pid"], row["pid_started"], last_sign, now):
+            error = INTERRUPTED_ERROR if row["started"] else NEVER_STARTED_ERROR
+            dead[row["id"]] = (row["heartbeat"], Ending(error, last_sign))
     if not dead:
         return {}
     try:
