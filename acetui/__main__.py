@@ -1,3 +1,3 @@
-from acetui.cli import main
+from acetui import main
 
 main()

@@ -3,7 +3,12 @@ them, and the screens read back as text at 80x24, with colours and under ``NO_CO
 
 from __future__ import annotations
 
+import os
+import signal
+from pathlib import Path
+
 import pytest
+from runhelpers import wait_until
 from test_app_snapshots import add_run
 from tmuxterm import Terminal, needs_tmux
 
@@ -151,3 +156,17 @@ def test_a_burst_of_screen_keys_at_start_ends_drawn_on_the_last_screen(tmp_path,
         assert "Start ▶" not in results
     finally:
         terminal.close()
+
+
+def test_the_app_ends_with_its_terminal(terminal, store):
+    """The ``acetui`` command outlives a hang-up from its first instant (a prune must survive a dropped SSH
+    session); the app must not: without its terminal it has nothing to do, and a headless app would hold its
+    store open for ever. The runs it started are processes of their own and go on."""
+    terminal.wait_for("Start ▶", "the New run form")
+    app = terminal.app_pid()
+    terminal.close()  # tmux hangs up on the app, as sshd does when the connection drops
+    try:
+        wait_until(lambda: not Path(f"/proc/{app}").exists(), "the app to end with its terminal", timeout=30)
+    finally:
+        if Path(f"/proc/{app}").exists():
+            os.kill(app, signal.SIGKILL)

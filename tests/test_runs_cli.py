@@ -256,22 +256,30 @@ def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(
     assert "cancelled" in err and "Traceback" not in err
 
 
+def catches_hangup(pid: int) -> bool:
+    """The process has a handler for SIGHUP (signal 1: the lowest bit of its caught-signals mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return bool(int(status.split("SigCgt:")[1].split()[0], 16) & 1)
+
+
 @pytest.mark.slow  # starts acetui processes of its own
-def test_a_run_in_the_foreground_outlives_its_terminal(layered_model, calib_file, gate, store_path, tmp_path):
+@pytest.mark.parametrize("hung_up", ["in a layer", "while starting"])
+def test_a_run_in_the_foreground_outlives_its_terminal(layered_model, calib_file, gate, store_path, tmp_path, hung_up):
     """SIGHUP (a dropped SSH session, a closed terminal) killed ``acetui prune`` where it stood, the layers
     under way lost and the run left to be found ``interrupted``; it now goes on and finishes. Its progress,
     on the terminal, goes nowhere (writing to a terminal that is gone fails); its ``--json``, sent to a file
     (``prune --json > result.json``), still arrives: the first fix silenced both, and a script got exit 0
-    and an empty file."""
+    and an empty file. The same from the command's first instant: a hang-up in the seconds it takes to
+    import the CLI (Enter, then the laptop closed) killed the command before its run existed."""
     import pty
     import threading
 
     terminal, stderr = pty.openpty()
     shown = bytearray()
-    hung_up = threading.Event()
+    hangup = threading.Event()
 
     def show() -> None:  # the terminal: reads what the run prints until it is gone
-        while not hung_up.is_set():
+        while not hangup.is_set():
             try:
                 shown.extend(os.read(terminal, 4096))
             except OSError:
@@ -286,11 +294,20 @@ def test_a_run_in_the_foreground_outlives_its_terminal(layered_model, calib_file
             [sys.executable, "-m", "acetui", *map(str, args)], stdout=result, stderr=stderr, env=env
         )
     os.close(stderr)
+
+    def hang_up() -> None:
+        process.send_signal(signal.SIGHUP)
+        hangup.set()
+        os.close(terminal)  # the terminal is gone: a write to it now fails
+
+    if hung_up == "while starting":
+        wait_until(lambda: catches_hangup(process.pid), "the command to guard against a hang-up", every=0.01)
+        assert not store_path.exists()  # still importing: no run recorded, nothing loaded
+        hang_up()
     run = held_at_the_gate(store_path, gate, process)
-    process.send_signal(signal.SIGHUP)
-    hung_up.set()
-    os.close(terminal)  # the terminal is gone: a write to it now fails
-    time.sleep(1)  # the signal reaches the run while the gate still holds it
+    if hung_up == "in a layer":
+        hang_up()
+        time.sleep(1)  # the signal reaches the run while the gate still holds it
     assert process.poll() is None
     (gate / "open").touch()
     assert process.wait(timeout=120) == 0

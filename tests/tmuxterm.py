@@ -73,5 +73,11 @@ class Terminal:
                 raise AssertionError(f"{what} not shown within {timeout} s; the screen:\n{text}")
             time.sleep(0.1)
 
+    def app_pid(self) -> int:
+        """The process of ``acetui`` (tmux starts it through a shell, which may or may not exec it)."""
+        shell = int(self.tmux("display-message", "-p", "-t", self.session, "#{pane_pid}"))
+        children = Path(f"/proc/{shell}/task/{shell}/children").read_text().split()
+        return int(children[0]) if children else shell
+
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)

@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 from acetui.options import Notify
 from acetui.options import StoreOption as StorePath
 from acetui_core.basics.errors import UserError
+from acetui_core.execution.heartbeat import end_on_hangup
 
 Theme = Annotated[
     str | None,
@@ -49,6 +50,7 @@ def open_app(
         chosen = [run.id for run in finished_runs(load_study(study).cells(opened.path), opened)]
     app = make_app(opened, theme=theme, attach=attach, notify_mode=notify, chosen=chosen)  # bad input named first
     require_terminal()
+    end_on_hangup()  # the app ends with its terminal; the runs it started go on
     app.run()
     from acetui.app.app import runs_going_on
 

@@ -90,15 +90,30 @@ def stop_signals(stop: Stop):
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup, which chose for itself
-        # asked now: a terminal that has hung up no longer says it is one
-        terminals = [stream for stream in (1, 2) if os.isatty(stream)]
-        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda signum, frame: _hung_up(terminals))
+    previous[signal.SIGHUP] = signal.getsignal(signal.SIGHUP)
+    outlive_hangup()
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def outlive_hangup() -> None:
+    """From now on a hang-up (SIGHUP) silences this process's terminal instead of ending the process. Not
+    under nohup (which chose for itself), nor twice. The ``acetui`` command calls it first of all: importing
+    the CLI takes seconds, and a dropped SSH session right after Enter must not kill the command just typed."""
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
+        # asked now: a terminal that has hung up no longer says it is one
+        terminals = [stream for stream in (1, 2) if os.isatty(stream)]
+        signal.signal(signal.SIGHUP, lambda signum, frame: _hung_up(terminals))
+
+
+def end_on_hangup() -> None:
+    """Undo ``outlive_hangup`` where a process must end with its terminal: the app, which has nothing to do
+    without one (the runs it started are processes of their own and go on)."""
+    if signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, signal.SIG_IGN):
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _hung_up(terminals: list[int]) -> None:
