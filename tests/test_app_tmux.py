@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,43 @@ def test_the_app_ends_with_its_terminal(terminal, store):
     finally:
         if Path(f"/proc/{app}").exists():
             os.kill(app, signal.SIGKILL)
+
+
+def top_line(screen: str, row_of: Callable[[str], bool]) -> str:
+    """The text of the first screen line after the one ``row_of`` picks (a view's border)."""
+    lines = screen.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if row_of(line)) + 1]
+
+
+@pytest.mark.parametrize("view", ["keys panel", "full-screen log"])
+def test_arrows_held_over_ssh_scroll_a_view_a_line_each(store, tmp_path, view):
+    """Ten presses of down in one read (a held key over SSH) moved the Results keys panel one line: Textual
+    moves a container after the next refresh, and each press of the burst started from where the view
+    stood. The log (a ScrollView, which Textual scrolls at once) is held to the same."""
+    run_id = max(run.id for run in store.list_runs())  # the newest, which F2 shows
+    store.log_path(run_id).parent.mkdir(parents=True, exist_ok=True)
+    store.log_path(run_id).write_text("".join(f"12:00:{i % 60:02d} line {i}\n" for i in range(200)))
+    terminal = Terminal(store.path, tmp_path, env={"NO_COLOR": "1"})
+    try:
+        terminal.wait_for("Start ▶", "the New run form")
+        if view == "keys panel":
+            terminal.keys("F3")
+            terminal.wait_for("selected ·", "the Results table")
+            terminal.keys("F5")
+            border = lambda line: "Keys · ↑ ↓" in line  # noqa: E731
+            before = terminal.wait_for(border, "the keys panel")
+        else:
+            terminal.keys("F2")
+            terminal.wait_for("line 199", "the run's log")
+            terminal.keys("l")
+            terminal.wait_for(run_id, "the log full screen")
+            terminal.keys("Home")
+            border = lambda line: run_id in line  # noqa: E731
+            before = terminal.wait_for(lambda text: "line 0" in top_line(text, border), "the top of the log")
+        lines = before.splitlines()
+        first = next(i for i, line in enumerate(lines) if border(line)) + 1
+        tenth = lines[first + 10].strip("▐█▌│ ")
+        terminal.keys(*["Down"] * 10)
+        terminal.wait_for(lambda text: tenth in top_line(text, border), "the view ten lines down", timeout=30)
+    finally:
+        terminal.close()

@@ -11,11 +11,11 @@ from rich.text import Text
 from textual.actions import parse as parse_action
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
 from acetui.app.widgets.rowtable import RowTable
+from acetui.app.widgets.scrolling import TextScroll
 
 
 def screen_name(screen: type[Screen]) -> str:
@@ -81,7 +81,7 @@ class HelpScreen(ModalScreen[None]):
                 text.append(what + ("\n" if now else " (not now)\n"), "" if now else "dim")
             text.append("\n")
         text.append("ctrl+p: the command palette (type to find any action) · escape closes this", "dim")
-        with VerticalScroll(id="help") as panel:
+        with TextScroll(id="help") as panel:
             # In the border, which a short terminal never hides: that there is more, and how to leave.
             panel.border_title = "Keys · ↑ ↓ PgUp PgDn scroll · escape, F5 or q close"
             yield Static(text, id="help-keys")

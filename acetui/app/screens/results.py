@@ -25,6 +25,7 @@ from acetui.app.screens.common import filter_keys, open_keys
 from acetui.app.screens.results_export import ResultsExports
 from acetui.app.widgets.plots import DepthPlot, ParetoPlot
 from acetui.app.widgets.rowtable import RowTable
+from acetui.app.widgets.scrolling import ScrollsAtOnce
 from acetui.app.widgets.textfield import TextField
 from acetui_core.storage.store_rows import RunRecord
 
@@ -40,22 +41,8 @@ class PaperReady(Message):
         self.key, self.view = key, view
 
 
-class PaperView(ScrollableContainer):
-    """The paper view, which scrolls both ways. Its arrows scroll at once: Textual moves the view after the
-    next refresh, so the arrows of one burst (a held key over SSH) each started from where it stood, and
-    thirty presses of right moved three columns."""
-
-    def action_scroll_left(self) -> None:
-        self.scroll_to(x=self.scroll_target_x - 1, animate=False, immediate=True)
-
-    def action_scroll_right(self) -> None:
-        self.scroll_to(x=self.scroll_target_x + 1, animate=False, immediate=True)
-
-    def action_scroll_up(self) -> None:
-        self.scroll_to(y=self.scroll_target_y - 1, animate=False, immediate=True)
-
-    def action_scroll_down(self) -> None:
-        self.scroll_to(y=self.scroll_target_y + 1, animate=False, immediate=True)
+class PaperView(ScrollsAtOnce, ScrollableContainer):
+    """The paper view, which scrolls both ways, a column or a line a key however fast the keys come."""
 
 
 class PaperTables(Static):

@@ -6,7 +6,6 @@ no threads here."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
 from textual.dom import DOMNode
 from textual.markup import escape
 from textual.widgets import DataTable, Static, TabbedContent, TabPane
@@ -23,6 +22,7 @@ from acetui.app.widgets.plots import (
     uniform_note,
     variance_series,
 )
+from acetui.app.widgets.scrolling import TextScroll
 from acetui_core.basics.errors import UserError
 from acetui_core.run.records import LayerRecord
 from acetui_core.scores.metrics import get_method
@@ -60,9 +60,9 @@ def plot_tabs() -> ComposeResult:
         with TabPane("Fidelity", id="fidelity"):
             yield Static("", id="fidelity-note", classes="note")
             yield DepthPlot(fidelity_title({}), log=True, id="fidelity-plot")
-        with TabPane("Experts", id="experts"), VerticalScroll():
+        with TabPane("Experts", id="experts"), TextScroll():
             yield Static("", id="experts-text")
-        with TabPane("Config", id="config"), VerticalScroll():
+        with TabPane("Config", id="config"), TextScroll():
             yield Static("", id="config-text")
 
 
