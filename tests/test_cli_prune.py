@@ -115,6 +115,8 @@ BAD_INPUTS = {
     "sparsity 1.3": (lambda m, t, c: [m, "--sparsity", "1.3"], "out of range"),
     "sparsity -0.1": (lambda m, t, c: [m, "--sparsity", "-0.1"], "out of range"),
     "sparsity abc": (lambda m, t, c: [m, "--sparsity", "abc"], "neither a ratio"),
+    # it read as 0.0, and the sentence named "Sparsity 0.0", which the user never typed
+    "sparsity 1e-400": (lambda m, t, c: [m, "--sparsity", "1e-400"], "Sparsity 1e-400 is out of range"),
     "3:2": (lambda m, t, c: [m, "--sparsity", "3:2"], "smaller than M"),
     "0:4": (lambda m, t, c: [m, "--sparsity", "0:4"], "at least 1"),
     "2:3 width": (lambda m, t, c: [m, "--sparsity", "2:3", "--calib", c], "multiple of 3"),
@@ -123,8 +125,13 @@ BAD_INPUTS = {
     "short calib file": (lambda m, t, c: [m, "--calib", t / "short.txt"], "does not hold 4 windows of 16 tokens"),
     "save not empty": (lambda m, t, c: [m, "--save", t / "full"], "exists and is not empty"),
     "save unwritable": (lambda m, t, c: [m, "--save", t / "a-file" / "out"], "cannot be written"),
+    "store under a file": (  # mkdir said only "File exists"
+        lambda m, t, c: [m, "--store", t / "a-file" / "runs.db"],
+        "/a-file is a file, not a folder.",
+    ),
     "cuda without gpu": (lambda m, t, c: [m, "--device", "cuda"], "no CUDA GPU"),
     "unknown calib": (lambda m, t, c: [m, "--calib", "nowhere"], "neither c4, wikitext2 nor an existing file"),
+    "calib folder": (lambda m, t, c: [m, "--calib", t / "empty"], "empty' is a folder; give c4, wikitext2 or a file"),
     "magnitude's unused calib file": (
         lambda m, t, c: [m, "--method", "magnitude", "--calib", t / "nowhere.jsonl"],
         "neither c4, wikitext2 nor an existing file",

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import user_path
+from acetui_core.basics.paths import file_in_the_way, user_path
 
 EXPORT_DIR_ENV = "ACETUI_EXPORT_DIR"
 EXPORT_DIR_ADVICE = f"choose another one (${EXPORT_DIR_ENV}, or export_dir in settings.json)."
@@ -36,17 +36,14 @@ def make_export_dir(setting: str | None = None) -> Path:
     """``export_dir(setting)``, made if missing; UserError in a sentence when it, or a folder above it, is a
     file (``$ACETUI_EXPORT_DIR`` set to the run store or a log): ``mkdir`` said ``[Errno 17] File exists``."""
     folder = export_dir(setting)
-    for place in (folder, *folder.parents):
-        if not (place.exists() or place.is_symlink()):
-            continue
-        if not place.is_dir():
-            if os.environ.get(EXPORT_DIR_ENV):
-                named = f"{EXPORT_DIR_ENV}={folder}"
-            else:
-                named = f"{folder} (export_dir in settings.json)" if setting else str(folder)
-            what = "is a file" if place == folder else f"is under {place}, a file"
-            raise UserError(f"The export folder {named} {what}, not a folder; {EXPORT_DIR_ADVICE}")
-        break
+    place = file_in_the_way(folder)
+    if place is not None:
+        if os.environ.get(EXPORT_DIR_ENV):
+            named = f"{EXPORT_DIR_ENV}={folder}"
+        else:
+            named = f"{folder} (export_dir in settings.json)" if setting else str(folder)
+        what = "is a file" if place == folder else f"is under {place}, a file"
+        raise UserError(f"The export folder {named} {what}, not a folder; {EXPORT_DIR_ADVICE}")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

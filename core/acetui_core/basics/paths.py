@@ -47,6 +47,15 @@ def default_model() -> str:
     return str(path)
 
 
+def file_in_the_way(folder: Path) -> Path | None:
+    """The file (not a folder) at ``folder`` or above it that stops it being made, if any: ``mkdir`` only
+    says "File exists", which names neither the file nor what is wrong with it."""
+    for place in (folder, *folder.parents):
+        if place.exists() or place.is_symlink():
+            return None if place.is_dir() else place
+    return None
+
+
 def user_path(text: str | os.PathLike) -> Path:
     """A path the user typed, with ``~`` and ``~user`` expanded; an unknown user is one sentence (Python
     raises RuntimeError, or leaves ``~nouser`` as a folder name, depending on the version)."""

@@ -184,6 +184,8 @@ def calibration_documents(source: str) -> tuple[list[str], str]:
 
         return _hub_texts("WikiText-2", hub), source_place(source)
     path = user_path(source)
+    if path.is_dir():
+        raise UserError(f"Calibration source '{source}' is a folder; give c4, wikitext2 or a file of text.")
     if not path.is_file():
         raise UserError(f"Calibration source '{source}' is neither c4, wikitext2 nor an existing file.")
     return _read_records(path), source_place(source)

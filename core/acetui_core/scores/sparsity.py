@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 from acetui_core.basics.errors import UserError
 
@@ -56,7 +57,8 @@ def parse_sparsity(text: str, allow_zero: bool = False) -> Sparsity:
         ratio = float(text)
     except ValueError:
         raise UserError(f"Sparsity '{text}' is neither a ratio such as 0.5 nor an N:M pattern such as 2:4.") from None
-    if not (ratio >= 0 if allow_zero else ratio > 0) or not ratio < 1:
+    underflow = ratio == 0 and Decimal(text) != 0  # 1e-400 reads as 0.0, and would be named so
+    if not (ratio >= 0 if allow_zero else ratio > 0) or not ratio < 1 or underflow:
         raise UserError(
             f"Sparsity {text} is out of range; a ratio must lie strictly between 0 and 1 (0 only with "
             f"--expert-sparsity, to remove whole experts and prune nothing else)."

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import home, user_path
+from acetui_core.basics.paths import file_in_the_way, home, user_path
 from acetui_core.storage import store_schema
 from acetui_core.storage.store_schema import APPLICATION_ID, SCHEMA_VERSION
 
@@ -73,7 +73,9 @@ def open_database(path: Path, create: bool = True) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise UserError(f"Cannot create the folder for the run store {path}: {error.strerror or error}.") from None
+        blocking = file_in_the_way(path.parent)
+        reason = f"{blocking} is a file, not a folder" if blocking else error.strerror or error
+        raise UserError(f"Cannot create the folder for the run store {path}: {reason}.") from None
     _READ_ONLY.pop(path, None)
     if path.exists() and not os.access(path, os.R_OK):
         raise UserError(f"The run store {path} cannot be read by this user.")
