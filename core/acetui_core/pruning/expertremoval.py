@@ -2,9 +2,9 @@
 
 Each MoE layer's experts are scored on the dense layer during the calibration pass that gathers the
 routed statistics (a forward pre-hook on transformers' experts module sees the tokens and the router's
-choice), the lowest ``int(F x experts)`` go, and the layer is cut before the method's mask prunes the rest:
-the fused experts parameters lose the removed slices, the router its rows (and its bias, DeepSeek's
-``e_score_correction_bias``...), the modules their expert count. The model's config gets the new count
+choice), the lowest ``F x experts`` go (a whole number, or the run is refused), and the layer is cut
+before the method's mask prunes the rest: the fused experts parameters lose the removed slices, the router
+its rows (and its bias, DeepSeek's ``e_score_correction_bias``...), the modules their expert count. The model's config gets the new count
 once the loop is done, so ``save_pretrained`` writes a checkpoint that really has fewer experts.
 
 - ``reap`` (REAP, Lasby et al. 2025, reference code CerebrasResearch/reap): the mean over the tokens the
@@ -84,10 +84,16 @@ def moe_blocks(layer: nn.Module) -> list[MoeBlock]:
     return blocks
 
 
+# How far ``F x experts`` may be from a whole number and still count as one: a share typed to six digits
+# (``0.333333`` of 6 experts) names its experts, while half an expert stays far outside.
+WHOLE_TOLERANCE = 1e-3
+
+
 def removed_per_group(count: int, groups: int, fraction: float) -> int:
-    """How many experts of each routing group go: ``int(fraction x experts)`` as the reference code counts,
-    per group when the router chooses groups first."""
-    return int(fraction * count / groups)
+    """How many experts of each routing group go: ``fraction x experts``, per group when the router chooses
+    groups first (``check_removable`` refused a fraction for which that is not whole, so the rounding only
+    absorbs float error: ``int`` would take 0.29 x 100 as 28)."""
+    return round(fraction * count / groups)
 
 
 def check_expert_settings(model: nn.Module, config: RunConfig) -> None:
@@ -123,16 +129,34 @@ def check_removable(model: nn.Module, fraction: float) -> None:
         )
     block = blocks[0]
     per_group = block.count // block.groups
-    gone = removed_per_group(block.count, block.groups, fraction)
     top_k = getattr(config, "num_experts_per_tok", None) or 1
-    if gone == 0:
+
+    def router_keeps_enough(gone: int) -> bool:  # experts removed from each group
+        return block.count - gone * block.groups >= top_k and (block.groups == 1 or per_group - gone >= 2)
+
+    exact = fraction * per_group
+    whole = abs(exact - round(exact)) <= WHOLE_TOLERANCE
+    if exact < 1 - WHOLE_TOLERANCE:
         raise UserError(
-            f"--expert-sparsity {fraction:g} removes no expert: int({fraction:g} x {per_group}) is 0 for the "
+            f"--expert-sparsity {fraction:g} removes no expert: {fraction:g} x {per_group} is less than one of the "
             f"{per_group} routed experts of each {'routing group' if block.groups > 1 else 'layer'}; use at least "
-            f"{1 / per_group:.3g}."
+            f"{1 / per_group:.6g}."
         )
+    # a share the groups cannot honour would be filed, and compared, under a share it did not remove; the
+    # nearest shares the router can run are named (none: the count below says why none can)
+    lower = [g for g in range(1, int(exact) + 1) if router_keeps_enough(g)][-1:]
+    upper = [g for g in range(int(exact) + 1, per_group + 1) if router_keeps_enough(g)][:1]
+    if not whole and lower + upper:
+        taken = int(exact) * block.groups
+        groups = f" ({block.groups} routing groups)" if block.groups > 1 else ""
+        shares = " or ".join(f"{g / per_group:.6g}" for g in lower + upper)
+        raise UserError(
+            f"--expert-sparsity {fraction:g} would remove {taken} of {block.count} experts "
+            f"({100 * taken / block.count:.3g}%) on {arch}{groups}: give {shares}, a whole number of experts."
+        )
+    gone = removed_per_group(block.count, block.groups, fraction)
     kept = block.count - gone * block.groups
-    if kept < top_k or (block.groups > 1 and per_group - gone < 2):
+    if not router_keeps_enough(gone):
         raise UserError(
             f"--expert-sparsity {fraction:g} would keep {kept} routed experts per layer, too few for the router "
             f"of '{arch}', which picks {top_k} per token{' from groups of at least 2' if block.groups > 1 else ''}."
