@@ -85,6 +85,44 @@ async def fill_form(pilot, model: str, metrics: list[str], **values: str) -> New
 # ---- the form, no runs ----------------------------------------------------------------------------
 
 
+def test_a_store_damaged_past_its_header_is_one_sentence_before_the_app_opens(tmp_path, monkeypatch, capsys):
+    """A store whose header and schema are sound but whose pages are not opened, and the app's first read,
+    in a worker thread, died under a 200-line traceback before the sentence (the CLI said only the sentence)."""
+    import random
+
+    from runhelpers import cli
+
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    for seed in range(40):  # pages of runs past the first 4 KiB
+        store.create_run(RunConfig(model=f"some/model-with-a-long-name-{seed}", method="wanda", sparsity="0.5"))
+    data, wreck = bytearray(path.read_bytes()), random.Random(1)
+    data[4096:] = bytes(wreck.randrange(256) for _ in range(len(data) - 4096))
+    path.write_bytes(bytes(data))
+    code, out, err = cli(monkeypatch, capsys, "--store", path)
+    assert code == 2 and out == "", err
+    assert err.startswith(f"acetui: The run store {path} could not be used") and err.count("\n") == 1, err
+
+
+@pytest.mark.asyncio
+async def test_a_store_that_fails_once_the_app_is_open_is_a_notice(store, monkeypatch):
+    """The model completions read the store in a thread: a store that failed after the app opened it ended
+    the app with a traceback; now a notice says why, and the completions still offer what is on disk."""
+    app = make_app(store)
+
+    def failing(*args, **kwargs):
+        raise UserError(f"The run store {store.path} could not be used: disk I/O error.")
+
+    with monkeypatch.context() as patch:  # undone before the store fixture reads the store again
+        patch.setattr(store, "list_runs", failing)
+        async with app.run_test(size=SIZE) as pilot:
+            said = lambda: any("disk I/O error" in str(n.message) for n in app._notifications)  # noqa: E731
+            await pilot_wait_until(pilot, said, "the store's sentence as a notice")
+            options = app.screen.query_one("#model-candidates")
+            await pilot_wait_until(pilot, lambda: options.candidates, "the completions of what is on disk")
+            assert app.is_running
+
+
 @pytest.mark.asyncio
 async def test_form_flags_bad_values_with_the_cli_sentence(store):
     app = make_app(store)

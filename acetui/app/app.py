@@ -259,9 +259,11 @@ def make_app(
     unique prefix) if given, else on Results with the runs ``chosen`` selected (a study's) if any. The theme is ``theme``, else ``ansi`` under ``NO_COLOR``, else the one the
     user last chose, else ``dark``; ``theme`` and ``notify_mode`` given here are remembered.
 
-    Raises UserError for an unknown theme, notification or run id, before anything is drawn.
+    Raises UserError for an unknown theme, notification or run id, or a store that cannot be read (a damaged
+    file whose header is sound opens, then fails at its first read), before anything is drawn.
     """
     store = store or Store()
+    store.list_runs()  # read once here: in the app's threads the store's sentence came under a traceback
     user = preferences.load()
     start = themes.resolve(theme)
     if theme is None and os.environ.get("NO_COLOR") is None and user.theme in themes.available():

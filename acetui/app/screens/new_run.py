@@ -43,7 +43,7 @@ from textual.worker import get_current_worker
 from acetui.app import form
 from acetui.app.candidates import model_candidates, starting_model
 from acetui.app.keyorder import keys_typed_before
-from acetui.app.messages import CandidatesFound, CostEstimated, RunsChecked
+from acetui.app.messages import CandidatesFound, CostEstimated, RunsChecked, StoreFailed
 from acetui.app.screens.common import exiting
 from acetui.app.widgets.completions import ModelCompletions
 from acetui.app.widgets.marks import Tick, TickList
@@ -241,7 +241,12 @@ class NewRunScreen(Screen):
 
     @work(thread=True, exclusive=True, group="candidates")
     def find_candidates(self) -> None:
-        recent = list(dict.fromkeys(run.config.model for run in reversed(self.app.store.list_runs())))
+        try:
+            runs = self.app.store.list_runs()
+        except UserError as error:  # the store failed since the app opened it: say so, offer what is on disk
+            self.post_message(StoreFailed(str(error)))
+            runs = []
+        recent = list(dict.fromkeys(run.config.model for run in reversed(runs)))
         self.post_message(CandidatesFound(model_candidates(recent)))
 
     def on_candidates_found(self, message: CandidatesFound) -> None:
