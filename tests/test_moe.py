@@ -415,3 +415,15 @@ def test_permutations_are_keyed_by_the_names_in_the_saved_checkpoint(make_moe, c
         assert (kept <= 2).all(), key
     if family == "mixtral":
         assert "model.layers.1.block_sparse_moe.experts.3.w3.weight" in order
+
+
+@pytest.mark.parametrize("sparsity, recorded", [("0", "routed"), ("0.5", "all")])
+def test_expert_removal_alone_records_the_calibration_it_never_read(make_moe, calib_file, sparsity, recorded):
+    """--sparsity 0 --expert-sparsity gathers no expert statistics (REAP scores on routed tokens): its
+    --moe-calibration all was recorded, and verdict split identical runs into a false 'experts calibrated on
+    all tokens' row; it records routed and shares the cell, as magnitude does."""
+    from acetui_core.pruning.validate import check_config
+
+    config = RunConfig(model=str(make_moe("qwen2_moe")), method="wanda", sparsity=sparsity, expert_sparsity=0.5,
+                       moe_calibration="all", calib=calib_file, evals=[])  # fmt: skip
+    assert check_config(config).moe_calibration == recorded
