@@ -146,6 +146,14 @@ def run_overlap(run_a, run_b, files: tuple[Path | None, Path | None]) -> list[Li
             f"their masks cannot be compared."
         )
     masks_a, masks_b = _masks_of(run_a, files[0]), _masks_of(run_b, files[1])
+    # an expert one run removed has no mask there: the other run's masks of it are left out, and only
+    # the linears both runs kept are compared (``removal_difference`` says so)
+    gone_a, gone_b = _removed_by(run_a), _removed_by(run_b)
+    if all(_of_removed(key, gone_b) for key in masks_a.keys() - masks_b.keys()) and all(
+        _of_removed(key, gone_a) for key in masks_b.keys() - masks_a.keys()
+    ):
+        masks_a = {key: mask for key, mask in masks_a.items() if key in masks_b}
+        masks_b = {key: mask for key, mask in masks_b.items() if key in masks_a}
     try:
         return overlap(masks_a, masks_b)
     except ValueError:
@@ -153,3 +161,40 @@ def run_overlap(run_a, run_b, files: tuple[Path | None, Path | None]) -> list[Li
             f"The masks of runs {run_a.id} and {run_b.id} cover different linears or shapes although both runs "
             f"pruned {model_a}: one of the mask files is damaged, or the model changed between the runs."
         ) from None
+
+
+def _removed_by(run) -> dict[int, set[str]]:
+    """The experts ``--expert-sparsity`` removed from each layer of ``run``, as mask-name prefixes
+    (``mlp.experts.3.``, numbered as in the dense model, as the masks are)."""
+    experts = run.results.experts if run.results else None
+    removed: dict[int, set[str]] = {}
+    for record in experts.removal if experts else []:
+        removed.setdefault(record.layer, set()).update(f"{record.experts}.{e}." for e in record.removed)
+    return removed
+
+
+def _of_removed(key: MaskKey, removed: dict[int, set[str]]) -> bool:
+    layer, name = key
+    return any(name.startswith(prefix) for prefix in removed.get(layer, ()))
+
+
+def removal_difference(run_a, run_b) -> str | None:
+    """One sentence when the two runs removed different experts (``--expert-sparsity``): which, per layer,
+    and that the overlap covers the experts both kept; None when they removed the same (or none)."""
+    gone_a, gone_b = _removed_by(run_a), _removed_by(run_b)
+    if gone_a == gone_b:
+        return None
+
+    def named(prefixes: set[str]) -> str:
+        return ", ".join(sorted((p.rstrip(".") for p in prefixes), key=lambda n: int(n.rsplit(".", 1)[1]))) or "none"
+
+    layers = [
+        f"layer {layer}: {run_a.id} removed {named(gone_a.get(layer, set()))}, "
+        f"{run_b.id} {named(gone_b.get(layer, set()))}"
+        for layer in sorted(gone_a.keys() | gone_b.keys())
+        if gone_a.get(layer) != gone_b.get(layer)
+    ]
+    return (
+        f"Runs {run_a.id} and {run_b.id} removed different experts ({'; '.join(layers)}): only the experts "
+        f"both kept are compared."
+    )
