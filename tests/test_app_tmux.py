@@ -211,3 +211,21 @@ def test_arrows_held_over_ssh_scroll_a_view_a_line_each(store, tmp_path, view):
         terminal.wait_for(lambda text: tenth in top_line(text, border), "the view ten lines down", timeout=30)
     finally:
         terminal.close()
+
+
+def test_escape_and_a_letter_in_one_burst_are_both_applied(store, tmp_path):
+    """``Escape e`` in one read (back from the paper view, then export a CSV) is what a terminal sends for alt+e,
+    and Textual read it so: the paper view stayed and nothing was exported."""
+    exports = tmp_path / "exports"
+    terminal = Terminal(store.path, tmp_path, env={"NO_COLOR": "1", "ACETUI_EXPORT_DIR": str(exports)})
+    try:
+        terminal.wait_for("Start ▶", "the New run form")
+        terminal.keys("F3")
+        terminal.wait_for("selected ·", "the Results table")
+        terminal.keys("v")
+        terminal.wait_for("┃ Method", "the paper view")
+        terminal.keys("Escape", "e")
+        terminal.wait_for("Saved", "the export's notice", timeout=30)
+        assert len(list(exports.glob("*.csv"))) == 1
+    finally:
+        terminal.close()

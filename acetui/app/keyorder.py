@@ -30,6 +30,10 @@ from acetui.app.widgets.textfield import TextField
 
 class KeysWhereTyped(App):
     async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and not event.is_forwarded and (keys := escape_then_key(event)):
+            for key in keys:
+                await self.on_event(key)
+            return
         if isinstance(event, events.Key) and not event.is_forwarded:
             if isinstance(self.focused, (DataTable, TickList)) and await self._list_key_now(event.key):
                 return
@@ -78,6 +82,16 @@ class KeysWhereTyped(App):
         return all(screen not in stack for stack in self._screen_stacks.values())
 
 
+def escape_then_key(event: events.Key) -> tuple[events.Key, events.Key] | None:
+    """Escape and a letter or digit in one read (``escape e`` in a burst: back from the paper view, then export)
+    are what a terminal sends for alt+e, and Textual reads them so: both keys were lost. The app binds no alt
+    key, so such a key is taken as the two keys typed."""
+    character = event.character
+    if not (event.key.startswith("alt+") and character and len(character) == 1 and character.isalnum()):
+        return None
+    return events.Key("escape", "\x1b"), events.Key(character, character)  # named as Textual names it alone
+
+
 async def keys_typed_before(focused: Widget | None) -> None:
     """Wait until the keys handed to ``focused`` before now have acted. A priority key (tab, ctrl+r) runs as
     the app reads it, while the keys before it in the burst may still wait in the focused field:
@@ -89,8 +103,10 @@ async def keys_typed_before(focused: Widget | None) -> None:
     applied = asyncio.Event()
     if not focused.call_later(applied.set):  # queued behind those keys; False: the widget is closing
         return
-    with contextlib.suppress(TimeoutError):  # a loaded machine: the key then acts without waiting, as before
-        await asyncio.wait_for(applied.wait(), timeout=1.0)
+    # A bound on the wait, should the field never get to it: 1 s was too short on a loaded machine (a GPU box's
+    # cores busy with a run), where tab then acted before the text typed ahead of it (a test did so in CI).
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(applied.wait(), timeout=10.0)
 
 
 def binding_chain(widget: Widget, key: str) -> list[tuple[DOMNode, BindingsMap]]:
