@@ -198,3 +198,21 @@ async def test_copy_inside_tmux_without_set_clipboard_saves_a_file_and_says_how(
         assert saved.read_text() == app.clipboard  # the same table the copy held
         await pilot_wait_until(pilot, lambda: f"Saved {saved.name}\nin {saved.parent}" in toasts(app), "the notice")
         assert any("`set -g set-clipboard on`" in toast and "saved as a file" in toast for toast in toasts(app))
+
+
+@pytest.mark.asyncio
+async def test_no_color_draws_a_progress_bar_at_0_percent_empty(tmp_path, monkeypatch):
+    """Under NO_COLOR the track not yet done is blank; at 0% Textual drew the whole track, a bar that read as
+    100% while the first layer was still being pruned."""
+    import os
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    store = Store(tmp_path / "runs.db")
+    running = add_run(store, "wanda", "0.5", status="running", layers=0, pid=os.getpid())
+    app = make_app(store, attach=running)
+    async with app.run_test(size=SIZE) as pilot:
+        bar = app.screen.query_one("#progress").query_one("#bar")
+        await pilot_wait_until(pilot, lambda: bar.percentage == 0, "the run's bar at 0%")
+        await pilot.pause()
+        drawn = "".join(segment.text for segment in bar.render_line(0))
+        assert drawn.strip() == "" and len(drawn) == bar.size.width, repr(drawn)

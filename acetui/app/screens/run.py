@@ -29,6 +29,7 @@ from acetui.app.screens.run_plots import name_tabs, plot_tabs, replot, replot_hi
 from acetui.app.summary import STATUS_COLOR
 from acetui.app.watch import follow_run, tail_log
 from acetui.app.widgets.logpane import LogPane
+from acetui.app.widgets.progress import RunProgressBar
 from acetui.app.widgets.rowtable import RowTable
 from acetui.app.workbench import Workbench
 from acetui_core.basics.choices import RunStatus
@@ -98,7 +99,7 @@ class RunScreen(Screen):
         yield Static(NO_RUN, id="run-title")
         yield Static("", id="batch")
         with Horizontal(id="progress-row"):
-            yield ProgressBar(id="progress", show_eta=False)
+            yield RunProgressBar(id="progress", show_eta=False)
             yield Static("", id="stage")
         yield Static("", id="resources")
         yield Static("", id="run-error", classes="error")
