@@ -257,7 +257,7 @@ def _sparsity_header(config: RunConfig) -> str:
     return f"{pattern} of expert parameters" if inside else pattern
 
 
-def _base_label(record: RunRecord) -> str:
+def row_label(record: RunRecord) -> str:
     """A run's row: its method and calibration length (``Wanda-16``), or, for whole experts removed and no
     mask, the expert score (``REAP expert removal``): the method then changes nothing."""
     config = record.config
@@ -371,7 +371,7 @@ def comparison(
     def keys(record: RunRecord) -> tuple[str, str]:
         config = record.config
         if sparsity_columns:
-            return _base_label(record), _sparsity_header(config)
+            return row_label(record), _sparsity_header(config)
         if columns == "seqlen":
             length = "FL" if config.seqlen == "full" else str(config.seqlen)
             if result_of(record).calibration is None:  # magnitude: under no length (its --seqlen was unused)
@@ -380,8 +380,8 @@ def comparison(
                 length = f"{config.nsamples}x{length}"
             return paper_name(config.method), length
         if columns == "seed":
-            return _base_label(record), f"seed {config.seed}"
-        return _base_label(record), ""  # per-task table: the tasks are the columns
+            return row_label(record), f"seed {config.seed}"
+        return row_label(record), ""  # per-task table: the tasks are the columns
 
     axis = "sparsity" if sparsity_columns else columns
     labels = row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)

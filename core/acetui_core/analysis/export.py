@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from datetime import datetime, timezone
 
-from acetui_core.analysis.comparison import AVERAGE, Comparison, comparison
+from acetui_core.analysis.comparison import AVERAGE, Comparison, comparison, row_label
 from acetui_core.analysis.verdicts import judge
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.texttable import aligned
@@ -70,6 +71,8 @@ def _flatten(value, prefix: str, out: dict) -> None:
     elif isinstance(value, list):
         if all(not isinstance(item, (dict, list)) for item in value):
             out[prefix] = " ".join(str(item) for item in value)
+        else:  # records, such as each expert's load and removal (results.experts.removal): JSON text
+            out[prefix] = json.dumps(value)
     else:
         out[prefix] = value
 
@@ -79,6 +82,8 @@ def csv_row(record: RunRecord) -> dict:
     data = record.to_dict()
     for name in _TIME_FIELDS:
         data[name] = _iso(data[name])
+    if not record.settings_unknown:  # the table's row name: "REAP expert removal", not the unused method's
+        data["label"] = row_label(record)
     row: dict = {}
     _flatten(data, "", row)
     row.update(fidelity_columns(record))
@@ -95,12 +100,12 @@ def fidelity_columns(record: RunRecord) -> dict:
     return columns
 
 
-VERDICT_COLUMNS = ["value", "ci_low", "ci_high", "n", "verdict"]
+VERDICT_COLUMNS = ["row", "column", "value", "ci_low", "ci_high", "n", "verdict"]
 
 
 def verdict_columns(table: Comparison | None) -> dict[str, dict]:
-    """Per run id, the comparison cell it belongs to: its value (mean over seeds), interval, seeds and
-    verdict (in the per-task zero-shot table, its Avg. column: its mean over the tasks, not its first task)."""
+    """Per run id, the comparison cell it belongs to: its row and column as the table names them, its value
+    (mean over seeds), interval, seeds and verdict (in the per-task zero-shot table, its Avg. column: its mean over the tasks, not its first task)."""
     columns: dict[str, dict] = {}
     cells = sorted(table.cells.items(), key=lambda item: item[0][1][1] != AVERAGE) if table else []
     for (row, column), cell in cells:
@@ -110,6 +115,8 @@ def verdict_columns(table: Comparison | None) -> dict[str, dict]:
             columns.setdefault(
                 run.id,
                 {
+                    "row": row,
+                    "column": column[1],
                     "value": cell.value,
                     "ci_low": verdict.ci[0] if verdict and verdict.ci else None,
                     "ci_high": verdict.ci[1] if verdict and verdict.ci else None,
@@ -126,11 +133,14 @@ def to_csv(records: list[RunRecord], table: Comparison | None = None) -> str:
     cells = verdict_columns(table)
     rows = [csv_row(record) for record in records]
     header = list(dict.fromkeys(key for row in rows for key in row))
+    # a field empty in some runs and nested in others (results.experts_removed) is its dotted columns alone
+    nested = {key.rpartition(".")[0] for key in header}
+    header = [key for key in header if key not in nested or any(row.get(key) not in (None, "") for row in rows)]
     if cells:
         header += VERDICT_COLUMNS
         rows = [{**row, **cells.get(record.id, {})} for row, record in zip(rows, records, strict=True)]
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=header, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=header, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()
