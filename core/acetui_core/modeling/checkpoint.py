@@ -170,6 +170,16 @@ def save_checkpoint(model, tokenizer, save: str, overwrite: bool) -> str:
     return folder.commit()
 
 
+def _save_generation_config(model_config, folder: Path) -> None:
+    """The source folder's generation defaults (eos lists, sampling settings), as ``save_pretrained``
+    writes the ones ``from_pretrained`` read: a streamed model's config names the folder it came from."""
+    from transformers import GenerationConfig
+
+    source = Path(getattr(model_config, "_name_or_path", "") or "")
+    if (source / "generation_config.json").is_file():
+        GenerationConfig.from_pretrained(source).save_pretrained(folder)
+
+
 class LayerwiseCheckpoint:
     """A sharded safetensors checkpoint written one decoder layer at a time (one shard per layer, the
     resident tensors in a last shard), with the index, config and tokenizer written last:
@@ -198,6 +208,7 @@ class LayerwiseCheckpoint:
         with self.folder.writing() as temp:
             index = {"metadata": {"total_size": self.total}, "weight_map": dict(sorted(self.weight_map.items()))}
             model_config.save_pretrained(temp)
+            _save_generation_config(model_config, temp)
             tokenizer.save_pretrained(temp)
             (temp / INDEX_FILE).write_text(json.dumps(index, indent=2))
         return self.folder.commit()
