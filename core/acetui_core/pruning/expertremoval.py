@@ -322,21 +322,37 @@ def cut_layer(scorer: ExpertScores, removal: list[ExpertRemoval]) -> dict[str, s
     return renamed
 
 
+def stored_size(model: nn.Module) -> int:
+    """The entries a checkpoint of ``model`` stores: its parameters (a tied head once) and its persistent
+    buffers (DeepSeek's ``e_score_correction_bias``), as the saved files are counted."""
+    buffers = {id(b): b for m in model.modules() for b in _persistent_buffers(m)}
+    return sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in buffers.values())
+
+
+def _persistent_buffers(module: nn.Module) -> list[torch.Tensor]:
+    return [
+        b for name, b in module._buffers.items() if b is not None and name not in module._non_persistent_buffers_set
+    ]
+
+
+def _per_expert_stored(block: MoeBlock) -> list[torch.Tensor]:
+    """The block's routing tensors with one entry per expert that a checkpoint stores: the router's rows,
+    its bias, persistent corrections such as ``e_score_correction_bias`` (not a buffer rebuilt on load)."""
+    stored = {id(t) for t in block.block.state_dict(keep_vars=True).values()}
+    return [t for _, t in _routing_tensors(block) if id(t) in stored and _expert_dim(t, block.count) is not None]
+
+
 def parameters_removed(model: nn.Module, fraction: float) -> int:
-    """How many parameters ``--expert-sparsity fraction`` removes from ``model`` (a meta skeleton will do):
-    the removed experts' slices and their router rows; a model that cannot lose experts is a UserError."""
+    """How many stored entries ``--expert-sparsity fraction`` removes from ``model`` (a meta skeleton will
+    do): the removed experts' slices and their router rows and biases; a model that cannot lose experts is
+    a UserError."""
     check_removable(model, fraction)
     removed = 0
     for layer in decoder_layers(model):
         for block in moe_blocks(layer):
             gone = removed_per_group(block.count, block.groups, fraction) * block.groups
-            params = [*block.experts.parameters(recurse=False)]
-            params += [
-                t
-                for _, t in _routing_tensors(block)
-                if isinstance(t, nn.Parameter) and _expert_dim(t, block.count) is not None
-            ]
-            removed += sum(p.numel() // block.count * gone for p in params)
+            tensors = [*block.experts.parameters(recurse=False), *_per_expert_stored(block)]
+            removed += sum(t.numel() // block.count * gone for t in tensors)
     return removed
 
 
@@ -389,6 +405,14 @@ def finish_expert_removal(
     dense, kept = len(first.scores), len(first.scores) - len(first.removed)
     set_expert_count(loaded.model, dense, kept)
     loaded.experts_cut = True
-    after = sum(p.numel() for p in loaded.model.parameters())
+    after = stored_size(loaded.model)
+    # ``before`` counted the dense model's parameters; its persistent buffers are those kept plus the
+    # removed experts' entries of the per-expert ones, so both counts are what the checkpoints store
+    buffers = after - sum(p.numel() for p in loaded.model.parameters())
+    layers = decoder_layers(loaded.model)
+    for record in experts.removal:
+        block = next(b for b in moe_blocks(layers[record.layer]) if b.name == record.experts)
+        per_expert = [t for t in _per_expert_stored(block) if not isinstance(t, nn.Parameter)]
+        buffers += sum(t.numel() // block.count * len(record.removed) for t in per_expert)
     counts = [len(r.scores) - len(r.removed) for r in experts.removal]
-    return ExpertsRemoved(config.expert_sparsity, config.expert_score, counts, before, after)
+    return ExpertsRemoved(config.expert_sparsity, config.expert_score, counts, before + buffers, after)

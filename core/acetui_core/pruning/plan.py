@@ -36,7 +36,7 @@ from acetui_core.modeling.preflight import model_config, preflight
 from acetui_core.modeling.shards import checkpoint_bytes, local_checkpoint
 from acetui_core.modeling.streaming import streaming_folder
 from acetui_core.pruning.evaluate import LOGIT_ENTRIES_PER_CHUNK, eval_batch
-from acetui_core.pruning.expertremoval import parameters_removed
+from acetui_core.pruning.expertremoval import parameters_removed, stored_size
 from acetui_core.pruning.layerloop import calibration_batch
 from acetui_core.pruning.slicedscores import Scoring, each_row_alone, scoring_path
 from acetui_core.pruning.validate import resolve_seqlen
@@ -134,7 +134,7 @@ def plan_run(run: RunConfig) -> Plan:
     config = model_config(run.model)
     model = meta_skeleton(config)
     layers = decoder_layers(model)
-    parameters = sum(p.numel() for p in model.parameters())  # a tied head is counted once
+    parameters = stored_size(model)  # a tied head once, persistent buffers too: what a checkpoint stores
     layer_parameters = max(sum(p.numel() for p in layer.parameters()) for layer in layers)
     resident = parameters - sum(p.numel() for layer in layers for p in layer.parameters())
     # the layer with the most prunable weights (DeepSeek's first layers are dense, the rest have experts)
