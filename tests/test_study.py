@@ -720,3 +720,34 @@ def test_a_cell_run_with_another_version_of_its_files_is_to_run_again(tmp_path, 
     calibration["fingerprint"] = "6553273:1700000000"
     insert_run(store, clock, "s0000002", cell, created=1.8e9, ppl=21.0, result={"calibration": calibration, **files})
     assert [state for _, state, _ in cell_states([cell], store)] == ["done"]
+
+
+def test_a_failed_run_of_an_edited_plug_in_is_not_a_run_of_its_cell(tmp_path, make_tiny_model, calib_file):
+    """A run that failed before its plug-in was edited kept the cell *failed*, with the old file's error, where
+    a run of another version of the cell's files is not one of its runs (the cell is *missing*). A run
+    records which version it read only as it finishes: one that failed or was stopped counts if it started
+    after the files last changed; one under way counts whatever it read (the cell is running)."""
+    plugin = tmp_path / "mine.py"
+    plugin.write_text("def score(W, stats, opts):\n    raise RuntimeError('plug-in failed on purpose')\n")
+    study = _study(
+        tmp_path / "s.toml",
+        f'model = "{make_tiny_model("llama")}"\nmethod = "{plugin}:score"\ncalib = "{calib_file}"\n{QUICK}',
+    )
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    [cell] = load_study(study).cells()
+    written = plugin.stat().st_mtime
+    error = "Plug-in method 'score' failed (RuntimeError: plug-in failed on purpose)."
+    insert_run(store, clock, "f0000001", cell, created=written + 10, status="failed", error=error)
+    assert [state for _, state, _ in cell_states([cell], store)] == ["failed"]
+    clock.now = written + 50
+    under_way = store.create_run(cell)
+    store.claim(under_way)  # by this live process
+    plugin.write_text("def score(W, stats, opts):\n    return W.abs()\n")
+    os.utime(plugin, (written + 100, written + 100))
+    [cell] = load_study(study).cells()
+    [(_, state, runs)] = cell_states([cell], store)
+    assert (state, [run.id for run in runs]) == ("running", [under_way])
+    store.set_status(under_way, "failed", error=error)  # it failed too: it started on the old file
+    [(_, state, runs)] = cell_states([cell], store)
+    assert (state, runs) == ("missing", [])

@@ -37,13 +37,20 @@ def coordinate(value: float) -> str:
 @dataclass
 class Series:
     name: str
-    points: list[tuple[float, float, float, float]] = field(default_factory=list)  # x, y, low, high
+    # x, y, low, high; a point without an interval has low = high = y, and is drawn without a bar (a bar of
+    # no width would draw the value as exact)
+    points: list[tuple[float, float, float, float]] = field(default_factory=list)
+
+
+def has_bar(low: float, high: float) -> bool:
+    """Whether a point's bar spans anything: else the point has no interval (``Series``)."""
+    return low < high
 
 
 def series(table: Comparison, figure: str, x_axis: str = "seconds") -> list[Series]:
     """One series per row of a ``columns="seqlen"`` comparison with verdicts: each cell a point at its
-    cost (``pareto``) or its calibration length (``seqlen``), with its interval (the value itself when
-    the cell has none)."""
+    cost (``pareto``) or its calibration length (``seqlen``), with its interval (the value itself at both
+    ends when the cell has none: one seed on one window, drawn without a bar)."""
     out = []
     groups = _group_words(table.models)
     for row, group in ((row, group) for group in table.models for row in table.rows):
@@ -146,7 +153,8 @@ def off_log_axis(lines: list[Series]) -> tuple[list[Series], list[str]]:
 def to_pgfplots(
     lines: list[Series], xlabel: str, ylabel: str, log_x: bool = True, ticks: list[str] | None = None
 ) -> str:
-    """A ``tikzpicture`` with one ``\\addplot`` (asymmetric error bars) and legend entry per series;
+    """A ``tikzpicture`` with one ``\\addplot`` (asymmetric error bars; a point without an interval has none,
+    which pgfplots then leaves without a bar) and legend entry per series;
     ``ticks`` names the x positions 1, 2, ... (categories such as calibration sources). On a log axis,
     points at x = 0 are left out, and a comment names their series."""
     lost: list[str] = []
@@ -168,7 +176,8 @@ def to_pgfplots(
     for line in lines:
         out.append("\\addplot+[error bars/.cd, y dir=both, y explicit] coordinates {")
         out += [
-            f"  ({coordinate(x)}, {coordinate(y)}) += (0, {coordinate(high - y)}) -= (0, {coordinate(y - low)})"
+            f"  ({coordinate(x)}, {coordinate(y)})"
+            + (f" += (0, {coordinate(high - y)}) -= (0, {coordinate(y - low)})" if has_bar(low, high) else "")
             for x, y, low, high in line.points
         ]
         out += ["};", f"\\addlegendentry{{{latex_escape(line.name)}}}"]
@@ -249,8 +258,9 @@ def write_figure(
     figure, axes = plt.subplots(figsize=(6, 4))
     for line in placed:
         xs, ys, lows, highs = zip(*line.points, strict=True)
-        below = [y - low for y, low in zip(ys, lows, strict=True)]
-        above = [high - y for y, high in zip(ys, highs, strict=True)]
+        # no interval: no bar (matplotlib draws none at NaN)
+        below = [y - low if has_bar(low, high) else math.nan for y, low, high in zip(ys, lows, highs, strict=True)]
+        above = [high - y if has_bar(low, high) else math.nan for y, low, high in zip(ys, lows, highs, strict=True)]
         axes.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, label=line.name)
     axes.set_xscale("log" if log_x else "linear")
     if ticks:

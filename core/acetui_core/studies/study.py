@@ -8,8 +8,9 @@ A cell is *done* when the store holds a finished run with exactly its configurat
 its newest run failed (an error of its own), *interrupted* when that run was cancelled or its process
 stopped (a killed `study run` leaves every cell it had queued so, never started); else *missing*. So a study
 resumes from the store alone: nothing about a study is stored but its runs. A run that read another
-version of a cell's metric plug-in or calibration files (told by their content) is not a run of that cell:
-after such a file changes, the cell is to run again and no report mixes the versions.
+version of a cell's metric plug-in or calibration files (told by their content; for a run that failed or
+was stopped, which records none, by when it started) is not a run of that cell: after such a file changes,
+the cell is to run again and no report mixes the versions.
 
 Usage::
 
@@ -25,11 +26,12 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from acetui_core.basics import parse
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import default_model, model_identity, model_key, same_model, same_place
+from acetui_core.basics.paths import default_model, mixture, model_identity, model_key, same_model, same_place
 from acetui_core.execution.launch import Grid, check
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.storage.store import Store
@@ -174,8 +176,8 @@ def parse_study(text: str, path: Path) -> Study:
 def load_study(path: Path) -> Study:
     if not path.is_file():
         raise UserError(f"Study file {path} does not exist.")
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # bytes, not text mode: its universal newlines would turn CRLF into LF, and the report's copy must be exact
+        text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"Could not read {path}: {error}.") from None
     return parse_study(text, path)
@@ -193,43 +195,55 @@ def runs_by_cell(cells: list[RunConfig], store: Store) -> dict[str, list[RunReco
     return wanted
 
 
-def _files_now(cells: list[RunConfig]) -> dict[str, tuple[str | None, str | None, str | None]]:
-    """Per cell, the identities its run would record now: the metric's file (a plug-in's), the calibration
-    files' content (None where the method reads none, or the source is the hub) and the model's files
-    (None for a hub id, and for the bundled model, whose installed copies differ in time alone)."""
-    from acetui_core.modeling.data import calibration_identity
+class _Files(NamedTuple):
+    """What a cell's run would record of the files it reads now (``_files_now``)."""
+
+    method: str | None  # the metric's file (a plug-in's)
+    calibration: str | None  # the calibration files' content (None where the method reads none, or from the hub)
+    model: str | None  # the model's files (None for a hub id, and for the bundled model)
+    changed: float | None  # when the plug-in or a calibration file was last written (None: no such file)
+
+
+def _files_now(cells: list[RunConfig]) -> dict[str, _Files]:
+    """Per cell, the identities its run would record now, and when its files last changed. The bundled
+    model's installed copies differ in time alone, so it has no identity."""
+    from acetui_core.modeling.data import calibration_identity, source_place
     from acetui_core.scores.metrics import get_method, reads_calibration
 
-    calibration: dict[str, str | None] = {}
+    calibration: dict[str, tuple[str | None, list[Path]]] = {}
     models: dict[str, str | None] = {}
     files = {}
     for cell in cells:
         calibrated = reads_calibration(cell)
         if calibrated and cell.calib not in calibration:
-            calibration[cell.calib] = calibration_identity(cell.calib)
+            places = [Path(source_place(name)) for name, _ in mixture(cell.calib)]
+            calibration[cell.calib] = (calibration_identity(cell.calib), [p for p in places if p.is_file()])
         if cell.model not in models:
             models[cell.model] = model_identity(cell.model) if model_key(cell.model) == cell.model else None
-        files[key(cell)] = (
-            get_method(cell.method).fingerprint,
-            calibration[cell.calib] if calibrated else None,
-            models[cell.model],
-        )
+        method = get_method(cell.method)
+        identity, read = calibration[cell.calib] if calibrated else (None, [])
+        if method.fingerprint is not None and Path(method.source).is_file():  # a plug-in file (a module: no path)
+            read = [*read, Path(method.source)]
+        changed = max((path.stat().st_mtime for path in read), default=None)
+        files[key(cell)] = _Files(method.fingerprint, identity, models[cell.model], changed)
     return files
 
 
-def _read_these(record: RunRecord, files: tuple[str | None, str | None, str | None]) -> bool:
-    """Whether a run read the files as they are now (a run without results read nothing yet): its metric's,
-    its calibration files, and its model's (a relative model path read from another folder is another
-    model, though its text is the same)."""
+def _read_these(record: RunRecord, files: _Files) -> bool:
+    """Whether a run read the files as they are now: its metric's, its calibration files, and its model's
+    (a relative model path read from another folder is another model, though its text is the same). A run
+    without results recorded none of them: one under way counts (it is the cell's, running), one that
+    failed or was stopped counts only if it started after the files last changed (else it read another
+    version, and its error is not the cell's)."""
     results = record.results
     if results is None:
-        return True
-    method, calibration, model = files
+        began = record.started or record.created
+        return record.active or files.changed is None or began >= files.changed
     recorded = results.calibration.fingerprint if results.calibration is not None else None
     return (
-        (method is None or results.method_fingerprint == method)
-        and _same_content(recorded, calibration)
-        and same_model(results.model_fingerprint, model)
+        (files.method is None or results.method_fingerprint == files.method)
+        and _same_content(recorded, files.calibration)
+        and same_model(results.model_fingerprint, files.model)
     )
 
 

@@ -5,17 +5,20 @@
   (``verdicts-<measure>.txt`` holds its report);
 - ``figures/``: pgfplots ``.tex`` (and ``.png``/``.pdf`` where matplotlib is installed, the ``figures``
   extra): the matched-compute Pareto against prune seconds and against calibration tokens, perplexity
-  against calibration length and against calibration source;
+  against calibration length and against calibration source (where the runs have perplexity: none
+  for a study of zero-shot accuracy alone, or of no evaluation);
 - ``environment.md``: the versions of every package that can move a number (those each run records),
   acetui's version and commit, the machine and device of this report and of the runs, and the study file
-  exactly as read (``study.toml`` beside it);
+  as read (``study.toml`` beside it, byte for byte);
 - ``summary.md``: at its top, whether every cell of the study has a finished run (a report of an unfinished
   study names the cells it lacks, and says so on stderr too: its tables count only the finished runs); then
   one sentence per comparison with its column's best, and a line when the methods of one
   table were calibrated with different token budgets; then each method's variants against the method's
   own best (the permutation, DSnoT, a calibration length: does it help this method?).
 
-Every file goes inside the folder; nothing outside it is written or replaced.
+Every file goes inside the folder; nothing outside it is written or replaced. Every file is checked
+before the first is written (a refused report makes nothing), and the manifest is written first (a report
+cut short leaves a folder ``--overwrite`` can redo).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 import platform
 import subprocess
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,7 +123,8 @@ def environment(study: Study, records: list[RunRecord]) -> str:
         seen.setdefault(", ".join(f"{k} {v}" for k, v in sorted(env.items())), []).append(record.id)
     lines += [f"- {len(ids)} run(s): {text}" for text, ids in seen.items()] or ["- no finished run"]
     lines += ["", f"## The study file ({study.path.name}, also beside this file as study.toml)", "", "```toml"]
-    return "\n".join([*lines, study.text.rstrip("\n"), "```", ""])
+    as_read = study.text.replace("\r\n", "\n").rstrip("\n")  # study.toml keeps its line ends; this file has its own
+    return "\n".join([*lines, as_read, "```", ""])
 
 
 def _worse(row: dict, best: dict, measure: str, column: str, level: float) -> str:
@@ -218,8 +223,22 @@ def _by_source(records: list[RunRecord]) -> tuple[list[Series], list[str]]:
     return lines, [source_names(source, " + ") for source in sources]
 
 
-def _figures(folder: Path, records: list[RunRecord], kept: dict, formats: tuple[str, ...], guard) -> list[Path]:
-    written = []
+@dataclass(frozen=True)
+class _Figure:
+    name: str  # its file's name in figures/, without the suffix
+    series: list[Series]
+    xlabel: str
+    ylabel: str
+    log_x: bool
+    ticks: list[str] | None  # the x axis's category names (calibration sources), else None
+
+
+def _figures(records: list[RunRecord], kept: dict) -> list[_Figure]:
+    """The figures the runs have something for, drawn but not written (a figure that cannot be drawn is
+    said before the report writes anything). Every figure is of perplexity: none for runs that have none
+    (zero-shot only, or no evaluation)."""
+    if not any(measured(record, "ppl") for record in records):
+        return []
     wanted: list[tuple[str, Callable[[], tuple[list[Series], str, str]], bool, list[str] | None]] = [
         ("pareto_seconds", lambda: figure_series(records, kept, "pareto", "seconds"), True, None),
         ("pareto_tokens", lambda: figure_series(records, kept, "pareto", "tokens"), True, None),
@@ -228,15 +247,12 @@ def _figures(folder: Path, records: list[RunRecord], kept: dict, formats: tuple[
     lines, sources = _by_source(records)
     by_seeds = f"{MEASURES['ppl']} (bars: lowest and highest seed)"  # the other figures' bars are 95% intervals
     wanted.append(("ppl_vs_source", lambda: (lines, "calibration source", by_seeds), False, sources))
+    drawn = []
     for name, make, log_x, ticks in wanted:
         series, xlabel, ylabel = make()
-        if not series or (log_x and not off_log_axis(series)[0]):  # nothing to draw (magnitude alone on tokens)
-            continue
-        for suffix in formats:
-            path = guard(folder / f"{name}{suffix}")
-            write_figure(series, xlabel, ylabel, path, log_x, replace=True, ticks=ticks)
-            written.append(path)
-    return written
+        if series and (not log_x or off_log_axis(series)[0]):  # else nothing to draw (magnitude alone on tokens)
+            drawn.append(_Figure(name, series, xlabel, ylabel, log_x, ticks))
+    return drawn
 
 
 def _image_formats() -> tuple[str, ...]:
@@ -266,6 +282,9 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
         )
 
     def guard(path: Path) -> Path:
+        if not path.parent.exists():  # a folder this report will make holds nothing to replace: its place is checked
+            refuse_protected(path, f"-o {path}", protected, "give the report a folder of its own.")
+            return path
         return check_output_file(path, "-o", overwrite=overwrite, protected=protected)  # "-o rep/table-ppl.tex"
 
     states = cell_states(cells, store)
@@ -277,7 +296,6 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
     # a table pasted alone must not pass for the study's: each says so, summary.md names the cells
     mark = f"Unfinished study: {missing} of {len(states)} cells have no finished run; summary.md names them."
     tex, md, txt = (f"% {mark}\n", f"**{mark}**\n\n", f"{mark}\n\n") if missing else ("", "", "")
-    (folder / "figures").mkdir(parents=True, exist_ok=True)  # after the checks above: nothing made for nothing
     written: dict[Path, str] = {}
     tables: dict[str, Comparison] = {}
     by_method: dict[str, list[Comparison]] = {}
@@ -303,18 +321,38 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
     written[folder / "summary.md"] = summary(tables, by_method, records, len(cells), lacking)
     written[folder / "environment.md"] = environment(study, records)
     written[folder / "study.toml"] = study.text
-    for path in [*written, folder / MANIFEST]:
-        guard(path)  # every file checked before the first is written
+    figures = {
+        folder / "figures" / f"{figure.name}{suffix}": figure
+        for figure in _figures(records, kept)
+        for suffix in (".tex", *_image_formats())
+    }
+    # every file checked before the first is written
+    targets = {path: guard(path) for path in [*written, *figures, folder / MANIFEST]}
+    (folder / "figures" if figures else folder).mkdir(parents=True, exist_ok=True)  # nothing made for nothing
+    made = [*written, *figures]
+    # listed first, with the earlier report's files: a report cut short leaves a folder --overwrite can redo
+    _list_files(folder, [*made, *earlier], replace=overwrite)
     for path, text in written.items():
         write_text_atomic(path, text, replace=overwrite)
-    made = [*written, *_figures(folder / "figures", records, kept, (".tex", *_image_formats()), guard)]
+    for path, figure in figures.items():
+        write_figure(
+            figure.series, figure.xlabel, figure.ylabel, targets[path], figure.log_x, replace=True, ticks=figure.ticks
+        )
     kept_now = {path.resolve() for path in made}
     for path in earlier:  # the earlier report's files this one has nothing for: they would pass for its own
         if path.resolve() not in kept_now:
             path.unlink()
-    listed = "".join(f"{path.resolve().relative_to(folder.resolve())}\n" for path in made)
-    write_text_atomic(folder / MANIFEST, listed, replace=True)
+    if not figures and folder / "figures" in {path.parent for path in earlier}:  # emptied above: the earlier report's
+        with suppress(OSError):  # unless it holds files of someone else's
+            (folder / "figures").rmdir()
+    _list_files(folder, made, replace=True)
     return Report(made, lacking)
+
+
+def _list_files(folder: Path, paths: list[Path], replace: bool) -> None:
+    """The report's manifest: its files, relative to its folder."""
+    listed = "".join(f"{path.resolve().relative_to(folder.resolve())}\n" for path in dict.fromkeys(paths))
+    write_text_atomic(folder / MANIFEST, listed, replace=replace)
 
 
 # The list of the files a report wrote, in its folder: what marks the folder as a report's, and the only

@@ -1,0 +1,142 @@
+"""The files of ``acetui study report``: a report of runs that have no perplexity (zero-shot only, or no
+evaluation) has its tables and no figures; a refused report makes nothing, and one cut short leaves a
+folder ``--overwrite`` can redo; the study file's copy is byte for byte; a cell without an interval is
+drawn without an error bar (the report's runs here are recorded through the store's API: no model runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from runhelpers import Clock, cli, insert_run
+
+from acetui_core.analysis.figures import Series, to_pgfplots
+from acetui_core.storage.store import Store
+from acetui_core.studies import studyreport
+from acetui_core.studies.study import load_study
+from acetui_core.studies.studyreport import MANIFEST
+
+TEXTS = {"environment.md", "study.toml", "summary.md", MANIFEST}
+ZERO_SHOT_TABLE = {f"table-zeroshot-mean.{suffix}" for suffix in ("tex", "md", "csv")} | {"verdicts-zeroshot-mean.txt"}
+
+
+def _recorded_study(folder: Path, model: Path, calib: str, evals: str, *, newline: str = "\n") -> tuple[Path, Path]:
+    """A study of Wanda (two seeds) and magnitude, its three cells finished in a store: with zero-shot results
+    alone (``evals = "zeroshot"``), or nothing measured (``"none"``), or a perplexity (``"wikitext2"``)."""
+    from test_verdicts import outcomes
+
+    lines = [
+        f'model = "{model}"',
+        'method = ["wanda", "magnitude"]',
+        "seed = [0, 1]",
+        f'calib = "{calib}"',
+        "nsamples = 4",
+        f'evals = "{evals}"',
+        'tasks = "boolq,rte"',
+    ]
+    (folder / "study").mkdir()
+    study = folder / "study" / "study.toml"  # a folder of its own: a report may go into it
+    study.write_bytes(newline.join([*lines, ""]).encode())
+    clock = Clock()
+    store = Store(folder / "runs.db", clock=clock)
+    for number, cell in enumerate(load_study(study).cells(store.path)):
+        tasks, kept = outcomes(number, 0.6 + 0.05 * number) if evals == "zeroshot" else (None, {})
+        insert_run(
+            store,
+            clock,
+            f"c{number:07d}",
+            cell,
+            created=1_700_000_000.0 + 60 * number,
+            ppl=30.0 + number if evals == "wikitext2" else None,
+            zeroshot=tasks,
+            result={"task_outcomes": kept} if tasks else None,
+        )
+    return study, store.path
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(path.relative_to(folder)) for path in folder.rglob("*")}
+
+
+@pytest.mark.parametrize(("evals", "tables"), [("zeroshot", ZERO_SHOT_TABLE), ("none", set())])
+def test_a_study_without_perplexity_is_reported_without_figures(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file, evals, tables
+):
+    """It was refused ("nothing to draw", exit 2) after the tables were written, with no list of the report's
+    files: every later --overwrite into that folder was refused too."""
+    study, store = _recorded_study(tmp_path, make_tiny_model("llama"), calib_file, evals)
+    report = tmp_path / "report"
+    args = ("study", "report", str(study), "-o", str(report), "--store", str(store))
+    code, out, err = cli(monkeypatch, capsys, *args)
+    assert (code, err) == (0, "")
+    assert _files(report) == TEXTS | tables  # no figures/, not even empty: every figure is of perplexity
+    assert sorted(out.splitlines()) == sorted(str(report / name) for name in TEXTS | tables if name != MANIFEST)
+    code, _, err = cli(monkeypatch, capsys, *args, "--overwrite")
+    assert (code, err) == (0, "")
+    assert _files(report) == TEXTS | tables
+
+
+def test_a_report_cut_short_leaves_a_folder_overwrite_can_redo(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
+):
+    """A figure that could not be written (a full disk) left the tables without the report's list of its files,
+    and --overwrite then refused the folder as not a report's."""
+    study, store = _recorded_study(tmp_path, make_tiny_model("llama"), calib_file, "wikitext2")
+    report = tmp_path / "report"
+    args = ("study", "report", str(study), "-o", str(report), "--store", str(store))
+
+    def disk_full(*_, **__):
+        raise OSError(28, "No space left on device", "figure")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(studyreport, "write_figure", disk_full)
+        code, _, err = cli(monkeypatch, capsys, *args)
+    assert code == 2 and err.startswith("acetui: ") and "No space left on device" in err, err
+    assert (report / MANIFEST).is_file()
+    code, _, err = cli(monkeypatch, capsys, *args, "--overwrite")
+    assert (code, err) == (0, "")
+    assert {"figures/pareto_seconds.tex", "table-ppl.md"} <= _files(report)
+
+
+def test_a_refused_report_makes_nothing(tmp_path, monkeypatch, capsys, make_tiny_model, calib_file):
+    """A report refused for a file of the user's in its folder, or for the study file in it, left an empty
+    figures/ folder behind."""
+    study, store = _recorded_study(tmp_path, make_tiny_model("llama"), calib_file, "wikitext2")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.md").write_text("mine\n")
+    code, _, err = cli(monkeypatch, capsys, "study", "report", str(study), "-o", str(mine), "--store", str(store))
+    assert (code, err) == (2, f"acetui: -o {mine / 'summary.md'} exists; pass --overwrite to replace it.\n")
+    assert _files(mine) == {"summary.md"}
+    args = ("study", "report", str(study), "-o", str(study.parent), "--store", str(store))
+    code, _, err = cli(monkeypatch, capsys, *args)
+    assert code == 2 and "is the study file" in err, err
+    assert _files(study.parent) == {"study.toml"}
+
+
+def test_the_reports_study_file_is_the_file_byte_for_byte(tmp_path, monkeypatch, capsys, make_tiny_model, calib_file):
+    """A study file with CRLF line ends was copied with LF ones."""
+    study, store = _recorded_study(tmp_path, make_tiny_model("llama"), calib_file, "wikitext2", newline="\r\n")
+    report = tmp_path / "report"
+    code, _, err = cli(monkeypatch, capsys, "study", "report", str(study), "-o", str(report), "--store", str(store))
+    assert (code, err) == (0, "")
+    assert (report / "study.toml").read_bytes() == study.read_bytes()
+    environment = (report / "environment.md").read_bytes()
+    assert b"\r" not in environment and b'method = ["wanda", "magnitude"]\nseed = [0, 1]\n' in environment
+
+
+def test_a_cell_without_an_interval_is_drawn_without_an_error_bar(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
+):
+    """A cell with no interval (no evaluation windows kept, one window, one seed) was drawn with a bar of
+    no width, ``+= (0, 0) -= (0, 0)``: its value drawn as exact, where the table says "–"."""
+    figure = to_pgfplots([Series("Wanda", [(1.0, 30.0, 30.0, 30.0), (2.0, 31.0, 29.5, 33.0)])], "x", "y", log_x=False)
+    points = [line for line in figure.splitlines() if line.startswith("  (")]
+    assert points == ["  (1, 30)", "  (2, 31) += (0, 2) -= (0, 1.5)"]  # pgfplots draws no bar for the first
+    study, store = _recorded_study(tmp_path, make_tiny_model("llama"), calib_file, "wikitext2")
+    report = tmp_path / "report"
+    code, _, err = cli(monkeypatch, capsys, "study", "report", str(study), "-o", str(report), "--store", str(store))
+    assert (code, err) == (0, "")
+    for name in ("pareto_seconds", "ppl_vs_source"):  # no window kept; magnitude's one seed
+        text = (report / "figures" / f"{name}.tex").read_text()
+        assert "+= (0, 0) -= (0, 0)" not in text and "  (" in text
