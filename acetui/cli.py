@@ -63,8 +63,8 @@ def _stopped_sentence(stopped: Cancelled) -> str:
     """What a stop left: one run, or a queue of them (a grid's, a study's), recorded as cancelled."""
     if stopped.cancelled == 1:
         return "stopped; the run is recorded as cancelled (acetui runs lists it)."
-    if stopped.cancelled == 0:
-        return "stopped; no run is recorded as cancelled."
+    if stopped.cancelled == 0:  # a stop of a command that was checking or waiting: where says what goes on
+        return f"stopped{f' {stopped.where}' if stopped.where else ''}; no run is recorded as cancelled."
     return (
         f"stopped; {stopped.cancelled} runs are recorded as cancelled: those under way and those still queued "
         "(acetui runs lists them)."

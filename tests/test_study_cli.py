@@ -1,8 +1,12 @@
 """What ``acetui study`` says: a cell of a method without calibration data in words, a folder named where a
-study file goes, and a stop that cancelled the study's queue (the runs themselves are test_study.py's)."""
+study file goes, a stop that cancelled the study's queue, and one that came while it only checked or waited
+and cancelled nothing (the runs themselves are test_study.py's)."""
 
 from __future__ import annotations
 
+import os
+import signal
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ from runhelpers import cli, stopped_by_sigterm
 
 from acetui.commands import study as study_command
 from acetui_core.storage.store import Store
+from acetui_core.studies.study import load_study
 
 QUICK = 'nsamples = 4\neval_seqlen = 32\neval_limit = 2\ndevice = "cpu"\n'
 
@@ -129,3 +134,104 @@ def test_status_before_the_first_run_lists_every_cell_missing_and_makes_no_store
         assert err.endswith("0 done, 0 running, 0 failed, 0 interrupted, 2 missing of 2 cells.\n")
     assert f"No run store at {store} yet" in err
     assert not (tmp_path / "new").exists()
+
+
+@contextmanager
+def _sigterm_kept_from_pytest():
+    """SIGTERM's default would end pytest itself where no handler of the command takes it."""
+
+    def unheard(signum, frame):
+        raise AssertionError("SIGTERM reached no handler of the command: by default it ends acetui without a word")
+
+    previous = signal.signal(signal.SIGTERM, unheard)
+    previous_int = signal.getsignal(signal.SIGINT)  # the CLI ignores a further Ctrl-C as it exits
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_study_stopped_while_it_waits_for_another_process_says_nothing_was_cancelled(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file, signum
+):
+    """Ctrl-C while `study run` waited for a cell another process runs said "a run in progress is recorded as
+    cancelled", though that run went on and nothing was cancelled; SIGTERM ended it without a word."""
+    model = make_tiny_model("llama")
+    study = _study(tmp_path / "s.toml", f'model = "{model}"\ncalib = "{calib_file}"\n{QUICK}')
+    store = Store(tmp_path / "runs.db")
+    [cell] = load_study(study).cells(store.path)
+    elsewhere = store.create_run(cell)
+    store.claim(elsewhere)  # by this live process: the cell is running, and waited for
+    polled = study_command.StudyProgress.poll
+
+    def poll_then_stop(progress, run_ids, **kwargs):
+        ended = polled(progress, run_ids, **kwargs)
+        os.kill(os.getpid(), signum)  # while it waits: the signal's handler runs as this returns
+        return ended
+
+    monkeypatch.setattr(study_command.StudyProgress, "poll", poll_then_stop)
+    with _sigterm_kept_from_pytest():
+        code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(store.path))
+    assert code == 128 + signum, err
+    assert err.splitlines()[-1] == (
+        f"acetui: stopped while waiting for 1 run under way elsewhere, which go on (acetui study status {study}); "
+        "no run is recorded as cancelled."
+    )
+    assert [run.status for run in store.list_runs()] == ["running"]
+
+
+def test_a_study_stopped_while_it_waits_for_the_lock_says_it_started_no_run(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
+):
+    """Ctrl-C during `study run --wait`, waiting for another study run to end, said "a run in progress is
+    recorded as cancelled" before it had started any."""
+    from test_study import _hold_lock
+
+    from acetui_core.studies import studylock
+
+    study = _study(tmp_path / "s.toml", f'model = "{make_tiny_model("llama")}"\ncalib = "{calib_file}"\n{QUICK}')
+    holder = _hold_lock(tmp_path / "runs.db", tmp_path / "another.toml")
+    tried = studylock._try_lock
+
+    def try_then_stop(fd):
+        taken = tried(fd)
+        if not taken:  # the wait has begun
+            os.kill(os.getpid(), signal.SIGINT)
+        return taken
+
+    monkeypatch.setattr(studylock, "_try_lock", try_then_stop)
+    try:
+        with _sigterm_kept_from_pytest():
+            args = ("study", "run", str(study), "--store", str(tmp_path / "runs.db"), "--wait")
+            code, _, err = cli(monkeypatch, capsys, *args)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 130, err
+    assert err.splitlines()[-1] == "acetui: stopped before it started a run; no run is recorded as cancelled."
+    assert Store(tmp_path / "runs.db").list_runs() == []
+
+
+def test_a_study_stopped_while_its_cells_are_checked_says_it_started_no_run(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
+):
+    """SIGTERM while the study checked its model's files was told as a problem of the model ("could not be
+    loaded as a model"), exit 2: the check turns any error of the files into its own sentence."""
+    from transformers import AutoConfig
+
+    from acetui_core.modeling import preflight
+
+    study = _study(tmp_path / "s.toml", f'model = "{make_tiny_model("llama")}"\ncalib = "{calib_file}"\n{QUICK}')
+    read = AutoConfig.from_pretrained
+
+    def stopped_while_read(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(AutoConfig, "from_pretrained", stopped_while_read)
+    preflight._preflight.cache_clear()  # the model is checked afresh, not from an earlier test's check
+    with _sigterm_kept_from_pytest():
+        code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(tmp_path / "runs.db"))
+    assert (code, err) == (143, "acetui: stopped before it started a run; no run is recorded as cancelled.\n")

@@ -5,8 +5,12 @@ state, and reported as one folder of tables, figures and sentences (``acetui_cor
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -127,6 +131,43 @@ class StudyProgress:
             time.sleep(POLL_SECONDS)
 
 
+@contextmanager
+def _stopped_at_once(where: Callable[[], str]) -> Iterator[None]:
+    """While this process only checks or waits (nothing of its own under way, nothing recorded), Ctrl-C or
+    SIGTERM end it at once: ``Cancelled`` with no run cancelled, and ``where()`` saying what it was doing and
+    what goes on (as the stop finds it), for the CLI's sentence and its exit code (130, 143). SIGTERM's default would end the
+    process without a word, and Ctrl-C's KeyboardInterrupt would be told as a run recorded cancelled.
+    Only the main thread can own signals; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals: list[int] = []
+
+    def stop(signum, frame):
+        signals.append(signum)
+        # not Cancelled itself: the checks of a model or a file turn any Exception into their own sentence
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not signals:
+            raise
+        raise Cancelled(where(), signum=signals[0], cancelled=0) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _going_on(store: Store, run_ids: list[str], study_file: Path) -> str:
+    """Where a stop found a study that waited for ``run_ids`` (of other processes, or cluster jobs): the
+    ones still under way, which the stop leaves going."""
+    going = sum(1 for run in store.list_runs(ids=run_ids) if run.active)
+    runs = f"{going} run{'s' if going != 1 else ''}"
+    return f"while waiting for {runs} under way elsewhere, which go on (acetui study status {study_file})"
+
+
 def _load(study_file: Path) -> Study:
     """The study a command names; a folder is not one (it was called a study file that does not exist)."""
     if study_file.is_dir():
@@ -150,16 +191,21 @@ def run(
     interrupted); wait for a cell another process is still running; return when every cell has ended
     (with --detach: once the runs are queued). One `study run` on a store at a time: a second is refused,
     naming the first (or, with --wait, waits for it)."""
-    study = _load(study_file)
-    path = store_path(store)
-    cells = study.cells(path, local_device=cluster is None)  # checked before a store is made
-    opened = Store(path)
-    with study_lock(opened.path, study_file, wait=wait, on_wait=lambda sentence: print(sentence, file=sys.stderr)):
-        _run(study, cells, study_file, opened, detach, cluster)
+    with ExitStack() as held:
+        with _stopped_at_once(lambda: "before it started a run"):
+            study = _load(study_file)
+            path = store_path(store)
+            cells = study.cells(path, local_device=cluster is None)  # checked before a store is made
+            opened = Store(path)
+            on_wait = lambda sentence: print(sentence, file=sys.stderr)  # noqa: E731
+            held.enter_context(study_lock(opened.path, study_file, wait=wait, on_wait=on_wait))
+            states = cell_states(cells, opened)
+        _run(study, cells, states, study_file, opened, detach, cluster)
 
 
-def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, detach: bool, cluster) -> None:
-    states = cell_states(cells, opened)
+def _run(
+    study: Study, cells: list[RunConfig], states: list, study_file: Path, opened: Store, detach: bool, cluster
+) -> None:
     counts = {state: sum(1 for _, s, _ in states if s == state) for state in STATES}
     if counts[DONE] == len(cells):
         print(f"All {len(cells)} cells of {study.name} have a finished run; nothing to run.", file=sys.stderr)
@@ -189,7 +235,8 @@ def _run(study: Study, cells: list[RunConfig], study_file: Path, opened: Store, 
             # any that ended before its first event
             progress.poll(run_ids, stopped=stopped is not None)
         if stopped is None:
-            progress.wait_for(others)
+            with _stopped_at_once(lambda: _going_on(opened, others, study_file)):
+                progress.wait_for(others)
     if stopped is not None:  # its signal sets the exit code (143 for SIGTERM, 130 for Ctrl-C)
         stopped.cancelled = sum(1 for r in opened.list_runs(ids=run_ids) if r.status == RunStatus.CANCELLED)
         raise stopped
