@@ -76,7 +76,7 @@ CASES = {
     ),
     "negative share of a mixture": (
         ["prune", "{model}", "--calib", "c4@-1+wikitext2"],
-        "acetui: The share of c4 in --calib must be at least 0 (got -1).",
+        "acetui: The share of c4 in --calib must be positive (got -1).",
     ),
     "calibration text shorter than a window": (["prune", "{model}", "--calib", "{short}"], "does not hold 128 windows"),
     "a hub id with the hub switched off": (["prune", "MODEL"], "the hub is switched off (HF_HUB_OFFLINE)"),

@@ -272,7 +272,9 @@ def _part(part: str, source: str) -> tuple[str, float | None]:
         return name, None
     if not share.strip():
         raise UserError(f"--calib {source} gives {name} no share after '@'; write a positive number (c4@3).")
-    value = parse.number(share, f"The share of {name} in --calib", minimum=0)
+    value = parse.number(share, f"The share of {name} in --calib")
+    if value < 0:  # said as the docs say it: a share of 0 is refused too, below
+        raise UserError(f"The share of {name} in --calib must be positive (got {value:g}).")
     if value == 0:
         raise UserError(f"The share of {name} in --calib is 0: a source with no windows; leave it out of the mixture.")
     return name, value
