@@ -398,7 +398,8 @@ def finish_expert_removal(
     loaded: Loaded, config: RunConfig, experts: Experts | None, before: int
 ) -> ExpertsRemoved | None:
     """Once every layer is cut: the config's expert count follows, the model can no longer be reset to
-    its dense weights (its shapes changed), and what the removal saved, counted in memory."""
+    its dense weights (its shapes changed), and what the removal saved, counted in memory as a checkpoint
+    stores it (``before``: ``stored_size`` of the dense model)."""
     if not config.expert_sparsity or experts is None or not experts.removal:
         return None
     first = experts.removal[0]
@@ -406,13 +407,5 @@ def finish_expert_removal(
     set_expert_count(loaded.model, dense, kept)
     loaded.experts_cut = True
     after = stored_size(loaded.model)
-    # ``before`` counted the dense model's parameters; its persistent buffers are those kept plus the
-    # removed experts' entries of the per-expert ones, so both counts are what the checkpoints store
-    buffers = after - sum(p.numel() for p in loaded.model.parameters())
-    layers = decoder_layers(loaded.model)
-    for record in experts.removal:
-        block = next(b for b in moe_blocks(layers[record.layer]) if b.name == record.experts)
-        per_expert = [t for t in _per_expert_stored(block) if not isinstance(t, nn.Parameter)]
-        buffers += sum(t.numel() // block.count * len(record.removed) for t in per_expert)
     counts = [len(r.scores) - len(r.removed) for r in experts.removal]
-    return ExpertsRemoved(config.expert_sparsity, config.expert_score, counts, before + buffers, after)
+    return ExpertsRemoved(config.expert_sparsity, config.expert_score, counts, before, after)

@@ -49,6 +49,7 @@ from acetui_core.pruning.expertremoval import (
     finish_expert_removal,
     moe_blocks,
     score_pass,
+    stored_size,
 )
 from acetui_core.pruning.fidelity import OutputAgreement, linear_fidelity
 from acetui_core.pruning.layerstats import LayerWork, dense_weight, layer_stats, method_scores
@@ -263,7 +264,7 @@ def prune(
     calibrated = reads_calibration(config)
     layout = expert_layout(loaded.model)
     experts = Experts(layout, config.moe_calibration) if layout is not None and calibrated else None
-    parameters_before = sum(p.numel() for p in loaded.model.parameters())
+    parameters_before = stored_size(loaded.model)  # as the checkpoint stores it: persistent buffers too
     emit(
         RunStarted(
             config.model, config.method, config.sparsity, len(layers), str(loaded.device), device_name(loaded.device)
