@@ -85,5 +85,5 @@ def main() -> None:
     except OSError as error:
         fail(os_sentence(error))
     if code == 130:  # Typer's answer to KeyboardInterrupt: a second Ctrl-C, or one outside a run
-        _interrupted("interrupted; a run in progress is recorded as cancelled.")
+        _interrupted("interrupted; any run under way is recorded as cancelled.")  # true outside a run too
     raise SystemExit(code if isinstance(code, int) else 0)

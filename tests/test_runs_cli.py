@@ -348,7 +348,7 @@ def test_a_second_ctrl_c_stops_at_once_and_still_says_one_sentence(
     assert process.wait(timeout=120) == 130
     err = (tmp_path / "err.txt").read_text()
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1] == "acetui: interrupted; a run in progress is recorded as cancelled."
+    assert err.strip().splitlines()[-1] == "acetui: interrupted; any run under way is recorded as cancelled."
     run = Store(store_path).get_run(run.id)
     assert (run.status, run.layers_done, run.error) == ("cancelled", 1, "Stopped at once by a second interrupt.")
 
