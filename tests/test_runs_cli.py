@@ -300,20 +300,24 @@ def test_a_run_in_the_foreground_outlives_its_terminal(layered_model, calib_file
         hangup.set()
         os.close(terminal)  # the terminal is gone: a write to it now fails
 
-    if hung_up == "while starting":
-        wait_until(lambda: catches_hangup(process.pid), "the command to guard against a hang-up", every=0.01)
-        assert not store_path.exists()  # still importing: no run recorded, nothing loaded
-        hang_up()
-    run = held_at_the_gate(store_path, gate, process)
-    if hung_up == "in a layer":
-        hang_up()
-        time.sleep(1)  # the signal reaches the run while the gate still holds it
-    assert process.poll() is None
-    (gate / "open").touch()
-    assert process.wait(timeout=120) == 0
-    run = Store(store_path).get_run(run.id)
-    assert (run.status, run.layers_done) == ("finished", LAYERS)
-    assert json.loads((tmp_path / "result.json").read_text())["run_id"] == run.id
+    try:
+        if hung_up == "while starting":
+            wait_until(lambda: catches_hangup(process.pid), "the command to guard against a hang-up", every=0.01)
+            assert not store_path.exists()  # still importing: no run recorded, nothing loaded
+            hang_up()
+        run = held_at_the_gate(store_path, gate, process)
+        if hung_up == "in a layer":
+            hang_up()
+            time.sleep(1)  # the signal reaches the run while the gate still holds it
+        assert process.poll() is None
+        (gate / "open").touch()
+        assert process.wait(timeout=120) == 0
+        run = Store(store_path).get_run(run.id)
+        assert (run.status, run.layers_done) == ("finished", LAYERS)
+        assert json.loads((tmp_path / "result.json").read_text())["run_id"] == run.id
+    finally:  # a failure before the gate opens must not leave the run held at it for ever
+        if process.poll() is None:
+            process.kill()
     assert b"Traceback" not in shown
 
 

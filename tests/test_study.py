@@ -578,7 +578,7 @@ def test_a_summary_sentence_says_its_p_is_holm_adjusted_and_each_sides_seeds(mon
         ],
     }
     monkeypatch.setattr(verdicts, "report", lambda table: {"columns": [column]})
-    text = summary({"ppl": SimpleNamespace(level=0.95)}, {}, [], 4, None)
+    text = summary({"ppl": SimpleNamespace(level=0.95, cells={})}, {}, 4, None)
     assert "the p of the paired test after Holm's adjustment" in text and "seeds (n) of the row and of the best" in text
     assert [line for line in text.splitlines() if line.startswith("- at ")] == [
         "- at 2:4 (tiny_llama), Magnitude is tied with Wanda-8: +514.16 perplexity [+84.73, +947.22], "
@@ -589,6 +589,29 @@ def test_a_summary_sentence_says_its_p_is_holm_adjusted_and_each_sides_seeds(mon
         "- at 2:4 (tiny_llama), RIA-16 is worse than Wanda-8: +393.04 perplexity [+260.55, +1055.09], "
         "Holm-adjusted p < 0.001, n = 2 and 2 seeds.",
     ]
+
+
+def test_a_tables_token_budget_note_counts_the_runs_of_that_table(monkeypatch):
+    """The note that a table's methods were calibrated with different token budgets was gathered from every
+    run of the study: a zero-shot table whose runs share one budget said so too, because the perplexity-only
+    runs beside them used another."""
+    from types import SimpleNamespace
+
+    from acetui_core.analysis import verdicts
+    from acetui_core.studies.studyreport import summary
+
+    def run(nsamples):
+        calibration = SimpleNamespace(nsamples=nsamples, seqlen=16)
+        return SimpleNamespace(results=SimpleNamespace(calibration=calibration))
+
+    def table(*runs):
+        return SimpleNamespace(level=0.95, cells={("Wanda-16", ("m", "0.5")): SimpleNamespace(runs=list(runs))})
+
+    monkeypatch.setattr(verdicts, "report", lambda table: {"columns": []})
+    text = summary({"ppl": table(run(8), run(16)), "zeroshot-mean": table(run(8))}, {}, 2, None)
+    perplexity, _, zero_shot = text.partition("## mean zero-shot accuracy")
+    assert "different token budgets (128, 256)" in perplexity
+    assert "token budgets" not in zero_shot
 
 
 @pytest.mark.asyncio

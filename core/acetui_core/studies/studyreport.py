@@ -170,7 +170,6 @@ def _against_best(table: Comparison, measure: str) -> list[str]:
 def summary(
     tables: dict[str, Comparison],
     by_method: dict[str, list[Comparison]],
-    records: list[RunRecord],
     cells: int,
     lacking: str | None,
 ) -> str:
@@ -181,9 +180,10 @@ def summary(
     out = ["# Summary", "", f"**Unfinished study: {lacking}**" if lacking else complete, "", READING, ""]
     for measure, table in tables.items():
         out += [f"## {MEASURES[measure]}", "", *_against_best(table, measure)]
-        budgets = {
+        budgets = {  # of the runs this table counts: a run without this measure is not in it
             r.results.calibration.nsamples * r.results.calibration.seqlen
-            for r in records
+            for cell in table.cells.values()
+            for r in cell.runs
             if r.results is not None and r.results.calibration is not None
         }
         if len(budgets) > 1:
@@ -318,7 +318,7 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
             if len(variants.rows) > 1:
                 by_method.setdefault(measure, []).append(variants)
     lacking = unfinished(study, states)
-    written[folder / "summary.md"] = summary(tables, by_method, records, len(cells), lacking)
+    written[folder / "summary.md"] = summary(tables, by_method, len(cells), lacking)
     written[folder / "environment.md"] = environment(study, records)
     written[folder / "study.toml"] = study.text
     figures = {
