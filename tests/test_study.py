@@ -657,6 +657,20 @@ def test_status_tells_every_cell_apart_and_says_what_they_share_once(tmp_path, m
     assert "Every cell of s: " in err and "eval_limit = 2" in err
 
 
+def test_a_cell_names_only_the_axes_its_method_reads(tmp_path, monkeypatch, capsys, make_tiny_model):
+    """A Wanda cell of a study with a ``ria_alpha`` axis read "Wanda-16 ..., ria_alpha 0.5", as if the study
+    had set, or varied, something Wanda never reads (the study runs it once)."""
+    model = make_tiny_model("llama")
+    text = f'model = "{model}"\nmethod = ["wanda", "ria"]\nria_alpha = [0.5, 1.0]\n{QUICK}'
+    study = _study(tmp_path / "s.toml", text)
+    Store(tmp_path / "runs.db")
+    code, out, _ = cli(monkeypatch, capsys, "study", "status", str(study), "--store", str(tmp_path / "runs.db"))
+    [wanda] = [line for line in out.splitlines() if "Wanda-16" in line]
+    ria = [line for line in out.splitlines() if "RIA-16" in line]
+    assert code == 0 and "ria_alpha" not in wanda
+    assert [line.rsplit(", ", 1)[1] for line in ria] == ["ria_alpha 0.5", "ria_alpha 1.0"]
+
+
 def test_a_run_of_another_installed_copy_of_the_bundled_model_is_the_same_cell():
     """A study that names no model runs the bundled GGUF from the environment's site-packages: after a new
     virtual environment its finished runs (another path to the same package's file) still count."""

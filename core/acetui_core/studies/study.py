@@ -88,16 +88,19 @@ NAMED = {"model", "method", "sparsity", "calib", "seed", "seqlen"}
 def cell_text(config: RunConfig, axes=()) -> str:
     """A cell in words; with the study's other axes (``refine``, ``group``...), so no two cells read alike. A
     cell of a method that reads no calibration data (magnitude) says so, without source, seed or sample
-    count: the study runs it once whatever they are (``launch.Grid.configs``)."""
-    from acetui_core.scores.metrics import may_read_calibration
+    count: the study runs it once whatever they are (``launch.Grid.configs``); nor does it name a setting its
+    method never reads (``ria_alpha`` of a Wanda cell), which the study does not vary for it."""
+    from acetui_core.scores.metrics import may_read_calibration, unread_settings
 
     calibrated = may_read_calibration(config)
+    # The model is not read here: --moe-calibration is named wherever it may count (experts=True).
+    unread = unread_settings(config, experts=True)
     data = f"{config.calib}, seed {config.seed}" if calibrated else "no calibration"
     text = f"{config.label} at {config.sparsity} on {model_name(config.model)}, {data}"
     return text + "".join(
         f", {name} {getattr(config, name)}"
         for name in axes
-        if name not in NAMED and (calibrated or not SETTINGS[name].calibration)
+        if name not in NAMED and name not in unread and (calibrated or not SETTINGS[name].calibration)
     )
 
 
