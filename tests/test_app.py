@@ -357,6 +357,28 @@ async def test_the_runs_panel_shows_the_whole_reason_a_run_ended_at_80x24(store)
 
 
 @pytest.mark.asyncio
+async def test_runs_of_whole_experts_removed_are_named_and_sort_by_sparsity(store):
+    """A run of ``--sparsity 0 --expert-sparsity 0.5`` was listed as "Wanda-16, 0" (nothing said experts
+    went), and sorting the Runs screen by sparsity raised on its sparsity of 0, which the strict parser refuses."""
+    removal = store.create_run(RunConfig("m", "wanda", sparsity="0", expert_sparsity=0.5, evals=[]))
+    both = store.create_run(RunConfig("m", "wanda", sparsity="0.5", expert_sparsity=0.25, evals=[]))
+    masked = store.create_run(RunConfig("m", "wanda", sparsity="0.5", evals=[]))
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        screen = app.screen
+        table = screen.query_one("#runs", DataTable)
+        await pilot_wait_until(pilot, lambda: table.row_count == 3, "the runs in the list")
+        while screen.COLUMNS[screen.sort_column].title != "Sparsity":
+            await pilot.press("s")
+        await pilot.pause()
+        rows = cell_texts(table)
+    assert [row[0] for row in rows] == [removal, masked, both]  # no mask first, then 0.5, then 0.5 and experts
+    assert [rows[0][2], rows[0][3]] == ["REAP expert removal", "50% of experts"]
+    assert rows[2][3] == "0.5 + 25% of experts"
+
+
+@pytest.mark.asyncio
 async def test_delete_a_run_after_confirming(store):
     run_id = store.create_run(configs(model="m", method=["wanda"], sparsity=["0.5"], seqlen=[16], evals=[])[0])
     store.set_status(run_id, "failed", error="Broken on purpose.")

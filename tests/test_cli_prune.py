@@ -1,6 +1,7 @@
 """`acetui prune` through its real entry point: results on stdout, and one sentence + exit 2 for bad input."""
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -72,6 +73,23 @@ def test_table_without_json(cli, make_tiny_model, calib_file):
     code, out, err = cli("prune", make_tiny_model("gpt2"), "--method", "wanda", "--calib", calib_file, *QUICK)
     assert code == 0, err
     assert "Wanda-16" in out and "partial" in out
+
+
+def test_the_summary_names_the_perplexity_windows_when_it_read_them_all(cli, make_tiny_model, tmp_path, monkeypatch):
+    """A whole evaluation printed its perplexity alone, so nothing said that the windows (the model's context,
+    capped at 4096 tokens) were shorter than ACE.md's and Wanda's, the whole context, on a longer-context model."""
+    from acetui_core.modeling.data import LOCAL_WIKITEXT2
+
+    test = tmp_path / "data" / LOCAL_WIKITEXT2["test"]
+    test.parent.mkdir(parents=True)
+    test.write_text(
+        "\n".join(json.dumps({"text": f" = Section {i} = \n The story goes on , part {i} . \n"}) for i in range(40))
+    )
+    monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path / "data"))
+    code, out, err = cli("prune", make_tiny_model("llama"), "-m", "magnitude", "--eval-seqlen", "64")
+    assert code == 0, err
+    [row] = [line for line in out.splitlines() if "WikiText-2 ppl" in line]
+    assert re.search(r"\d \(all \d+ windows of 64 tokens\)", row), row
 
 
 def test_magnitude_says_it_reads_no_calibration_data(cli, make_tiny_model):

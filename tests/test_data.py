@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -62,3 +63,27 @@ def test_a_corpus_with_no_long_enough_document_is_one_sentence(tokenizer, tmp_pa
         UserError, match=r"does not hold 4 windows of 16 tokens \(its longest document has \d+ tokens\)"
     ):
         calibration_windows(ids, 4, 16, seed=0)
+
+
+def test_wikitext2_windows_are_those_of_wandas_get_wikitext2(tokenizer, tmp_path, monkeypatch):
+    """``--calib wikitext2`` drew other windows than Wanda's and SparseGPT's ``get_wikitext2``: it joined the
+    train split with blank lines where they join it with spaces, and drew its one document before each
+    window, which moved the seed's sequence of window starts."""
+    from acetui_core.modeling.data import LOCAL_WIKITEXT2, calibration_sample
+
+    rows = [
+        {"text": ""},
+        {"text": " = Valkyria = \n"},
+        *({"text": f" line {i} of the story , told . \n"} for i in range(60)),
+    ]
+    train = tmp_path / LOCAL_WIKITEXT2["train"]
+    train.parent.mkdir(parents=True)
+    train.write_text("\n".join(map(json.dumps, rows)))
+    monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path))
+    # The reference (lib/data.py get_wikitext2): one text, one random start per window.
+    ids = tokenizer(" ".join(row["text"] for row in rows), return_tensors="pt").input_ids
+    random.seed(3)
+    starts = [random.randint(0, ids.shape[1] - 16 - 1) for _ in range(8)]
+    expected = torch.cat([ids[:, i : i + 16] for i in starts])
+    windows, where = calibration_sample(tokenizer, "wikitext2", 8, 16, seed=3)
+    assert torch.equal(windows, expected) and where == str(train)

@@ -211,6 +211,12 @@ def test_the_cli_reports_the_removal(make_moe, calib_file, cli, tmp_path):
     assert code == 0, err
     removed = json.loads(out)["experts_removed"]
     assert removed["kept"] == [6, 6] and removed["score"] == "frequency" and removed["counted_from"] == "memory"
+    # The summary says so too: its title and a row of its own (it named "Wanda-16 at 0.5" alone).
+    code, out, err = cli("prune", make_moe("qwen3_moe"), "-m", "wanda", "--expert-sparsity", "0.25",
+                         "--expert-score", "frequency", "--calib", calib_file, *QUICK)  # fmt: skip
+    assert code == 0, err
+    assert out.split("\n")[0].strip() == "Wanda-16 at 0.5 + 25% of experts"
+    assert "experts removed │ 25% of the routed experts (frequency)" in out
 
 
 def test_runs_show_prints_each_experts_score_with_the_removed_marked(make_moe, calib_file, cli, tmp_path):
@@ -218,11 +224,15 @@ def test_runs_show_prints_each_experts_score_with_the_removed_marked(make_moe, c
     code, out, err = cli("prune", make_moe("mixtral", edit=_silence_expert_two), "-s", "0", "--expert-sparsity",
                          "0.25", "--calib", calib_file, *QUICK, "--store", store, "--json")  # fmt: skip
     assert code == 0, err
-    code, out, err = cli("runs", "show", json.loads(out)["run_id"], "--store", store)
+    run = out
+    code, out, err = cli("runs", "show", json.loads(run)["run_id"], "--store", store)
     assert code == 0, err
     line = next(line for line in out.splitlines() if "layer 0 mlp.experts reap scores:" in line)
     assert line.split()[-2] == "0x"  # expert 2: output zero, score 0, removed; marked without colour
     assert "x: removed by --expert-sparsity" in out
+    assert out.startswith(f"run {json.loads(run)['run_id']}  finished  REAP expert removal at 25% of experts  ")
+    code, out, err = cli("runs", "--store", store)  # listed as "Wanda-16  0": nothing said experts went
+    assert code == 0 and "  REAP expert removal  25% of experts  " in out.splitlines()[1], out
 
 
 @pytest.mark.parametrize("family", ["mixtral", "gpt_oss"])

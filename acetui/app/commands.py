@@ -13,7 +13,7 @@ from acetui_core.run.config import model_name
 class RunCommands(Provider):
     def _commands(self):
         for run in sorted(self.app.runs, key=lambda r: (r.created, r.id), reverse=True):
-            text = f"Open run {run.id} {run.label} {run.config.sparsity} {model_name(run.config.model)} {run.status}"
+            text = f"Open run {run.id} {run.label} {run.config.target} {model_name(run.config.model)} {run.status}"
             yield text, partial(self.app.follow, run.id)
 
     async def discover(self) -> Hits:

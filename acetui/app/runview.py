@@ -76,7 +76,7 @@ def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None,
                 else run.status
             )
         )
-        parts.append((f"{place} {STATUS_MARK[run.status]} {run.label} {run.config.sparsity} {result}", run_id == shown))
+        parts.append((f"{place} {STATUS_MARK[run.status]} {run.label} {run.config.target} {result}", run_id == shown))
     first, last = _window([text for text, _ in parts], next((i for i, (_, on) in enumerate(parts) if on), 0), room)
     shown_parts = [f"[b]{escape(text)}[/b]" if on else escape(text) for text, on in parts[first:last]]
     if first:

@@ -105,9 +105,16 @@ def ppl_text(run: RunRecord) -> str:
     return "–" if run.ppl is None else f"{run.ppl:.2f}" + ("†" if run.ppl_partial else "")
 
 
+def sparsity_order(run: RunRecord) -> tuple:
+    """Where a run sorts by sparsity: unstructured before N:M, then by fraction, then by experts removed (a
+    run of ``--sparsity 0 --expert-sparsity F`` has a sparsity of 0, which the strict parser refuses)."""
+    spec = run.config.sparsity_spec
+    return spec.is_nm, spec.fraction, run.config.expert_sparsity
+
+
 def run_name(run: RunRecord) -> str:
     """A run in a few characters, for plot legends and captions: method, sparsity and the id's start."""
-    return f"{run.label} {run.config.sparsity} {run.id[:4]}"
+    return f"{run.label} {run.config.target} {run.id[:4]}"
 
 
 def elapsed_seconds(run: RunRecord, now: float) -> float | None:

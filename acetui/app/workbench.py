@@ -110,9 +110,7 @@ class Workbench(App):
         if new:  # one toast for a comparison queued at once
             first = min(new, key=lambda r: (r.created, r.id))
             more = f" and {len(new) - 1} more" if len(new) > 1 else ""
-            self.notify(
-                f"Run {first.id} ({first.label} at {first.config.sparsity}){more} started: F2 shows it.", timeout=8
-            )
+            self.notify(f"Run {first.id} ({first.config.title}){more} started: F2 shows it.", timeout=8)
 
     def _announce_runs_going_on(self) -> None:
         """On opening the app (after an SSH session dropped, say) away from the Run screen: the runs still
@@ -121,7 +119,7 @@ class Workbench(App):
         if not going or self.current_mode == "run":
             return
         shown = next(run for run in going if run.id == summary.run_to_show(going, None))  # the one F2 shows
-        what = f"{shown.label} at {shown.config.sparsity}, run {shown.id}"
+        what = f"{shown.config.title}, run {shown.id}"
         if len(going) == 1:
             self.notify(f"A run is still going ({what}): F2 shows it.", timeout=10)
         else:
@@ -136,7 +134,7 @@ class Workbench(App):
             what = f"finished: ppl {summary.ppl_text(run)}" if run.ppl is not None else "finished"
         else:
             what = run.status + (f": {run.error}" if run.error else "")
-        body = f"{run.label} at {run.config.sparsity} (run {run.id}) {what}"
+        body = f"{run.config.title} (run {run.id}) {what}"
         severities: dict[str, SeverityLevel] = {RunStatus.FINISHED: "information", RunStatus.CANCELLED: "warning"}
         severity = severities.get(run.status, "error")
         self.notify(body, title="Run ended", severity=severity, timeout=10)
@@ -192,7 +190,7 @@ class Workbench(App):
         also = f" Its other run(s) {', '.join(others)} end too." if others else ""
         self.push_screen(
             ConfirmScreen(
-                f"Kill run {run.id} ({run.label} at {run.config.sparsity}) now? Its process {run.pid} is ended "
+                f"Kill run {run.id} ({run.config.title}) now? Its process {run.pid} is ended "
                 f"at once, mid-layer; the layers done are kept and the run is recorded as cancelled.{also}"
             ),
             answered,
@@ -217,7 +215,7 @@ class Workbench(App):
 
         self.push_screen(
             ConfirmScreen(
-                f"Cancel run {run.id} ({run.label} at {run.config.sparsity}, {run.status})? "
+                f"Cancel run {run.id} ({run.config.title}, {run.status})? "
                 "It stops after its current layer; the layers done are kept."
             ),
             answered,

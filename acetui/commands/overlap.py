@@ -56,10 +56,7 @@ def overlap(
         linears = [asdict(r) for r in rows]
         print(json.dumps({"run_a": a.id, "run_b": b.id, "experts": removal, "linears": linears}, indent=2))
         return
-    print(
-        f"Masks of {a.id} ({a.label} at {a.config.sparsity}) and {b.id} ({b.label} at {b.config.sparsity}), "
-        f"{model_name(a.config.model)}."
-    )
+    print(f"Masks of {a.id} ({a.config.title}) and {b.id} ({b.config.title}), {model_name(a.config.model)}.")
     if removal:
         print(removal)
     print(f"\nShared: of {a.id}'s pruned positions, the fraction {b.id} prunes too")

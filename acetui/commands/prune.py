@@ -15,6 +15,7 @@ from acetui_core.basics.errors import UserError
 from acetui_core.basics.paths import default_model, user_path
 from acetui_core.run.config import RunConfig
 from acetui_core.run.records import RunResult, any_partial, mean_accuracy, to_dict
+from acetui_core.storage.store_rows import RunRecord
 
 
 def zeroshot_row(result: RunResult):
@@ -33,20 +34,40 @@ def _by_kind(result: RunResult) -> str:
     return " (" + ", ".join(f"{kind.replace('_', ' ')} {value:.4f}" for kind, value in kinds.items()) + ")"
 
 
-def summary_table(result: RunResult) -> Table:
+def experts_removed_row(result: RunResult):
+    removed = result.experts_removed
+    if removed is None:
+        return None
+    kept = ", ".join(map(str, removed.kept))
+    return (
+        "experts removed",
+        f"{removed.fraction * 100:g}% of the routed experts ({removed.score}); kept per MoE layer: {kept}; "
+        f"{result.parameters_removed:,} parameters removed",
+    )
+
+
+def summary_table(run: RunRecord, result: RunResult) -> Table:
     """A two-column summary that stays readable in an 80-column SSH terminal."""
-    table = Table(title=f"{result.label} at {result.sparsity}", show_header=False)
+    table = Table(title=run.config.title, show_header=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     calib, ppl = result.calibration, result.ppl_wikitext2
     ppl_text = "not evaluated" if ppl is None else f"{ppl:.2f}"
     if result.ppl_partial:
         ppl_text += f" (partial: first {result.ppl_windows} windows of {result.ppl_seqlen} tokens)"
+    elif ppl is not None and result.ppl_seqlen:  # the window length moves perplexity: said even when it is the default
+        ppl_text += f" (all {result.ppl_windows} windows of {result.ppl_seqlen} tokens)"
     rows = [
         ("run", f"{result.run_id} (acetui runs show {result.run_id})") if result.run_id else None,
         ("model", result.model),
-        ("method", f"{result.method} ({result.group} groups)"),
+        (
+            "method",
+            f"{result.method} (unused: --sparsity 0 masks nothing)"
+            if run.config.removes_experts_alone
+            else f"{result.method} ({result.group} groups)",
+        ),
         ("sparsity", f"{result.overall_sparsity:.4f} of the decoder linears{_by_kind(result)}"),
+        experts_removed_row(result),
         (
             "calibration",
             f"{calib.nsamples} x {calib.seqlen} tokens, seed {calib.seed}, {calib.source}"
@@ -106,4 +127,4 @@ def prune(
     if as_json:
         print(json.dumps(to_dict(result), indent=2))
     else:
-        Console().print(summary_table(result))
+        Console().print(summary_table(run, result))

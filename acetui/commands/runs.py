@@ -116,7 +116,7 @@ def runs(
             _status_text(r),
             model_name(r.config.model),
             r.label,
-            r.config.sparsity,
+            r.config.target,
             _calibration(r.config),
             _ppl_text(r),
             "-" if r.prune_seconds is None else f"{r.prune_seconds:.1f}",
@@ -145,7 +145,7 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
         for name, value in (("created", run.created), ("started", run.started), ("finished", run.finished))
         if value is not None
     )
-    print(f"run {run.id}  {_status_text(run)}  {run.label} at {run.config.sparsity}  {run.config.model}")
+    print(f"run {run.id}  {_status_text(run)}  {run.config.title}  {run.config.model}")
     print(times)
     if run.error:
         print(f"error: {run.error}")
@@ -315,7 +315,7 @@ def watch(
     mode = notifications.remembered_mode(notify)
     opened = Store(store, create=False)
     run = opened.get_run(run_id, layers=False)
-    print(f"run {run.id}: {run.label} at {run.config.sparsity} on {run.config.model} ({_status_text(run)})", flush=True)
+    print(f"run {run.id}: {run.config.title} on {run.config.model} ({_status_text(run)})", flush=True)
     follower = Follower(opened, [run.id])
     try:
         follower.follow(interval)

@@ -233,11 +233,11 @@ class NewRunScreen(Screen):
         try:
             (shown,) = self.configs()
         except UserError:
-            self.notify(f"Run settings of {config.label} at {config.sparsity} loaded; fix the flagged fields.")
+            self.notify(f"Run settings of {config.title} loaded; fix the flagged fields.")
             return
         lost = [f"{name} {value}" for name, value in asdict(config).items() if getattr(shown, name) != value]
         left = f" Not carried over (it does not fit here): {', '.join(lost)}." if lost else ""
-        self.notify(f"{config.label} at {config.sparsity} loaded: ctrl+r starts it again.{left}", timeout=12)
+        self.notify(f"{config.title} loaded: ctrl+r starts it again.{left}", timeout=12)
 
     @work(thread=True, exclusive=True, group="candidates")
     def find_candidates(self) -> None:
@@ -444,7 +444,7 @@ def plan_line(configs: Sequence[RunConfig], room: int) -> str:
     if len(configs) == len(labels) * len(sparsities):  # the grid, each pair once
         grid = f"{count}: {', '.join(labels)} × {', '.join(sparsities)}"
         return grid if cell_len(grid) <= room else f"{count}: {len(labels)} methods × {len(sparsities)} sparsities"
-    runs = [f"{config.label} {config.sparsity}" for config in configs]
+    runs = [f"{config.label} {config.target}" for config in configs]
     for shown in range(len(runs), 0, -1):
         left_out = len(runs) - shown
         line = f"{count}: {', '.join(runs[:shown])}" + (f" … (+{left_out} more)" if left_out else "")

@@ -24,7 +24,6 @@ from acetui_core.analysis.rowlabels import row_labels
 from acetui_core.basics.choices import RunStatus
 from acetui_core.run.config import model_name
 from acetui_core.scores.metrics import METHODS, reads_calibration
-from acetui_core.scores.sparsity import parse_sparsity
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
 
@@ -48,11 +47,6 @@ def _seqlen_order(run: RunRecord) -> float:
     return math.inf if seqlen == "full" else float(seqlen)
 
 
-def _sparsity_order(run: RunRecord) -> tuple:
-    spec = parse_sparsity(run.config.sparsity)
-    return spec.is_nm, spec.fraction
-
-
 def _calibration(run: RunRecord) -> str:
     """Samples x window length, e.g. ``128×16`` (– for methods without calibration data)."""
     if run.config.method in METHODS and not reads_calibration(run.config):
@@ -71,7 +65,7 @@ def _windows(run: RunRecord) -> str:
 COLUMNS = [
     Column("Model", lambda r: model_name(r.config.model), lambda r: model_name(r.config.model)),
     Column("Method", lambda r: r.label, lambda r: r.label),  # named apart by ResultsTable.method_names
-    Column("Sparsity", _sparsity_order, lambda r: r.config.sparsity),
+    Column("Sparsity", summary.sparsity_order, lambda r: r.config.sparsity),
     Column("PPL", lambda r: missing_last(r.ppl), summary.ppl_text),
     Column("Prune", lambda r: missing_last(r.prune_seconds), lambda r: summary.fmt_seconds(r.prune_seconds)),
     Column("0-shot%", lambda r: _zeroshot_order(r), _zeroshot_percent),

@@ -215,7 +215,7 @@ class RunScreen(Screen):
         batch = self.app.batch
         place = f" ({batch.index(run.id) + 1}/{len(batch)})" if len(batch) > 1 and run.id in batch else ""
         self.query_one("#run-title", Static).update(
-            f"[b]{escape(run.label)}[/b] · {run.config.sparsity} · {escape(model_name(run.config.model))} · "
+            f"[b]{escape(run.label)}[/b] · {run.config.target} · {escape(model_name(run.config.model))} · "
             f"[${STATUS_COLOR[run.status]}]{run.status}[/] · run {run.id}{place}"
         )
 

@@ -31,7 +31,6 @@ from acetui.app.widgets.rowtable import RowTable
 from acetui.app.widgets.textfield import TextField
 from acetui_core.basics.errors import UserError
 from acetui_core.run.config import model_name
-from acetui_core.scores.sparsity import parse_sparsity
 from acetui_core.storage.store_rows import RunRecord
 from acetui_core.storage.store_schema import STATUSES
 
@@ -56,7 +55,7 @@ COLUMNS = [
     Column("Run", lambda r: r.id),
     Column("Status", lambda r: STATUSES.index(r.status) if r.status in STATUSES else len(STATUSES)),
     Column("Method", lambda r: r.label),
-    Column("Sparsity", lambda r: (parse_sparsity(r.config.sparsity).is_nm, parse_sparsity(r.config.sparsity).fraction)),
+    Column("Sparsity", summary.sparsity_order),
     Column("Layers", lambda r: r.layers_done),
     Column("PPL", lambda r: missing_last(r.ppl)),
     Column("Took", lambda r: missing_last(summary.elapsed_seconds(r, summary.clock()))),
@@ -143,7 +142,7 @@ class RunsScreen(SortedRunListScreen):
                     r.id,
                     status_text(self, r.status),
                     r.label,
-                    r.config.sparsity,
+                    r.config.target,
                     progress(r),
                     summary.ppl_text(r),
                     duration(r),
@@ -212,7 +211,7 @@ class RunsScreen(SortedRunListScreen):
         text = (
             # The model by its name: a long path took most of the panel's lines and cut the error under it
             # (the Run screen's Config tab has the path).
-            f"[b]{run.id}[/b] {escape(run.label)} at {run.config.sparsity} on {escape(model_name(run.config.model))}; "
+            f"[b]{run.id}[/b] {escape(run.config.title)} on {escape(model_name(run.config.model))}; "
             f"created {summary.fmt_time(run.created)}{took}"
         )
         if run.error:
@@ -256,9 +255,6 @@ class RunsScreen(SortedRunListScreen):
             self.notify(f"Run {run.id} deleted.")
 
         self.app.push_screen(
-            ConfirmScreen(
-                f"Delete run {run.id} ({run.label} at {run.config.sparsity}, "
-                f"{run.status})? Its layers and results go too."
-            ),
+            ConfirmScreen(f"Delete run {run.id} ({run.config.title}, {run.status})? Its layers and results go too."),
             answered,
         )

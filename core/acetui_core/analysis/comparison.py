@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from acetui_core.analysis.rowlabels import model_columns, result_of, row_labels, shared_settings
-from acetui_core.basics.choices import EXPERT_SCORE_NAMES, RunStatus, SparsityScope
+from acetui_core.basics.choices import RunStatus, SparsityScope
 from acetui_core.basics.errors import UserError, check_choice
 from acetui_core.run.config import RunConfig
 from acetui_core.run.records import any_partial, mean_accuracy, task_accuracy
@@ -257,15 +257,6 @@ def _sparsity_header(config: RunConfig) -> str:
     return f"{pattern} of expert parameters" if inside else pattern
 
 
-def row_label(record: RunRecord) -> str:
-    """A run's row: its method and calibration length (``Wanda-16``), or, for whole experts removed and no
-    mask, the expert score (``REAP expert removal``): the method then changes nothing."""
-    config = record.config
-    if config.expert_sparsity and parse_sparsity(config.sparsity, allow_zero=True).fraction == 0:
-        return f"{EXPERT_SCORE_NAMES.get(config.expert_score, config.expert_score)} expert removal"
-    return record.label
-
-
 def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tuple[str, str, float, bool]]:
     """(row, column header, value, partial) entries one run adds to the grid."""
     result = result_of(record)
@@ -371,7 +362,7 @@ def comparison(
     def keys(record: RunRecord) -> tuple[str, str]:
         config = record.config
         if sparsity_columns:
-            return row_label(record), _sparsity_header(config)
+            return record.label, _sparsity_header(config)
         if columns == "seqlen":
             length = "FL" if config.seqlen == "full" else str(config.seqlen)
             if result_of(record).calibration is None:  # magnitude: under no length (its --seqlen was unused)
@@ -380,8 +371,8 @@ def comparison(
                 length = f"{config.nsamples}x{length}"
             return paper_name(config.method), length
         if columns == "seed":
-            return row_label(record), f"seed {config.seed}"
-        return row_label(record), ""  # per-task table: the tasks are the columns
+            return record.label, f"seed {config.seed}"
+        return record.label, ""  # per-task table: the tasks are the columns
 
     axis = "sparsity" if sparsity_columns else columns
     labels = row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)

@@ -10,7 +10,7 @@ import json
 import re
 from datetime import datetime, timezone
 
-from acetui_core.analysis.comparison import AVERAGE, Comparison, comparison, row_label
+from acetui_core.analysis.comparison import AVERAGE, Comparison, comparison
 from acetui_core.analysis.verdicts import judge
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.texttable import aligned
@@ -82,8 +82,6 @@ def csv_row(record: RunRecord) -> dict:
     data = record.to_dict()
     for name in _TIME_FIELDS:
         data[name] = _iso(data[name])
-    if not record.settings_unknown:  # the table's row name: "REAP expert removal", not the unused method's
-        data["label"] = row_label(record)
     row: dict = {}
     _flatten(data, "", row)
     row.update(fidelity_columns(record))

@@ -126,7 +126,7 @@ def layer_series(records: list[RunRecord]) -> list[Series]:
     output's ``1 - cosine`` to the dense layer's as a second series; no interval (one measurement each)."""
     out = []
     for run in records:
-        name = f"{run.label} {run.config.sparsity} {run.id[:4]}"
+        name = f"{run.label} {run.config.target} {run.id[:4]}"
         sparsity = [(layer.index, layer.sparsity) for layer in run.layers if layer.sparsity is not None]
         if sparsity:
             out.append(Series(f"{name} sparsity", [(x, y, y, y) for x, y in sparsity]))

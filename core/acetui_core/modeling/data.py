@@ -126,7 +126,7 @@ def calibration_sample(
         ids, where = tokenized_calibration(tokenizer, name)
         wheres.append(where)
         if count:
-            windows.append(calibration_windows(ids, count, seqlen, seed, cancel))
+            windows.append(calibration_windows(ids, count, seqlen, seed, cancel, draw_document=name != "wikitext2"))
     return torch.cat(windows), " + ".join(wheres)
 
 
@@ -168,19 +168,19 @@ def calibration_documents(source: str) -> tuple[list[str], str]:
             return load_dataset("allenai/c4", data_files={"train": C4_SHARD}, split="train")["text"]
 
         return _hub_texts("C4", hub), source_place(source)
-    if source == "wikitext2":
+    if source == "wikitext2":  # one text, the train split joined with spaces, as Wanda's get_wikitext2 reads it
         if local:
             path = local / LOCAL_WIKITEXT2["train"]
             if not path.is_file():
                 raise UserError(
                     f"ACETUI_DATA_DIR has no WikiText-2 train split at {path} (the test split is for evaluation only); use --calib c4 or a file."
                 )
-            return ["\n\n".join(_read_records(path))], source_place(source)
+            return [" ".join(_read_records(path))], source_place(source)
 
         def hub():
             from datasets import load_dataset
 
-            return ["\n\n".join(load_dataset("wikitext", "wikitext-2-raw-v1", split="train")["text"])]
+            return [" ".join(load_dataset("wikitext", "wikitext-2-raw-v1", split="train")["text"])]
 
         return _hub_texts("WikiText-2", hub), source_place(source)
     path = user_path(source)
@@ -221,10 +221,14 @@ def _tokenized_calibration(tokenizer, source: str, _data_dir: str):
     return LazyTokens(tokenizer, documents), where
 
 
-def calibration_windows(ids: Sequence[list[int]], nsamples: int, seqlen: int, seed: int, cancel=None) -> torch.Tensor:
+def calibration_windows(
+    ids: Sequence[list[int]], nsamples: int, seqlen: int, seed: int, cancel=None, *, draw_document: bool = True
+) -> torch.Tensor:
     """``nsamples`` windows of ``seqlen`` tokens, drawn as Wanda's C4 sampler does: with
     ``random.seed(seed)``, pick a random document longer than ``seqlen`` tokens, then a random
-    window inside it. Only the documents drawn are read from ``ids`` (see ``LazyTokens``).
+    window inside it. Without ``draw_document`` (WikiText-2's train split, one text) only the window is
+    drawn, as Wanda's ``get_wikitext2`` draws it: drawing the one document would move the seed's sequence. Only
+    the documents drawn are read from ``ids`` (see ``LazyTokens``).
     Returns ``(nsamples, seqlen)`` token ids; ``cancel`` is checked before each window."""
     random.seed(seed)
     windows: list[list[int]] = []
@@ -233,7 +237,7 @@ def calibration_windows(ids: Sequence[list[int]], nsamples: int, seqlen: int, se
         where = f"while drawing calibration windows ({len(windows)} of {nsamples} drawn), before any layer was pruned"
         check_stop(cancel, where)
         while True:
-            index = random.randint(0, len(ids) - 1)
+            index = random.randint(0, len(ids) - 1) if draw_document else 0
             doc = ids[index]
             if len(doc) > seqlen:
                 break

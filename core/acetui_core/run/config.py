@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from acetui_core.basics.choices import (
+    EXPERT_SCORE_NAMES,
     Allocation,
     DSnoTAccept,
     DSnoTPruneScore,
@@ -253,13 +254,35 @@ class RunConfig(BasicSettings):
         return parse_sparsity(self.sparsity, allow_zero=True)
 
     @property
+    def removes_experts_alone(self) -> bool:
+        """Whole experts removed and no mask (``--sparsity 0 --expert-sparsity F``): the method changes nothing."""
+        return bool(self.expert_sparsity) and self.sparsity_spec.fraction == 0
+
+    @property
     def label(self) -> str:
-        """The paper's row name: method and calibration length, e.g. ``ACE-16`` or ``Wanda-FL``."""
+        """The paper's row name: method and calibration length, e.g. ``ACE-16`` or ``Wanda-FL``; for whole
+        experts removed and no mask, the expert score (``REAP expert removal``), since the method is unused."""
         from acetui_core.scores.metrics import paper_name
 
+        if self.removes_experts_alone:
+            return f"{EXPERT_SCORE_NAMES.get(self.expert_score, self.expert_score)} expert removal"
         length = "FL" if self.seqlen == "full" else str(self.seqlen)
         name = paper_name(self.method)
         return name if self.method == "magnitude" else f"{name}-{length}"
+
+    @property
+    def target(self) -> str:
+        """What the run takes away, in a few words: ``0.5``, ``2:4``; with ``--expert-sparsity``, the experts
+        too (``0.5 + 25% of experts``, or ``50% of experts`` alone), which ``--sparsity`` alone hid."""
+        if not self.expert_sparsity:
+            return self.sparsity
+        experts = f"{self.expert_sparsity * 100:g}% of experts"
+        return experts if self.removes_experts_alone else f"{self.sparsity} + {experts}"
+
+    @property
+    def title(self) -> str:
+        """``Wanda-16 at 0.5``, ``REAP expert removal at 50% of experts``: a run named in a sentence."""
+        return f"{self.label} at {self.target}"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -73,7 +73,7 @@ class RunRecord:
     @property
     def brief(self) -> str:
         """What the run is, in a few words: ``Wanda-16 at 0.5, finished, ppl 87.62``."""
-        what = "settings unreadable" if self.settings_unknown else f"{self.label} at {self.config.sparsity}"
+        what = "settings unreadable" if self.settings_unknown else f"{self.config.title}"
         ppl = "" if self.ppl is None else f", ppl {self.ppl:.2f}"
         return f"{what}, {self.status}{ppl}"
 

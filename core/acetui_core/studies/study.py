@@ -96,7 +96,7 @@ def cell_text(config: RunConfig, axes=()) -> str:
     # The model is not read here: --moe-calibration is named wherever it may count (experts=True).
     unread = unread_settings(config, experts=True)
     data = f"{config.calib}, seed {config.seed}" if calibrated else "no calibration"
-    text = f"{config.label} at {config.sparsity} on {model_name(config.model)}, {data}"
+    text = f"{config.title} on {model_name(config.model)}, {data}"
     return text + "".join(
         f", {name} {getattr(config, name)}"
         for name in axes
