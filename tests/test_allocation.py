@@ -24,7 +24,7 @@ def test_outlier_ratio_counts_scores_above_m_times_the_mean_of_all_linears_toget
 def test_owl_sparsities_average_to_the_target_weighted_by_parameters_and_follow_the_ratios():
     ratios = [0.010, 0.030, 0.020, 0.005]
     sizes = [100, 300, 50, 1000]
-    s = owl_sparsities(ratios, sizes, target=0.7, lam=0.08)
+    s = owl_sparsities(ratios, sizes, target=0.7, lam=0.08, mean="weighted")
     assert sum(si * n for si, n in zip(s, sizes, strict=True)) / sum(sizes) == pytest.approx(0.7, abs=1e-12)
     assert sorted(range(4), key=lambda i: s[i]) == sorted(
         range(4), key=lambda i: -ratios[i]
@@ -33,9 +33,10 @@ def test_owl_sparsities_average_to_the_target_weighted_by_parameters_and_follow_
     assert owl_sparsities([0.1, 0.1], [1, 1], 0.5, 0.08) == [0.5, 0.5]
 
 
-def test_owl_spread_outside_zero_one_is_one_sentence():
-    with pytest.raises(UserError, match="choose a smaller lambda"):
-        owl_sparsities([0.0, 1.0], [1, 100], target=0.9, lam=0.09)
+@pytest.mark.parametrize("mean", ["plain", "weighted"])
+def test_owl_layer_sparsity_of_one_is_one_sentence(mean):
+    with pytest.raises(UserError, match="pruning all of it; choose a smaller lambda"):
+        owl_sparsities([0.0, 1.0, 1.0], [1, 1, 100], target=0.9, lam=0.09, mean=mean)
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +162,42 @@ def test_expert_calibration_is_kept_where_experts_activations_are_gathered(make_
 
     config = RunConfig(model=str(make_moe("mixtral")), method=method, sparsity="0.5", calib=calib_file, **UNREAD)
     assert check_config(config).moe_calibration == kept
+
+
+def test_owl_centres_on_the_plain_mean_as_its_code_and_the_weighted_mean_is_a_variant():
+    """OWL's code: keep ratio x - np.mean(x) + (1 - s), so the layer sparsities' plain mean is the target;
+    on layers of different sizes the weighted variant makes the parameter-weighted mean the target."""
+    plain = owl_sparsities([1.0, 2.0, 3.0], [1, 1, 10], 0.7, 0.08)
+    assert plain == pytest.approx([0.78, 0.70, 0.62], abs=1e-12)
+    assert owl_sparsities([1.0, 2.0, 3.0], [1, 1, 10], 0.7, 0.08, "weighted") == pytest.approx([0.84, 0.76, 0.68])
+    assert owl_sparsities([1.0, 2.0, 3.0], [5, 5, 5], 0.7, 0.08, "weighted") == pytest.approx(plain, abs=1e-12)
+
+
+def test_owl_prunes_a_layer_below_zero_at_one_percent_as_its_code():
+    # x = [0, 0.2, 0.2], plain mean 2/15: 0.05 - x + 2/15 = 0.1833, -0.0167, -0.0167
+    assert owl_sparsities([0.0, 1.0, 1.0], [1, 1, 1], 0.05, 0.1) == pytest.approx([0.05 + 0.2 * 2 / 3, 0.01, 0.01])
+
+
+def test_old_owl_runs_read_back_weighted_and_share_cells_with_new_ones_where_the_means_agree():
+    from acetui_core.analysis.rowlabels import _weighted_mean_mattered
+    from acetui_core.run.records import LayerAllocation, RunResult
+
+    stored = RunConfig(model="m", allocation="owl").to_dict()
+    del stored["owl_mean"]
+    assert RunConfig.from_dict(stored).owl_mean == "weighted"
+    assert RunConfig.from_dict({**stored, "allocation": "uniform"}).owl_mean == "plain"
+
+    def result(targets):
+        return RunResult(
+            "m",
+            "wanda",
+            "Wanda-16",
+            "0.7",
+            "row",
+            allocation=[LayerAllocation(i, float(i), t) for i, t in enumerate(targets)],
+        )
+
+    equal = owl_sparsities([0.1, 0.3, 0.2], [4, 4, 4], 0.7, 0.08, "weighted")
+    unequal = owl_sparsities([0.1, 0.3, 0.2], [4, 40, 4], 0.7, 0.08, "weighted")
+    assert not _weighted_mean_mattered(result(equal), 0.7)
+    assert _weighted_mean_mattered(result(unequal), 0.7)

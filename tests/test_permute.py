@@ -74,15 +74,48 @@ def test_lsa_finds_the_known_grouping_of_the_clustered_matrix():
 
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (4, 8), (1, 4)])
 @pytest.mark.parametrize("seed", range(6))
-def test_greedy_never_keeps_less_than_none_and_lsa_never_less_than_greedy(n, m, seed):
+def test_guarded_greedy_never_keeps_less_than_none_and_lsa_never_less_than_greedy(n, m, seed):
     torch.manual_seed(seed)
     scores = torch.rand(12, 8 * m) ** 4 * torch.rand(1, 8 * m) * 10  # heavy columns, as activations make them
     kept = {
-        how: retained_fraction(scores, permuted_nm_mask(scores, n, m, channel_permutation(scores, n, m, how)))
+        how: retained_fraction(
+            scores, permuted_nm_mask(scores, n, m, channel_permutation(scores, n, m, how, guard=True))
+        )
         for how in ("greedy", "lsa")
     }
     none = retained_fraction(scores, nm_mask(scores, n, m)[0])
     assert none <= kept["greedy"] <= kept["lsa"]
+
+
+# RIA's reallocation keeps less here than the original order (50 of 72 against 57). Its column sums rank
+# the inputs 1 0 4 5 6 7 3 2; dealt into slots 0-3 of the two groups, the even slots in order, the odd ones
+# reversed (prune_ria with --reallocation): groups {1, 5, 6, 2} and {0, 4, 7, 3}.
+WORSE = torch.tensor(
+    [
+        [0.0, 3.0, 8.0, 4.0, 1.0, 6.0, 9.0, 2.0],
+        [5.0, 0.0, 7.0, 8.0, 6.0, 3.0, 1.0, 9.0],
+    ]
+)
+# 2:4 prunes each group's two lowest: row 0 inputs 1, 5 and 0, 4; row 1 inputs 1, 6 and 0, 4.
+RIA_REALLOCATED = torch.tensor([[1, 1, 0, 0, 1, 1, 0, 0], [1, 1, 0, 0, 1, 0, 1, 0]], dtype=torch.bool)
+
+
+def test_rias_reallocation_is_applied_even_where_it_keeps_less_and_the_guard_keeps_the_original_order():
+    order = channel_permutation(WORSE, 2, 4, "greedy")
+    assert order.tolist() == [1, 5, 6, 2, 0, 4, 7, 3]
+    assert torch.equal(permuted_nm_mask(WORSE, 2, 4, order), RIA_REALLOCATED)
+    assert retained_fraction(WORSE, RIA_REALLOCATED) == pytest.approx(50 / 72)
+    guarded = channel_permutation(WORSE, 2, 4, "greedy", guard=True)
+    assert guarded.tolist() == list(range(8))
+    assert torch.equal(permuted_nm_mask(WORSE, 2, 4, guarded), nm_mask(WORSE, 2, 4)[0])
+
+
+def test_a_permuted_run_recorded_before_the_reference_default_reads_back_guarded():
+    stored = RunConfig(model="m", sparsity="2:4", permute="lsa").to_dict()
+    del stored["permute_guard"]
+    assert RunConfig.from_dict(stored).permute_guard is True
+    assert RunConfig.from_dict({**stored, "permute": "none"}).permute_guard is False
+    assert RunConfig.from_dict(RunConfig(model="m", sparsity="2:4", permute="lsa").to_dict()).permute_guard is False
 
 
 def test_the_permuted_mask_is_n_m_in_the_permuted_order():
@@ -134,7 +167,7 @@ def test_a_permuted_run_records_its_orders_and_saves_a_model_that_computes_what_
             order = torch.tensor(choice.permutation)
             W = weight_matrix(module)
             assert ((W[:, order] != 0).reshape(W.shape[0], -1, 4).sum(dim=-1) <= 2).all()
-            assert choice.retained >= choice.retained_unpermuted
+            assert 0 < choice.retained <= 1 and 0 < choice.retained_unpermuted <= 1  # RIA's: either may keep more
             key = next(k for k in sidecar["order"] if k.endswith(f"layers.{index}.{name}.weight"))
             assert sidecar["order"][key] == choice.permutation
             assert torch.equal(saved_weights[key], module.weight)

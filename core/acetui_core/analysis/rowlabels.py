@@ -5,11 +5,12 @@ and each run's row label with the differences from the other runs of its base la
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from acetui_core.basics.choices import SparsityGroup
+from acetui_core.basics.choices import OwlMean, SparsityGroup
 from acetui_core.basics.paths import known_model, model_key
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.run.records import RunResult
@@ -56,6 +57,8 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
             method = METHODS.get(config.method)
             group = method.group if method is not None else SparsityGroup.ROW
         values["group"] = str(group)  # text: a run stored without a group reads back as the enum
+    if values.get("owl_mean") == OwlMean.WEIGHTED and not _weighted_mean_mattered(result, config.sparsity_spec.ratio):
+        values["owl_mean"] = OwlMean.PLAIN  # the plain mean's targets too: recorded before --owl-mean, on equal layers
     values["dtype"] = result.dtype
     values["model"] = record.model_key  # one model however its path was typed; any copy of the bundled one
     bundled = model_key(config.model) != config.model
@@ -73,6 +76,14 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
         values["tasks"] = tuple((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
         values.pop("zeroshot_limit", None)
     return values
+
+
+def _weighted_mean_mattered(result: RunResult, target: float) -> bool:
+    """Whether OWL's weighted mean gave other layer sparsities than its plain one: exactly where the plain
+    mean of the targets is not the target. A run recorded before ``--owl-mean`` (weighted, every layer
+    equal in size for a dense model) is so told from one on layers of different sizes."""
+    targets = [a.sparsity for a in result.allocation or [] if not math.isnan(a.outlier_ratio)]
+    return bool(targets) and abs(sum(targets) / len(targets) - target) > 1e-9
 
 
 def model_columns(records: list[RunRecord]) -> dict[str, str]:

@@ -82,6 +82,13 @@ class Allocation(StrEnum):
     OWL = "owl"
 
 
+class OwlMean(StrEnum):
+    """``--owl-mean``: the mean OWL's layer sparsities are centred on."""
+
+    PLAIN = "plain"  # OWL's code (np.mean over the layers)
+    WEIGHTED = "weighted"  # each layer weighed by its masked parameters: the overall sparsity is the target
+
+
 class Update(StrEnum):
     """``--update``: what follows the mask, nothing or SparseGPT's OBS update."""
 

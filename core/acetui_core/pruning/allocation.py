@@ -6,11 +6,17 @@ OWL's definitions, computed with the chosen metric's scores:
 - a decoder layer's outlier ratio ``r_l`` is the share of its scores (every linear of the layer
   together) above ``M`` times the layer's mean score;
 - ``x_l = 2 lambda (r_l - min r) / (max r - min r)`` spreads the ratios over ``[0, 2 lambda]``;
-- the layer's sparsity is ``s_l = s - (x_l - mean_w x)``, where ``mean_w`` weighs each layer by its
-  number of masked parameters, so the parameter-weighted mean of ``s_l`` is the target ``s`` exactly
-  (OWL's code takes the plain mean, the same thing when all layers are equal in size). With
-  ``--sparsity-scope experts`` the scores, ratios and sizes are the routed experts' alone, and a layer
-  without them takes no part, so the experts are pruned to ``s`` as without OWL.
+- the layer's sparsity is ``s_l = s - (x_l - mean x)``, with OWL's code's plain mean over the layers
+  (``prune_wanda_outlier``: ``all_layer_ratio - np.mean(all_layer_ratio) + (1 - sparsity_ratio)`` is
+  the layer's share kept); ``--owl-mean weighted`` weighs each layer by its number of masked parameters
+  instead, so the parameter-weighted mean of ``s_l`` is the target ``s`` exactly. The two agree when
+  every layer the mask covers is equal in size (``layer_sizes``); they differ for a model whose layers
+  differ, such as a MoE model with dense layers first;
+- a layer whose sparsity comes out at 0 or below is pruned at 0.01, as OWL's code does; one at 1 or
+  above is refused (OWL's code would prune every weight of the layer).
+
+With ``--sparsity-scope experts`` the scores, ratios and sizes are the routed experts' alone, and a
+layer without them takes no part.
 
 ``owl_allocation`` runs OWL's statistics pass over the dense model for the layer loop.
 """
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from acetui_core.basics.choices import StageName
+from acetui_core.basics.choices import OwlMean, StageName
 from acetui_core.basics.errors import UserError, check_stop
 from acetui_core.modeling.layouts import masked_linears, weight_matrix
 from acetui_core.modeling.placement import advance, layer_feed, module_device
@@ -35,9 +41,14 @@ def outlier_ratio(scores: list[torch.Tensor], m: float) -> float:
     return sum((s > m * mean).sum().item() for s in scores) / count
 
 
-def owl_sparsities(ratios: list[float], sizes: list[int], target: float, lam: float) -> list[float]:
+OWL_FLOOR = 0.01  # OWL's code prunes a layer whose sparsity comes out at 0 or below at this
+
+
+def owl_sparsities(
+    ratios: list[float], sizes: list[int], target: float, lam: float, mean: str = OwlMean.PLAIN
+) -> list[float]:
     """Each layer's sparsity from its outlier ratio (module docstring); equal ratios give ``target``
-    everywhere. A spread that leaves (0, 1) is refused."""
+    everywhere. A layer of size 0 (nothing masked) takes no part."""
     w = torch.tensor(sizes, dtype=torch.float64)
     masked = w > 0  # a layer the mask does not cover (no routed experts, --sparsity-scope experts) has no ratio
     r = torch.tensor(ratios, dtype=torch.float64).where(masked, 0.0)
@@ -45,13 +56,19 @@ def owl_sparsities(ratios: list[float], sizes: list[int], target: float, lam: fl
     if high == low:
         return [target] * len(ratios)
     x = (2 * lam * (r - low) / (high - low)).where(masked, 0.0)
-    s = target - (x - (x * w).sum() / w.sum())
-    if s[masked].min() <= 0 or s[masked].max() >= 1:
+    weights = w if mean == OwlMean.WEIGHTED else masked.double()
+    s = target - (x - (x * weights).sum() / weights.sum())
+    if s[masked].max() >= 1:
         raise UserError(
-            f"OWL with --owl-lambda {lam:g} at sparsity {target:g} would give a layer sparsity of "
-            f"{s[masked].min().item():.3f} to {s[masked].max().item():.3f}; choose a smaller lambda."
+            f"OWL with --owl-lambda {lam:g} at sparsity {target:g} would give a layer a sparsity of "
+            f"{s[masked].max().item():.3f}, pruning all of it; choose a smaller lambda."
         )
-    return s.tolist()
+    return s.where(s > 0, OWL_FLOOR).tolist()
+
+
+def layer_sizes(layers, scope: str) -> list[int]:
+    """Each decoder layer's weights that the mask covers (``--sparsity-scope``); 0 where it covers none."""
+    return [sum(weight_matrix(m).numel() for m in masked_linears(layer, scope).values()) for layer in layers]
 
 
 @torch.no_grad()
@@ -89,8 +106,6 @@ def owl_allocation(loaded, layers, inputs, config, method, sparsity, emit, cance
         if feed is not None:
             feed.close()
     emit(Stage(StageName.OUTLIER_RATIOS, len(layers), len(layers)))
-    sizes = [
-        sum(weight_matrix(m).numel() for m in masked_linears(layer, config.sparsity_scope).values()) for layer in layers
-    ]
-    allocated = owl_sparsities(ratios, sizes, sparsity.ratio, config.owl_lambda)
+    sizes = layer_sizes(layers, config.sparsity_scope)
+    allocated = owl_sparsities(ratios, sizes, sparsity.ratio, config.owl_lambda, config.owl_mean)
     return [LayerAllocation(i, r, s) for i, (r, s) in enumerate(zip(ratios, allocated, strict=True))]

@@ -24,6 +24,7 @@ from acetui_core.basics.choices import (
     DSnoTSkip,
     ExpertScore,
     MoeCalibration,
+    OwlMean,
     Permute,
     Refine,
     SparsityGroup,
@@ -116,6 +117,16 @@ class RunConfig(BasicSettings):
         parse=parsers.number(),
         describe=lambda v: f"OWL M {v:g}",
     )
+    owl_mean: str = setting(
+        OwlMean.PLAIN,
+        help="OWL: the layer sparsities are centred on the target by the plain mean over the layers (plain, OWL's "
+        "code) or by the mean weighted by each layer's masked parameters (weighted: the overall sparsity is then "
+        "the target exactly); the same where every layer is equal in size.",
+        label="OWL mean",
+        **_needing("allocation", Allocation.OWL),
+        choices=tuple(OwlMean),
+        describe=lambda v: f"OWL {v} mean",
+    )
     update: str = setting(
         Update.NONE,
         help="After the mask: none, or obs (SparseGPT's OBS update of the kept weights).",
@@ -132,6 +143,14 @@ class RunConfig(BasicSettings):
         group="advanced",
         choices=tuple(Permute),
         describe=lambda v: "no permutation" if v == Permute.NONE else f"{v} permutation",
+    )
+    permute_guard: bool = setting(
+        False,
+        help="With --permute: keep RIA's reallocation, and each assignment step of lsa, only where it keeps more "
+        "score than the order before it (a variant: RIA's code always applies them).",
+        label="Permute guard",
+        group="advanced",
+        describe=lambda v: "permutation kept if better" if v else "permutation always applied",
     )
     refine: str = setting(
         Refine.NONE,
@@ -292,6 +311,14 @@ class RunConfig(BasicSettings):
         known = {f.name for f in fields(cls)}
         if data.get("refine") == Refine.DSNOT and "dsnot_skip" not in data:
             data = {**_dsnot_before_reference(str(data.get("sparsity", ""))), **data}
+        if data.get("permute", Permute.NONE) != Permute.NONE and "permute_guard" not in data:
+            # recorded before the permutation became RIA's code's (before 2026-12-07): it was
+            # used only where it kept more score
+            data = {**data, "permute_guard": True}
+        if data.get("allocation") == Allocation.OWL and "owl_mean" not in data:
+            # recorded before OWL's mean became its code's plain one; where every layer is equal in size
+            # the two agree, and a comparison reads it as plain (acetui_core.analysis.rowlabels)
+            data = {**data, "owl_mean": OwlMean.WEIGHTED}
         if data.get("group") is None:  # every method competed per row before RIA's default became its code's
             data = {**data, "group": SparsityGroup.ROW}
         return cls(**{k: v for k, v in data.items() if k in known})

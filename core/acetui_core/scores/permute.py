@@ -7,6 +7,9 @@ score, into the groups so that every group gets one channel of each score quanti
 reallocation); ``lsa`` then improves that order one slot at a time, as RIA's code does (one sweep over
 the M slots): for slot ``s``, the channels sitting in slot ``s`` of the groups are reassigned to groups
 by a linear sum assignment (``scipy.optimize.linear_sum_assignment``) that maximizes the retained score.
+As in RIA's code (``prune_ria`` with ``--reallocation``), every step is applied, even a reallocation
+that keeps less score than the original order; ``guard`` (``--permute-guard``, a variant) keeps a step
+only where it keeps more.
 More sweeps gain little (on a random 576 x 1536 matrix at 2:4: 0.8740 of the score kept after one,
 0.8753 after two) for as much time again.
 
@@ -52,15 +55,16 @@ def _kept_score(scores: torch.Tensor, n: int, m: int) -> float:
     return groups.topk(n, dim=-1).values.sum().item()
 
 
-def channel_permutation(scores: torch.Tensor, n: int, m: int, how: str) -> torch.Tensor:
-    """The input order (a permutation of ``range(d_in)``) in which an N:M mask keeps the most score:
-    ``greedy`` or ``lsa`` (which starts from greedy's order). Neither keeps less than the original order."""
-    identity = torch.arange(scores.shape[1], device=scores.device)
+def channel_permutation(scores: torch.Tensor, n: int, m: int, how: str, guard: bool = False) -> torch.Tensor:
+    """The input order (a permutation of ``range(d_in)``) in which the N:M groups are taken: ``greedy``
+    (RIA's reallocation) or ``lsa`` (which starts from greedy's order), as RIA's code applies them; with
+    ``guard``, a step that would not keep more score than the order before it is skipped, so neither
+    keeps less than the original order."""
     order = _reallocate(scores, m)
-    if _kept_score(scores[:, order], n, m) < _kept_score(scores, n, m):
-        order = identity  # RIA's heuristic does not always beat the original order; then it is not used
+    if guard and _kept_score(scores[:, order], n, m) < _kept_score(scores, n, m):
+        order = torch.arange(scores.shape[1], device=scores.device)  # the original order keeps more
     if how == Permute.LSA:
-        order = _assign(scores, n, m, order)
+        order = _assign(scores, n, m, order, guard)
     return order
 
 
@@ -77,21 +81,26 @@ def _reallocate(scores: torch.Tensor, m: int) -> torch.Tensor:
     return order
 
 
-def _assign(scores: torch.Tensor, n: int, m: int, order: torch.Tensor) -> torch.Tensor:
-    """One linear sum assignment per slot; an assignment is kept only when it keeps more score (checked
-    exactly, so rounding in the gains can never make the order worse)."""
+def _assign(scores: torch.Tensor, n: int, m: int, order: torch.Tensor, guard: bool) -> torch.Tensor:
+    """One linear sum assignment per slot, each applied as RIA's code applies it; with ``guard``, only
+    when it keeps more score, checked exactly (the assignment is optimal for its slot, so unguarded it
+    keeps less only through rounding in the gains, and it may move channels where it merely ties)."""
     from scipy.optimize import linear_sum_assignment  # imported on use: most runs never permute
 
     groups = scores.shape[1] // m
     starts = torch.arange(groups, device=scores.device) * m
-    kept = _kept_score(scores[:, order], n, m)
+    kept = _kept_score(scores[:, order], n, m) if guard else None
     for slot in range(m):
         gain = _slot_gain(scores[:, order].reshape(scores.shape[0], groups, m), n, slot)
         _, target = linear_sum_assignment(gain.cpu().numpy(), maximize=True)
         moved = order.clone()
         moved[torch.as_tensor(target, device=scores.device) * m + slot] = order[starts + slot]
-        if (score := _kept_score(scores[:, moved], n, m)) > kept:  # slot s of group i went to group target[i]
-            order, kept = moved, score
+        if kept is not None:  # the guard: a step that keeps no more score is skipped
+            score = _kept_score(scores[:, moved], n, m)
+            if score <= kept:
+                continue
+            kept = score
+        order = moved  # slot s of group i went to group target[i]
     return order
 
 
