@@ -201,3 +201,12 @@ def test_old_owl_runs_read_back_weighted_and_share_cells_with_new_ones_where_the
     unequal = owl_sparsities([0.1, 0.3, 0.2], [4, 40, 4], 0.7, 0.08, "weighted")
     assert not _weighted_mean_mattered(result(equal), 0.7)
     assert _weighted_mean_mattered(result(unequal), 0.7)
+
+
+def test_owl_mean_is_put_back_where_every_layer_is_equal_in_size(make_tiny_model, make_moe, calib_file):
+    from acetui_core.pruning.validate import check_config
+
+    weighted = dict(calib=calib_file, allocation="owl", owl_mean="weighted")
+    assert check_config(RunConfig(model=str(make_tiny_model("llama")), **weighted)).owl_mean == "plain"
+    dense_first = str(make_moe("deepseek_v3", first_k_dense_replace=1))  # layer 0 dense, layer 1 experts
+    assert check_config(RunConfig(model=dense_first, **weighted)).owl_mean == "weighted"

@@ -421,6 +421,9 @@ NEVER_READ = {
     "VarP scale of Wanda": {"varp_scale": "rms"},
     "experts' calibration of a dense model": {"moe_calibration": "all"},
     "alpha of CosP+VarP": {"method": "ace", "ria_alpha": 0.9},
+    "OWL's lambda of a uniform run": {"owl_lambda": 0.2, "owl_m": 2.0},
+    "DSnoT's cycles without --refine dsnot": {"dsnot_cycles": 10},
+    "the permutation guard without a permutation": {"permute_guard": True},
 }
 
 
@@ -529,6 +532,26 @@ def test_runs_that_differ_only_in_a_setting_they_never_read_share_a_cell(tmp_pat
     [row] = [line for line in to_markdown(table).splitlines() if line.startswith(f"| {table.rows[0]} |")]
     assert "(n=2)" in row
     assert "(" not in table.rows[0], table.rows  # no "alpha 0.5", "|W|" or "experts calibrated on..."
+
+
+def test_a_row_label_names_an_options_settings_only_on_the_run_that_took_it(tmp_path):
+    """Uniform runs beside an OWL run were labelled ``Wanda-16 (uniform, OWL lambda 0.08, OWL M 5)``, as if
+    OWL's parameters applied to them."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    owl = {"allocation": "owl", "owl_lambda": 0.2, "owl_m": 2.0}
+    for number, changes in enumerate(({}, {"seed": 1}, owl, {**owl, "owl_lambda": 0.1})):
+        config = RunConfig(**{**BASE.to_dict(), **changes})
+        result = {"calibration": CALIBRATION, "model_fingerprint": MODEL}
+        insert_run(store, clock, f"o000000{number}", config, created=1.7e9 + number, ppl=11.0 + number, result=result)
+    table = comparison(store.list_runs())
+    # Among the OWL runs their lambdas tell them apart; the M they share is the caption's, said once.
+    assert sorted(table.rows) == [
+        "Wanda-16 (OWL, OWL lambda 0.1)",
+        "Wanda-16 (OWL, OWL lambda 0.2)",
+        "Wanda-16 (uniform)",
+    ]
+    assert "OWL M 2" in table.shared, table.shared
 
 
 def test_runs_of_a_mixture_of_experts_split_by_how_its_experts_were_calibrated(tmp_path):

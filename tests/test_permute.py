@@ -175,3 +175,32 @@ def test_a_permuted_run_records_its_orders_and_saves_a_model_that_computes_what_
     with torch.no_grad():
         expected = tiny.model(input_ids=batch).logits
         assert torch.allclose(saved(input_ids=batch).logits, expected, atol=1e-5)
+
+
+def test_the_guard_reaches_the_mask_and_is_put_back_without_a_permutation(make_tiny_model, calib_file, tiny):
+    from acetui_core.pruning.validate import check_config
+
+    model = str(make_tiny_model("llama"))
+    assert (
+        check_config(RunConfig(model=model, sparsity="2:4", calib=calib_file, permute_guard=True)).permute_guard
+        is False
+    )
+    kept = {}
+    for guard in (False, True):
+        tiny.reset()
+        config = RunConfig(
+            model=str(tiny.source),
+            method="wanda",
+            sparsity="2:4",
+            permute="greedy",
+            permute_guard=guard,
+            calib=calib_file,
+            nsamples=8,
+            seqlen=16,
+            evals=[],
+        )
+        events = []
+        pipeline.run(config, events.append, loaded=tiny)
+        choices = [linear.choice for e in events if isinstance(e, LayerPruned) for linear in e.layer.linears]
+        kept[guard] = [c.retained >= c.retained_unpermuted for c in choices]
+    assert all(kept[True]) and not all(kept[False])  # random weights: RIA's reallocation sometimes keeps less

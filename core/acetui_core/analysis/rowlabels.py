@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from acetui_core.basics.choices import OwlMean, SparsityGroup
+from acetui_core.basics.choices import OwlMean, Permute, SparsityGroup
 from acetui_core.basics.paths import known_model, model_key
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.run.records import RunResult
@@ -33,6 +33,17 @@ _ZEROSHOT_ONLY = {"tasks", "zeroshot_limit"}
 _CALIBRATION = {"calib", "nsamples", "seqlen"}
 
 
+def untaken_options(config: RunConfig) -> set[str]:
+    """The settings of an option the run did not take (OWL's lambda on a uniform run, DSnoT's cycles without
+    ``--refine dsnot``, the permutation guard without a permutation): the checks put them back to their
+    defaults, but a run recorded before they did kept them as given, and a row label named them beside the
+    one run that took the option (``Wanda-16 (uniform, OWL lambda 0.08, OWL M 5)``)."""
+    untaken = {
+        name for name, spec in SETTINGS.items() if spec.needs and str(getattr(config, spec.needs[0])) != spec.needs[1]
+    }
+    return untaken | ({"permute_guard"} if config.permute == Permute.NONE else set())
+
+
 def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]:
     """Every setting of a finished run that can change the number a table shows, except its seed and the
     table's column axis: the configuration (less what the run never reads), with what the run resolved (window lengths, windows counted,
@@ -47,6 +58,7 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
         skip |= _CALIBRATION
     # nor can what the run's method, or a dense model, never reads: older runs recorded it as given
     skip |= unread_settings(config, experts=result.experts is not None)
+    skip |= untaken_options(config)
     values: dict[str, object] = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in skip}
     if "group" in values:
         group = values["group"]
@@ -162,15 +174,14 @@ def row_labels(
         if any(v.get("model file") is None for v in values.values()):  # one run does not know its model's content
             for v in values.values():
                 v.pop("model file", None)  # no evidence of another model: no row of its own
-        names = list(dict.fromkeys(name for v in values.values() for name in v))
-        differing = [
-            name for name in names if name not in shown and len({repr(v.get(name)) for v in values.values()}) > 1
-        ]
+        differing = _differing(values, shown)
         versions = {name: list(dict.fromkeys(repr(v.get(name)) for v in values.values())) for name in differing}
         for record in group:
             parts = []
             for name in differing:
-                value = values[record.id].get(name)
+                if name not in values[record.id]:  # a setting this run never reads: another run's difference
+                    continue
+                value = values[record.id][name]
                 if brief and name in _DEFAULTS and value == _DEFAULTS[name]:
                     continue
                 version = versions[name].index(repr(value)) + 1
@@ -179,10 +190,30 @@ def row_labels(
                     continue
                 describe = _DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")
                 text = describe(value)
-                same_text = {repr(v.get(name)) for v in values.values() if describe(v.get(name)) == text}
+                same_text = {repr(v[name]) for v in values.values() if name in v and describe(v[name]) == text}
                 parts.append(f"{text} v{version}" if len(same_text) > 1 else text)
             labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
     return labels
+
+
+def _differing(values: dict[str, dict[str, object]], shown: frozenset[str]) -> list[str]:
+    """The settings a group's labels name: those whose value differs among the runs that read them (OWL's
+    lambda among OWL runs, not against uniform runs, which never read it); or, where that would give two
+    sets of settings one label, every setting whose value, or absence, differs."""
+    names = [name for name in dict.fromkeys(name for v in values.values() for name in v) if name not in shown]
+
+    def apart(readers_only: bool) -> list[str]:
+        return [
+            name
+            for name in names
+            if len({repr(v.get(name)) for v in values.values() if name in v or not readers_only}) > 1
+        ]
+
+    def signatures(chosen: list[str]) -> int:
+        return len({tuple((name, repr(v.get(name))) for name in chosen if name in v) for v in values.values()})
+
+    differing = apart(readers_only=True)
+    return differing if signatures(differing) == signatures(names) else apart(readers_only=False)
 
 
 # Settings a caption leaves to other lines: the method is the row's label, the model the caption's own

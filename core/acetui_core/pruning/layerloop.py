@@ -101,7 +101,7 @@ def _choose_mask(
     mask."""
     order = None
     if config.permute != Permute.NONE:
-        order = channel_permutation(scores, sparsity.n, sparsity.m, config.permute)
+        order = channel_permutation(scores, sparsity.n, sparsity.m, config.permute, config.permute_guard)
     mask, threshold = prune_mask(scores, sparsity, config.group, order)
     choice = MaskChoice(retained=retained_fraction(scores, mask))
     if order is not None:

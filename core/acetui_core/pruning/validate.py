@@ -84,6 +84,8 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     from acetui_core.pruning.expertremoval import check_expert_settings
 
     check_expert_settings(facts.skeleton, config)
+    if config.allocation == Allocation.OWL and _layers_equal_in_size(facts.skeleton, config.sparsity_scope):
+        config = _defaults(config, ("owl_mean",))  # OWL's two means give the same layer sparsities
     # checked and then put back to their defaults: a setting the run never reads never splits a cell
     config = _defaults(
         config, tuple(sorted(unread_settings(config, experts=expert_layout(facts.skeleton) is not None)))
@@ -91,6 +93,14 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     check_against_model(config, facts.context)
     check_calibration_fits(config, facts.context)
     return replace(config, model=config.model.strip())
+
+
+def _layers_equal_in_size(skeleton, scope: str) -> bool:
+    """Every decoder layer the mask covers holds as many weights (read from the model on the meta device)."""
+    from acetui_core.modeling.layouts import decoder_layers
+    from acetui_core.pruning.allocation import layer_sizes
+
+    return len({size for size in layer_sizes(decoder_layers(skeleton), scope) if size}) <= 1
 
 
 def _model_places(model: str) -> list[tuple[Path, str]]:
@@ -152,6 +162,8 @@ def _check_mask_choice(config: RunConfig, method) -> RunConfig:
             f"--permute {config.permute} reorders input channels for N:M patterns; it needs a sparsity such as "
             f"2:4, not {config.sparsity}."
         )
+    if config.permute == Permute.NONE:  # the guard has no step to keep or skip
+        config = _defaults(config, ("permute_guard",))
     if config.refine == Refine.NONE:
         return _defaults(config, DSNOT)
     config = parsed(config, *DSNOT)
