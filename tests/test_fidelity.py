@@ -112,6 +112,17 @@ def test_no_fidelity_unless_asked(make_tiny_model, calib_file):
     assert all(linear.fidelity is None for layer in layers for linear in layer.linears)
 
 
+def test_fidelity_of_a_run_without_calibration_is_put_back_to_off(make_tiny_model, calib_file):
+    """A magnitude run asked for --fidelity recorded it in its settings, measured nothing (it reads no
+    calibration tokens) and the app then told the user to run it with --fidelity."""
+    from acetui_core.pruning.validate import check_config
+
+    model = str(make_tiny_model("llama"))
+    assert check_config(RunConfig(model=model, method="magnitude", fidelity=True, calib=calib_file)).fidelity is False
+    with_obs = RunConfig(model=model, method="magnitude", fidelity=True, update="obs", calib=calib_file)
+    assert check_config(with_obs).fidelity is True  # the OBS update reads the calibration tokens: measured
+
+
 def test_fidelity_is_stored_shown_as_json_and_exported_per_layer(monkeypatch, capsys, tmp_path):
     clock = Clock()
     store = Store(tmp_path / "runs.db", clock=clock)

@@ -221,6 +221,32 @@ def test_a_run_is_removed_or_cancelled_only_by_a_prefix_of_at_least_4_characters
         assert out == "Run 70609e46 cancelled before it started.\n"
 
 
+def test_runs_show_says_a_runs_zero_shot_accuracy(tmp_path, monkeypatch, capsys):
+    """A zero-shot-only run ended ``runs show`` with "no perplexity" alone: its accuracies were in --json only."""
+    from runhelpers import Clock, insert_run
+    from test_export import ZEROSHOT
+
+    from acetui_core.run.config import RunConfig
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    config = RunConfig("m", "wanda", evals=["zeroshot"], tasks=["boolq", "rte"])
+    insert_run(
+        store,
+        clock,
+        "z0000001",
+        config,
+        created=1.7e9,
+        zeroshot={**ZEROSHOT, "rte": {**ZEROSHOT["rte"], "n": 20, "partial": True}},
+    )
+    code, out, err = cli(monkeypatch, capsys, "runs", "show", "z0000001", "--store", str(tmp_path / "runs.db"))
+    assert code == 0, err
+    assert (
+        "run z0000001 finished: no perplexity, pruned in 30.0 s; zero-shot acc mean 0.6500 (partial): boolq 0.700, rte 0.600."
+        in out
+    )
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -254,6 +254,16 @@ def test_plan_names_the_calibration_windows_length_in_tokens(sharded, monkeypatc
     assert code == 0 and "none: the method reads no calibration data" in out
 
 
+def test_a_plan_with_zero_shot_says_its_peak_is_a_lower_bound(sharded, monkeypatch, capsys):
+    """``plan --eval zeroshot`` planned the peak of a run without evaluation (1.20 GiB for a run that peaked
+    at 1.73 GiB on the bundled model): lm-eval's batches are not counted, and the plan now says so."""
+    code, out, _ = cli(monkeypatch, capsys, "plan", sharded, "--eval", "zeroshot")
+    text = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "zero-shot not counted" in text and "peak CPU memory at least " in text
+    code, out, _ = cli(monkeypatch, capsys, "plan", sharded, "--eval", "wikitext2")
+    assert "not counted" not in out and "at least" not in out
+
+
 def test_plan_counts_a_streamed_evaluations_hidden_states(sharded, monkeypatch, capsys):
     """A streamed evaluation holds every evaluated window's hidden states (64 wide here): the WikiText-2
     test split's typical token count, or what --eval-limit leaves of it; a model in memory holds none."""

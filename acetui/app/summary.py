@@ -86,16 +86,20 @@ def fmt_count(number: int) -> str:
 def cost_text(plans: list[Plan]) -> str:
     """What the costliest of a form's runs will need (``acetui plan``'s figures), on one line."""
     first = plans[0]
+    about = "≥" if any(p.zeroshot_uncounted for p in plans) else "≈"  # zero-shot's batches are not counted
     parts = [
         f"{fmt_count(first.parameters)} parameters",
         f"checkpoint {fmt_mb(first.checkpoint_bytes / 2**20)}",
-        f"peak CPU ≈ {fmt_mb(max(p.peak_cpu_bytes for p in plans) / 2**20)}",
+        f"peak CPU {about} {fmt_mb(max(p.peak_cpu_bytes for p in plans) / 2**20)}",
     ]
     gpu = [p.peak_gpu_bytes for p in plans if p.peak_gpu_bytes is not None]
     if gpu:
         parts.append(
-            f"peak GPU ≈ {fmt_mb(max(gpu) / 2**20)}" + (" (planned for an 80 GB card)" if first.gpu_assumed else "")
+            f"peak GPU {about} {fmt_mb(max(gpu) / 2**20)}"
+            + (" (planned for an 80 GB card)" if first.gpu_assumed else "")
         )
+    if about == "≥":
+        parts.append("zero-shot not counted")
     parts.append("layers streamed from disk" if any(p.streaming for p in plans) else "whole model in memory")
     return "Cost: " + " · ".join(parts)
 

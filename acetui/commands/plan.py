@@ -19,12 +19,19 @@ def _gib(count: int) -> str:
 
 
 def _evaluation(plan) -> str:
-    if not plan.evaluation_tokens:
-        return "no perplexity"
-    text = f"{_gib(plan.evaluation_bytes)} for WikiText-2 (batches of {plan.evaluation_tokens} tokens, logits a few positions at a time)"
+    text = "no perplexity"
+    if plan.evaluation_tokens:
+        text = f"{_gib(plan.evaluation_bytes)} for WikiText-2 (batches of {plan.evaluation_tokens} tokens, logits a few positions at a time)"
     if plan.evaluation_hidden_bytes:
         text += f", plus {_gib(plan.evaluation_hidden_bytes)} of hidden states of the windows it evaluates"
+    if plan.zeroshot_uncounted:
+        text += "; zero-shot not counted (lm-eval's batches are as long as the tasks' longest documents)"
     return text
+
+
+def _at_least(plan) -> str:
+    """A peak that leaves zero-shot evaluation out is a lower bound, and says so."""
+    return "at least " if plan.zeroshot_uncounted else ""
 
 
 def _census(plan) -> tuple[str, str]:
@@ -83,12 +90,13 @@ def plan_table(plan, nsamples: int) -> Table:
         ("evaluation", _evaluation(plan)),
         (
             "peak CPU memory",
-            f"{_gib(plan.peak_cpu_bytes)} (of which {_gib(plan.baseline_bytes)} Python, torch, transformers)",
+            f"{_at_least(plan)}{_gib(plan.peak_cpu_bytes)} (of which {_gib(plan.baseline_bytes)} Python, torch, "
+            "transformers)",
         ),
     ]
     if plan.peak_gpu_bytes is not None:
         assumed = " (no GPU here: planned for an 80 GB card)" if plan.gpu_assumed else ""
-        rows.append(("peak GPU memory", _gib(plan.peak_gpu_bytes) + assumed))
+        rows.append(("peak GPU memory", _at_least(plan) + _gib(plan.peak_gpu_bytes) + assumed))
     for key, value in rows:
         table.add_row(key, value)
     return table

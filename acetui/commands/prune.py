@@ -14,16 +14,12 @@ from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.paths import default_model, user_path
 from acetui_core.run.config import RunConfig
-from acetui_core.run.records import RunResult, any_partial, mean_accuracy, to_dict
+from acetui_core.run.records import RunResult, to_dict, zeroshot_text
 from acetui_core.storage.store_rows import RunRecord
 
 
 def zeroshot_row(result: RunResult):
-    if not result.zeroshot:
-        return None
-    partial = " (partial)" if any_partial(result.zeroshot) else ""
-    tasks = ", ".join(f"{task} {entry.acc:.3f}" for task, entry in result.zeroshot.items())
-    return ("zero-shot acc", f"mean {mean_accuracy(result.zeroshot):.4f}{partial}: {tasks}")
+    return ("zero-shot acc", zeroshot_text(result.zeroshot)) if result.zeroshot else None
 
 
 def _by_kind(result: RunResult) -> str:

@@ -21,7 +21,7 @@ from acetui_core.execution import jobfolder
 from acetui_core.execution.kill import cancel as cancel_run
 from acetui_core.modeling.data import source_names
 from acetui_core.run.config import model_name
-from acetui_core.run.records import LayerRecord
+from acetui_core.run.records import LayerRecord, zeroshot_text
 from acetui_core.scores.metrics import may_read_calibration
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_files import LOG_FOLDER, MASK_FOLDER
@@ -73,7 +73,9 @@ def run_summary(run: RunRecord) -> str:
     if run.status == RunStatus.FINISHED and run.results:
         partial = f" over {run.results.ppl_windows} windows (partial)" if run.ppl_partial else ""
         ppl = "no perplexity" if run.ppl is None else f"ppl {run.ppl:.3f}{partial}"
-        return f"run {run.id} finished: {ppl}, pruned in {run.prune_seconds or 0:.1f} s."
+        # a zero-shot-only run read "no perplexity" alone, its accuracies nowhere but in --json
+        accuracy = f"; zero-shot acc {zeroshot_text(run.results.zeroshot)}" if run.results.zeroshot else ""
+        return f"run {run.id} finished: {ppl}, pruned in {run.prune_seconds or 0:.1f} s{accuracy}."
     return f"run {run.id} {run.status}" + (f": {run.error}" if run.error else ".")
 
 

@@ -98,6 +98,9 @@ class Plan:
     peak_cpu_bytes: int
     peak_gpu_bytes: int | None
     gpu_assumed: bool = False  # planned for a GPU this machine does not have (an 80 GB card)
+    # zero-shot evaluation is not counted: lm-eval's batches are as long as the tasks' longest documents,
+    # which the config does not tell; the peaks are then lower bounds
+    zeroshot_uncounted: bool = False
     census: dict[str, int] | None = None  # decoder weights by kind: pruned kinds, routing, norms and biases
     saved_parameters: int | None = None  # --expert-sparsity: what the saved checkpoint keeps
     saved_bytes: int | None = None  # and its size, in the dtype the run saves it in
@@ -270,6 +273,7 @@ def plan_run(run: RunConfig) -> Plan:
         peak_cpu_bytes=cpu,
         peak_gpu_bytes=gpu,
         gpu_assumed=on_gpu and not torch.cuda.is_available(),
+        zeroshot_uncounted=EvalKind.ZEROSHOT in run.evals,
         census=census(model),
     )
 

@@ -57,6 +57,8 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
         config = _defaults(config, ("expert_score",))  # unused: it never splits a comparison's cells
     config = _check_variants(config, method)
     config = _check_mask_choice(config, method)
+    if not method.calibrated(config):  # no calibration activations: no outputs whose fidelity to record
+        config = _defaults(config, ("fidelity",))
     config = parsed(config, "nsamples", "seqlen", "seed", "batch_size", "evals", "ria_alpha")
     # unused, the source is still recorded with the run: a file it names must be one; the built-in corpora
     # need no local copy then

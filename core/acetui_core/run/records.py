@@ -344,6 +344,12 @@ def any_partial(tasks: dict[str, TaskAccuracy]) -> bool:
     return any(task.partial for task in tasks.values())
 
 
+def zeroshot_text(tasks: dict[str, TaskAccuracy]) -> str:
+    """``mean 0.5167 (partial): arc_easy 0.600, rte 0.400``: the accuracies as a run's summary lines say them."""
+    partial = " (partial)" if any_partial(tasks) else ""
+    return f"mean {mean_accuracy(tasks):.4f}{partial}: " + ", ".join(f"{t} {e.acc:.3f}" for t, e in tasks.items())
+
+
 def to_dict(record) -> dict:
     """The JSON shape of a record."""
     return dataclasses.asdict(record)
