@@ -448,7 +448,10 @@ def test_a_long_comparison_line_keeps_the_shown_run_in_its_room():
 
     runs = [
         SimpleNamespace(
-            id=f"r{i:02d}", status=RunStatus.QUEUED, label="CosP+VarP-16", config=SimpleNamespace(sparsity="2:4")
+            id=f"r{i:02d}",
+            status=RunStatus.QUEUED,
+            label="CosP+VarP-16",
+            config=SimpleNamespace(sparsity="2:4", target="2:4", seed=0),
         )
         for i in range(12)
     ]
@@ -975,7 +978,7 @@ async def test_results_name_runs_that_differ_only_in_a_variant_apart(store):
     """Two Wanda runs at 4:8 that differ only in the permutation and DSnoT read the same label; the Method
     cell says what tells them apart (as the paper view's rows do), and leaves out what the Calib column
     already shows. Where the whole labels do not fit (60 columns here; the 72 runs of the methods study at
-    80), a setting at its default goes unsaid, and the whole run id stays."""
+    80), a setting at its default goes unsaid, the cell wraps where it must, and the whole run id stays."""
     variants = {
         "aaaa0001": {},
         "bbbb0002": {"permute": "lsa"},
@@ -994,7 +997,7 @@ async def test_results_name_runs_that_differ_only_in_a_variant_apart(store):
             await pilot_wait_until(pilot, lambda table=table: table.row_count == 4, "four results")
             headers = [str(column.label) for column in table.columns.values()]
             rows = [dict(zip(headers, map(str, table.get_row_at(i)), strict=True)) for i in range(4)]
-            cells[size[0]] = {row["Id"]: row["Method"] for row in rows}
+            cells[size[0]] = {row["Id"]: " ".join(row["Method"].split()) for row in rows}  # a cell that wraps
     assert cells[160] == {
         "aaaa0001": "Wanda-16 (no permutation, no refinement)",
         "bbbb0002": "Wanda-16 (lsa permutation, no refinement)",

@@ -29,7 +29,8 @@ def describe_stage(run: RunRecord) -> str:
         if run.ppl is not None:
             text += f" · ppl {summary.ppl_text(run)}"
             if run.ppl_partial and run.results and run.results.ppl_windows:
-                text += f" ({run.results.ppl_windows} windows)"
+                windows = run.results.ppl_windows
+                text += f" ({windows} window{'' if windows == 1 else 's'})"
         return text + f" · prune {summary.fmt_seconds(run.prune_seconds)}"
     if not run.active:
         return run.status
@@ -60,13 +61,17 @@ SEPARATOR = "  │  "
 def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None, room: int = 10_000) -> str:
     """Every run of a comparison with its status mark and, once finished, its perplexity (markup), in at
     most ``room`` characters: a long comparison shows the runs around the one ``shown``, with how many
-    are left out on each side (cut at the line's end, the shown run was the one lost at 80 columns)."""
+    are left out on each side (cut at the line's end, the shown run was the one lost at 80 columns). Each
+    run names its seed where the comparison has several (its seeds of one method and sparsity read alike)."""
     by_id = {run.id: run for run in runs}
+    members = [by_id[run_id] for run_id in batch if run_id in by_id]
+    seeded = len({run.config.seed for run in members}) > 1
     parts: list[tuple[str, bool]] = []  # each run's text, and whether it is the one shown
     for place, run_id in enumerate(batch, 1):
         run = by_id.get(run_id)
         if run is None:
             continue
+        seed = f" seed {run.config.seed}" if seeded else ""
         result = (
             summary.ppl_text(run)
             if run.status == RunStatus.FINISHED
@@ -76,7 +81,9 @@ def batch_line(batch: tuple[str, ...], runs: list[RunRecord], shown: str | None,
                 else run.status
             )
         )
-        parts.append((f"{place} {STATUS_MARK[run.status]} {run.label} {run.config.target} {result}", run_id == shown))
+        parts.append(
+            (f"{place} {STATUS_MARK[run.status]} {run.label} {run.config.target}{seed} {result}", run_id == shown)
+        )
     first, last = _window([text for text, _ in parts], next((i for i, (_, on) in enumerate(parts) if on), 0), room)
     shown_parts = [f"[b]{escape(text)}[/b]" if on else escape(text) for text, on in parts[first:last]]
     if first:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -62,13 +63,16 @@ def fit_columns(
     optional: tuple[str, ...] = (),
     briefs: dict[str, list[str]] | None = None,
     squeeze: str | None = None,
+    wrap: str | None = None,
     last: tuple[str, ...] = (),
 ) -> Fitted:
     """The columns of ``rows`` (``(key, cells)``) that fit ``width``. Columns that do not tell the rows apart
     go first (``same_first``, in order: left out while every row has one value), then ``optional`` ones;
     then columns with ``briefs`` (a shorter cell per row) take them; then the ``squeeze`` column's cells
-    are cut at their start (a model path keeps its name); then, while the table is still too wide, the
-    ``last`` columns go (in order), so that no title is cut at the screen's edge."""
+    are cut at their start (a model path keeps its name); then the ``wrap`` column's (plain) cells are
+    wrapped at spaces onto the lines they need (a long method label: every word of it stays, and the
+    columns after it too); then, while the table is still too wide, the ``last`` columns go (in order), so
+    that no title is cut at the screen's edge."""
     cells = [list(row) for _, row in rows]
 
     def text(cell: Cell) -> str:
@@ -104,6 +108,13 @@ def fit_columns(
         for row in cells:
             row[index] = _cut(text(row[index]), room)
         widths[index] = max([cell_len(titles[index]), *(cell_len(text(row[index])) for row in cells)]) + PADDING
+    if wrap is not None and total() > width and titles.index(wrap) in shown:
+        index = titles.index(wrap)
+        words = [word for row in cells for word in text(row[index]).split()]
+        room = max(widths[index] - (total() - width) - PADDING, *map(cell_len, words), cell_len(wrap))
+        for row in cells:
+            row[index] = "\n".join(textwrap.wrap(text(row[index]), room, break_on_hyphens=False))
+        widths[index] = room + PADDING
     for title in last:
         if total() > width and titles.index(title) in shown:
             shown.remove(titles.index(title))
@@ -311,13 +322,15 @@ def set_columns(table: DataTable, titles: list[str]) -> None:
 def refill(table: DataTable, rows: list[tuple[str, tuple]]) -> None:
     """Replace the table's rows by ``(key, cells)``, keeping the cursor on the same key where it remains.
 
-    Plain strings are shown verbatim (a model path with brackets is not markup)."""
+    Plain strings are shown verbatim (a model path with brackets is not markup); a row is as tall as its
+    cell of most lines (a wrapped one: ``fit_columns``)."""
     keep = None
     if table.row_count:
         keep = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
     table.clear()
     for key, cells in rows:
-        table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells), key=key)
+        lines = max((len((c if isinstance(c, str) else c.plain).split("\n")) for c in cells), default=1)
+        table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells), key=key, height=lines)
     keys = [key for key, _ in rows]
     if keep in keys:
         table.move_cursor(row=keys.index(keep), animate=False)

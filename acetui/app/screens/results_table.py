@@ -42,16 +42,20 @@ def _zeroshot_order(run: RunRecord) -> float:
     return missing_last(None if mean is None else -mean)
 
 
-def _seqlen_order(run: RunRecord) -> float:
+def _reads_no_calibration(run: RunRecord) -> bool:
+    return run.config.method in METHODS and not reads_calibration(run.config)
+
+
+def _calibration_order(run: RunRecord) -> tuple[bool, float, int]:
+    """By window length, then samples; runs whose method reads no calibration data (shown –) after every
+    other, whatever samples and length they recorded."""
     seqlen = run.config.seqlen
-    return math.inf if seqlen == "full" else float(seqlen)
+    return _reads_no_calibration(run), math.inf if seqlen == "full" else float(seqlen), run.config.nsamples
 
 
 def _calibration(run: RunRecord) -> str:
     """Samples x window length, e.g. ``128×16`` (– for methods without calibration data)."""
-    if run.config.method in METHODS and not reads_calibration(run.config):
-        return "–"
-    return f"{run.config.nsamples}×{run.config.seqlen}"
+    return "–" if _reads_no_calibration(run) else f"{run.config.nsamples}×{run.config.seqlen}"
 
 
 def _windows(run: RunRecord) -> str:
@@ -69,7 +73,7 @@ COLUMNS = [
     Column("PPL", lambda r: missing_last(r.ppl), summary.ppl_text),
     Column("Prune", lambda r: missing_last(r.prune_seconds), lambda r: summary.fmt_seconds(r.prune_seconds)),
     Column("0-shot%", lambda r: _zeroshot_order(r), _zeroshot_percent),
-    Column("Calib", lambda r: (_seqlen_order(r), r.config.nsamples), _calibration),
+    Column("Calib", _calibration_order, _calibration),
     Column("Seed", lambda r: r.config.seed, lambda r: str(r.config.seed)),
     Column("Eval", lambda r: missing_last(r.results.ppl_windows if r.results else None), _windows),
     Column("Date", lambda r: r.finished or 0, lambda r: summary.fmt_time(r.finished, "%m-%d %H:%M")),
@@ -79,8 +83,9 @@ PPL_COLUMN = [c.title for c in COLUMNS].index("PPL")
 # Settings the columns above show (Calib, Eval), which a Method cell need not repeat to tell runs apart.
 SHOWN_SETTINGS = frozenset({"nsamples", "seqlen", "eval_seqlen", "eval_limit"})
 # Where the columns do not fit (80 columns): first those every listed run shares (said on a line above the
-# table instead), then the prune time and the date; then the model's path is cut at its start. The columns
-# that tell runs apart (method, sparsity, calibration, seed, evaluation, id) stay while they differ.
+# table instead), then the prune time and the date; then the model's path is cut at its start, then a long
+# Method cell wraps. The columns that tell runs apart (method, sparsity, calibration, seed, evaluation, id)
+# stay while they differ.
 SAME_FIRST = ("Model", "Seed", "Calib", "Eval", "0-shot%", "Sparsity", "Method")
 OPTIONAL = ("Date", "Prune")
 
@@ -156,6 +161,7 @@ class ResultsTable(SortedRunListScreen):
             optional=OPTIONAL,
             briefs={"Method": [self.briefs.get(r.id, r.label) for r in visible]},
             squeeze="Model",
+            wrap="Method",
         )
         self.shown_columns = fitted.shown
         set_columns(table, [" ", *(COLUMNS[i].title for i in fitted.shown)])

@@ -97,11 +97,14 @@ class ScoreHistogram(Plot):
         histogram = self._histogram
         if not histogram or not histogram.counts:
             return
-        edges, counts, log = histogram.edges, histogram.counts, histogram.log
+        edges, log, stride = histogram.edges, histogram.log, histogram.stride
         # Log-spaced bins are drawn on a log10 axis, labelled with the scores themselves.
         axis = (lambda v: math.log10(max(v, 1e-30))) if log else (lambda v: v)
         centres = [(axis(a) + axis(b)) / 2 for a, b in zip(edges, edges[1:], strict=False)]
-        pruned = pruned_per_bin(histogram, centres, axis)
+        # A large linear's counts are of every stride-th score: scaled by the stride, they count its weights,
+        # and two linears read on one scale (the caption says so).
+        counts = [count * stride for count in histogram.counts]
+        pruned = [count * stride for count in pruned_per_bin(histogram, centres, axis)]
         # Whole bins in red, then their kept part in blue over them: the red left showing was pruned.
         # Empty bars are left out: plotext draws a bar of height 0 as one row, which would hide the red.
         # No plotext legend: it is drawn over the bars; the caption says what each shade means.
@@ -149,15 +152,25 @@ SHADES = f"{PRUNED_MARKER} pruned, █ kept"  # by glyph alone: the colours are 
 
 
 def histogram_caption(sparsity: str, group: str, histogram: Histogram | None) -> str:
-    """What the histogram's colours and line mean for this run's kind of sparsity."""
+    """What the histogram's colours and line mean for this run's kind of sparsity, and, for a large linear,
+    that its counts are a sample's, scaled."""
     if histogram is None:
         return ""
     if summary.is_nm(sparsity):
         spec = parse_sparsity(sparsity)
-        return f"{spec} keeps the top {spec.n} of every {spec.m}: no single threshold. {SHADES}."
-    if group == SparsityGroup.ROW:
-        return f"{SHADES}; line: the rows' median cut-off."
-    return f"{SHADES}; line: the layer's threshold."
+        text = f"{spec} keeps the top {spec.n} of every {spec.m}: no single threshold. {SHADES}."
+    elif group == SparsityGroup.ROW:
+        text = f"{SHADES}; line: the rows' median cut-off."
+    else:
+        text = f"{SHADES}; line: the layer's threshold."
+    stride = histogram.stride
+    return text if stride == 1 else f"{text} Counts from every {_ordinal(stride)} score, ×{stride}."
+
+
+def _ordinal(number: int) -> str:
+    """``5th``, ``2nd``, ``13th``, ``21st``."""
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
 
 
 def choice_caption(choice: MaskChoice | None) -> str:
@@ -180,8 +193,9 @@ SERIES_MARKERS = ("•", "x", "+", "=", "*", "#", "%", "@")  # one glyph per ser
 
 class DepthPlot(Plot):
     """One or more per-layer series along depth; the x axis spans the whole model from the start,
-    so the lines grow to the right as layers finish. ``log``: the values are drawn on a log10 axis
-    labelled in compact powers of ten (``1e3``), so long numbers never eat the plot."""
+    so the lines grow to the right as layers finish. ``log``: the values are drawn on a log10 axis spanning
+    them, labelled compactly (``0.17``, ``1e-4``) at its ends and whole decades, so long numbers never eat the
+    plot."""
 
     def __init__(self, title: str, *, log: bool = False, ylim: tuple[float, float] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -220,9 +234,39 @@ class DepthPlot(Plot):
         plt.xlabel(self.fit(self.legend("layer", [(marker, label) for (label, _), _, marker in styles])))
         values = [y for points in series.values() for _, y in points]
         if self._log and values:
-            low, high = math.floor(min(values)), math.ceil(max(values))
-            decades = list(range(low, high + 1, max(1, math.ceil((high - low) / 4))))
-            plt.yticks([float(d) for d in decades], [f"1e{d}" for d in decades])
+            low, high = min(values), max(values)
+            if high > low:  # plotext places no tick outside the range it draws: the range is the data's
+                plt.ylim(low, high)
+            ticks = log_ticks(low, high)
+            plt.yticks(ticks, log_labels(ticks))
+
+
+def log_ticks(low: float, high: float, decades: int = 4) -> list[float]:
+    """Where a log10 axis from ``low`` to ``high`` (exponents) is labelled: at both ends, so values a span of
+    less than a decade (0.17 to 0.28) can still be read, and at up to ``decades`` whole decades between them,
+    none so near an end that its label would crowd the end's (or, with none between them, halfway up)."""
+    if high <= low:
+        return [low]
+    margin = (high - low) / 8
+    inner = range(math.ceil(low + margin), math.floor(high - margin) + 1)
+    step = max(1, math.ceil(len(inner) / decades))
+    # No decade inside: the value halfway up, a third mark to read the lines by.
+    return [low, *([float(d) for d in inner[::step]] or [(low + high) / 2]), high]
+
+
+def log_labels(ticks: list[float]) -> list[str]:
+    """The values at log10 ``ticks`` in a few characters (``0.17``, ``6.9``, ``1e-4``, ``2.6e-7``), with as
+    many digits as it takes for the two ends to read apart (0.171 and 0.174)."""
+
+    def label(exponent: float, digits: int) -> str:
+        value = 10**exponent
+        plain = f"{value:.{digits}g}"
+        mantissa, _, power = f"{value:.{digits - 1}e}".partition("e")
+        scientific = f"{mantissa.rstrip('0').rstrip('.')}e{int(power)}"  # 1e-4, not 1.0e-04
+        return plain if "e" not in plain and len(plain) <= len(scientific) else scientific
+
+    digits = next((d for d in (2, 3, 4) if label(ticks[0], d) != label(ticks[-1], d)), 4)
+    return [label(t, digits) for t in ticks]
 
 
 def sparsity_series(layers: list[LayerRecord]) -> dict[str, list[tuple[int, float]]]:
