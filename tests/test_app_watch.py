@@ -344,6 +344,22 @@ async def test_the_variance_tab_says_why_a_run_drew_none(store):
 
 
 @pytest.mark.asyncio
+async def test_the_fidelity_tab_of_a_run_without_calibration_says_why_not_run_with_fidelity(store):
+    """A magnitude run reads no calibration tokens, so --fidelity is put back to off for it; its Fidelity tab
+    said "no fidelity: run with --fidelity", which would only have sent the user round in a circle."""
+    events = [layer_event(index, 2) for index in range(2)]
+    run_id = running_with_layers(store, RunConfig(model="tiny-llama", method="magnitude", sparsity="0.5"), events)
+    app = make_app(store, attach=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot_wait_until(pilot, lambda: app.screen.query_one("#layers", DataTable).row_count == 2, "layers")
+        await pilot.press("f")
+        await pilot.pause()
+        shown = app.screen.query_one("#fidelity-note", Static)
+        assert shown.display
+        assert str(shown.render()).startswith("Magnitude reads no calibration activations, so this run has no output")
+
+
+@pytest.mark.asyncio
 async def test_a_run_that_ended_before_its_first_layer_does_not_say_yet(store):
     """A run cancelled before any layer said "no layer pruned yet", as if one were coming."""
     run_id = store.create_run(RunConfig(model="tiny-llama", method="wanda", sparsity="0.5"))

@@ -84,20 +84,38 @@ def replot(screen: DOMNode, run: RunRecord | None, layers: list[LayerRecord], li
     screen.query_one("#variance-plot", DepthPlot).show(total, variance)
     _show_note(screen, "variance", _no_variance(run) if layers and not variance["median"] else "")
     fidelity = fidelity_series(layers)
-    screen.query_one("#fidelity-plot", DepthPlot).show(total, fidelity, fidelity_title(fidelity))
+    # --fidelity is put back to off for such a run: "run with --fidelity" would send the user round in a circle
+    uncalibrated = _reads_no_calibration(run) if layers and not fidelity else None
+    title = "no fidelity: no calibration activations" if uncalibrated else fidelity_title(fidelity)
+    screen.query_one("#fidelity-plot", DepthPlot).show(total, fidelity, title)
     recorded = run is None or run.config.fidelity or not layers
-    _show_note(screen, "fidelity", "" if fidelity or recorded else NO_FIDELITY)
+    if uncalibrated:
+        note = (
+            f"{uncalibrated} reads no calibration activations, so this run has no output fidelity to draw "
+            "(with --update obs or --refine dsnot it reads them)."
+        )
+    else:
+        note = "" if fidelity or recorded else NO_FIDELITY
+    _show_note(screen, "fidelity", note)
     replot_histogram(screen, run, layers, linear)
 
 
-def _no_variance(run: RunRecord | None) -> str:
-    """Why a run with layers drew no Var[x²]: its method reads no activations, or it predates the statistic."""
+def _reads_no_calibration(run: RunRecord | None) -> str | None:
+    """The paper's name of the run's method where it reads no calibration activations (magnitude), else None."""
     try:
         method = get_method(run.config.method) if run is not None else None
     except UserError:  # a plug-in this environment cannot import
         method = None
     if run is not None and method is not None and not method.calibrated(run.config):
-        return f"{method.paper_name} reads no calibration activations, so this run has no Var[x²] of inputs to draw."
+        return method.paper_name
+    return None
+
+
+def _no_variance(run: RunRecord | None) -> str:
+    """Why a run with layers drew no Var[x²]: its method reads no activations, or it predates the statistic."""
+    name = _reads_no_calibration(run)
+    if name is not None:
+        return f"{name} reads no calibration activations, so this run has no Var[x²] of inputs to draw."
     return "This run recorded no Var[x²] of its layers' inputs (runs before the statistic was kept did not)."
 
 
