@@ -210,3 +210,22 @@ def test_owl_mean_is_put_back_where_every_layer_is_equal_in_size(make_tiny_model
     assert check_config(RunConfig(model=str(make_tiny_model("llama")), **weighted)).owl_mean == "plain"
     dense_first = str(make_moe("deepseek_v3", first_k_dense_replace=1))  # layer 0 dense, layer 1 experts
     assert check_config(RunConfig(model=dense_first, **weighted)).owl_mean == "weighted"
+
+
+def test_owl_at_a_low_sparsity_is_not_refused_and_the_highest_layer_is_bounded_by_the_layers(
+    make_tiny_model, calib_file
+):
+    """``--sparsity 0.05 --owl-lambda 0.08`` (OWL's own lambda) was refused as taking a layer below 0, which
+    OWL's code prunes at 0.01; the refusal above 1 now counts what OWL can give a layer over these layers."""
+    from acetui_core.pruning.allocation import highest_owl_sparsity
+    from acetui_core.pruning.validate import check_config
+
+    model = str(make_tiny_model("llama"))  # two decoder layers of one size
+    low = check_config(RunConfig(model=model, calib=calib_file, allocation="owl", sparsity="0.05", owl_lambda=0.08))
+    assert low.owl_lambda == 0.08
+    assert highest_owl_sparsity([10, 10], 0.9, 0.08) == pytest.approx(0.98)  # one layer at 0, the other at 2 lambda
+    assert highest_owl_sparsity([10, 10, 10, 10], 0.9, 0.08) == pytest.approx(0.9 + 0.16 * 3 / 4)
+    assert highest_owl_sparsity([1, 10], 0.9, 0.08, "weighted") == pytest.approx(0.9 + 0.16 * 10 / 11)
+    check_config(RunConfig(model=model, calib=calib_file, allocation="owl", sparsity="0.9", owl_lambda=0.08))
+    with pytest.raises(UserError, match="could give a layer a sparsity of 1.02"):
+        check_config(RunConfig(model=model, calib=calib_file, allocation="owl", sparsity="0.9", owl_lambda=0.12))

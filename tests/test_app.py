@@ -182,6 +182,17 @@ async def test_the_plan_line_reads_whole_at_80_columns(store, monkeypatch, metri
         assert drawn.rstrip() == plan and line.region.right <= SIZE[0]
 
 
+def test_the_plan_line_says_the_experts_a_grid_removes():
+    """Two runs of 0.5 with 25% of the experts removed read "Wanda-16, RIA-16 × 0.5", and a removal alone
+    "REAP expert removal × 0"."""
+    grid = [RunConfig("m", method, sparsity="0.5", expert_sparsity=0.25) for method in ("wanda", "ria")]
+    assert plan_line(grid, 80) == "2 runs: Wanda-16, RIA-16 × 0.5 + 25% of experts"
+    assert (
+        plan_line([RunConfig("m", sparsity="0", expert_sparsity=0.5)], 80)
+        == "1 run: REAP expert removal × 50% of experts"
+    )
+
+
 def test_a_plan_that_is_not_a_grid_counts_the_runs_it_has_no_room_for():
     runs = [RunConfig(model="m", method="wanda", sparsity=s, seqlen=n) for s, n in (("0.5", 16), ("0.6", 64))] * 3
     assert plan_line(runs, 200).count("Wanda") == 6
@@ -360,9 +371,14 @@ async def test_the_runs_panel_shows_the_whole_reason_a_run_ended_at_80x24(store)
 async def test_runs_of_whole_experts_removed_are_named_and_sort_by_sparsity(store):
     """A run of ``--sparsity 0 --expert-sparsity 0.5`` was listed as "Wanda-16, 0" (nothing said experts
     went), and sorting the Runs screen by sparsity raised on its sparsity of 0, which the strict parser refuses."""
-    removal = store.create_run(RunConfig("m", "wanda", sparsity="0", expert_sparsity=0.5, evals=[]))
-    both = store.create_run(RunConfig("m", "wanda", sparsity="0.5", expert_sparsity=0.25, evals=[]))
-    masked = store.create_run(RunConfig("m", "wanda", sparsity="0.5", evals=[]))
+    from runhelpers import Clock, insert_run
+
+    def finished(run_id: str, created: float, **settings) -> str:
+        return insert_run(store, Clock(), run_id, RunConfig("m", "wanda", **settings), created=created, ppl=50.0)
+
+    removal = finished("exp00001", 1.7e9, sparsity="0", expert_sparsity=0.5)
+    both = finished("exp00002", 1.7e9 + 10, sparsity="0.5", expert_sparsity=0.25)
+    masked = finished("exp00003", 1.7e9 + 20, sparsity="0.5")
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f4")
@@ -373,9 +389,15 @@ async def test_runs_of_whole_experts_removed_are_named_and_sort_by_sparsity(stor
             await pilot.press("s")
         await pilot.pause()
         rows = cell_texts(table)
+        await pilot.press("f3")  # Results: the same words in its Sparsity column
+        results = app.screen.query_one("#results", DataTable)
+        await pilot_wait_until(pilot, lambda: results.row_count == 3, "the runs on Results")
+        titles = [str(column.label) for column in results.ordered_columns]
+        shown = {row[titles.index("Sparsity")] for row in cell_texts(results)}
     assert [row[0] for row in rows] == [removal, masked, both]  # no mask first, then 0.5, then 0.5 and experts
-    assert [rows[0][2], rows[0][3]] == ["REAP expert removal", "50% of experts"]
+    assert [rows[0][2].replace("\n", " "), rows[0][3]] == ["REAP expert removal", "50% of experts"]  # may wrap
     assert rows[2][3] == "0.5 + 25% of experts"
+    assert shown == {"50% of experts", "0.5", "0.5 + 25% of experts"}
 
 
 @pytest.mark.asyncio

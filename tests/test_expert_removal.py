@@ -217,6 +217,9 @@ def test_the_cli_reports_the_removal(make_moe, calib_file, cli, tmp_path):
     assert code == 0, err
     assert out.split("\n")[0].strip() == "Wanda-16 at 0.5 + 25% of experts"
     assert "experts removed │ 25% of the routed experts (frequency)" in out
+    # the parameters the removal took, not the mask's zeros beside them (results.parameters_removed holds both)
+    text = " ".join(out.replace("│", " ").split())
+    assert f"{removed['parameters_before'] - removed['parameters_after']:,} parameters removed with them" in text
 
 
 def test_runs_show_prints_each_experts_score_with_the_removed_marked(make_moe, calib_file, cli, tmp_path):

@@ -554,6 +554,45 @@ def test_a_row_label_names_an_options_settings_only_on_the_run_that_took_it(tmp_
     assert "OWL M 2" in table.shared, table.shared
 
 
+def test_an_owl_run_recorded_before_owl_mean_shares_its_cell_where_the_means_agree(tmp_path):
+    """A stored OWL run without ``owl_mean`` (recorded before the flag) reads back ``weighted``; where its
+    targets show the two means agreed (equal layers) it is compared as ``plain``. It was compared as the enum
+    where a new run holds the text, so the two identical runs got rows "(OWL plain mean v1)" and "v2"."""
+    import sqlite3
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    owl = RunConfig(**{**BASE.to_dict(), "allocation": "owl"})
+    targets = [{"layer": i, "outlier_ratio": r, "sparsity": t} for i, (r, t) in enumerate(((0.1, 0.54), (0.3, 0.46)))]
+    for number in range(2):
+        result = {"calibration": CALIBRATION, "model_fingerprint": MODEL, "allocation": targets}
+        config = RunConfig(**{**owl.to_dict(), "seed": number})
+        insert_run(store, clock, f"w000000{number}", config, created=1.7e9 + number, ppl=11.0 + number, result=result)
+    with sqlite3.connect(store.path) as db:  # the first as it was recorded before the flag
+        db.execute("UPDATE runs SET config = json_remove(config, '$.owl_mean') WHERE id = 'w0000000'")
+    db.close()
+    assert store.get_run("w0000000").config.owl_mean == "weighted"
+    table = comparison(store.list_runs())
+    [cell] = table.cells.values()
+    assert table.rows == ["Wanda-16"] and len(cell.values) == 2
+
+
+def test_runs_that_remove_whole_experts_alone_share_a_cell_whatever_their_unused_method(tmp_path):
+    """``--sparsity 0 --expert-sparsity 0.5`` masks nothing: the method and group it names are unused, yet
+    a Wanda and a RIA run of it were two rows, "REAP expert removal (method wanda, row groups)" and
+    "(method ria, layer groups)", with the same perplexity."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for number, (method, group) in enumerate((("wanda", "row"), ("ria", "layer"))):
+        config = RunConfig(**{**BASE.to_dict(), "method": method, "group": group, "sparsity": "0",
+                              "expert_sparsity": 0.5, "seed": number})  # fmt: skip
+        result = {"calibration": CALIBRATION, "model_fingerprint": MODEL}
+        insert_run(store, clock, f"e000000{number}", config, created=1.7e9 + number, ppl=20.0 + number, result=result)
+    table = comparison(store.list_runs())
+    [cell] = table.cells.values()
+    assert table.rows == ["REAP expert removal"] and len(cell.values) == 2
+
+
 def test_runs_of_a_mixture_of_experts_split_by_how_its_experts_were_calibrated(tmp_path):
     clock = Clock()
     store = Store(tmp_path / "runs.db", clock=clock)

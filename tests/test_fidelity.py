@@ -123,6 +123,16 @@ def test_fidelity_of_a_run_without_calibration_is_put_back_to_off(make_tiny_mode
     assert check_config(with_obs).fidelity is True  # the OBS update reads the calibration tokens: measured
 
 
+def test_fidelity_of_magnitude_removing_experts_stays_on(make_moe, calib_file):
+    """--expert-sparsity reads calibration tokens (REAP's scores) whatever the method: a magnitude run of it
+    measures fidelity, and the first fix put --fidelity back to off there too."""
+    from acetui_core.pruning.validate import check_config
+
+    config = RunConfig(model=str(make_moe("mixtral")), method="magnitude", fidelity=True, expert_sparsity=0.25,
+                       calib=calib_file)  # fmt: skip
+    assert check_config(config).fidelity is True
+
+
 def test_fidelity_is_stored_shown_as_json_and_exported_per_layer(monkeypatch, capsys, tmp_path):
     clock = Clock()
     store = Store(tmp_path / "runs.db", clock=clock)

@@ -171,9 +171,11 @@ CASES = {
     "OWL lambda too wide": (["prune", "{model}", "--allocation", "owl", "--owl-lambda", "0.6"], "--owl-lambda 0.6"),
     "OWL lambda past 1 at a high sparsity": (  # it was told "must be at least 0"
         ["prune", "{model}", "--allocation", "owl", "--sparsity", "0.95", "--owl-lambda", "0.08"],
-        "--owl-lambda 0.08 at --sparsity 0.95 would set a layer's sparsity to 0.87..1.03; every layer's must "
-        "stay inside (0, 1): give less than 0.05.",
+        "--owl-lambda 0.08 at --sparsity 0.95 could give a layer a sparsity of 1.03 (the layer with the fewest "
+        "outliers, when every other has the most), pruning all of it: give a lambda under 0.05.",
     ),
+    # a layer OWL would take to 0 or below is pruned at 0.01 as in OWL's code: --sparsity 0.05 --owl-lambda 0.08
+    # (OWL's own lambda) was refused, told its layers would range over -0.03..0.13
     "OWL lambda below 0": (
         ["prune", "{model}", "--allocation", "owl", "--owl-lambda", "-0.1"],
         "--owl-lambda must be at least 0, not -0.1.",

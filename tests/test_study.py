@@ -671,6 +671,43 @@ def test_a_cell_names_only_the_axes_its_method_reads(tmp_path, monkeypatch, caps
     assert [line.rsplit(", ", 1)[1] for line in ria] == ["ria_alpha 0.5", "ria_alpha 1.0"]
 
 
+def test_a_uniform_cell_names_no_owl_setting(tmp_path, monkeypatch, capsys, make_tiny_model):
+    """A uniform cell of a study with OWL axes read "..., allocation uniform, owl_lambda 0.08": OWL's lambda,
+    which a uniform run never reads (and 0.08 not even one of the study's values)."""
+    model = make_tiny_model("llama")
+    text = f'model = "{model}"\nallocation = ["uniform", "owl"]\nowl_lambda = [0.1, 0.2]\n{QUICK}'
+    study = _study(tmp_path / "s.toml", text)
+    Store(tmp_path / "runs.db")
+    code, out, _ = cli(monkeypatch, capsys, "study", "status", str(study), "--store", str(tmp_path / "runs.db"))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 3, out
+    [uniform] = [line for line in lines if "allocation uniform" in line]
+    assert uniform.endswith("allocation uniform")
+    assert sorted(line.rsplit(", ", 1)[1] for line in lines if "allocation owl" in line) == [
+        "owl_lambda 0.1",
+        "owl_lambda 0.2",
+    ]
+
+
+def test_a_cell_run_before_a_setting_was_put_back_still_counts(tmp_path, monkeypatch, capsys, make_tiny_model):
+    """A magnitude cell with ``fidelity = true`` run before --fidelity was put back to off for runs without
+    calibration tokens was stored with fidelity on; the cell, now checked with it off, showed as missing and
+    ran again for the same numbers."""
+    import sqlite3
+
+    model = make_tiny_model("llama")
+    study = _study(tmp_path / "s.toml", f'model = "{model}"\nmethod = "magnitude"\nfidelity = true\n{QUICK}')
+    store = tmp_path / "runs.db"
+    code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(store))
+    assert code == 0, err
+    with sqlite3.connect(store) as db:  # as it was recorded then
+        db.execute("UPDATE runs SET config = json_set(config, '$.fidelity', json('true'))")
+    db.close()
+    assert Store(store).list_runs()[0].config.fidelity is True
+    code, out, _ = cli(monkeypatch, capsys, "study", "status", str(study), "--store", str(store))
+    assert code == 0 and out.startswith("done "), out
+
+
 def test_a_run_of_another_installed_copy_of_the_bundled_model_is_the_same_cell():
     """A study that names no model runs the bundled GGUF from the environment's site-packages: after a new
     virtual environment its finished runs (another path to the same package's file) still count."""
@@ -788,3 +825,21 @@ def test_a_failed_run_of_an_edited_plug_in_is_not_a_run_of_its_cell(tmp_path, ma
     store.set_status(under_way, "failed", error=error)  # it failed too: it started on the old file
     [(_, state, runs)] = cell_states([cell], store)
     assert (state, runs) == ("missing", [])
+
+
+def test_the_source_figure_keeps_runs_that_removed_experts_apart(tmp_path):
+    """The perplexity-against-source figure named its series by method and sparsity alone: a run that also
+    removed a quarter of the experts joined the one that did not, and one of the two values was dropped."""
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.studies.studyreport import _by_source
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    calibration = {"source": "c4", "nsamples": 128, "seqlen": 16, "seed": 0, "fingerprint": "1:1"}
+    for number, experts in enumerate((0.0, 0.25)):
+        config = RunConfig("m", "wanda", sparsity="0.5", expert_sparsity=experts)
+        insert_run(store, clock, f"s000000{number}", config, created=1.7e9 + number, ppl=40.0 + number,
+                   result={"calibration": calibration})  # fmt: skip
+    series, _ = _by_source(store.list_runs())
+    assert sorted(line.name for line in series) == ["Wanda-16 at 0.5", "Wanda-16 at 0.5 + 25% of experts"]

@@ -12,7 +12,18 @@ from typing import TYPE_CHECKING
 
 from textual.markup import escape
 
-from acetui_core.basics.choices import Allocation, EvalKind, MoeCalibration, RunStatus, Update, VarpForm, VarpScale
+from acetui_core.basics.choices import (
+    Allocation,
+    EvalKind,
+    MoeCalibration,
+    OwlMean,
+    Permute,
+    Refine,
+    RunStatus,
+    Update,
+    VarpForm,
+    VarpScale,
+)
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.resources import ResourceSample
 from acetui_core.run.config import RunConfig
@@ -217,7 +228,15 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
             else ""
         )
         + (f", VarP {config.varp_form}" if config.varp_form != VarpForm.SERIES and "varp_form" not in unread else "")
-        + (f", OWL λ {config.owl_lambda:g} M {config.owl_m:g}" if config.allocation == Allocation.OWL else "")
+        + (
+            f", OWL λ {config.owl_lambda:g} M {config.owl_m:g}"
+            + (", weighted mean" if config.owl_mean == OwlMean.WEIGHTED else "")
+            if config.allocation == Allocation.OWL
+            else ""
+        )
+        + (f", {config.permute} permutation" if config.permute != Permute.NONE else "")
+        + (" kept if better" if config.permute != Permute.NONE and config.permute_guard else "")
+        + (", DSnoT" if config.refine == Refine.DSNOT else "")
         + (", OBS update" if config.update == Update.OBS else "")
         + (
             ", experts calibrated on all tokens"
@@ -252,7 +271,7 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
         ("run", f"{run.id} · {run.status}"),
         ("model", config.model),
         ("method", name),
-        ("sparsity", f"{config.sparsity}, {group}"),
+        ("sparsity", f"{config.target}, no mask" if config.removes_experts_alone else f"{config.target}, {group}"),
         ("calibration", calibration),
         ("evaluation", _evaluation(config)),
         ("device", device),

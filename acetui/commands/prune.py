@@ -38,7 +38,7 @@ def experts_removed_row(result: RunResult):
     return (
         "experts removed",
         f"{removed.fraction * 100:g}% of the routed experts ({removed.score}); kept per MoE layer: {kept}; "
-        f"{result.parameters_removed:,} parameters removed",
+        f"{removed.parameters_removed:,} parameters removed with them",  # the mask's zeros are not theirs
     )
 
 

@@ -440,7 +440,7 @@ def plan_line(configs: Sequence[RunConfig], room: int) -> str:
     0.5, 0.6``), else each run; what does not fit is counted, never cut mid-list."""
     count = f"{len(configs)} run{'' if len(configs) == 1 else 's'}"
     labels = list(dict.fromkeys(config.label for config in configs))
-    sparsities = list(dict.fromkeys(config.sparsity for config in configs))
+    sparsities = list(dict.fromkeys(config.target for config in configs))
     if len(configs) == len(labels) * len(sparsities):  # the grid, each pair once
         grid = f"{count}: {', '.join(labels)} × {', '.join(sparsities)}"
         return grid if cell_len(grid) <= room else f"{count}: {len(labels)} methods × {len(sparsities)} sparsities"

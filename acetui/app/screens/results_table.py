@@ -69,7 +69,7 @@ def _windows(run: RunRecord) -> str:
 COLUMNS = [
     Column("Model", lambda r: model_name(r.config.model), lambda r: model_name(r.config.model)),
     Column("Method", lambda r: r.label, lambda r: r.label),  # named apart by ResultsTable.method_names
-    Column("Sparsity", summary.sparsity_order, lambda r: r.config.sparsity),
+    Column("Sparsity", summary.sparsity_order, lambda r: r.config.target),  # experts removed too
     Column("PPL", lambda r: missing_last(r.ppl), summary.ppl_text),
     Column("Prune", lambda r: missing_last(r.prune_seconds), lambda r: summary.fmt_seconds(r.prune_seconds)),
     Column("0-shot%", lambda r: _zeroshot_order(r), _zeroshot_percent),

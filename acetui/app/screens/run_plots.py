@@ -25,7 +25,7 @@ from acetui.app.widgets.plots import (
 from acetui.app.widgets.scrolling import TextScroll
 from acetui_core.basics.errors import UserError
 from acetui_core.run.records import LayerRecord
-from acetui_core.scores.metrics import get_method
+from acetui_core.scores.metrics import get_method, reads_calibration
 from acetui_core.storage.store_rows import RunRecord
 
 # Each tab's name, and the short one it takes where the full names do not fit beside the layers (under
@@ -106,7 +106,7 @@ def _reads_no_calibration(run: RunRecord | None) -> str | None:
         method = get_method(run.config.method) if run is not None else None
     except UserError:  # a plug-in this environment cannot import
         method = None
-    if run is not None and method is not None and not method.calibrated(run.config):
+    if run is not None and method is not None and not reads_calibration(run.config):
         return method.paper_name
     return None
 
@@ -146,7 +146,9 @@ def replot_histogram(screen: DOMNode, run: RunRecord | None, layers: list[LayerR
     shown = linears[linear]
     histogram = shown.histogram
     title = f"L{layer.index} {shown.name} ({linear + 1}/{len(linears)})"
-    if histogram is None:
+    if histogram is None and run is not None and run.config.removes_experts_alone:
+        title += ": no scores (--sparsity 0: whole experts removed, no mask)"
+    elif histogram is None:
         title += ": no scores (solved, not scored)"
     elif histogram.threshold is not None:
         title += f" thr {histogram.threshold:.3g}"

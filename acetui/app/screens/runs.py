@@ -167,6 +167,7 @@ class RunsScreen(SortedRunListScreen):
                 "Created": [summary.fmt_time(r.created, "%H:%M") for r in shown],
             },
             squeeze="Model",
+            wrap="Method",  # a long label (REAP expert removal) onto two lines before the model goes
             last=("Model",),
         )
         self.shown_columns = fitted.shown

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
-from acetui_core.basics.choices import OwlMean, Permute, SparsityGroup
+from acetui_core.basics.choices import Allocation, OwlMean, Permute, SparsityGroup
 from acetui_core.basics.paths import known_model, model_key
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.run.records import RunResult
-from acetui_core.scores.metrics import METHODS, unread_settings
+from acetui_core.scores.method import SCORE_OPTIONS
+from acetui_core.scores.metrics import METHODS, may_read_calibration, unread_settings
 from acetui_core.storage.store_rows import RunRecord
 
 
@@ -33,22 +34,48 @@ _ZEROSHOT_ONLY = {"tasks", "zeroshot_limit"}
 _CALIBRATION = {"calib", "nsamples", "seqlen"}
 
 
+# What masks the weights: none of it counts for a run that removes whole experts and masks nothing
+_MASKING = {"method", "group", "sparsity_scope", "allocation", "update", "permute", "permute_guard", "refine"}
+
+
 def untaken_options(config: RunConfig) -> set[str]:
     """The settings of an option the run did not take (OWL's lambda on a uniform run, DSnoT's cycles without
-    ``--refine dsnot``, the permutation guard without a permutation): the checks put them back to their
-    defaults, but a run recorded before they did kept them as given, and a row label named them beside the
-    one run that took the option (``Wanda-16 (uniform, OWL lambda 0.08, OWL M 5)``)."""
+    ``--refine dsnot``, the permutation guard without a permutation, output fidelity without calibration
+    tokens to measure it on, every masking setting of a run that removes whole experts and masks nothing):
+    the checks put most of them back to their defaults, but a run recorded before they did kept them as
+    given, and a row label named them beside the one run that took the option
+    (``Wanda-16 (uniform, OWL lambda 0.08, OWL M 5)``)."""
     untaken = {
         name for name, spec in SETTINGS.items() if spec.needs and str(getattr(config, spec.needs[0])) != spec.needs[1]
     }
-    return untaken | ({"permute_guard"} if config.permute == Permute.NONE else set())
+    if config.permute == Permute.NONE:
+        untaken.add("permute_guard")
+    if not may_read_calibration(config):
+        untaken.add("fidelity")
+    if config.removes_experts_alone:
+        untaken |= _MASKING | SCORE_OPTIONS | {name for name, spec in SETTINGS.items() if spec.needs}
+    return untaken
+
+
+def as_checked_now(record: RunRecord) -> RunConfig:
+    """A stored run's settings as the checks would leave them today: a run recorded before a setting was
+    put back (``--fidelity`` on magnitude) or before it existed (``--owl-mean``, read back ``weighted``,
+    whose targets on equal layers are the plain mean's) is the same cell as its like run now."""
+    config = record.config
+    if config.fidelity and not may_read_calibration(config):
+        config = replace(config, fidelity=False)
+    result = record.results
+    weighted = config.allocation == Allocation.OWL and config.owl_mean == OwlMean.WEIGHTED
+    if weighted and result is not None and not _weighted_mean_mattered(result, config.sparsity_spec.ratio):
+        config = replace(config, owl_mean=str(OwlMean.PLAIN))
+    return config
 
 
 def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]:
     """Every setting of a finished run that can change the number a table shows, except its seed and the
     table's column axis: the configuration (less what the run never reads), with what the run resolved (window lengths, windows counted,
     dtype) and the identity of the files it read (model, calibration)."""
-    config, result = record.config, result_of(record)
+    config, result = as_checked_now(record), result_of(record)
     skip = _NEVER_SPLIT | (_ZEROSHOT_ONLY if measure == "ppl" else _PPL_ONLY) | {columns}
     if columns == "sparsity":  # the column's header names them (``comparison._sparsity_header``)
         skip |= {"expert_sparsity", "sparsity_scope"}
@@ -69,8 +96,8 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
             method = METHODS.get(config.method)
             group = method.group if method is not None else SparsityGroup.ROW
         values["group"] = str(group)  # text: a run stored without a group reads back as the enum
-    if values.get("owl_mean") == OwlMean.WEIGHTED and not _weighted_mean_mattered(result, config.sparsity_spec.ratio):
-        values["owl_mean"] = OwlMean.PLAIN  # the plain mean's targets too: recorded before --owl-mean, on equal layers
+    if "owl_mean" in values:  # text too: a run stored without it reads back as the enum
+        values["owl_mean"] = str(values["owl_mean"])
     values["dtype"] = result.dtype
     values["model"] = record.model_key  # one model however its path was typed; any copy of the bundled one
     bundled = model_key(config.model) != config.model

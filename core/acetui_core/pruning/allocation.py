@@ -66,6 +66,17 @@ def owl_sparsities(
     return s.where(s > 0, OWL_FLOOR).tolist()
 
 
+def highest_owl_sparsity(sizes: list[int], target: float, lam: float, mean: str = OwlMean.PLAIN) -> float:
+    """The highest sparsity OWL can give a layer whatever the outlier ratios: the layer with the lowest ratio
+    (``x = 0``) when every other has the highest (``x = 2 lambda``), ``target + 2 lambda (1 - w / W)`` with
+    ``w`` its weight in the mean (1 each for the plain mean, its size for the weighted one) and ``W`` all of
+    theirs; the smallest ``w`` gives the highest."""
+    if len(sizes) < 2:
+        return target  # one layer: OWL has no other to compare it with
+    weights = sizes if mean == OwlMean.WEIGHTED else [1] * len(sizes)
+    return target + 2 * lam * (1 - min(weights) / sum(weights))
+
+
 def layer_sizes(layers, scope: str) -> list[int]:
     """Each decoder layer's weights that the mask covers (``--sparsity-scope``); 0 where it covers none."""
     return [sum(weight_matrix(m).numel() for m in masked_linears(layer, scope).values()) for layer in layers]

@@ -57,7 +57,7 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
         config = _defaults(config, ("expert_score",))  # unused: it never splits a comparison's cells
     config = _check_variants(config, method)
     config = _check_mask_choice(config, method)
-    if not method.calibrated(config):  # no calibration activations: no outputs whose fidelity to record
+    if not reads_calibration(config):  # no calibration activations: no outputs whose fidelity to record
         config = _defaults(config, ("fidelity",))
     config = parsed(config, "nsamples", "seqlen", "seed", "batch_size", "evals", "ria_alpha")
     # unused, the source is still recorded with the run: a file it names must be one; the built-in corpora
@@ -86,8 +86,8 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     from acetui_core.pruning.expertremoval import check_expert_settings
 
     check_expert_settings(facts.skeleton, config)
-    if config.allocation == Allocation.OWL and _layers_equal_in_size(facts.skeleton, config.sparsity_scope):
-        config = _defaults(config, ("owl_mean",))  # OWL's two means give the same layer sparsities
+    if config.allocation == Allocation.OWL:
+        config = _check_owl_layers(config, facts.skeleton)
     # checked and then put back to their defaults: a setting the run never reads never splits a cell
     config = _defaults(
         config, tuple(sorted(unread_settings(config, experts=expert_layout(facts.skeleton) is not None)))
@@ -97,12 +97,27 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     return replace(config, model=config.model.strip())
 
 
-def _layers_equal_in_size(skeleton, scope: str) -> bool:
-    """Every decoder layer the mask covers holds as many weights (read from the model on the meta device)."""
+def _check_owl_layers(config: RunConfig, skeleton) -> RunConfig:
+    """OWL against the model's layers (their sizes from the model on the meta device): the mean put back to
+    the default where every masked layer is equal in size (OWL's two means then give the same sparsities),
+    and a lambda refused that could give a layer a sparsity of 1 or more (OWL's code would prune all of it),
+    before anything is loaded. A layer that could fall to 0 or below is pruned at 0.01, as in OWL's code."""
     from acetui_core.modeling.layouts import decoder_layers
-    from acetui_core.pruning.allocation import layer_sizes
+    from acetui_core.pruning.allocation import highest_owl_sparsity, layer_sizes
 
-    return len({size for size in layer_sizes(decoder_layers(skeleton), scope) if size}) <= 1
+    sizes = [size for size in layer_sizes(decoder_layers(skeleton), config.sparsity_scope) if size]
+    if len(set(sizes)) <= 1:
+        config = _defaults(config, ("owl_mean",))
+    ratio, lam = config.sparsity_spec.ratio, config.owl_lambda
+    highest = highest_owl_sparsity(sizes, ratio, lam, config.owl_mean)
+    if highest >= 1:
+        below = (1 - ratio) * lam / (highest - ratio)  # the highest grows in proportion to lambda
+        raise UserError(
+            f"--owl-lambda {lam:g} at --sparsity {ratio:g} could give a layer a sparsity of {highest:.3g} (the "
+            f"layer with the fewest outliers, when every other has the most), pruning all of it: give a lambda "
+            f"under {below:.3g}."
+        )
+    return config
 
 
 def _model_places(model: str) -> list[tuple[Path, str]]:
@@ -138,16 +153,8 @@ def _check_variants(config: RunConfig, method) -> RunConfig:
         )
     config = parsed(config, *OWL)
     lam, m = config.owl_lambda, config.owl_m
-    ratio = config.sparsity_spec.ratio
     if lam < 0:
         raise UserError(f"--owl-lambda must be at least 0, not {lam:g}.")
-    if lam >= min(ratio, 1 - ratio):
-        # OWL moves each layer's sparsity within ratio ± lambda: a layer at 0 or 1 is no pruning or no layer
-        raise UserError(
-            f"--owl-lambda {lam:g} at --sparsity {ratio:g} would set a layer's sparsity to "
-            f"{ratio - lam:g}..{ratio + lam:g}; every layer's must stay inside (0, 1): give less than "
-            f"{min(ratio, 1 - ratio):g}."
-        )
     if m <= 0:
         raise UserError(f"--owl-m must be positive, not {m:g}.")
     return config

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from acetui_core.analysis.rowlabels import as_checked_now, untaken_options
 from acetui_core.basics import parse
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
@@ -94,7 +95,7 @@ def cell_text(config: RunConfig, axes=()) -> str:
 
     calibrated = may_read_calibration(config)
     # The model is not read here: --moe-calibration is named wherever it may count (experts=True).
-    unread = unread_settings(config, experts=True)
+    unread = unread_settings(config, experts=True) | untaken_options(config)
     data = f"{config.calib}, seed {config.seed}" if calibrated else "no calibration"
     text = f"{config.title} on {model_name(config.model)}, {data}"
     return text + "".join(
@@ -192,7 +193,7 @@ def runs_by_cell(cells: list[RunConfig], store: Store) -> dict[str, list[RunReco
     wanted: dict[str, list[RunRecord]] = {key(cell): [] for cell in cells}
     files = _files_now(cells)
     for record in sorted(store.list_runs(), key=lambda r: r.created):
-        cell = key(record.config)
+        cell = key(as_checked_now(record))  # a run recorded before a setting was put back is still its cell's
         if cell in wanted and _read_these(record, files[cell]):
             wanted[cell].append(record)
     return wanted

@@ -209,7 +209,7 @@ def _by_source(records: list[RunRecord]) -> tuple[list[Series], list[str]]:
     models = model_columns(calibrated)
     several_models = len(set(models.values())) > 1
     for record in calibrated:
-        name = f"{labels[record.id]} at {record.config.sparsity}"
+        name = f"{labels[record.id]} at {record.config.target}"  # experts removed or not: apart
         if several_models:  # one model's seed is not another's: a series each
             name += f" on {models[record.id]}"
         cell = groups.setdefault(name, {}).setdefault(record.config.calib, Cell([], [], False, geometric=True))
