@@ -68,8 +68,8 @@ def test_every_flag_the_engine_names_in_a_sentence_exists():
 
     import acetui_core
 
-    # other programs' flags the engine names: pip's, the DSnoT reference code's, scancel's, a docstring's
-    foreign = {"--no-deps", "--skip_layer", "--signal", "--the-name", "--no-the-name"}
+    # other programs' flags the engine names: pip's, the DSnoT and RIA reference codes', scancel's, a docstring's
+    foreign = {"--no-deps", "--skip_layer", "--reallocation", "--signal", "--the-name", "--no-the-name"}
     flags = _all_flags(typer.main.get_command(app)) | foreign
     named = {
         (path.name, flag)
