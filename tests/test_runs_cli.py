@@ -586,3 +586,68 @@ def test_the_grid_is_split_over_the_gpus_the_user_made_visible(tmp_path, monkeyp
     spawned.clear()
     LocalProcesses(gpus=1).start(Store(tmp_path / "runs.db"), ["r1", "r2"])
     assert spawned == [(["r1", "r2"], None)]  # one GPU or none: one worker, the environment left alone
+
+
+def test_runs_fits_a_terminal_of_80_columns_and_stays_one_line_a_run_in_a_pipe(tmp_path):
+    """``acetui runs`` of SmolLM2's GGUF runs was about 98 columns: an 80-column terminal broke every line
+    at its edge. In a terminal the model goes above its runs and long methods wrap; piped, a run is a line."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.run.config import RunConfig
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    gguf, calib = "/models/SmolLM2-135M-Instruct.Q4_1.gguf", "/data/c4-train.00000-of-01024.json"
+    configs = [
+        RunConfig(gguf, "wanda", sparsity="0.5", calib=calib),
+        RunConfig(gguf, "ace", sparsity="2:4", calib=calib),
+        RunConfig("Qwen/Qwen1.5-MoE-A2.7B", "wanda", sparsity="0", expert_sparsity=0.5, calib=calib),
+    ]
+    for n, config in enumerate(configs):
+        insert_run(store, clock, f"r000000{n}", config, created=1.7e9 + n, ppl=30.5 + n)
+    labels = [text for record in store.list_runs() for text in (record.label, record.config.target)]
+    command = [sys.executable, "-m", "acetui", "runs", "--store", str(tmp_path / "runs.db")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("COLUMNS", None)
+
+    piped = subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout.splitlines()
+    assert max(len(line) for line in piped) > 80  # the case this test is about
+    assert [line.split()[0] for line in piped[1:]] == ["r0000002", "r0000001", "r0000000"]
+    assert all("SmolLM2-135M-Instruct.Q4_1" in line and "c4-train.00000-of-01024.json" in line for line in piped[2:])
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    process = subprocess.Popen(command, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    text = b""
+    while chunk := _read_or_end(leader):
+        text += chunk
+    os.close(leader)
+    assert process.wait(timeout=60) == 0
+    lines = text.decode().replace("\r\n", "\n").rstrip("\n").split("\n")
+    assert max(len(line) for line in lines) <= 80, lines
+    # the newest first, each model named once above its runs, every word of each method and target on screen
+    assert [line for line in lines if line.startswith("model ")] == [
+        "model Qwen1.5-MoE-A2.7B",
+        "model SmolLM2-135M-Instruct.Q4_1",
+    ]
+    assert [line.split()[0] for line in lines if line.startswith("r00")] == ["r0000002", "r0000001", "r0000000"]
+    shown = " ".join(lines).split()
+    assert all(word in shown for label in labels for word in label.split())
+    # the calibration file's name folded in its column, under the run's first line
+    at, first = lines[0].index("calib"), next(i for i, line in enumerate(lines) if line.startswith("r0000002"))
+    pieces = [line[at:].split()[0] for line in lines[first : first + 3]]
+    assert "".join(pieces) == "c4-train.00000-of-01024.json"
+
+
+def _read_or_end(fd: int) -> bytes:
+    """What a pseudo-terminal's leader reads next; empty once the process behind it closed it."""
+    try:
+        return os.read(fd, 4096)
+    except OSError:  # EIO: no process holds the follower any more
+        return b""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from acetui.app.summary import expert_load, expert_removal, run_experts
 from acetui_core.basics import parse
 from acetui_core.basics.choices import ExecutorKind, RunStatus
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.texttable import text_table
+from acetui_core.basics.texttable import table_rows, text_table
 from acetui_core.execution import jobfolder
 from acetui_core.execution.kill import cancel as cancel_run
 from acetui_core.modeling.data import source_names
@@ -79,6 +80,45 @@ def run_summary(run: RunRecord) -> str:
     return f"run {run.id} {run.status}" + (f": {run.error}" if run.error else ".")
 
 
+def _terminal_width() -> int | None:
+    """The terminal's width when a person reads the list; piped, each run stays on one line for grep."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def _run_list(records: list[RunRecord], width: int | None) -> str:
+    """The runs as a table. Where its lines would be wider than the terminal, the model moves out of the
+    columns to a line above its runs (stores hold a few models, and a GGUF file's name alone is 31
+    characters) and long methods, targets and calibration files wrap within their columns, so that 80 columns show every run whole."""
+    now = time.time()
+    header = ["id", "status", "model", "method", "sparsity", "calib", "ppl", "seconds", "age"]
+    rows = [
+        [
+            r.id,
+            _status_text(r),
+            model_name(r.config.model),
+            r.label,
+            r.config.target,
+            _calibration(r.config),
+            _ppl_text(r),
+            "-" if r.prune_seconds is None else f"{r.prune_seconds:.1f}",
+            age(now - r.created),
+        ]
+        for r in records
+    ]
+    lines = table_rows(header, rows)
+    if width is None or max(len(line) for row in lines for line in row) <= width:
+        return "\n".join(line for row in lines for line in row)
+    models = [row.pop(2) for row in rows]
+    del header[2]
+    lines = table_rows(header, rows, width=width, fold=(2, 3, 4))
+    out = lines[0]
+    for i, (model, row_lines) in enumerate(zip(models, lines[1:], strict=True)):
+        if i == 0 or model != models[i - 1]:
+            out.append(f"model {model}")
+        out.extend(row_lines)
+    return "\n".join(out)
+
+
 # ---- acetui runs ----------------------------------------------------------------------------------
 
 
@@ -111,22 +151,7 @@ def runs(
         )
         print(f"No run matches {asked}." if asked else "No runs yet (acetui prune, compare or sweep start them).")
         return
-    now = time.time()
-    rows = [
-        [
-            r.id,
-            _status_text(r),
-            model_name(r.config.model),
-            r.label,
-            r.config.target,
-            _calibration(r.config),
-            _ppl_text(r),
-            "-" if r.prune_seconds is None else f"{r.prune_seconds:.1f}",
-            age(now - r.created),
-        ]
-        for r in records
-    ]
-    print(text_table(["id", "status", "model", "method", "sparsity", "calib", "ppl", "seconds", "age"], rows))
+    print(_run_list(records, _terminal_width()))
     if any(r.ppl_partial for r in records):
         print("* perplexity over part of the WikiText-2 test set (--eval-limit)")
     for record in records:
