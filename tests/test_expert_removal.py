@@ -233,6 +233,9 @@ def test_runs_show_prints_each_experts_score_with_the_removed_marked(make_moe, c
     line = next(line for line in out.splitlines() if "layer 0 mlp.experts reap scores:" in line)
     assert line.split()[-2] == "0x"  # expert 2: output zero, score 0, removed; marked without colour
     assert "x: removed by --expert-sparsity" in out
+    # it gathered no mask statistics (it said "statistics from routed tokens")
+    assert "; no mask: the tokens scored the experts for REAP expert removal" in out
+    assert "statistics from" not in out
     assert out.startswith(f"run {json.loads(run)['run_id']}  finished  REAP expert removal at 25% of experts  ")
     code, out, err = cli("runs", "--store", store)  # listed as "Wanda-16  0": nothing said experts went
     assert code == 0 and "  REAP expert removal  25% of experts  " in out.splitlines()[1], out
@@ -277,7 +280,10 @@ async def test_the_experts_tab_marks_the_removed_experts_without_colour_at_80x24
         await pilot.pause()
         drawn = app.screen.query_one("#experts-text")
         lines = [strip.text for strip in drawn.render_lines(Region(0, 0, *drawn.outer_size))]
-    assert "(--expert-sparsity); x removed" in " ".join(" ".join(lines).split())  # the mark, named
+    shown = " ".join(" ".join(lines).split())
+    assert "(--expert-sparsity); x removed" in shown  # the mark, named
+    assert "no mask: the tokens scored the experts for REAP expert removal" in shown
+    assert "statistics from" not in shown
     # At 39 columns the grid of scores wraps, its columns out of line: the removed experts are named too.
     assert [line.strip() for line in lines if ": removed" in line] == [
         "layer 0 mlp.experts: removed 2",

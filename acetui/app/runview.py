@@ -123,7 +123,11 @@ def token_load(run: RunRecord, layers: list[LayerRecord]) -> Text:
     rows = summary.expert_load(experts)
     width = max((len(count) for _, counts in rows for count in counts), default=1) + 1
     label = max((len(where) for where, _ in rows), default=0)
-    text = Text(f"calibration tokens per expert ({experts.calibration}); * starved: statistics from all tokens\n\n")
+    if run.config.removes_experts_alone:  # no statistics, so no expert is starved of them
+        heading = f"calibration tokens per expert; {summary.expert_tokens_use(run.config, experts)}"
+    else:
+        heading = f"calibration tokens per expert ({experts.calibration}); * starved: statistics from all tokens"
+    text = Text(heading + "\n\n")
     experts_shown = max((len(counts) for _, counts in rows), default=0)
     text.append(" " * label + "".join(f"{e:>{width}}" for e in range(experts_shown)) + "\n", style="bold")
     for where, counts in rows:

@@ -315,6 +315,14 @@ def expert_removal(experts: Experts) -> list[tuple[str, list[str]]]:
     ]
 
 
+def expert_tokens_use(config: RunConfig, experts: Experts) -> str:
+    """What the tokens routed to the experts were for: each expert's mask statistics, or, where the run
+    removes whole experts and masks nothing, the removal's scores alone (no statistics are gathered)."""
+    if config.removes_experts_alone:
+        return f"no mask: the tokens scored the experts for {config.label}"
+    return f"statistics from {experts.calibration} tokens"
+
+
 def expert_load(experts: Experts) -> list[tuple[str, list[str]]]:
     """Per experts module of each MoE layer, the calibration tokens routed to each expert, in expert order;
     a starved expert (its statistics came from all tokens instead) is marked ``*``, which reads without

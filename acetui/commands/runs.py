@@ -13,7 +13,7 @@ import typer
 
 from acetui import notify as notifications
 from acetui import options
-from acetui.app.summary import expert_load, expert_removal, run_experts
+from acetui.app.summary import expert_load, expert_removal, expert_tokens_use, run_experts
 from acetui_core.basics import parse
 from acetui_core.basics.choices import ExecutorKind, RunStatus
 from acetui_core.basics.errors import UserError
@@ -207,7 +207,7 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
         print("sparsity by kind: " + ", ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in run.results.kinds.items()))
     experts = run_experts(run, run.layers)  # while a run goes on: what its pruned layers recorded so far
     if experts:
-        print(expert_load_text(experts))
+        print(expert_load_text(run.config, experts))
     if run.results:
         print(run_summary(run))
         print(kept_for_tests(opened, run))
@@ -270,9 +270,9 @@ def mask_choice_columns(layers: list[LayerRecord]) -> tuple[list[str], list[list
     return headers, rows
 
 
-def expert_load_text(experts) -> str:
+def expert_load_text(config, experts) -> str:
     """Each MoE layer's calibration tokens per expert, starved experts marked, and the fallbacks' sentences."""
-    lines = [f"experts: {experts.layout}; statistics from {experts.calibration} tokens"]
+    lines = [f"experts: {experts.layout}; {expert_tokens_use(config, experts)}"]
     lines += [f"  {where} tokens: {' '.join(counts)}" for where, counts in expert_load(experts)]
     lines += [f"  * {f.sentence()}" for f in experts.fallbacks]
     lines += [f"  {where} scores: {' '.join(scores)}" for where, scores in expert_removal(experts)]
