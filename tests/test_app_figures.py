@@ -67,6 +67,7 @@ async def test_log_plots_within_a_decade_label_their_range_inside_the_frame(stor
         inside, outside = y_labels(screen.query_one("#fidelity-plot"))
         assert inside[0] == "0.28" and inside[-1] == "0.17" and len(inside) == 3, inside
         assert not any("0.2" in line or "e-1" in line for line in outside), outside
+        assert outside[0].strip() == "||Y-Y'||/||Y|| by layer (log)"  # whole in the tab's 40 columns, not cut
         await pilot.press("f3")
         table = app.screen.query_one("#results", DataTable)
         await pilot_wait_until(pilot, lambda: table.row_count == 1, "the run's row")
@@ -172,3 +173,23 @@ async def test_sorting_by_calibration_puts_runs_without_it_last(store):
             await pilot.press("s")
         order = [str(table.get_row_at(i)[-1]) for i in range(3)]
         assert order == ["short003", "long0001", "magn0002"]
+
+
+@pytest.mark.asyncio
+async def test_results_fidelity_spans_the_depth_of_the_runs_it_draws(store):
+    """Results' ``f`` drew a 4-layer run's fidelity on an axis 30 layers long, squeezed into its first
+    tenth, because a deeper run without fidelity was among the chosen ones."""
+    add_fidelity_run(store, "fid00001", [0.17, 0.2, 0.19, 0.28])
+    insert_run(store, Clock(), "deep0002", replace(CONFIG, fidelity=False), created=1.8e9, ppl=60.0, layers=30)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        table = app.screen.query_one("#results", DataTable)
+        await pilot_wait_until(pilot, lambda: table.row_count == 2, "both runs")
+        await pilot.press("f")
+        await pilot.pause()
+        plot = app.screen.query_one("#fidelity-overlay")
+        lines = Text.from_ansi(plot.plt.build()).plain.splitlines()
+    bottom = next(i for i, line in enumerate(lines) if "└" in line)
+    x_labels = lines[bottom + 1].split()
+    assert x_labels[-1] == "3" and "29" not in x_labels, x_labels

@@ -98,13 +98,14 @@ class ResultsPlots(ResultsTable):
     def _plot_fidelity(self) -> None:
         chosen = [r.id for r in self.chosen()]
         runs = self.app.store.list_runs(ids=chosen, layers=True) if chosen else []
+        measured = [run for run in runs if any(layer.fidelity for layer in run.layers)]
         series = {
             summary.run_name(run): [(layer.index, 1 - layer.fidelity.cosine) for layer in run.layers if layer.fidelity]
-            for run in runs
+            for run in measured
         }
-        series = {name: points for name, points in series.items() if points}
         shown = dict(list(series.items())[: len(SERIES_COLORS)])
-        total_layers = max((len(run.layers) for run in runs), default=0)
+        # the depth of the runs drawn: a deeper chosen run without fidelity squeezed them to the left
+        total_layers = max((len(run.layers) for run in measured[: len(shown)]), default=0)
         if not shown:
             caption = "None of the chosen runs recorded output fidelity: start runs with --fidelity (f: back)."
         else:
