@@ -3,6 +3,8 @@ to the same per-window losses as the whole logits give (issue 35, item 4)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -68,3 +70,26 @@ def test_a_nan_loss_is_no_perplexity_and_an_overflow_an_infinite_one():
     assert evaluate.ppl(losses([8.0, 4e308])) == math.inf and evaluate.ppl(losses([8.0, 8.0])) == pytest.approx(
         math.e**2
     )
+
+
+def test_a_run_records_the_test_text_it_evaluated_and_another_copy_is_another_text(tiny, tmp_path, monkeypatch):
+    """Runs evaluated on another copy of WikiText-2 (an edited file in another ACETUI_DATA_DIR) recorded the
+    same windows as these, so tables ranked and paired their perplexities together."""
+    import os
+
+    from acetui_core.modeling.data import LOCAL_WIKITEXT2, wikitext2_test_identity
+    from acetui_core.run.config import RunConfig
+
+    shared = wikitext2_test_identity()
+    config = RunConfig(model="tiny", method="wanda", sparsity="0.5", evals=["wikitext2"], eval_limit=1, eval_seqlen=64)
+    assert evaluate.evaluate(tiny, config).ppl_text == shared and len(shared) == 16
+    rows = (Path(os.environ["ACETUI_DATA_DIR"]) / LOCAL_WIKITEXT2["test"]).read_text().splitlines()
+    for name, text in {"copy": rows, "edited": [*rows[:3], '{"text":" An edited line .\\n"}', *rows[4:]]}.items():
+        path = tmp_path / name / LOCAL_WIKITEXT2["test"]
+        path.parent.mkdir(parents=True)
+        path.write_text("\n".join(text) + "\n")
+    monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path / "copy"))
+    assert wikitext2_test_identity() == shared
+    monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path / "edited"))
+    assert wikitext2_test_identity() != shared
+    assert evaluate.evaluate(tiny, config).ppl_text == wikitext2_test_identity()

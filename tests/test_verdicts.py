@@ -50,15 +50,17 @@ def add(
     windows=None,
     model="org/tiny",
     sparsity="0.5",
+    text=None,
     **config,
 ):
-    """A finished run; ``windows``: (count, length) of another evaluation than the default's."""
+    """A finished run; ``windows``: (count, length) of another evaluation than the default's; ``text``: the
+    WikiText-2 test text it recorded (None: recorded before acetui kept it)."""
     per_window = losses(int(run_id[-2:]), shift)
     count, length = windows or (WINDOWS, SEQLEN)
     per_window |= {"seqlen": length, "limit": count} if windows else {}
     per_window["nll"], per_window["tokens"] = per_window["nll"][:count], per_window["tokens"][:count]
     ppl = float(np.exp(np.sum(per_window["nll"]) / (count * SEQLEN)))
-    result = {"calibration": calibration, "ppl_windows": count, "ppl_seqlen": length}
+    result = {"calibration": calibration, "ppl_windows": count, "ppl_seqlen": length, "ppl_text": text}
     if kept:
         result["window_losses"] = per_window
     config = {"nsamples": 8, **config}
@@ -776,6 +778,43 @@ def test_runs_evaluated_on_other_windows_are_never_ranked_against_each_other(sto
     code, out, _ = cli(monkeypatch, capsys, "export", "--store", store.path, "--format", "markdown")
     assert out.count("**") == 4  # one best per evaluation, RIA's not over Wanda's
     assert "tiny, eval 32x16 50%" in out and "tiny, eval 16x64 50%" in out
+
+
+def test_runs_evaluated_on_another_copy_of_the_test_text_are_never_ranked_or_paired_with_these(
+    store, monkeypatch, capsys
+):
+    """Perplexity windows of the same count and length cut from another WikiText-2 text (an edited copy in
+    another ACETUI_DATA_DIR) shared a column and were paired window by window. A run recorded before the
+    text was kept is counted with the text its model's other runs read."""
+    clock = store.clock_
+    for seed in range(2):
+        add(store, clock, f"a00000{seed:02d}", seed=seed, text="aaaaaaaaaaaaaaaa")
+        add(store, clock, f"b00000{seed + 10:02d}", seed=seed, method="ria", shift=-0.5, text="bbbbbbbbbbbbbbbb")
+    add(store, clock, "c0000020", method="magnitude", calibration=None, shift=1.5, text="aaaaaaaaaaaaaaaa")
+    runs = store.list_runs()
+    table = judge(comparison(runs), store.evidence([r.id for r in runs]))
+    assert table.models == ["tiny, eval 32x16 text aaaaaa", "tiny, eval 32x16 text bbbbbb"]
+    assert {row for row, _ in table.best} == {"Wanda-16", "RIA-16"}  # one best per text: RIA's not over Wanda's
+    first, other = (next(r for r in runs if r.id == run_id) for run_id in ("a0000000", "b0000010"))
+    said = run_difference(first, other, store.evidence([first.id, other.id]))
+    assert said == "cannot be tested: the two runs were evaluated on different copies of the WikiText-2 test text"
+    code, out, _ = cli(monkeypatch, capsys, "export", "--store", store.path, "--format", "markdown")
+    assert code == 0 and out.count("**") == 4, out
+
+    # runs recorded before the text was kept: counted with the one text their model's other runs read, apart
+    # where those read two
+    add(store, clock, "d0000030", method="ria", seed=2, shift=-0.5)
+    add(store, clock, "e0000040", model="org/other", seed=0, text="cccccccccccccccc")
+    add(store, clock, "e0000041", model="org/other", seed=1)
+    table = comparison(store.list_runs())
+    assert table.models == [
+        "tiny, eval 32x16 text aaaaaa",
+        "tiny, eval 32x16 text bbbbbb",
+        "tiny, eval 32x16 text unrecorded",
+        "other",
+    ]
+    assert table.cells[("RIA-16", ("tiny, eval 32x16 text unrecorded", "50%"))].runs[0].id == "d0000030"
+    assert len(table.cells[("Wanda-16", ("other", "50%"))].values) == 2
 
 
 def test_two_models_of_one_name_are_never_ranked_or_paired_together(store):

@@ -272,15 +272,34 @@ def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tupl
     ]
 
 
+def _test_texts(records: list[RunRecord], models: dict[str, str]) -> dict[str, str | None]:
+    """Each run's WikiText-2 test text (``RunResult.ppl_text``). A run recorded before acetui kept it is
+    taken to have read the text its model's other runs read where they all read one, and is told apart
+    only where they read several."""
+    texts = {record.id: result_of(record).ppl_text for record in records}
+    known: dict[str, set[str]] = {}
+    for record in records:
+        if (text := texts[record.id]) is not None:
+            known.setdefault(models[record.id], set()).add(text)
+    return {
+        run_id: text
+        if text is not None or len(known.get(models[run_id], ())) != 1
+        else next(iter(known[models[run_id]]))
+        for run_id, text in texts.items()
+    }
+
+
 def _evaluations(records: list[RunRecord], measure: str, models: dict[str, str]) -> dict[str, str]:
     """Each run's evaluation in words (``eval 16x512``: windows x tokens; ``eval n=100``: documents per
     task), for the runs of a model that were not all evaluated alike. Each evaluation then gets a column
-    group of its own, so no best or ratio compares numbers measured on other windows or documents."""
+    group of its own, so no best or ratio compares numbers measured on other windows or documents; windows
+    cut from another WikiText-2 text (another copy of the test set) are other windows."""
     keys: dict[str, tuple] = {}
+    texts = _test_texts(records, models)
     for record in records:
         result = result_of(record)
         if measure == "ppl":
-            keys[record.id] = (result.ppl_windows, result.ppl_seqlen)
+            keys[record.id] = (result.ppl_windows, result.ppl_seqlen, texts[record.id])
         else:
             keys[record.id] = tuple(
                 sorted((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
@@ -290,9 +309,12 @@ def _evaluations(records: list[RunRecord], measure: str, models: dict[str, str])
     }
     keys = {r.id: keys[r.id] for r in records if models[r.id] in several}
     words = {}
+    sizes = [key[:2] for key in dict.fromkeys(keys.values())]
     for key in dict.fromkeys(keys.values()):
         if measure == "ppl":
             words[key] = f"eval {key[0]}x{key[1]}"
+            if sizes.count(key[:2]) > 1:  # the same windows of other texts: the text names them
+                words[key] += f" text {key[2][:6] if key[2] else 'unrecorded'}"
         else:
             words[key] = "eval n=" + "/".join(str(n) for n in dict.fromkeys(n for _, n, _ in key))
     if len(set(words.values())) < len(words):  # the same sizes of other tasks or files: number them

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 import json
 import random
 from collections.abc import Sequence
@@ -276,6 +277,18 @@ def wikitext2_test_ids(tokenizer) -> torch.Tensor:
 @functools.lru_cache(maxsize=4)
 def _wikitext2_test_ids(tokenizer, _data_dir: str) -> torch.Tensor:
     return tokenizer(wikitext2_test_text()[0], return_tensors="pt").input_ids[0]
+
+
+def wikitext2_test_identity() -> str:
+    """The start of the SHA-256 of the WikiText-2 test text a run evaluates: runs that record the same one
+    read the same text, whether from a local copy or the hub; another copy (edited, another version)
+    records another, and its perplexities are never compared with these."""
+    return _wikitext2_test_identity(str(data_dir()))
+
+
+@functools.lru_cache(maxsize=4)
+def _wikitext2_test_identity(_data_dir: str) -> str:
+    return hashlib.sha256(wikitext2_test_text()[0].encode()).hexdigest()[:16]
 
 
 def wikitext2_test_text() -> tuple[str, str]:

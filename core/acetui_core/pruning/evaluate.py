@@ -15,7 +15,7 @@ from torch import nn
 
 from acetui_core.basics.choices import EvalKind, StageName
 from acetui_core.basics.errors import check_stop
-from acetui_core.modeling.data import wikitext2_test_ids
+from acetui_core.modeling.data import wikitext2_test_identity, wikitext2_test_ids
 from acetui_core.modeling.layerfeed import LayerFeed
 from acetui_core.modeling.layouts import decoder_layers
 from acetui_core.modeling.models import Loaded
@@ -173,6 +173,7 @@ class Evaluation:
     ppl_windows: int | None = None
     ppl_partial: bool = False
     ppl_seqlen: int | None = None
+    ppl_text: str | None = None
     zeroshot: dict[str, TaskAccuracy] | None = None
     window_losses: WindowLosses | None = None
     task_outcomes: dict[str, TaskOutcomes] | None = None
@@ -261,6 +262,7 @@ def evaluate(
             ppl_windows=used,
             ppl_partial=used < total,
             ppl_seqlen=seqlen,
+            ppl_text=wikitext2_test_identity(),
             window_losses=losses,
         )
     if EvalKind.ZEROSHOT in config.evals:

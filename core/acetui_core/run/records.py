@@ -282,6 +282,8 @@ class RunResult:
     ppl_windows: int | None = None  # windows evaluated
     ppl_partial: bool = False  # fewer windows than the test set holds (--eval-limit)
     ppl_seqlen: int | None = None  # evaluation window length
+    # the WikiText-2 test text evaluated (``wikitext2_test_identity``); None in runs recorded before acetui kept it
+    ppl_text: str | None = None
     zeroshot: dict[str, TaskAccuracy] | None = None
     # What a test of a difference needs; the store keeps them apart from the result (``Store.evidence``),
     # so a run read from the store has None here. None also in runs recorded before acetui kept them.
