@@ -58,19 +58,36 @@ def _files(folder: Path) -> set[str]:
     return {str(path.relative_to(folder)) for path in folder.rglob("*")}
 
 
-@pytest.mark.parametrize(("evals", "tables"), [("zeroshot", ZERO_SHOT_TABLE), ("none", set())])
-def test_a_study_without_perplexity_is_reported_without_figures(
+ZERO_SHOT_FIGURES = {"figures"} | {
+    f"figures/accuracy_{name}.tex" for name in ("pareto_seconds", "pareto_tokens", "vs_seqlen")
+}
+
+
+@pytest.mark.parametrize(("evals", "tables"), [("zeroshot", ZERO_SHOT_TABLE | ZERO_SHOT_FIGURES), ("none", set())])
+def test_a_study_without_perplexity_is_reported_with_its_zero_shot_figures_or_none(
     tmp_path, monkeypatch, capsys, make_tiny_model, calib_file, evals, tables
 ):
     """It was refused ("nothing to draw", exit 2) after the tables were written, with no list of the report's
-    files: every later --overwrite into that folder was refused too."""
+    files: every later --overwrite into that folder was refused too. Then its zero-shot accuracies were in
+    its tables only: every figure was of perplexity."""
     study, store = _recorded_study(tmp_path, make_tiny_model("llama"), calib_file, evals)
     report = tmp_path / "report"
     args = ("study", "report", str(study), "-o", str(report), "--store", str(store))
     code, out, err = cli(monkeypatch, capsys, *args)
     assert (code, err) == (0, "")
-    assert _files(report) == TEXTS | tables  # no figures/, not even empty: every figure is of perplexity
-    assert sorted(out.splitlines()) == sorted(str(report / name) for name in TEXTS | tables if name != MANIFEST)
+    assert _files(report) == TEXTS | tables  # no evaluation: no figures/, not even empty
+    shown = (TEXTS | tables) - {MANIFEST, "figures"}
+    assert sorted(out.splitlines()) == sorted(str(report / name) for name in shown)
+    if evals == "zeroshot":  # each method's point is its table cell: the mean accuracy over its seeds
+        import csv
+        import re
+
+        figure = (report / "figures/accuracy_pareto_seconds.tex").read_text()
+        assert "ylabel={mean zero-shot accuracy (\\%)}" in figure
+        drawn = [float(y) for y in re.findall(r"\(30, ([0-9.]+)\)", figure)]
+        with open(report / "table-zeroshot-mean.csv") as table:
+            cells = [float(row["value"]) for row in csv.DictReader(table)]
+        assert drawn == pytest.approx(list(dict.fromkeys(cells)), abs=1e-6) and len(drawn) == 2
     code, _, err = cli(monkeypatch, capsys, *args, "--overwrite")
     assert (code, err) == (0, "")
     assert _files(report) == TEXTS | tables

@@ -5,8 +5,9 @@
   (``verdicts-<measure>.txt`` holds its report);
 - ``figures/``: pgfplots ``.tex`` (and ``.png``/``.pdf`` where matplotlib is installed, the ``figures``
   extra): the matched-compute Pareto against prune seconds and against calibration tokens, perplexity
-  against calibration length and against calibration source (where the runs have perplexity: none
-  for a study of zero-shot accuracy alone, or of no evaluation);
+  against calibration length and against calibration source, where the runs have perplexity; the Pareto
+  and the length figure of mean zero-shot accuracy (``accuracy_*``) where they have that; none for a
+  study of no evaluation;
 - ``environment.md``: the versions of every package that can move a number (those each run records),
   acetui's version and commit, the machine and device of this report and of the runs, and the study file
   as read (``study.toml`` beside it, byte for byte);
@@ -29,6 +30,7 @@ import subprocess
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from acetui_core.analysis import verdicts
@@ -235,18 +237,31 @@ class _Figure:
 
 def _figures(records: list[RunRecord], kept: dict) -> list[_Figure]:
     """The figures the runs have something for, drawn but not written (a figure that cannot be drawn is
-    said before the report writes anything). Every figure is of perplexity: none for runs that have none
-    (zero-shot only, or no evaluation)."""
-    if not any(measured(record, "ppl") for record in records):
-        return []
-    wanted: list[tuple[str, Callable[[], tuple[list[Series], str, str]], bool, list[str] | None]] = [
-        ("pareto_seconds", lambda: figure_series(records, kept, "pareto", "seconds"), True, None),
-        ("pareto_tokens", lambda: figure_series(records, kept, "pareto", "tokens"), True, None),
-        ("ppl_vs_seqlen", lambda: figure_series(records, kept, "seqlen"), True, None),
-    ]
-    lines, sources = _by_source(records)
-    by_seeds = f"{MEASURES['ppl']} (bars: lowest and highest seed)"  # the other figures' bars are 95% intervals
-    wanted.append(("ppl_vs_source", lambda: (lines, "calibration source", by_seeds), False, sources))
+    said before the report writes anything): perplexity's where runs have one, mean zero-shot accuracy's
+    (``accuracy_`` files) where runs have one; none for runs that have neither (no evaluation)."""
+    wanted: list[tuple[str, Callable[[], tuple[list[Series], str, str]], bool, list[str] | None]] = []
+    for measure, prefix, against_length in (("ppl", "", "ppl_vs_seqlen"), ("zeroshot-mean", "accuracy_", None)):
+        if not any(measured(record, "ppl" if measure == "ppl" else "zeroshot") for record in records):
+            continue
+        wanted += [
+            (
+                f"{prefix}pareto_seconds",
+                partial(figure_series, records, kept, "pareto", "seconds", measure),
+                True,
+                None,
+            ),
+            (f"{prefix}pareto_tokens", partial(figure_series, records, kept, "pareto", "tokens", measure), True, None),
+            (
+                against_length or f"{prefix}vs_seqlen",
+                partial(figure_series, records, kept, "seqlen", "seconds", measure),
+                True,
+                None,
+            ),  # fmt: skip
+        ]
+    if any(measured(record, "ppl") for record in records):
+        lines, sources = _by_source(records)
+        by_seeds = f"{MEASURES['ppl']} (bars: lowest and highest seed)"  # the others' bars are 95% intervals
+        wanted.append(("ppl_vs_source", lambda: (lines, "calibration source", by_seeds), False, sources))
     drawn = []
     for name, make, log_x, ticks in wanted:
         series, xlabel, ylabel = make()
@@ -371,7 +386,15 @@ _OWN_NAMES = (
     "study.toml",
     *(
         f"figures/{name}{suffix}"
-        for name in ("pareto_seconds", "pareto_tokens", "ppl_vs_seqlen", "ppl_vs_source")
+        for name in (
+            "pareto_seconds",
+            "pareto_tokens",
+            "ppl_vs_seqlen",
+            "ppl_vs_source",
+            "accuracy_pareto_seconds",
+            "accuracy_pareto_tokens",
+            "accuracy_vs_seqlen",
+        )
         for suffix in (".tex", *IMAGE_FORMATS)
     ),
 )
