@@ -51,6 +51,7 @@ def add(
     model="org/tiny",
     sparsity="0.5",
     text=None,
+    device=None,
     **config,
 ):
     """A finished run; ``windows``: (count, length) of another evaluation than the default's; ``text``: the
@@ -61,6 +62,7 @@ def add(
     per_window["nll"], per_window["tokens"] = per_window["nll"][:count], per_window["tokens"][:count]
     ppl = float(np.exp(np.sum(per_window["nll"]) / (count * SEQLEN)))
     result = {"calibration": calibration, "ppl_windows": count, "ppl_seqlen": length, "ppl_text": text}
+    result |= {"device": device} if device else {}
     if kept:
         result["window_losses"] = per_window
     config = {"nsamples": 8, **config}
@@ -815,6 +817,19 @@ def test_runs_evaluated_on_another_copy_of_the_test_text_are_never_ranked_or_pai
     ]
     assert table.cells[("RIA-16", ("tiny, eval 32x16 text unrecorded", "50%"))].runs[0].id == "d0000030"
     assert len(table.cells[("Wanda-16", ("other", "50%"))].values) == 2
+
+
+def test_seeds_pruned_on_a_cpu_and_on_a_gpu_are_rows_apart(store):
+    """A seed pruned on the CPU and two on GPUs of the same dtype shared a cell: its prune seconds were the
+    mean of a CPU's and a GPU's, and the Pareto against seconds placed the method between the two."""
+    clock = store.clock_
+    add(store, clock, "a0000000", seed=0, device="cpu")
+    add(store, clock, "a0000001", seed=1, device="cuda:0")
+    add(store, clock, "a0000002", seed=2, device="cuda:1")  # another GPU of the same kind: the same row
+    table = comparison(store.list_runs())
+    assert sorted(table.rows) == ["Wanda-16 (on cpu)", "Wanda-16 (on cuda)"]
+    column = table.columns[0]
+    assert [run.id for run in table.cells[("Wanda-16 (on cuda)", column)].runs] == ["a0000001", "a0000002"]
 
 
 def test_two_models_of_one_name_are_never_ranked_or_paired_together(store):

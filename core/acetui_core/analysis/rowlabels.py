@@ -99,6 +99,8 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
     if "owl_mean" in values:  # text too: a run stored without it reads back as the enum
         values["owl_mean"] = str(values["owl_mean"])
     values["dtype"] = result.dtype
+    if result.device is not None:  # a CPU's seconds and a GPU's are not one cell's (cuda:0 and cuda:1 are)
+        values["device kind"] = result.device.split(":")[0]
     values["model"] = record.model_key  # one model however its path was typed; any copy of the bundled one
     bundled = model_key(config.model) != config.model
     values["model file"] = None if bundled else known_model(result.model_fingerprint)  # by content: copies are one
@@ -171,6 +173,7 @@ _DESCRIBE: dict[str, Callable[[Any], str]] = {
     **{name: spec.describe for name, spec in SETTINGS.items() if spec.describe is not None},
     "calibration": lambda v: v[0],
     "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),
+    "device kind": lambda v: f"on {v}",
 }
 
 
