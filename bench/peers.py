@@ -3,8 +3,9 @@ seconds and peak RSS of each, every run in its own subprocess, runs interleaved.
 
     ACETUI_DATA_DIR=../shared/data .venv/bin/python bench/peers.py [--rounds 2] [--peer-python /path/to/python]
 
-Tools: ``acetui`` (Wanda 50%, this checkout, the whole model in memory as by default), ``acetui-streamed``
-(the same with ``--offload disk``: each decoder layer read from the checkpoint only while it is pruned),
+Tools: ``acetui`` (Wanda 50%, this checkout, the whole model in memory: ``--offload none``, what ``auto`` does
+for a run that evaluates), ``acetui-streamed`` (the same with ``--offload disk``: each decoder layer read from
+the checkpoint only while it is pruned; what ``auto`` does for a run that evaluates nothing, as these),
 ``wanda-ref`` (the algorithm of Wanda's reference code,
 locuslab/wanda lib/prune.py ``prune_wanda``, re-expressed here for today's transformers: one window per
 forward pass, running-mean ``scaler_row`` hooks, a full stable sort per row, a second pass for the next

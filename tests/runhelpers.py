@@ -344,3 +344,13 @@ def held_at_the_gate(store: Store | Path | str, gate: Path, process: subprocess.
     [run] = (store if isinstance(store, Store) else Store(store)).list_runs(status="running")
     assert run.layers_done == 1
     return run
+
+
+def saved_tensors(folder) -> dict:
+    """Every tensor of a saved checkpoint by its name, whether one file or shards (a streamed run's)."""
+    from safetensors.torch import load_file
+
+    tensors = {}
+    for shard in Path(folder).glob("*.safetensors"):
+        tensors.update(load_file(shard))
+    return tensors

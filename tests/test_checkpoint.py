@@ -27,15 +27,17 @@ def _siblings(folder):
     return sorted(path.name for path in folder.iterdir())
 
 
-def test_overwrite_replaces_a_checkpoint_acetui_wrote(make_tiny_model, tmp_path):
+@pytest.mark.parametrize("offload", ["none", "auto"])  # a run without evaluation streams: written layer by layer
+def test_overwrite_replaces_a_checkpoint_acetui_wrote(make_tiny_model, tmp_path, offload):
     model, out = make_tiny_model("llama"), tmp_path / "pruned"
-    first = pipeline.run(_config(model, save=str(out)))
-    assert first.saved_to == str(out) and (out / "model.safetensors").is_file()
-    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    weights = out / ("model.safetensors" if offload == "none" else "model.safetensors.index.json")
+    first = pipeline.run(_config(model, save=str(out), offload=offload))
+    assert first.saved_to == str(out) and weights.is_file()
+    stamp = weights.stat().st_mtime_ns
     with pytest.raises(UserError, match="exists and is not empty; pass --overwrite"):
-        pipeline.run(_config(model, save=str(out)))
-    pipeline.run(_config(model, save=str(out), overwrite=True, sparsity="0.25"))
-    assert (out / "model.safetensors").stat().st_mtime_ns != stamp
+        pipeline.run(_config(model, save=str(out), offload=offload))
+    pipeline.run(_config(model, save=str(out), overwrite=True, sparsity="0.25", offload=offload))
+    assert weights.stat().st_mtime_ns != stamp
     assert _siblings(tmp_path) == ["pruned"]  # no temporary folder left beside it
     assert "config.json" in _siblings(out) and all(not name.startswith(".") for name in _siblings(out))
 

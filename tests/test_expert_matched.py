@@ -9,8 +9,9 @@ import re
 import numpy as np
 import pytest
 import torch
+from runhelpers import saved_tensors
 from test_expert_removal import _run
-from test_moe import QUICK, _saved
+from test_moe import QUICK
 
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
@@ -18,11 +19,13 @@ from acetui_core.storage.store import Store
 
 def test_sparsity_inside_the_experts_matches_the_parameters_expert_removal_saves(make_moe, calib_file, tmp_path):
     source = make_moe("qwen2_moe")  # shared experts and attention beside the routed experts: both stay dense
-    dense = _saved(source)
+    dense = saved_tensors(source)
     removal, _ = _run(source, calib_file, tmp_path / "removal", sparsity="0", expert_sparsity=0.5)
     inside, _ = _run(source, calib_file, tmp_path / "inside", expert_sparsity=0, sparsity_scope="experts")
-    removed = sum(t.numel() for t in dense.values()) - sum(t.numel() for t in _saved(tmp_path / "removal").values())
-    saved = _saved(tmp_path / "inside")
+    removed = sum(t.numel() for t in dense.values()) - sum(
+        t.numel() for t in saved_tensors(tmp_path / "removal").values()
+    )
+    saved = saved_tensors(tmp_path / "inside")
     zeros = {name: int((t == 0).sum() - (dense[name] == 0).sum()) for name, t in saved.items()}  # new zeros
     zeros = {name: count for name, count in zeros.items() if count}
     assert zeros and all(".experts." in name and "shared" not in name for name in zeros)

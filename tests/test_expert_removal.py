@@ -10,7 +10,8 @@ import json
 import pytest
 import torch
 from moe_models import FAMILIES, split_experts
-from test_moe import QUICK, _layer0_inputs, _saved
+from runhelpers import saved_tensors
+from test_moe import QUICK, _layer0_inputs
 
 from acetui_core.basics.errors import UserError
 from acetui_core.modeling.layouts import decoder_layers
@@ -66,7 +67,7 @@ def test_the_saved_checkpoint_has_fewer_experts_and_loads_with_the_same_logits(m
     fields = [f for f in COUNT_FIELDS if hasattr(AutoConfig.from_pretrained(source), f)]
     assert fields and all(getattr(config, f) == dense // 2 for f in fields)
     assert config.num_experts_per_tok <= dense // 2
-    saved, moe_layers = _saved(tmp_path / "out"), [r.layer for r in result.experts.removal]
+    saved, moe_layers = saved_tensors(tmp_path / "out"), [r.layer for r in result.experts.removal]
     assert moe_layers == ([1] if family in DENSE_FIRST else [0, 1])
     for layer in moe_layers:
         assert set(_expert_tensors(saved, layer).values()) == {dense // 2}
@@ -137,7 +138,7 @@ def test_frequency_removes_the_experts_with_fewest_routed_tokens_as_counted(make
 @pytest.mark.parametrize("sparsity", ["0.5", "2:4"])
 def test_removal_combines_with_the_methods_mask_on_the_kept_experts(make_moe, calib_file, tmp_path, sparsity):
     result, _ = _run(make_moe("qwen2_moe"), calib_file, tmp_path / "out", sparsity=sparsity)
-    saved = _saved(tmp_path / "out")
+    saved = saved_tensors(tmp_path / "out")
     experts = [t for n, t in saved.items() if ".experts." in n and "shared" not in n and n.endswith("weight")]
     assert len(experts) == 2 * 4 * 3  # 2 layers, 4 kept experts, gate, up and down saved apart
     for tensor in experts:
@@ -177,7 +178,7 @@ def test_streamed_and_in_memory_removal_save_the_same_checkpoint(make_moe, calib
         config = RunConfig(model=str(source), method="wanda", sparsity="0.5", expert_sparsity=0.5, calib=calib_file,
                            nsamples=8, seqlen=16, evals=[], device="cpu", offload=offload, save=str(tmp_path / offload))  # fmt: skip
         results[offload] = pipeline.run(config)
-    whole, streamed = _saved(tmp_path / "none"), _saved(tmp_path / "disk")
+    whole, streamed = saved_tensors(tmp_path / "none"), saved_tensors(tmp_path / "disk")
     assert whole.keys() == streamed.keys()
     for name in whole:
         torch.testing.assert_close(whole[name], streamed[name]), name

@@ -10,6 +10,7 @@ import json
 
 import pytest
 from runhelpers import cli as run_cli
+from runhelpers import saved_tensors
 
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
@@ -21,8 +22,6 @@ QUICK = ["--nsamples", "4", "--seqlen", "16", "--eval", "none", "--device", "cpu
 def test_prunes_each_layer_at_one_threshold_by_default(
     monkeypatch, capsys, make_tiny_model, calib_file, tmp_path, method
 ):
-    from safetensors.torch import load_file
-
     store = tmp_path / "runs.db"
     code, out, err = run_cli(monkeypatch, capsys, "prune", make_tiny_model("llama"), "-m", method, "-s", "0.5",
                              "--calib", calib_file, *QUICK, "--save", tmp_path / "out", "--store", store, "--json")  # fmt: skip
@@ -30,7 +29,7 @@ def test_prunes_each_layer_at_one_threshold_by_default(
     assert json.loads(out)["group"] == "layer"
     assert Store(store).list_runs()[0].config.group == "layer"  # recorded as it ran
     uneven = 0
-    for name, W in load_file(tmp_path / "out" / "model.safetensors").items():
+    for name, W in saved_tensors(tmp_path / "out").items():
         if ".layers." in name and W.dim() == 2:
             assert int((W == 0).sum()) == W.numel() // 2, name  # exactly the layer's share
             per_row = (W == 0).sum(dim=1)

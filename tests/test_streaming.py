@@ -149,6 +149,30 @@ def test_auto_streams_only_a_model_that_would_not_fit(sharded, monkeypatch):
     assert streaming_folder(str(sharded), "none", torch.float32) is None
 
 
+def test_auto_streams_a_run_that_evaluates_nothing(sharded, smollm_gguf, monkeypatch, capsys, calib_file):
+    """Streamed, a prune without evaluation writes nothing it would not and takes no more time (benchmarks.md:
+    0.80x the reference's time at 0.62x its peak, against 0.82x and 0.99x in memory), so ``auto`` streams it
+    however small the model; a run that evaluates, or a queue with one such run of the model, loads it whole."""
+    from acetui_core.execution.modelcache import ModelCache
+    from acetui_core.modeling import streaming
+    from acetui_core.modeling.streaming import streaming_folder
+
+    assert streaming_folder(str(sharded), "auto", torch.float32, evaluates=False) == sharded
+    assert streaming_folder(str(sharded), "auto", torch.float32, evaluates=True) is None  # it fits
+    assert streaming_folder(str(sharded), "none", torch.float32, evaluates=False) is None
+    assert streaming_folder(str(smollm_gguf), "auto", torch.float32, evaluates=False) is None  # cannot stream
+
+    streamed = []
+    load_streamed = streaming.load_streamed
+    monkeypatch.setattr(streaming, "load_streamed", lambda *a: streamed.append(a[0]) or load_streamed(*a))
+    code, _, err = _prune(monkeypatch, capsys, sharded, "--calib", calib_file)
+    assert code == 0, err
+    assert streamed == [sharded]
+    quiet, evaluating = _config(sharded, "auto", evals=[]), _config(sharded, "auto")
+    assert ModelCache([quiet, evaluating]).get(quiet).streamed is None  # the next run evaluates: whole
+    assert ModelCache([quiet, quiet]).get(quiet).streamed is not None
+
+
 def _copy(source: Path, target: Path) -> Path:
     import shutil
 

@@ -25,7 +25,10 @@ class ModelCache:
     def __init__(self, configs: Iterable[RunConfig] = ()):
         self.key: tuple | None = None
         self.loaded: Loaded | None = None
+        configs = list(configs)
         self.pending = Counter(_model_key(config) for config in configs)
+        # a model that some run of the queue evaluates is loaded as an evaluating run's (``streaming_folder``)
+        self.evaluated = {_model_key(config) for config in configs if config.evals}
 
     def get(self, config: RunConfig, on_event: OnEvent | None = None):
         from acetui_core.modeling.streaming import load_for_run
@@ -38,7 +41,12 @@ class ModelCache:
         self.key = self.loaded = None
         gc.collect()  # let the previous model go before the next one arrives
         loaded = load_for_run(
-            config.model, device=config.device, dtype=config.dtype, offload=config.offload, on_event=on_event
+            config.model,
+            device=config.device,
+            dtype=config.dtype,
+            offload=config.offload,
+            evaluates=bool(config.evals) or key in self.evaluated,
+            on_event=on_event,
         )
         if self.pending[key] > 0:
             loaded.snapshot()

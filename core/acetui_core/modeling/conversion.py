@@ -35,6 +35,16 @@ def converts(model: PreTrainedModel) -> bool:
     return bool(renamings or converters)
 
 
+def renamed_keys(model: PreTrainedModel, checkpoint_keys: Iterable[str]) -> dict[str, str]:
+    """``{model name: checkpoint key}`` of the checkpoint tensors transformers renames while loading (a
+    GPT-NeoX checkpoint's ``embed_out`` is the model's ``lm_head``)."""
+    from transformers.core_model_loading import apply_renamings
+
+    renamings, _ = _transforms(model)
+    renamed = {apply_renamings(key, renamings): key for key in checkpoint_keys} if renamings else {}
+    return {name: key for name, key in renamed.items() if name != key}
+
+
 class ConvertedLayers:
     """A checkpoint that transformers converts while loading, read one decoder layer at a time: each
     layer's checkpoint tensors are found by the name they take once converted, and converted together."""

@@ -22,7 +22,7 @@ from torch import nn
 from acetui_core.basics.choices import Offload, StageName
 from acetui_core.basics.errors import UserError, check_choice, first_line
 from acetui_core.modeling.checkpoint import SCRATCH_PREFIX, TEMP_PREFIX, LayerwiseCheckpoint
-from acetui_core.modeling.conversion import ConvertedLayers, converts, to_checkpoint
+from acetui_core.modeling.conversion import ConvertedLayers, converts, renamed_keys, to_checkpoint
 from acetui_core.modeling.layerfeed import set_tensor
 from acetui_core.modeling.layouts import decoder_layers
 from acetui_core.modeling.models import meta_skeleton, model_source
@@ -36,10 +36,15 @@ if TYPE_CHECKING:
 AUTO_FRACTION = 0.7  # --offload auto streams a model whose weights take more than this share of available memory
 
 
-def streaming_folder(source: str, offload: str, dtype: torch.dtype = torch.bfloat16) -> Path | None:
+def streaming_folder(
+    source: str, offload: str, dtype: torch.dtype = torch.bfloat16, evaluates: bool = True
+) -> Path | None:
     """The checkpoint folder to stream from under ``offload``, or None to load the model whole; a model
-    that cannot stream under ``--offload disk`` is a UserError saying why. ``auto`` streams when the
-    weights, loaded in ``dtype``, would take more than 70% of the memory available now."""
+    that cannot stream under ``--offload disk`` is a UserError saying why. ``auto`` streams a safetensors
+    checkpoint when the run ``evaluates`` nothing, where streaming writes nothing it would not (no scratch
+    copy for the evaluation to read back), takes no more time and holds one layer instead of the model
+    (docs/benchmarks.md: 0.62x the reference's peak), and otherwise when the weights, loaded in ``dtype``,
+    would take more than 70% of the memory available now."""
     check_choice(offload, tuple(Offload), "--offload")
     if offload == Offload.NONE:
         return None
@@ -56,7 +61,7 @@ def streaming_folder(source: str, offload: str, dtype: torch.dtype = torch.bfloa
             "re-save it with save_pretrained(safe_serialization=True) or use --offload none",
         }[kind]
         raise UserError(f"--offload disk cannot stream {source}: {why}.")
-    if offload == Offload.AUTO and folder is not None:
+    if offload == Offload.AUTO and folder is not None and evaluates:
         return folder if model_bytes(folder, dtype) > AUTO_FRACTION * psutil.virtual_memory().available else None
     return folder
 
@@ -84,7 +89,10 @@ def load_streamed(folder: Path, dtype: torch.dtype):
     shards = Shards(folder, weight_map(folder), dtype)
     base = model.base_model_prefix
     inside = tuple(f"{prefix}." for prefix in prefixes)
-    resident = {name: shards.key(name, base) for name in model.state_dict() if not name.startswith(inside)}
+    renamed = renamed_keys(model, shards.names)
+    resident = {
+        name: shards.key(name, base) or renamed.get(name) for name in model.state_dict() if not name.startswith(inside)
+    }
     tied = {name for name, key in resident.items() if key is None and _tied(model, name)}
     missing = [name for name, key in resident.items() if key is None and name not in tied]
     if missing:
@@ -122,15 +130,18 @@ def _tied(model: PreTrainedModel, name: str) -> bool:
     )
 
 
-def load_for_run(source: str, *, device: str, dtype: str, offload: str, on_event: OnEvent | None = None):
-    """Load ``source`` whole (``models.load_model``) or, when ``offload`` says so, streamed: a ``Loaded``
-    whose decoder layers stay on disk until the layer loop needs them."""
+def load_for_run(
+    source: str, *, device: str, dtype: str, offload: str, evaluates: bool = True, on_event: OnEvent | None = None
+):
+    """Load ``source`` whole (``models.load_model``) or, when ``offload`` says so (``streaming_folder``: for
+    ``auto``, whether a run of it ``evaluates``), streamed: a ``Loaded`` whose decoder layers stay on disk
+    until the layer loop needs them."""
     from acetui_core.basics.paths import model_identity
     from acetui_core.modeling.models import Loaded, context_length, load_model, resolve_device, resolve_dtype
 
     compute_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, compute_device)
-    folder = streaming_folder(source, offload, torch_dtype)
+    folder = streaming_folder(source, offload, torch_dtype, evaluates)
     if folder is None:
         return load_model(source, device=device, dtype=dtype, on_event=on_event)
     if on_event:
@@ -182,6 +193,7 @@ class PrunedLayers:
                 continue
             seen.add(tensor.data_ptr())
             resident[name] = self._stored(name, tensor)
+        resident = to_checkpoint(model, resident)  # named as save_pretrained names them (GPT-NeoX: embed_out)
         config = copy.deepcopy(model.config)
         config.dtype = next(iter(self.streamed.shards.stored.values()), self.loaded.dtype)
         self.folder = Path(self.checkpoint.finish(resident, config, self.loaded.tokenizer))

@@ -49,7 +49,12 @@ def run(
     reset_peak_memory()
     if loaded is None:
         loaded = load_for_run(
-            config.model, device=config.device, dtype=config.dtype, offload=config.offload, on_event=on_event
+            config.model,
+            device=config.device,
+            dtype=config.dtype,
+            offload=config.offload,
+            evaluates=bool(config.evals),
+            on_event=on_event,
         )
     check_against_model(config, loaded.context_length)
     with contextlib.ExitStack() as cleanup:

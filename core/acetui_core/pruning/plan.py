@@ -162,7 +162,7 @@ def plan_run(run: RunConfig) -> Plan:
         on_disk = Path(path).stat().st_size
     else:
         on_disk = checkpoint_bytes(folder) if folder is not None else parameters * stored
-    streaming = streaming_folder(run.model, run.offload, dtype) is not None
+    streaming = streaming_folder(run.model, run.offload, dtype, evaluates=bool(run.evals)) is not None
 
     method = get_method(run.method)
     calibration, seqlen, calibration_temporaries = 0, None, 0

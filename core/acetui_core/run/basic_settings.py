@@ -170,8 +170,8 @@ class BasicSettings:
     )
     offload: str = setting(
         Offload.AUTO,
-        help="Decoder layers read from the safetensors shards one at a time: disk, none, or auto (when the model "
-        "would take over 70% of available memory).",
+        help="Decoder layers read from the safetensors shards one at a time: disk, none, or auto (when the run "
+        "evaluates nothing, or the model would take over 70% of available memory).",
         label="Offload",
         group="advanced",
         choices=tuple(Offload),
