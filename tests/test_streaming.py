@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from runhelpers import cli
+from runhelpers import cli, saved_tensors
 
 from acetui_core.modeling.layouts import decoder_layers, prunable_linears
 from acetui_core.pruning import pipeline
@@ -124,6 +124,10 @@ def test_streamed_bf16_tied_checkpoint_saves_in_its_own_dtype(tmp_path, tokenize
     source = _checkpoint(tmp_path / "bf16", tokenizer_dir, tied=True, dtype=torch.bfloat16)
     result = pipeline.run(_config(source, "disk", save=str(tmp_path / "out"), evals=[]))
     assert result.saved_to == str((tmp_path / "out").resolve())
+    # every tensor as the source keeps it: the layers were written in float32 (1.7x the size) under a config
+    # saying bfloat16, which from_pretrained's cast hid
+    saved = saved_tensors(tmp_path / "out")
+    assert {name: t.dtype for name, t in saved.items()} == {name: torch.bfloat16 for name in saved_tensors(source)}
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
     assert model.dtype == torch.bfloat16
     assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()

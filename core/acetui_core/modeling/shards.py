@@ -67,9 +67,9 @@ class Shards:
     folder: Path
     names: dict[str, str]  # tensor name -> shard file
     dtype: torch.dtype
-    stored: dict[str, torch.dtype] = field(
-        default_factory=dict
-    )  # dtype of each tensor read, as the checkpoint keeps it
+    # the dtype of each tensor read, as the checkpoint keeps it, by its checkpoint key: a layer is read by
+    # names inside the layer, which the writer of the pruned checkpoint does not know
+    stored: dict[str, torch.dtype] = field(default_factory=dict)
 
     def key(self, name: str, base_prefix: str) -> str | None:
         """The checkpoint's name for the model's tensor ``name`` (some checkpoints drop the base model prefix)."""
@@ -92,7 +92,7 @@ class Shards:
                 with safe_open(str(self.folder / file), "pt", device="cpu") as shard:
                     for ours, key in pairs:
                         tensor = shard.get_tensor(key)
-                        self.stored[ours] = tensor.dtype
+                        self.stored[key] = tensor.dtype
                         tensors[ours] = tensor.to(self.dtype) if tensor.is_floating_point() else tensor
             except (
                 Exception

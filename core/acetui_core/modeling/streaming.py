@@ -181,7 +181,10 @@ class PrunedLayers:
         self.checkpoint.write_layer(index, tensors)
 
     def _stored(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.to(self.streamed.shards.stored.get(name, tensor.dtype))
+        """``tensor`` in the dtype the source checkpoint keeps the tensor ``name`` in (a model or checkpoint name)."""
+        shards = self.streamed.shards
+        key = shards.key(name, self.streamed.base_prefix) or name
+        return tensor.to(shards.stored.get(key, tensor.dtype))
 
     def finish(self) -> Path:
         """Write the resident tensors, config and tokenizer; the checkpoint is complete from here on."""
@@ -192,8 +195,9 @@ class PrunedLayers:
             if name.startswith(inside) or tensor.data_ptr() in seen:  # a tied head is the embeddings again
                 continue
             seen.add(tensor.data_ptr())
-            resident[name] = self._stored(name, tensor)
-        resident = to_checkpoint(model, resident)  # named as save_pretrained names them (GPT-NeoX: embed_out)
+            resident[name] = tensor
+        # named as save_pretrained names them (GPT-NeoX: embed_out), in the dtype the source keeps them in
+        resident = {key: self._stored(key, tensor) for key, tensor in to_checkpoint(model, resident).items()}
         config = copy.deepcopy(model.config)
         config.dtype = next(iter(self.streamed.shards.stored.values()), self.loaded.dtype)
         self.folder = Path(self.checkpoint.finish(resident, config, self.loaded.tokenizer))
