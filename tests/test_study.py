@@ -756,6 +756,32 @@ def test_the_source_figure_keeps_settings_apart_and_counts_a_repeated_seed_once(
     assert {line.name: line.points for line in lines}["Wanda-16 (4 samples) at 0.5 on tiny"] == [(1, 30.0, 30.0, 30.0)]
 
 
+def test_the_source_figure_keeps_runs_evaluated_on_another_test_text_apart(tmp_path):
+    """Tables kept runs evaluated on another copy of the WikiText-2 test text apart; ppl_vs_source counted the
+    later run of seed 0 on the other text as a repeat of the first, and dropped the first (review)."""
+    from acetui_core.studies.studyreport import _by_source
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    calibration = {"source": "c4", "nsamples": 128, "seqlen": 16, "seed": 0, "fingerprint": "1:1"}
+    runs = (("a" * 16, 0, 99.0), ("b" * 16, 0, 99.05), ("b" * 16, 1, 99.9), (None, 2, 98.0))  # text, seed, ppl
+    for number, (text, seed, ppl) in enumerate(runs[:3]):
+        config = RunConfig(model="org/tiny", method="wanda", sparsity="0.5", seed=seed)
+        insert_run(store, clock, f"t000000{number}", config, created=1.7e9 + number, ppl=ppl,
+                   result={"calibration": {**calibration, "seed": seed}, "ppl_text": text})  # fmt: skip
+    points = {line.name: line.points for line in _by_source(store.list_runs())[0]}
+    assert points == {
+        "Wanda-16 (test text aaaaaa) at 0.5": [(1, 99.0, 99.0, 99.0)],
+        "Wanda-16 (test text bbbbbb) at 0.5": [(1, pytest.approx((99.05 * 99.9) ** 0.5), 99.05, 99.9)],
+    }
+    other = Store(tmp_path / "other.db", clock=clock)  # a run recorded before the text was: with the one known
+    for number, (text, seed, ppl) in enumerate(runs[2:]):
+        config = RunConfig(model="org/tiny", method="wanda", sparsity="0.5", seed=seed)
+        insert_run(other, clock, f"u000000{number}", config, created=1.8e9 + number, ppl=ppl,
+                   result={"calibration": {**calibration, "seed": seed}, "ppl_text": text})  # fmt: skip
+    assert [line.name for line in _by_source(other.list_runs())[0]] == ["Wanda-16 at 0.5"]
+
+
 def test_a_cell_run_with_another_version_of_its_files_is_to_run_again(tmp_path, make_tiny_model, calib_file):
     """A plug-in metric edited (or a calibration file rewritten) after its cell ran: the cell stayed done
     and the report showed the old file's numbers."""

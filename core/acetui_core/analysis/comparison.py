@@ -21,7 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from acetui_core.analysis.rowlabels import model_columns, result_of, row_labels, shared_settings
+from acetui_core.analysis.rowlabels import model_columns, result_of, row_labels, shared_settings, test_texts
 from acetui_core.basics.choices import RunStatus, SparsityScope
 from acetui_core.basics.errors import UserError, check_choice
 from acetui_core.run.config import RunConfig
@@ -272,30 +272,13 @@ def _values(record: RunRecord, measure: str, row: str, header: str) -> list[tupl
     ]
 
 
-def _test_texts(records: list[RunRecord], models: dict[str, str]) -> dict[str, str | None]:
-    """Each run's WikiText-2 test text (``RunResult.ppl_text``). A run recorded before acetui kept it is
-    taken to have read the text its model's other runs read where they all read one, and is told apart
-    only where they read several."""
-    texts = {record.id: result_of(record).ppl_text for record in records}
-    known: dict[str, set[str]] = {}
-    for record in records:
-        if (text := texts[record.id]) is not None:
-            known.setdefault(models[record.id], set()).add(text)
-    return {
-        run_id: text
-        if text is not None or len(known.get(models[run_id], ())) != 1
-        else next(iter(known[models[run_id]]))
-        for run_id, text in texts.items()
-    }
-
-
 def _evaluations(records: list[RunRecord], measure: str, models: dict[str, str]) -> dict[str, str]:
     """Each run's evaluation in words (``eval 16x512``: windows x tokens; ``eval n=100``: documents per
     task), for the runs of a model that were not all evaluated alike. Each evaluation then gets a column
     group of its own, so no best or ratio compares numbers measured on other windows or documents; windows
     cut from another WikiText-2 text (another copy of the test set) are other windows."""
     keys: dict[str, tuple] = {}
-    texts = _test_texts(records, models)
+    texts = test_texts(records)
     for record in records:
         result = result_of(record)
         if measure == "ppl":

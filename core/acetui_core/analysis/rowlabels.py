@@ -113,6 +113,8 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
             values["seqlen"] = result.calibration.seqlen
     if measure == "ppl":
         values["eval_seqlen"], values["eval_limit"] = result.ppl_seqlen, result.ppl_windows
+        if result.ppl_text is not None:  # unrecorded before 2026-12-07: no evidence of another text
+            values["eval text"] = result.ppl_text
     else:
         values["tasks"] = tuple((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
         values.pop("zeroshot_limit", None)
@@ -174,10 +176,24 @@ _DESCRIBE: dict[str, Callable[[Any], str]] = {
     "calibration": lambda v: v[0],
     "tasks": lambda v: ", ".join(f"{task} n={n}" for task, n, _ in v),
     "device kind": lambda v: f"on {v}",
+    "eval text": lambda v: f"test text {v[:6]}",
 }
 
 
 _DEFAULTS = {f.name: f.default for f in fields(RunConfig) if isinstance(f.default, (str, int, float, bool))}
+
+
+def test_texts(records: list[RunRecord]) -> dict[str, str | None]:
+    """Each run's WikiText-2 test text (``RunResult.ppl_text``). A run recorded before acetui kept it is
+    taken to have read the text its model's other runs read where they all read one, and is told apart
+    only where they read several."""
+    texts = {record.id: result_of(record).ppl_text for record in records}
+    known: dict[str, set[str]] = {}
+    for record in records:
+        if (text := texts[record.id]) is not None:
+            known.setdefault(record.model_key, set()).add(text)
+    only = {model: next(iter(found)) for model, found in known.items() if len(found) == 1}
+    return {record.id: texts[record.id] or only.get(record.model_key) for record in records}
 
 
 def row_labels(
@@ -199,8 +215,12 @@ def row_labels(
     for record in records:
         groups.setdefault((base[record.id], record.model_key), []).append(record)
     labels = {}
+    texts = test_texts(records)
     for (label, _), group in groups.items():
         values = {record.id: settings(record, measure, columns) for record in group}
+        for record in group:  # an unrecorded text is its model's one known text, as in the column groups
+            if "eval_seqlen" in values[record.id] and texts[record.id] is not None:
+                values[record.id]["eval text"] = texts[record.id]
         if any(v.get("model file") is None for v in values.values()):  # one run does not know its model's content
             for v in values.values():
                 v.pop("model file", None)  # no evidence of another model: no row of its own
