@@ -822,6 +822,26 @@ def test_a_cell_run_with_another_version_of_its_files_is_to_run_again(tmp_path, 
     assert [state for _, state, _ in cell_states([cell], store)] == ["done"]
 
 
+def test_a_cell_evaluated_on_another_copy_of_the_test_text_is_to_run_again(tmp_path, make_tiny_model, monkeypatch):
+    """A study continued with another ACETUI_DATA_DIR (an edited WikiText-2 test split) counted the cells run on
+    the first copy as done, though its tables then put their perplexities apart from the new ones."""
+    from acetui_core.modeling.data import LOCAL_WIKITEXT2, wikitext2_test_identity
+
+    study = _study(tmp_path / "s.toml", f'model = "{make_tiny_model("llama")}"\nmethod = "magnitude"\n{QUICK}')
+    store, clock = Store(tmp_path / "runs.db"), Clock()
+    [cell] = load_study(study).cells()
+    insert_run(store, clock, "s0000001", cell, created=1.7e9, ppl=20.0, result={"ppl_text": wikitext2_test_identity()})
+    assert [state for _, state, _ in cell_states([cell], store)] == ["done"]
+    rows = (Path(os.environ["ACETUI_DATA_DIR"]) / LOCAL_WIKITEXT2["test"]).read_text().splitlines()
+    edited = tmp_path / "edited" / LOCAL_WIKITEXT2["test"]
+    edited.parent.mkdir(parents=True)
+    edited.write_text("\n".join([*rows[:3], '{"text":" An edited line .\\n"}', *rows[4:]]) + "\n")
+    monkeypatch.setenv("ACETUI_DATA_DIR", str(tmp_path / "edited"))
+    assert [state for _, state, _ in cell_states([cell], store)] == ["missing"]
+    insert_run(store, clock, "s0000002", cell, created=1.8e9, ppl=21.0)  # recorded before runs kept the text
+    assert [state for _, state, _ in cell_states([cell], store)] == ["done"]
+
+
 def test_a_failed_run_of_an_edited_plug_in_is_not_a_run_of_its_cell(tmp_path, make_tiny_model, calib_file):
     """A run that failed before its plug-in was edited kept the cell *failed*, with the old file's error, where
     a run of another version of the cell's files is not one of its runs (the cell is *missing*). A run

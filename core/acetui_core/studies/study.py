@@ -30,9 +30,9 @@ from typing import NamedTuple
 
 from acetui_core.analysis.rowlabels import as_checked_now, untaken_options
 from acetui_core.basics import parse
-from acetui_core.basics.choices import RunStatus
+from acetui_core.basics.choices import EvalKind, RunStatus
 from acetui_core.basics.errors import UserError
-from acetui_core.basics.paths import default_model, mixture, model_identity, model_key, same_model, same_place
+from acetui_core.basics.paths import data_dir, default_model, mixture, model_identity, model_key, same_model, same_place
 from acetui_core.execution.launch import Grid, check
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.storage.store import Store
@@ -189,7 +189,8 @@ def load_study(path: Path) -> Study:
 
 def runs_by_cell(cells: list[RunConfig], store: Store) -> dict[str, list[RunRecord]]:
     """The store's runs of each cell (by ``key``), oldest first; a run that read another version of the
-    cell's files (its metric plug-in, its calibration files: by content) is not one of them."""
+    cell's files (its metric plug-in, its calibration files, the WikiText-2 test text: by content) is not
+    one of them."""
     wanted: dict[str, list[RunRecord]] = {key(cell): [] for cell in cells}
     files = _files_now(cells)
     for record in sorted(store.list_runs(), key=lambda r: r.created):
@@ -206,6 +207,7 @@ class _Files(NamedTuple):
     calibration: str | None  # the calibration files' content (None where the method reads none, or from the hub)
     model: str | None  # the model's files (None for a hub id, and for the bundled model)
     changed: float | None  # when the plug-in or a calibration file was last written (None: no such file)
+    text: str | None  # the local WikiText-2 test text a perplexity is evaluated on (None: none, or the hub's)
 
 
 def _files_now(cells: list[RunConfig]) -> dict[str, _Files]:
@@ -216,6 +218,7 @@ def _files_now(cells: list[RunConfig]) -> dict[str, _Files]:
 
     calibration: dict[str, tuple[str | None, list[Path]]] = {}
     models: dict[str, str | None] = {}
+    text = _test_text_now(cells)
     files = {}
     for cell in cells:
         calibrated = reads_calibration(cell)
@@ -229,8 +232,22 @@ def _files_now(cells: list[RunConfig]) -> dict[str, _Files]:
         if method.fingerprint is not None and Path(method.source).is_file():  # a plug-in file (a module: no path)
             read = [*read, Path(method.source)]
         changed = max((path.stat().st_mtime for path in read), default=None)
-        files[key(cell)] = _Files(method.fingerprint, identity, models[cell.model], changed)
+        evaluated = text if EvalKind.WIKITEXT2 in cell.evals else None
+        files[key(cell)] = _Files(method.fingerprint, identity, models[cell.model], changed, evaluated)
     return files
+
+
+def _test_text_now(cells: list[RunConfig]) -> str | None:
+    """The identity of the local WikiText-2 test text (``ACETUI_DATA_DIR``) the cells' perplexities would be
+    evaluated on; None where no cell evaluates one, or it would come from the hub (not fetched to check)."""
+    from acetui_core.modeling.data import wikitext2_test_identity
+
+    if data_dir() is None or not any(EvalKind.WIKITEXT2 in cell.evals for cell in cells):
+        return None
+    try:
+        return wikitext2_test_identity()
+    except UserError:  # no test split there: the cells' runs will say so; no evidence of another text
+        return None
 
 
 def _read_these(record: RunRecord, files: _Files) -> bool:
@@ -248,6 +265,8 @@ def _read_these(record: RunRecord, files: _Files) -> bool:
         (files.method is None or results.method_fingerprint == files.method)
         and _same_content(recorded, files.calibration)
         and same_model(results.model_fingerprint, files.model)
+        # evaluated on another copy of the test text; unrecorded before 2026-12-07: no evidence of a change
+        and (files.text is None or results.ppl_text is None or results.ppl_text == files.text)
     )
 
 
