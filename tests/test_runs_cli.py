@@ -646,7 +646,12 @@ def test_runs_fits_a_terminal_of_80_columns_and_stays_one_line_a_run_in_a_pipe(t
 
 
 def _read_or_end(fd: int) -> bytes:
-    """What a pseudo-terminal's leader reads next; empty once the process behind it closed it."""
+    """What a pseudo-terminal's leader reads next; empty once the process behind it closed it, or after a
+    minute without output (the wait for the process then fails rather than the test hanging)."""
+    import select
+
+    if not select.select([fd], [], [], 60)[0]:
+        return b""
     try:
         return os.read(fd, 4096)
     except OSError:  # EIO: no process holds the follower any more
