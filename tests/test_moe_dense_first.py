@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_moe import QUICK, _pruned_zeros, _saved
+from runhelpers import saved_tensors
+from test_moe import QUICK, _pruned_zeros
 
 # Each family with its first layer dense and its second a mixture of experts.
 DENSE_FIRST = {
@@ -29,10 +30,10 @@ def test_a_model_with_dense_first_layers_streams_as_planned(cli, make_moe, calib
                          "cpu", "--offload", "disk", "--save", tmp_path / "out", "--json")  # fmt: skip
     assert code == 0, err
     result = json.loads(out)
-    zeros, weights = _pruned_zeros(_saved(tmp_path / "out"))
+    zeros, weights = _pruned_zeros(saved_tensors(tmp_path / "out"))
     assert zeros / weights == pytest.approx(0.5, abs=1e-9)
     assert result["overall_sparsity"] == pytest.approx(zeros / weights, abs=1e-9)
-    experts = _pruned_zeros(_saved(tmp_path / "out"), ".experts.")
+    experts = _pruned_zeros(saved_tensors(tmp_path / "out"), ".experts.")
     assert experts[1] > 0 and experts[0] / experts[1] == pytest.approx(0.5, abs=1e-9)
     assert {linear["layer"] for linear in result["layers"]} == set(range(plan["layers"]))
     assert [load["layer"] for load in result["experts"]["load"]] == [1]  # layer 0 is dense
