@@ -358,3 +358,24 @@ def test_a_hand_written_result_with_a_misspelt_field_is_refused(typo, path):
     """The tests' result builder: ``from_dict`` ignores unknown keys, so a typo in a test would pass unseen."""
     with pytest.raises(TypeError, match=rf"^no such field: {path}$".replace(".", r"\.")):
         result_for(RunConfig(model="m", method="wanda", sparsity="0.5"), ppl=7.0, seconds=1.0, **typo)
+
+
+def test_a_run_removed_between_its_lookup_and_its_read_is_one_sentence(tmp_path, monkeypatch):
+    """The app follows a run by reading it every few tenths of a second; a ``runs rm`` in another terminal that
+    landed between the id's lookup and the read of its row raised a TypeError in the app's worker (a
+    traceback over the screen; seen once in CI) instead of the sentence its watcher handles."""
+    from acetui_core.storage.store_reader import StoreReader
+
+    store = Store(tmp_path / "runs.db")
+    run_id = insert_run(store, Clock(), "del00001", RunConfig(model="m", method="wanda"), created=1.7e9, ppl=80.0)
+    resolve = StoreReader.resolve
+
+    def removed_just_after(self, text):  # the window, held open: resolved, then removed before the read
+        found = resolve(self, text)
+        monkeypatch.setattr(StoreReader, "resolve", resolve)  # once: the removal resolves the id too
+        store.delete_runs([found])
+        return found
+
+    monkeypatch.setattr(StoreReader, "resolve", removed_just_after)
+    with pytest.raises(UserError, match=r"^There is no run 'del00001' in .*runs\.db \(acetui runs lists them\)\.$"):
+        store.get_run(run_id)

@@ -194,9 +194,10 @@ class StoreReader:
         full = self.resolve(run_id)
         dead = self.reap()
         with self._db() as db:
-            [record] = liveness.shown_ended(
-                [record_from_row(db.execute(f"{SELECT_RUNS} WHERE id = ?", (full,)).fetchone())], dead
-            )
+            row = db.execute(f"{SELECT_RUNS} WHERE id = ?", (full,)).fetchone()
+            if row is None:  # removed since it was resolved (runs rm in another terminal, as the app reads it)
+                raise UserError(f"There is no run '{run_id}' in {self.path} (acetui runs lists them).")
+            [record] = liveness.shown_ended([record_from_row(row)], dead)
             if layers:
                 attach_layers(db, [record])
         return record
