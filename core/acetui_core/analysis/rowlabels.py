@@ -113,8 +113,7 @@ def settings(record: RunRecord, measure: str, columns: str) -> dict[str, object]
             values["seqlen"] = result.calibration.seqlen
     if measure == "ppl":
         values["eval_seqlen"], values["eval_limit"] = result.ppl_seqlen, result.ppl_windows
-        if result.ppl_text is not None:  # unrecorded before 2026-12-07: no evidence of another text
-            values["eval text"] = result.ppl_text
+        # the test text ("eval text") is added by row_labels, which sees the other runs of the model
     else:
         values["tasks"] = tuple((task, entry.n, entry.source) for task, entry in (result.zeroshot or {}).items())
         values.pop("zeroshot_limit", None)
@@ -218,7 +217,7 @@ def row_labels(
     texts = test_texts(records)
     for (label, _), group in groups.items():
         values = {record.id: settings(record, measure, columns) for record in group}
-        for record in group:  # an unrecorded text is its model's one known text, as in the column groups
+        for record in group:  # an unrecorded text is its model's one known text (``test_texts``), as in the columns
             if "eval_seqlen" in values[record.id] and texts[record.id] is not None:
                 values[record.id]["eval text"] = texts[record.id]
         if any(v.get("model file") is None for v in values.values()):  # one run does not know its model's content

@@ -16,6 +16,7 @@ import numpy as np
 
 from acetui_core.analysis import evidence
 from acetui_core.analysis.comparison import AVERAGE, NO_CALIBRATION, Cell, Comparison, Verdict
+from acetui_core.analysis.rowlabels import test_texts
 from acetui_core.basics.texttable import text_table
 from acetui_core.run.records import NOT_FINITE
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
@@ -299,8 +300,7 @@ def run_difference(
     if measure == "ppl" and first.model_key != second.model_key:
         # another model's tokenizer cuts other windows from the same text; documents stay the same documents
         return "cannot be tested: the two runs are of different models, whose windows need not hold the same tokens"
-    texts = {run.results.ppl_text for run in (first, second) if run.results and run.results.ppl_text}
-    if measure == "ppl" and len(texts) > 1:
+    if measure == "ppl" and len(set(test_texts([first, second]).values())) > 1:
         return "cannot be tested: the two runs were evaluated on different copies of the WikiText-2 test text"
     a, b = (_run_units(run, kept.get(run.id, RunEvidence()), measure, AVERAGE) for run in (first, second))
     if isinstance(a, str):

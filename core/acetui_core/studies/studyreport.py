@@ -240,24 +240,14 @@ def _figures(records: list[RunRecord], kept: dict) -> list[_Figure]:
     said before the report writes anything): perplexity's where runs have one, mean zero-shot accuracy's
     (``accuracy_`` files) where runs have one; none for runs that have neither (no evaluation)."""
     wanted: list[tuple[str, Callable[[], tuple[list[Series], str, str]], bool, list[str] | None]] = []
-    for measure, prefix, against_length in (("ppl", "", "ppl_vs_seqlen"), ("zeroshot-mean", "accuracy_", None)):
-        if not any(measured(record, "ppl" if measure == "ppl" else "zeroshot") for record in records):
-            continue
-        wanted += [
-            (
-                f"{prefix}pareto_seconds",
-                partial(figure_series, records, kept, "pareto", "seconds", measure),
-                True,
-                None,
-            ),
-            (f"{prefix}pareto_tokens", partial(figure_series, records, kept, "pareto", "tokens", measure), True, None),
-            (
-                against_length or f"{prefix}vs_seqlen",
-                partial(figure_series, records, kept, "seqlen", "seconds", measure),
-                True,
-                None,
-            ),  # fmt: skip
-        ]
+    for measure, evaluation, prefix in (("ppl", "ppl", ""), ("zeroshot-mean", "zeroshot", "accuracy_")):
+        if any(measured(record, evaluation) for record in records):
+            wanted += [
+                (f"{prefix}pareto_{x}", partial(figure_series, records, kept, "pareto", x, measure), True, None)
+                for x in ("seconds", "tokens")
+            ]
+            length = "ppl_vs_seqlen" if measure == "ppl" else "accuracy_vs_seqlen"
+            wanted.append((length, partial(figure_series, records, kept, "seqlen", measure=measure), True, None))
     if any(measured(record, "ppl") for record in records):
         lines, sources = _by_source(records)
         by_seeds = f"{MEASURES['ppl']} (bars: lowest and highest seed)"  # the others' bars are 95% intervals
