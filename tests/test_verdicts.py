@@ -4,6 +4,7 @@ user's table would say, without a model."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import re
@@ -275,6 +276,22 @@ def test_exports_bold_every_tied_row_and_say_how(store):
     rows = export(runs, "csv", evidence=kept).splitlines()
     assert rows[0].endswith(",value,ci_low,ci_high,n,verdict")
     assert sorted(line.rsplit(",", 1)[1] for line in rows[1:]).count("worse") == 3
+
+
+def test_csv_row_group_and_column_name_one_cell_across_models(store):
+    """Two models' Wanda rows share a label and a column header: the CSV's group keeps their cells apart, so
+    a program that pivots on row, group and column never merges two models' values."""
+    clock = store.clock_
+    for seed in range(2):
+        add(store, clock, f"a00000{seed:02d}", seed=seed)
+        add(store, clock, f"b00000{seed + 30:02d}", seed=seed, model="org/other", shift=0.2)
+    runs = store.list_runs()
+    rows = list(csv.DictReader(io.StringIO(export(runs, "csv", evidence=store.evidence([r.id for r in runs])))))
+    cells: dict[tuple, set] = {}
+    for row in rows:
+        cells.setdefault((row["row"], row["group"], row["column"]), set()).add((row["config.model"], row["value"]))
+    assert len(cells) == 2 and all(len(values) == 1 for values in cells.values())
+    assert {group for _, group, _ in cells} == {"tiny", "other"}
 
 
 def test_verdict_command_prints_the_json_the_issue_names(store, monkeypatch, capsys):

@@ -98,11 +98,13 @@ def fidelity_columns(record: RunRecord) -> dict:
     return columns
 
 
-VERDICT_COLUMNS = ["row", "column", "value", "ci_low", "ci_high", "n", "verdict"]
+VERDICT_COLUMNS = ["row", "group", "column", "value", "ci_low", "ci_high", "n", "verdict"]
 
 
 def verdict_columns(table: Comparison | None) -> dict[str, dict]:
-    """Per run id, the comparison cell it belongs to: its row and column as the table names them, its value
+    """Per run id, the comparison cell it belongs to: its row, column group (the model, and the evaluation
+    where runs differ in it) and column as the table names them, so that row, group and column name one cell
+    whatever else the export holds; its value
     (mean over seeds), interval, seeds and verdict (in the per-task zero-shot table, its Avg. column: its mean over the tasks, not its first task)."""
     columns: dict[str, dict] = {}
     cells = sorted(table.cells.items(), key=lambda item: item[0][1][1] != AVERAGE) if table else []
@@ -114,6 +116,7 @@ def verdict_columns(table: Comparison | None) -> dict[str, dict]:
                 run.id,
                 {
                     "row": row,
+                    "group": column[0],
                     "column": column[1],
                     "value": cell.value,
                     "ci_low": verdict.ci[0] if verdict and verdict.ci else None,
