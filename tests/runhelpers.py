@@ -265,10 +265,18 @@ def tiny_prune_command(model: str, *extra: str) -> list[str]:
 
 def _polls(condition, what: str, timeout: float):
     """``condition()`` at each poll, until the caller stops at a truthy one; after ``timeout`` seconds the
-    test fails, saying what never happened."""
+    test fails, saying what never happened. An AttributeError is "not yet": the app may still show the
+    screen before the awaited one (``app.screen._run`` read while the New run screen is still up, on a
+    loaded machine), and it is raised as it is if it lasts to the deadline."""
     deadline = time.monotonic() + timeout
     while True:
-        yield condition()
+        try:
+            found = condition()
+        except AttributeError:
+            if time.monotonic() > deadline:
+                raise
+            found = None
+        yield found
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 

@@ -752,7 +752,7 @@ def test_the_source_figure_keeps_settings_apart_and_counts_a_repeated_seed_once(
     calibration = {"source": "c4", "nsamples": 4, "seqlen": 16, "seed": 0, "fingerprint": "1:1"}
     insert_run(store, clock, "s0000009", config, created=1.8e9, ppl=50.0, result={"calibration": calibration})
     lines, _ = _by_source(store.list_runs())  # another model's seed 0 is not a repeat of this one's
-    assert {line.name: line.points for line in lines}["Wanda-16 at 0.5 on other"] == [(1, 50.0, 50.0, 50.0)]
+    assert {line.name: line.points for line in lines}["Wanda-16 (4 samples) at 0.5 on other"] == [(1, 50.0, 50.0, 50.0)]
     assert {line.name: line.points for line in lines}["Wanda-16 (4 samples) at 0.5 on tiny"] == [(1, 30.0, 30.0, 30.0)]
 
 

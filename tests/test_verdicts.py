@@ -294,6 +294,18 @@ def test_csv_row_group_and_column_name_one_cell_across_models(store):
     assert {group for _, group, _ in cells} == {"tiny", "other"}
 
 
+def test_a_row_across_models_holds_runs_of_the_same_settings(store):
+    """Labels were made per model: one plain Wanda-16 row held 8-sample runs in one model's column and
+    16-sample runs in the other's, and runs of the same settings on two models could read as two rows."""
+    clock = store.clock_
+    add(store, clock, "a0000000")
+    add(store, clock, "b0000030", model="org/other", nsamples=16)
+    add(store, clock, "c0000040", model="org/third")
+    table = comparison(store.list_runs())
+    rows = {column[0]: row for row, column in table.cells}
+    assert rows == {"tiny": "Wanda-16 (8 samples)", "third": "Wanda-16 (8 samples)", "other": "Wanda-16 (16 samples)"}
+
+
 def test_verdict_command_prints_the_json_the_issue_names(store, monkeypatch, capsys):
     clock = store.clock_
     for seed in range(2):

@@ -204,25 +204,24 @@ def row_labels(
     brief: bool = False,
 ) -> dict[str, str]:
     """Each run's row label: its base label, plus the settings in which it differs from the other runs of
-    the same base label and model column (for example ``Wanda-16 (32 samples)``), so that runs with
-    different settings never share a cell. File identities that differ are numbered in order of
-    appearance (``model file 2``), and so are two versions of what reads the same (a re-written file).
+    the same base label in the table, whatever their model (for example ``Wanda-16 (32 samples)``), so that
+    runs with different settings never share a cell and one row across two models' columns holds runs of
+    the same settings. File identities that differ are numbered in order of appearance (``model file 2``:
+    another content of the same model), and so are two versions of what reads the same (a re-written file).
     ``shown``: settings that other columns of the table already show, which the label leaves out.
     ``brief``: a setting at acetui's default is left unsaid (``Wanda-16`` beside ``Wanda-16 (DSnoT)``):
     still one label per set of settings, for a narrow table."""
-    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    groups: dict[str, list[RunRecord]] = {}
     for record in records:
-        groups.setdefault((base[record.id], record.model_key), []).append(record)
+        groups.setdefault(base[record.id], []).append(record)
     labels = {}
     texts = test_texts(records)
-    for (label, _), group in groups.items():
+    for label, group in groups.items():
         values = {record.id: settings(record, measure, columns) for record in group}
         for record in group:  # an unrecorded text is its model's one known text (``test_texts``), as in the columns
             if "eval_seqlen" in values[record.id] and texts[record.id] is not None:
                 values[record.id]["eval text"] = texts[record.id]
-        if any(v.get("model file") is None for v in values.values()):  # one run does not know its model's content
-            for v in values.values():
-                v.pop("model file", None)  # no evidence of another model: no row of its own
+        _within_models(group, values)
         differing = _differing(values, shown)
         versions = {name: list(dict.fromkeys(repr(v.get(name)) for v in values.values())) for name in differing}
         for record in group:
@@ -243,6 +242,32 @@ def row_labels(
                 parts.append(f"{text} v{version}" if len(same_text) > 1 else text)
             labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
     return labels
+
+
+# What a model's column group carries rather than a row: how the model was stored (the dtype ``auto``
+# resolved), loaded and evaluated. A label names these only between runs of one model (two evaluations
+# of it), never between two models, whose columns are apart anyway.
+_PER_MODEL = ("dtype", "eval_seqlen", "eval_limit", "eval text", "tasks")
+
+
+def _within_models(group: list[RunRecord], values: dict[str, dict[str, object]]) -> None:
+    """Leave in ``values`` only the differences a row may name across models: the model itself is the
+    column group, another content of one model (a checkpoint converted again) is ``model file`` numbered
+    within that model, and only where every run of the model knows its content (else there is no evidence
+    of another model: no row of its own); ``_PER_MODEL`` settings stay only where a model's runs differ."""
+    by_model: dict[str, list[dict[str, object]]] = {}
+    for record in group:
+        by_model.setdefault(record.model_key, []).append(values[record.id])
+    for runs in by_model.values():
+        files = [v.pop("model file", None) for v in runs]
+        for v, file in zip(runs, files, strict=True):
+            del v["model"]
+            if None not in files and len(set(files)) > 1:
+                v["model file"] = list(dict.fromkeys(files)).index(file) + 1
+        for name in _PER_MODEL:
+            if len({repr(v.get(name)) for v in runs}) == 1:
+                for v in runs:
+                    v.pop(name, None)
 
 
 def _differing(values: dict[str, dict[str, object]], shown: frozenset[str]) -> list[str]:
