@@ -201,6 +201,23 @@ async def test_copy_inside_tmux_without_set_clipboard_saves_a_file_and_says_how(
 
 
 @pytest.mark.asyncio
+async def test_copy_inside_tmux_never_says_saved_when_the_file_was_refused(store, monkeypatch):
+    """With the export folder refused (the store's own), ``y`` inside tmux said the table "is saved as a file
+    instead" right under the notice that it could not be saved: no copy and no file, told as one."""
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(Path(store.path).parent))
+    monkeypatch.setattr("acetui.app.screens.results_export.tmux_drops_clipboard", lambda: True)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f3")
+        await pilot_wait_until(pilot, lambda: app.screen.query_one("#results").row_count == 2, "the results")
+        await pilot.press("y")
+        await pilot_wait_until(pilot, lambda: any("was not copied" in t for t in toasts(app)), "the notice")
+        assert any("Could not save the export" in toast for toast in toasts(app))
+        assert not any("saved as a file" in toast for toast in toasts(app))
+        assert not list(Path(store.path).parent.glob("*.tex"))
+
+
+@pytest.mark.asyncio
 async def test_no_color_draws_a_progress_bar_at_0_percent_empty(tmp_path, monkeypatch):
     """Under NO_COLOR the track not yet done is blank; at 0% Textual drew the whole track, a bar that read as
     100% while the first layer was still being pruned."""

@@ -44,21 +44,23 @@ class ResultsExports(ResultsPlots):
             self.notify(str(error), severity="error", timeout=8)
             return None
 
-    def action_export(self, fmt: str) -> None:
+    def action_export(self, fmt: str) -> Path | None:
+        """Save the export as a new file and say where; the file's path, or None where a notice said why not."""
         text = self._export_text(fmt)
         if text is None:
-            return
+            return None
         suffix = ".tex" if fmt in ("latex", "pareto") else f".{fmt}"
         kind = "-pareto" if fmt == "pareto" else ""
         try:
             path = self._save(text, f"acetui{kind}-{time.strftime('%Y%m%d-%H%M%S')}", suffix)
         except UserError as error:
             self.notify(f"Could not save the export: {error}", severity="error", timeout=10)
-            return
+            return None
         except OSError as error:
             self.notify(f"Could not save the export. {os_sentence(error)}", severity="error", timeout=10)
-            return
+            return None
         self.notify(f"Saved {path.name}\nin {home_short(path.parent)}")  # each on a line of its own (80 columns)
+        return path
 
     def _save(self, text: str, stem: str, suffix: str) -> Path:
         """``text`` as a new file of the export folder, whole or not at all: written beside the reserved
@@ -94,7 +96,9 @@ class ResultsExports(ResultsPlots):
         self.app.copy_to_clipboard(text)
         what = self._table_count()
         if tmux_drops_clipboard():  # the copy never reaches the terminal: keep it in a file too
-            self.action_export("latex")
-            self.notify(f"{TMUX_CLIPBOARD_HINT}; the {what} is saved as a file instead.", timeout=12)
+            if self.action_export("latex") is None:  # the notice above says why: neither copy nor file was made
+                self.notify(f"{TMUX_CLIPBOARD_HINT}; the {what} was not copied.", severity="error", timeout=12)
+            else:
+                self.notify(f"{TMUX_CLIPBOARD_HINT}; the {what} is saved as a file instead.", timeout=12)
             return
         self.notify(f"{what} copied to the clipboard (OSC 52).")
