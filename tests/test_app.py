@@ -135,6 +135,14 @@ async def test_form_flags_bad_values_with_the_cli_sentence(store):
         )
         assert screen.query_one("#sparsity", Input).has_class("-invalid")
         assert str(screen.query_one("#nsamples-error", Static).render()) == "--nsamples must be at least 1 (got 0)."
+        # OWL's parameters were refused only at ctrl+r, in a notice (app audit)
+        screen.query_one("#owl_lambda", Input).value = "-0.3"
+        screen.query_one("#owl_m", Input).value = "-5"
+        await pilot.pause()
+        lam, m = (str(screen.query_one(f"#{name}-error", Static).render()) for name in ("owl_lambda", "owl_m"))
+        assert (lam, m) == ("--owl-lambda must be at least 0 (got -0.3).", "--owl-m must be positive (got -5).")
+        screen.query_one("#owl_lambda", Input).value = "0.08"
+        screen.query_one("#owl_m", Input).value = "5"
 
         chosen = screen.query_one("#metrics", SelectionList)
         chosen.deselect_all()

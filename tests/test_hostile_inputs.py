@@ -88,6 +88,7 @@ CASES = {
     "letters for a number": (["prune", "{model}", "--nsamples", "abc"], "--nsamples must be a whole number, not 'abc'"),
     "a negative count": (["prune", "{model}", "--nsamples", "-5"], "--nsamples must be at least 1 (got -5)"),
     "a negative seed": (["compare", "{model}", "--seeds", "0,-1"], "--seeds must be at least 0 (got -1)"),
+    "OWL's M at 0": (["prune", "{model}", "--allocation", "owl", "--owl-m", "0"], "--owl-m must be positive (got 0)"),
     "unicode digit in a list": (["compare", "{model}", "--seeds", "0,³"], "--seeds must be a whole number, not '³'"),
     "a seed given twice": (["compare", "{model}", "--seeds", "0,1,0"], "--seeds gives 0 twice; give each value once."),
     "a model given twice": (["compare", "{model}", "{model}"], "twice; give each model once."),

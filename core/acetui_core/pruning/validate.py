@@ -151,13 +151,7 @@ def _check_variants(config: RunConfig, method) -> RunConfig:
         raise UserError(
             f"--allocation owl needs unstructured sparsity (a ratio such as 0.7), not the pattern {config.sparsity}."
         )
-    config = parsed(config, *OWL)
-    lam, m = config.owl_lambda, config.owl_m
-    if lam < 0:
-        raise UserError(f"--owl-lambda must be at least 0, not {lam:g}.")
-    if m <= 0:
-        raise UserError(f"--owl-m must be positive, not {m:g}.")
-    return config
+    return parsed(config, *OWL)
 
 
 def _check_mask_choice(config: RunConfig, method) -> RunConfig:

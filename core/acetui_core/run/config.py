@@ -106,7 +106,7 @@ class RunConfig(BasicSettings):
         help="OWL: layer sparsities within +-lambda.",
         label="OWL lambda",
         **_needing("allocation", Allocation.OWL),
-        parse=parsers.number(),
+        parse=parsers.number(minimum=0),
         describe=lambda v: f"OWL lambda {v:g}",
     )
     owl_m: float = setting(
@@ -114,7 +114,7 @@ class RunConfig(BasicSettings):
         help="OWL: outlier = score above M x layer mean.",
         label="OWL M",
         **_needing("allocation", Allocation.OWL),
-        parse=parsers.number(),
+        parse=parsers.positive,
         describe=lambda v: f"OWL M {v:g}",
     )
     owl_mean: str = setting(

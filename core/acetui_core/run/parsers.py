@@ -25,6 +25,13 @@ def number(minimum: float | None = None) -> Parser:
     return lambda text, flag: parse.number(text, flag, minimum)
 
 
+def positive(text: Any, flag: str) -> float:
+    value = parse.number(text, flag)
+    if value <= 0:
+        raise UserError(f"{flag} must be positive (got {value:g}).")
+    return value
+
+
 def evals(value: Any, flag: str) -> list[str]:
     if isinstance(value, str):
         return parse.evals(value, flag)
