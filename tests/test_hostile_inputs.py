@@ -179,7 +179,7 @@ CASES = {
     # (OWL's own lambda) was refused, told its layers would range over -0.03..0.13
     "OWL lambda below 0": (
         ["prune", "{model}", "--allocation", "owl", "--owl-lambda", "-0.1"],
-        "--owl-lambda must be at least 0, not -0.1.",
+        "--owl-lambda must be at least 0 (got -0.1).",
     ),
     "OWL M not a number": (["prune", "{model}", "--allocation", "owl", "--owl-m", "five"], "--owl-m must be a number"),
     "OWL with SparseGPT": (["prune", "{model}", "-m", "sparsegpt", "--allocation", "owl"], "needs a scoring method"),
