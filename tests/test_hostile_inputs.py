@@ -373,9 +373,16 @@ def test_one_damaged_row_does_not_hide_the_others(tmp_path, monkeypatch, capsys)
     assert code == 0 and "| Wanda-16 | **10.95** ± 1.41 (n=2) |" in out
 
 
-def test_a_run_whose_settings_are_damaged_is_left_out_of_tables_and_said_so(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("column", "bad", "what"),
+    [("config", "{bad", "settings"), ("results", '{"ppl_wikitext2": "abc"}', "results")],
+)
+def test_a_run_whose_settings_are_damaged_is_left_out_of_tables_and_said_so(
+    tmp_path, monkeypatch, capsys, column, bad, what
+):
     """A damaged config row: its numbers cannot be placed in a cell (its settings are unknown), so every
-    table, export, verdict and figure leaves it out with one line on stderr, and the run lists keep it."""
+    table, export, verdict and figure leaves it out with one line on stderr, and the run lists keep it. A
+    finished run's damaged results were left out of every table without a word."""
     import csv
     import io
     import sqlite3
@@ -396,10 +403,10 @@ def test_a_run_whose_settings_are_damaged_is_left_out_of_tables_and_said_so(tmp_
             ppl=10.0 + number,
         )
     with sqlite3.connect(store.path) as db:
-        db.execute("UPDATE runs SET config = '{bad' WHERE id = 'e0000001'")
+        db.execute(f"UPDATE runs SET {column} = ? WHERE id = 'e0000001'", (bad,))
     db.close()
     note = (
-        "Left out 1 damaged run (e0000001): its settings cannot be read; "
+        f"Left out 1 damaged run (e0000001): its {what} cannot be read; "
         "acetui runs show e0000001 says what is damaged.\n"
     )
     for command in (
@@ -418,9 +425,9 @@ def test_a_run_whose_settings_are_damaged_is_left_out_of_tables_and_said_so(tmp_
     code, out, err = cli(monkeypatch, capsys, "export", "--runs", "e0000001", "--store", store.path)
     assert code == 2 and err.startswith(note) and "No run in" in err
     code, out, err = cli(monkeypatch, capsys, "runs", "--store", store.path)
-    assert code == 0 and "e0000001" in out and "unreadable config" in out, out + err
+    assert code == 0 and "e0000001" in out and f"unreadable {column}" in out, out + err
     code, out, err = cli(monkeypatch, capsys, "runs", "show", "e0000001", "--store", store.path)
-    assert code == 0 and "damaged: unreadable config" in out, out + err
+    assert code == 0 and f"damaged: unreadable {column}" in out, out + err
 
 
 def test_a_run_recorded_with_a_choice_this_version_does_not_know_lists_with_its_raw_value(

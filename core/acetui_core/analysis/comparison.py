@@ -308,18 +308,22 @@ def _evaluations(records: list[RunRecord], measure: str, models: dict[str, str])
 def placeable(records: list[RunRecord]) -> tuple[list[RunRecord], list[RunRecord]]:
     """The runs a table, an export, a verdict or a figure may use, and those it leaves out: runs whose
     stored settings are damaged (``RunRecord.settings_unknown``), whose numbers cannot be placed in a cell
-    because what they measure is unknown. Every face selects its runs through here and says what it left
-    out (``left_out_note``); the run lists keep listing such runs."""
-    return [r for r in records if not r.settings_unknown], [r for r in records if r.settings_unknown]
+    because what they measure is unknown, and finished runs whose results are damaged
+    (``RunRecord.results_unknown``), whose numbers cannot be read. Every face selects its runs through here
+    and says what it left out (``left_out_note``); the run lists keep listing such runs."""
+    left = [r for r in records if r.settings_unknown or r.results_unknown]
+    return [r for r in records if r not in left], left
 
 
 def left_out_note(left: list[RunRecord], look: str) -> str:
     """One sentence naming the runs ``placeable`` left out, ending with where to ``look`` (each face's
     words: ``acetui runs show ID``, the Runs screen)."""
     ids = ", ".join(r.id for r in left[:5]) + (", ..." if len(left) > 5 else "")
+    settings, results = any(r.settings_unknown for r in left), any(r.results_unknown for r in left)
+    what = " or ".join(part for part, found in (("settings", settings), ("results", results)) if found)
     if len(left) == 1:
-        return f"Left out 1 damaged run ({ids}): its settings cannot be read; {look}."
-    return f"Left out {len(left)} damaged runs ({ids}): their settings cannot be read; {look}."
+        return f"Left out 1 damaged run ({ids}): its {what} cannot be read; {look}."
+    return f"Left out {len(left)} damaged runs ({ids}): their {what} cannot be read; {look}."
 
 
 def measured(record: RunRecord, measure: str | None = None) -> bool:

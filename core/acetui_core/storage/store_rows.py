@@ -71,6 +71,12 @@ class RunRecord:
         return self.damaged is not None and self.damaged.startswith(UNREADABLE_CONFIG)
 
     @property
+    def results_unknown(self) -> bool:
+        """Whether a finished run's results could not be read (their stored row is damaged): it has numbers
+        that no table can show, so every table says it left the run out rather than losing it unseen."""
+        return self.status == RunStatus.FINISHED and self.results is None and "results (" in (self.damaged or "")
+
+    @property
     def brief(self) -> str:
         """What the run is, in a few words: ``Wanda-16 at 0.5, finished, ppl 87.62``."""
         what = "settings unreadable" if self.settings_unknown else f"{self.config.title}"
