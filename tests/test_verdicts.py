@@ -306,6 +306,23 @@ def test_a_row_across_models_holds_runs_of_the_same_settings(store):
     assert rows == {"tiny": "Wanda-16 (8 samples)", "third": "Wanda-16 (8 samples)", "other": "Wanda-16 (16 samples)"}
 
 
+def test_a_cells_memory_is_its_pruning_not_a_zero_shot_evaluation_after_it(store):
+    """Seeds re-run with zero-shot became the counted runs, and their whole-run peak (lm-eval's included)
+    gave Wanda 2.4x RIA's memory for the same masks; a run recorded before the pruning's own peak was kept
+    still counts with its whole-run peak."""
+    clock = store.clock_
+    add(store, clock, "a0000000", seed=0)
+    add(store, clock, "a0000001", seed=1)
+    with sqlite3.connect(store.path) as db:
+        for run_id, whole, pruning in (("a0000000", 1500.0, 600.0), ("a0000001", 700.0, None)):
+            result = json.loads(db.execute("SELECT results FROM runs WHERE id = ?", (run_id,)).fetchone()[0])
+            result |= {"peak_rss_mb": whole, "prune_peak_rss_mb": pruning}
+            db.execute("UPDATE runs SET results = ? WHERE id = ?", (json.dumps(result), run_id))
+    db.close()
+    [cell] = comparison(store.list_runs()).cells.values()
+    assert cell.cost["peak_rss_mb"] == pytest.approx((600.0 + 700.0) / 2)
+
+
 def test_verdict_command_prints_the_json_the_issue_names(store, monkeypatch, capsys):
     clock = store.clock_
     for seed in range(2):

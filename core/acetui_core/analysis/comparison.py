@@ -101,14 +101,18 @@ class Cell:
     @property
     def cost(self) -> dict[str, float | None]:
         """What the cell's runs spent, averaged: prune seconds, calibration tokens (samples x length, 0
-        without calibration data) and peak memory."""
+        without calibration data) and peak memory up to the last mask (``RunResult.prune_peak_rss_mb``; the
+        whole run's in runs recorded before acetui kept it), so a run that also evaluated zero-shot tasks
+        costs what its pruning did."""
         results = [run.results for run in self.runs if run.results is not None]
         tokens = [r.calibration.nsamples * r.calibration.seqlen if r.calibration else 0 for r in results]
+        rss = [r.peak_rss_mb if r.prune_peak_rss_mb is None else r.prune_peak_rss_mb for r in results]
+        gpu = [r.peak_gpu_mb if r.prune_peak_gpu_mb is None else r.prune_peak_gpu_mb for r in results]
         return {
             "prune_seconds": _mean([r.prune_seconds for r in results]),
             "calibration_tokens": _mean(tokens),
-            "peak_rss_mb": _mean([r.peak_rss_mb for r in results]),
-            "peak_gpu_mb": _mean([r.peak_gpu_mb for r in results]),
+            "peak_rss_mb": _mean(rss),
+            "peak_gpu_mb": _mean(gpu),
         }
 
     @property

@@ -63,6 +63,7 @@ def run(
             out = PrunedLayers(loaded, config.save, config.overwrite)
             cleanup.callback(out.close)
         pruned = prune(loaded, config, on_event, cancel, masks_path, release=out.release if out else None)
+        prune_rss_mb, prune_gpu_mb = _peak_memory(loaded.device)
         # Saved before evaluation, so a failed or cancelled evaluation never loses the pruned model.
         pruned_folder = out.finish() if out else None
         saved_to: str | None
@@ -104,6 +105,8 @@ def run(
         ),
         peak_rss_mb=rss_mb,
         peak_gpu_mb=gpu_mb,
+        prune_peak_rss_mb=prune_rss_mb,
+        prune_peak_gpu_mb=prune_gpu_mb,
         device=str(loaded.device),
         dtype=str(loaded.dtype).removeprefix("torch."),
         saved_to=saved_to,

@@ -289,8 +289,13 @@ class RunResult:
     # so a run read from the store has None here. None also in runs recorded before acetui kept them.
     window_losses: WindowLosses | None = None
     task_outcomes: dict[str, TaskOutcomes] | None = None
-    peak_rss_mb: float | None = None
+    peak_rss_mb: float | None = None  # the whole run's high-water marks, evaluation included
     peak_gpu_mb: float | None = None
+    # The marks as the last mask was set, before saving and evaluating: what the method cost, which a table's
+    # cost columns compare (a run that also scored zero-shot tasks pruned at the same cost). None in runs
+    # recorded before 2026-12-07, whose whole-run marks stand in for them.
+    prune_peak_rss_mb: float | None = None
+    prune_peak_gpu_mb: float | None = None
     saved_to: str | None = None
     model_fingerprint: str | None = None  # identity of the model's files (or the hub revision)
     masks: str | None = None  # the file of the run's masks (--keep-masks; ``acetui_core.scores.maskfile``)
