@@ -120,8 +120,9 @@ class RunConfig(BasicSettings):
     owl_mean: str = setting(
         OwlMean.PLAIN,
         help="OWL: the layer sparsities are centred on the target by the plain mean over the layers (plain, OWL's "
-        "code) or by the mean weighted by each layer's masked parameters (weighted: the overall sparsity is then "
-        "the target exactly); the same where every layer is equal in size.",
+        "code) or by the mean weighted by each layer's masked parameters (weighted: the layer targets then give the "
+        "target over all parameters, less each row's count rounded down as OWL's code does); the same where every "
+        "layer is equal in size.",
         label="OWL mean",
         **_needing("allocation", Allocation.OWL),
         choices=tuple(OwlMean),
