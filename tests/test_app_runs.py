@@ -8,6 +8,7 @@ import contextlib
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
@@ -77,6 +78,22 @@ async def results_table(pilot) -> DataTable:
     rows = pilot.app.screen.query_one("#results", DataTable)
     await pilot_wait_until(pilot, lambda: rows.row_count > 1, "the runs")
     return rows
+
+
+@pytest.mark.asyncio
+async def test_a_store_moved_away_while_the_app_has_it_is_said_and_never_made_again(store):
+    """The app's next read made a new, empty runs.db at the old path and said SQLite's "no such table:
+    runs"; the store moved back, its runs were there, but a process started meanwhile wrote to the empty one."""
+    path = Path(store.path)
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        await pilot_wait_until(pilot, lambda: len(listed(app)) == 5, "the runs")
+        path.rename(path.with_name("moved.db"))
+        said = lambda: any("is no longer there" in str(n.message) for n in app._notifications)  # noqa: E731
+        await pilot_wait_until(pilot, said, "the store's sentence")
+        assert not path.exists()
+        assert not any("no such table" in str(n.message) for n in app._notifications)
 
 
 @pytest.mark.asyncio

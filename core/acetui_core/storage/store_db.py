@@ -84,9 +84,7 @@ def open_database(path: Path, create: bool = True) -> None:
         return
     if not os.access(path.parent, os.W_OK):
         raise UserError(f"The folder of the run store {path} is not writable (SQLite needs to create files beside it).")
-    with transaction(
-        path,
-    ) as db:
+    with transaction(path, create=create) as db:
         current = _schema_state(db) == (APPLICATION_ID, SCHEMA_VERSION)
     if not current:
         with transaction(path, write=True) as db:  # check again inside the lock: another process may have done it
@@ -212,14 +210,24 @@ def _keep_a_copy(path: Path, version: int) -> None:
 
 
 @contextmanager
-def transaction(path: Path, write: bool = False, snapshot: bool = True) -> Iterator[sqlite3.Connection]:
+def transaction(
+    path: Path, write: bool = False, snapshot: bool = True, create: bool = False
+) -> Iterator[sqlite3.Connection]:
     """A short connection inside one transaction: ``BEGIN IMMEDIATE`` to write (committed on exit),
     else a read transaction, so that several SELECTs see one snapshot of the store. A store opened
     read-only (``open_database``) is read through SQLite's read-only URI, and a write to it is
-    ``ReadOnlyStore``."""
+    ``ReadOnlyStore``. Only ``open_database`` may make the file (``create``): a store moved or removed
+    while a process has it open is one sentence, not a new empty store left at its old path."""
     uri = _READ_ONLY.get(path)
     if write and uri is not None:
         raise ReadOnlyStore(read_only_sentence(path))
+    if uri is None and not create:
+        if not path.exists():
+            raise UserError(
+                f"The run store {path} is no longer there (moved or removed since acetui opened it); "
+                "put it back, or name where it is now with --store."
+            )
+        uri = f"file:{urllib.parse.quote(str(path))}?mode=rw"
     try:
         if uri is not None:
             db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None)
