@@ -88,6 +88,12 @@ CASES = {
     "letters for a number": (["prune", "{model}", "--nsamples", "abc"], "--nsamples must be a whole number, not 'abc'"),
     "a negative count": (["prune", "{model}", "--nsamples", "-5"], "--nsamples must be at least 1 (got -5)"),
     "a negative seed": (["compare", "{model}", "--seeds", "0,-1"], "--seeds must be at least 0 (got -1)"),
+    "a store inside the model": (["prune", "{home}", "--store", "{home}/r.db"], "lies inside the source model"),
+    "a store inside the data folder": (
+        ["prune", "{model}", "--method", "magnitude", "--eval", "none", "--store", "{nodata}/r.db"],
+        "lies inside the data folder",
+        {"ACETUI_DATA_DIR": "{nodata}"},
+    ),
     "OWL's M at 0": (["prune", "{model}", "--allocation", "owl", "--owl-m", "0"], "--owl-m must be positive (got 0)"),
     "unicode digit in a list": (["compare", "{model}", "--seeds", "0,³"], "--seeds must be a whole number, not '³'"),
     "a seed given twice": (["compare", "{model}", "--seeds", "0,1,0"], "--seeds gives 0 twice; give each value once."),

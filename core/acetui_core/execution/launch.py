@@ -33,10 +33,11 @@ from typing import Protocol
 from acetui_core.basics import parse
 from acetui_core.basics.choices import ExecutorKind, RunStatus
 from acetui_core.basics.errors import Cancelled, UserError
+from acetui_core.basics.outputs import refuse_protected
 from acetui_core.execution.heartbeat import Stop, stop_signals
 from acetui_core.execution.runner import collect_env, run_queue
 from acetui_core.pruning.plan import check_fits_memory
-from acetui_core.pruning.validate import check_config
+from acetui_core.pruning.validate import check_config, model_places
 from acetui_core.run.config import AXES, SETTINGS, RunConfig
 from acetui_core.run.events import OnRunEvent
 from acetui_core.scores.metrics import reads_calibration
@@ -105,6 +106,10 @@ def check(configs: list[RunConfig], *, local_device: bool = True, store: Path | 
     elif store is not None:
         protected = store_files.places(store)
     checked = [check_config(config, local_device=local_device, protected=protected) for config in configs]
+    if store is not None:  # the store and its logs folder beside it must not land in what the runs read
+        advice = "keep the run store apart from it (--store, or ACETUI_HOME)."
+        for config in checked:
+            refuse_protected(store, f"The run store {store}", model_places(config.model), advice)
     if local_device:  # a Slurm node's memory is not this machine's
         for config in checked:
             check_fits_memory(config)

@@ -77,7 +77,7 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     config = parsed(config, "dtype", "offload")  # names only: "auto" is decided where the run executes
     if config.offload == Offload.DISK:
         streaming_folder(config.model.strip(), config.offload)  # says why a model cannot stream
-    check_save_dir(config.save, config.overwrite, (*_model_places(config.model.strip()), *protected))
+    check_save_dir(config.save, config.overwrite, (*model_places(config.model.strip()), *protected))
     facts = preflight(config.model.strip())  # last: it reads the model's files
     check_runnable(config.model.strip())
     for name, inputs in facts.input_widths:  # the shapes from the config, long before any weight is loaded
@@ -120,7 +120,7 @@ def _check_owl_layers(config: RunConfig, skeleton) -> RunConfig:
     return config
 
 
-def _model_places(model: str) -> list[tuple[Path, str]]:
+def model_places(model: str) -> list[tuple[Path, str]]:
     """The source model's files and the data folder: what a save must never replace or enter."""
     kind, path = model_source(model)
     places = [(Path(path), "the source model")] if kind != "hub" else []
