@@ -314,6 +314,40 @@ def test_nan_in_a_weight_is_reported_with_the_layer(make_tiny_model, tmp_path):
         pipeline.run(RunConfig(model=loaded.source, method="magnitude", sparsity="0.5", evals=[]), loaded=loaded)
 
 
+@pytest.mark.parametrize("method", ["ria", "ria+varp"])
+def test_an_overflowing_ria_alpha_is_one_sentence_naming_the_linear_and_the_power(method, make_tiny_model):
+    """RIA's ``||X_j||^alpha`` passes float32's largest number at a large --ria-alpha: the sentence names
+    the setting and the power from which this linear overflows, not torch.histc's complaint about inf."""
+    from acetui_core.modeling.models import load_model
+    from acetui_core.pruning import pipeline
+    from acetui_core.run.config import RunConfig
+
+    loaded = load_model(str(make_tiny_model("llama")), device="cpu")
+    config = RunConfig(model=loaded.source, method=method, ria_alpha=1000.0, sparsity="0.5", nsamples=2, evals=[])
+    with pytest.raises(UserError) as error:
+        pipeline.run(config, loaded=loaded)
+    sentence = str(error.value)
+    assert sentence.startswith(f"Method '{method}' gave ") and " scores for layer 0 " in sentence, sentence
+    assert "to the power --ria-alpha 1000 overflows float32 (it does from a power of " in sentence, sentence
+    assert sentence.endswith("give a smaller --ria-alpha."), sentence
+
+
+@pytest.mark.parametrize("group", ["row", "layer"])  # scored and masked a slice of rows at a time, or scored so
+def test_a_builtin_score_that_is_not_finite_is_one_sentence(group, make_tiny_model, monkeypatch):
+    from dataclasses import replace
+
+    from acetui_core.modeling.models import load_model
+    from acetui_core.pruning import pipeline
+    from acetui_core.run.config import RunConfig
+    from acetui_core.scores.metrics import METHODS
+
+    monkeypatch.setitem(METHODS, "wanda", replace(METHODS["wanda"], score=lambda W, stats, opts: W / 0))
+    loaded = load_model(str(make_tiny_model("llama")), device="cpu")
+    config = RunConfig(model=loaded.source, method="wanda", group=group, sparsity="0.5", nsamples=2, evals=[])
+    with pytest.raises(UserError, match=r"^Method 'wanda' gave (NaN|infinite) scores for layer 0 .*, so nothing "):
+        pipeline.run(config, loaded=loaded)
+
+
 def test_a_float32_run_is_not_told_to_use_float32(make_tiny_model):
     from acetui_core.modeling.layouts import decoder_layers
     from acetui_core.modeling.models import load_model

@@ -5,6 +5,7 @@ finite, and its scores from the chosen metric or plug-in. Shared by the layer lo
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from acetui_core.modeling.placement import StopForward, layer_forward
 from acetui_core.modeling.routing import expert_load, fallbacks, is_expert_linear, record_expert_inputs, starved
 from acetui_core.pruning.stats import ColumnStats
 from acetui_core.run.experts import Experts
+from acetui_core.scores.method import non_finite
 from acetui_core.scores.plugins import check_scores
 
 if TYPE_CHECKING:
@@ -162,8 +164,34 @@ def check_finite(index, name, W: torch.Tensor) -> torch.Tensor:
 
 
 def method_scores(method, W, stats, config, where: str) -> torch.Tensor:
+    """``method``'s scores of ``W`` (a linear's weight, or a slice of its rows) at ``where``, every one a
+    finite number: a NaN or inf would otherwise reach the mask's choice, and a torch error or a tie of
+    infinite scores would be all the user saw."""
     scores = method.score(W, stats, config)  # a plug-in scores a copy of W (acetui_core.scores.plugins)
     if method.source != "built-in":
         check_scores(method, scores, W.shape, where)
-        scores = scores.to(W.device)  # a plug-in may answer on another device than the weight's
+        return scores.to(W.device)  # a plug-in may answer on another device than the weight's
+    what = non_finite(scores)
+    if what is not None:
+        raise UserError(
+            f"Method '{method.name}' gave {what} for {where}, so nothing was pruned there: {_cause(method, stats, config)}."
+        )
     return scores
+
+
+def _cause(method, stats, config) -> str:
+    """Why a built-in's scores are not finite: where it reads --ria-alpha (RIA's ``||X_j||^alpha``), the
+    power that took the linear's largest activation norm past float32's largest number, with the power
+    from which it does; otherwise the two ways a formula leaves the finite numbers."""
+    if "ria_alpha" in method.reads and stats is not None:
+        largest = stats.norm.max().item()
+        if largest > 1 and config.ria_alpha * math.log(largest) > _LOG_FLOAT32_MAX:
+            return (
+                f"this linear's largest activation norm, {largest:.4g}, to the power --ria-alpha "
+                f"{config.ria_alpha:g} overflows float32 (it does from a power of "
+                f"{_LOG_FLOAT32_MAX / math.log(largest):.3g}); give a smaller --ria-alpha"
+            )
+    return "its formula overflowed float32, or divided 0 by 0, on these weights and activations"
+
+
+_LOG_FLOAT32_MAX = math.log(torch.finfo(torch.float32).max)  # 88.72: e to a larger power overflows float32

@@ -11,7 +11,7 @@ import torch
 from acetui_core.basics.choices import Permute, Refine, SparsityGroup
 from acetui_core.modeling.layouts import weight_matrix
 from acetui_core.pruning import histograms
-from acetui_core.pruning.layerstats import LayerWork, check_finite
+from acetui_core.pruning.layerstats import LayerWork, check_finite, method_scores
 from acetui_core.run.records import MaskChoice
 from acetui_core.scores.masks import nm_mask, row_cutoff_mask, row_slices
 from acetui_core.scores.method import Method
@@ -51,7 +51,7 @@ def mask_in_slices(work: LayerWork, name, matrix, stats, sparsity) -> tuple:
     cutoffs, values, pruned, kept, total = [], [], [], 0.0, 0.0
     for rows in row_slices(stored):
         W = check_finite(work.index, name, stored[rows].float())
-        scores = work.method.score(W, stats, work.config)
+        scores = method_scores(work.method, W, stats, work.config, f"layer {work.index} {name}")
         if sparsity.is_nm:
             mask[rows] = nm_mask(scores, sparsity.n, sparsity.m)[0]
         else:
@@ -74,5 +74,5 @@ def scores_in_slices(index, name, matrix, stats, config, method) -> torch.Tensor
     scores = torch.empty(stored.shape, dtype=torch.float32, device=stored.device)
     for rows in row_slices(scores):
         W = check_finite(index, name, stored[rows].float())
-        scores[rows] = method.score(W, stats, config)
+        scores[rows] = method_scores(method, W, stats, config, f"layer {index} {name}")
     return scores

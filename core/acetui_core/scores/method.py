@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from acetui_core.basics.choices import Refine, SparsityGroup, Update
 from acetui_core.scores import sparsegpt
 
@@ -48,3 +50,11 @@ class Method:
         if self.mask_and_update is not None:
             return self.mask_and_update
         return sparsegpt.mask_and_update if config.update == Update.OBS else None
+
+
+def non_finite(scores: torch.Tensor) -> str | None:
+    """ "NaN scores" or "infinite scores" when some score is not a finite number, None when every one is.
+    NaN is named first: an overflow to inf times a zero weight makes both."""
+    if torch.isfinite(scores).all():
+        return None
+    return "NaN scores" if torch.isnan(scores).any() else "infinite scores"

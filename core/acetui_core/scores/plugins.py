@@ -24,7 +24,7 @@ import torch
 
 from acetui_core.basics.errors import UserError, first_line
 from acetui_core.basics.paths import user_path
-from acetui_core.scores.method import Method
+from acetui_core.scores.method import Method, non_finite
 
 ENTRY_POINT_GROUP = "acetui.methods"
 # What user code may raise that acetui turns into one sentence naming the plug-in: any error, and
@@ -183,12 +183,12 @@ def check_scores(method: Method, scores, shape: torch.Size, where: str) -> None:
             f"Plug-in method '{method.name}' returned scores of shape {got} for {where}, whose weight is "
             f"{tuple(shape)}; it must return one score per weight."
         )
+    what: str | None
     if scores.dtype == torch.bool or scores.is_complex():
         what, rule = f"{str(scores.dtype).removeprefix('torch.')} scores", "scores must be real numbers"
     elif scores.is_meta:
         what, rule = "scores on the meta device", "scores must hold values"
-    elif not torch.isfinite(scores).all():
-        what = "NaN scores" if torch.isnan(scores).any() else "infinite scores"
+    elif (what := non_finite(scores)) is not None:
         rule = "every score must be a finite number"
     else:
         return
