@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import os
 import signal
 import subprocess
@@ -245,6 +246,35 @@ def test_runs_show_says_a_runs_zero_shot_accuracy(tmp_path, monkeypatch, capsys)
         "run z0000001 finished: no perplexity, pruned in 30.0 s; zero-shot acc mean 0.6500 (partial): boolq 0.700, rte 0.600."
         in out
     )
+
+
+def strict_json(text: str):
+    """``text`` read as JavaScript's JSON.parse or jq read it: Infinity and NaN are no JSON."""
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not valid JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_of_an_infinite_perplexity_is_valid_json_with_null(tmp_path, monkeypatch, capsys):
+    """A model pruned to noise has an infinite perplexity (``inf`` in the tables): ``--json`` wrote
+    ``Infinity``, which JavaScript, jq, Go and serde refuse."""
+    from runhelpers import Clock, insert_run
+
+    from acetui_core.run.config import RunConfig
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    insert_run(store, clock, "f0000001", RunConfig("m", "magnitude"), created=1.7e9, ppl=math.inf)
+    for args in (["runs", "--json"], ["runs", "show", "f0000001", "--json"]):
+        code, out, err = cli(monkeypatch, capsys, *args, "--store", str(tmp_path / "runs.db"))
+        assert code == 0, err
+        data = strict_json(out)
+        run = data[0] if isinstance(data, list) else data
+        assert run["results"]["ppl_wikitext2"] is None, out
+    code, out, _ = cli(monkeypatch, capsys, "runs", "--store", str(tmp_path / "runs.db"))
+    assert "inf" in out  # the table still says what the store keeps
 
 
 @pytest.mark.parametrize(

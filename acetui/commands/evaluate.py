@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +11,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from acetui import options
+from acetui_core.basics.jsontext import json_text
 from acetui_core.run.records import TaskAccuracy, ZeroshotReport, any_partial, mean_accuracy, to_dict
 
 
@@ -92,7 +92,7 @@ def eval_command(
         seconds = time.perf_counter() - started
     if as_json:
         print(
-            json.dumps(
+            json_text(
                 to_dict(
                     ZeroshotReport(
                         model=model,
@@ -105,8 +105,7 @@ def eval_command(
                         mean_acc=mean_accuracy(zeroshot),
                         eval_seconds=seconds,
                     )
-                ),
-                indent=2,
+                )
             )
         )
         return

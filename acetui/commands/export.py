@@ -3,7 +3,6 @@ layout; ``acetui verdict``: whether each row of such a table differs from its co
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +15,7 @@ from acetui_core.analysis.comparison import CI_STYLES, COLUMNS, MEASURES, compar
 from acetui_core.analysis.export import FORMATS, check_format, export
 from acetui_core.basics import parse
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.outputs import check_output_file, write_text_atomic
 from acetui_core.basics.paths import user_path
 from acetui_core.storage.store import Store
@@ -166,4 +166,4 @@ def verdict(
     verdict: best, tied (not distinguishable from the best at --level) or worse."""
     records, kept = runs_and_evidence(store, runs, model, last, method, table, level)
     data = verdicts.report(verdicts.judge(comparison(records, columns=columns, measure=table), kept, level))
-    print(json.dumps(data, indent=2) if as_json else verdicts.text(data), end="\n" if as_json else "")
+    print(json_text(data) if as_json else verdicts.text(data), end="\n" if as_json else "")

@@ -3,7 +3,6 @@ sweep`` (the appendix studies: calibration length, seed). Both go through the la
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ from acetui_core.analysis.comparison import check_table, comparison
 from acetui_core.analysis.export import to_markdown
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.paths import default_model, same_place
 from acetui_core.execution.launch import Grid, LocalProcesses, checked_store, gpus_for, launch, run_and_wait
 from acetui_core.run.config import SETTINGS, model_name
@@ -93,7 +93,7 @@ def run_grid(
         progress.close()
     records = opened.list_runs(ids=run_ids)
     if as_json:
-        print(json.dumps([r.to_dict() for r in records], indent=2))
+        print(json_text([r.to_dict() for r in records]))
     else:
         for record in records:
             if record.status != RunStatus.FINISHED:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict
 
 from acetui import options
+from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.texttable import text_table
 from acetui_core.run.config import model_name
 from acetui_core.run.records import linear_kind
@@ -54,7 +54,7 @@ def overlap(
     removal = removal_difference(a, b)
     if as_json:
         linears = [asdict(r) for r in rows]
-        print(json.dumps({"run_a": a.id, "run_b": b.id, "experts": removal, "linears": linears}, indent=2))
+        print(json_text({"run_a": a.id, "run_b": b.id, "experts": removal, "linears": linears}))
         return
     print(f"Masks of {a.id} ({a.config.title}) and {b.id} ({b.config.title}), {model_name(a.config.model)}.")
     if removal:

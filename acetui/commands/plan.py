@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 from rich.console import Console
 from rich.table import Table
 
 from acetui import options
 from acetui.app.summary import fmt_count
+from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.paths import default_model
 from acetui_core.run.config import RunConfig
 from acetui_core.run.records import to_dict
@@ -124,6 +123,6 @@ def plan(model: options.Model = None, *, as_json: options.JsonOption = False, **
     config.method = get_method(config.method).name
     result = plan_run(config)
     if as_json:
-        print(json.dumps(to_dict(result), indent=2))
+        print(json_text(to_dict(result)))
     else:
         Console().print(plan_table(result, config.nsamples))

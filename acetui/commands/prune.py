@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from rich.table import Table
 from acetui import options
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.paths import default_model, user_path
 from acetui_core.run.config import RunConfig
 from acetui_core.run.records import RunResult, to_dict, zeroshot_text
@@ -121,6 +121,6 @@ def prune(
             file=sys.stderr,
         )
     if as_json:
-        print(json.dumps(to_dict(result), indent=2))
+        print(json_text(to_dict(result)))
     else:
         Console().print(summary_table(run, result))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -17,6 +16,7 @@ from acetui.app.summary import expert_load, expert_removal, expert_tokens_use, r
 from acetui_core.basics import parse
 from acetui_core.basics.choices import ExecutorKind, RunStatus
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.texttable import table_rows, text_table
 from acetui_core.execution import jobfolder
 from acetui_core.execution.kill import cancel as cancel_run
@@ -141,7 +141,7 @@ def runs(
     jobfolder.sync(opened)
     records = opened.list_runs(status=status, model=model, last=last)[::-1]  # newest first, as the app lists them
     if as_json:
-        print(json.dumps([r.to_dict() for r in records], indent=2))
+        print(json_text([r.to_dict() for r in records]))
         return
     if not records:
         asked = " ".join(
@@ -165,7 +165,7 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
     opened = Store(store, create=False)
     run = opened.get_run(run_id)
     if as_json:
-        print(json.dumps(run.to_dict(), indent=2))
+        print(json_text(run.to_dict()))
         return
     times = "  ".join(
         f"{name} {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(value))}"

@@ -4,7 +4,6 @@ state, and reported as one folder of tables, figures and sentences (``acetui_cor
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -22,6 +21,7 @@ from acetui import options
 from acetui.commands.runs import run_summary
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import Cancelled, UserError
+from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.paths import user_path
 from acetui_core.execution import jobfolder
 from acetui_core.execution.launch import LocalProcesses, gpus_for, launch, run_and_wait
@@ -272,7 +272,7 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
             {"state": state, "run": runs[-1].id if runs else None, "config": cell.to_dict()}
             for cell, state, runs in states
         ]
-        print(json.dumps(rows, indent=2))
+        print(json_text(rows))
         return
     if study.common:  # said once, as the Results screen's "Every run:"
         shared = ", ".join(f"{name} = {value}" for name, value in study.common.items())

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from datetime import datetime, timezone
 
 from acetui_core.analysis.comparison import AVERAGE, Comparison, comparison
 from acetui_core.analysis.verdicts import judge
 from acetui_core.basics.errors import UserError
+from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.texttable import aligned
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
 
@@ -72,7 +72,7 @@ def _flatten(value, prefix: str, out: dict) -> None:
         if all(not isinstance(item, (dict, list)) for item in value):
             out[prefix] = " ".join(str(item) for item in value)
         else:  # records, such as each expert's load and removal (results.experts.removal): JSON text
-            out[prefix] = json.dumps(value)
+            out[prefix] = json_text(value, indent=None)
     else:
         out[prefix] = value
 
