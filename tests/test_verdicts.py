@@ -7,6 +7,7 @@ import contextlib
 import csv
 import io
 import json
+import math
 import re
 import sqlite3
 from dataclasses import replace
@@ -339,6 +340,30 @@ def test_verdict_command_prints_the_json_the_issue_names(store, monkeypatch, cap
     assert ria["p_unadjusted"] <= ria["p"]  # the difference's interval is the unadjusted test's: both are given
     code, out, _ = cli(monkeypatch, capsys, "verdict", "--store", store.path, "--method", "ria")
     assert code == 0 and "RIA-16" in out and "Wanda" not in out and "Test: paired t-test" in out
+
+
+def test_a_column_with_no_finite_value_still_shows_every_row(store, monkeypatch, capsys):
+    """Models pruned to noise (an infinite perplexity, as export's table shows it): verdict printed an empty
+    column with exit 0. Each row is shown, its value inf (null in valid JSON), with why it has no verdict."""
+    from test_runs_cli import strict_json
+
+    from acetui_core.analysis.verdicts import NOTHING_FINITE
+
+    clock = store.clock_
+    add(store, clock, "a0000001", shift=math.inf)
+    add(store, clock, "b0000002", method="magnitude", calibration=None, shift=math.inf)
+    code, out, err = cli(monkeypatch, capsys, "verdict", "--store", store.path, "--json")
+    assert code == 0, err
+    [column] = strict_json(out)["columns"]
+    assert {row["row"] for row in column["rows"]} == {"Wanda-16", "Magnitude"}, out
+    for row in column["rows"]:
+        assert (row["value"], row["verdict"], row["note"]) == (None, "untested", NOTHING_FINITE), row
+    code, out, err = cli(monkeypatch, capsys, "verdict", "--store", store.path)
+    assert code == 0, err
+    assert [line.split()[1:3] for line in out.splitlines() if " inf " in line] == [["inf", "1"]] * 2, out
+    assert out.count(NOTHING_FINITE) == 2, out
+    code, out, err = cli(monkeypatch, capsys, "export", "--store", store.path, "--format", "markdown")
+    assert len(re.findall(r"\| +inf", out)) == 2, out  # the rows the verdict shows
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@ column's best (``best``, ``tied``, ``worse``), by a paired test on the same wind
 seed spread included and Holm's correction over the column (``acetui_core.analysis.evidence``). A cell is
 ``unknown`` when a calibrated method has one seed (its seed noise cannot be measured), ``untested`` when a
 run kept no per-unit record (recorded before acetui kept them), was not evaluated on the best's units, or
-on one unit only (one window: no sampling noise to measure).
+on one unit only (one window: no sampling noise to measure), or when no cell of its column is finite
+(every perplexity infinite: nothing to rank against).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ NOT_KEPT = {
 OTHER_UNITS = "cannot be tested: not evaluated on the same windows or documents as the best"
 BEST_UNTESTED = "cannot be tested: the column's best kept no per-unit record to compare with"
 BEST_ONE_SEED = "the column's best has 1 seed: seed noise unknown"
+NOTHING_FINITE = "cannot be ranked or tested: no row of this column has a finite value to compare with"
 NO_LENGTH = "not ranked: no calibration length to compare at (the method reads no calibration data)"
 ONE_UNIT = {
     "ppl": "cannot be tested: evaluated on 1 window, whose sampling noise cannot be measured (--eval-limit)",
@@ -125,7 +127,9 @@ def judge(table: Comparison, kept: dict[str, RunEvidence], level: float = 0.95) 
     for column in table.columns:
         keys = [(row, column) for row in table.rows if (row, column) in table.cells]
         finite = [key for key in keys if math.isfinite(table.cells[key].value)]
-        if not finite:
+        if not finite:  # nothing to rank against: every row is still shown, with its value and why
+            for key in keys:
+                table.verdicts[key] = Verdict("untested", None, None, math.nan, NOTHING_FINITE)
             continue
         if column[1] == NO_CALIBRATION:  # compared with nothing: each cell its interval alone
             for key in keys:
