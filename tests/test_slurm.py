@@ -91,7 +91,7 @@ def test_acetui_runs_cancel_stops_a_cluster_run_between_layers(
         1,
     )
     code, out, _ = cli(monkeypatch, capsys, "runs", "cancel", run_id, "--store", store.path)
-    assert code == 0 and "stops after its current layer" in out
+    assert code == 0 and "stops at its next check" in out
     [run] = wait_until_ended(store, [run_id])
     assert run.status == "cancelled" and 1 <= run.layers_done < LAYERS
 

@@ -23,7 +23,7 @@ from acetui.app.watch import watch_runs
 from acetui_core.basics.choices import RunStatus
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.imports import HEAVY_IMPORTS
-from acetui_core.execution.kill import cancel, check_killable, force_kill, process_runs
+from acetui_core.execution.kill import WHEN_IT_STOPS, cancel, check_killable, force_kill, process_runs
 from acetui_core.execution.launch import LocalProcesses, gpus_for, launch
 from acetui_core.run.config import RunConfig
 from acetui_core.storage.store import Store
@@ -197,8 +197,8 @@ class Workbench(App):
         )
 
     def cancel_run(self, run: RunRecord) -> None:
-        """Ask first; then ask the run's process to stop after its current layer (a queued run is
-        cancelled at once)."""
+        """Ask first; then ask the run's process to stop at its next check (a queued run is cancelled at
+        once)."""
 
         def answered(yes: bool | None) -> None:
             if not yes:
@@ -210,13 +210,13 @@ class Workbench(App):
                 return
             self.notify(
                 f"Run {run.id}: cancel requested ({status})."
-                + (" It stops after the current layer." if status == RunStatus.RUNNING else "")
+                + (f" {WHEN_IT_STOPS.capitalize()}." if status == RunStatus.RUNNING else "")
             )
 
         self.push_screen(
             ConfirmScreen(
                 f"Cancel run {run.id} ({run.config.title}, {run.status})? "
-                "It stops after its current layer; the layers done are kept."
+                "It stops at its next check; the layers done are kept."
             ),
             answered,
         )

@@ -19,6 +19,7 @@ from acetui_core.basics.errors import UserError
 from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.texttable import table_rows, text_table
 from acetui_core.execution import jobfolder
+from acetui_core.execution.kill import WHEN_IT_STOPS
 from acetui_core.execution.kill import cancel as cancel_run
 from acetui_core.modeling.data import source_names
 from acetui_core.run.config import model_name
@@ -356,7 +357,8 @@ def watch(
 
 @runs_app.command("cancel", cls=options.Command)
 def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
-    """Stop runs: a queued run is cancelled at once, a running one after its current layer. A run id
+    """Stop runs: a queued run is cancelled at once, a running one at its next check (between calibration
+    batches, layers or evaluation batches). A run id
     prefix must be at least 4 characters long."""
     opened = Store(store, create=False)
     # every id resolved before any is touched, and each run once (a prefix and the full id name one run)
@@ -364,7 +366,7 @@ def cancel(run_ids: options.RunIds, store: options.StoreOption = None) -> None:
         if cancel_run(opened, full) == RunStatus.CANCELLED:
             print(f"Run {full} cancelled before it started.")
         else:
-            print(f"Run {full}: cancel requested; it stops after its current layer.")
+            print(f"Run {full}: cancel requested; {WHEN_IT_STOPS}.")
 
 
 @runs_app.command("sync", cls=options.Command)

@@ -46,7 +46,7 @@ class RunScreen(Screen):
 
     AUTO_FOCUS = "#layers"
     BINDINGS = [
-        Binding("c", "cancel_run", "Cancel", tooltip="Stop the run after its current layer (asks first)"),
+        Binding("c", "cancel_run", "Cancel", tooltip="Stop the run at its next check (asks first)"),
         Binding(
             "k",
             "kill_run",

@@ -88,7 +88,7 @@ class RunsScreen(SortedRunListScreen):
     FILTER, TABLE = "runs-filter", "runs"
     BINDINGS = [
         *open_keys("Open", show=True),
-        Binding("c", "cancel_run", "Cancel", tooltip="Stop the highlighted run after its current layer (asks first)"),
+        Binding("c", "cancel_run", "Cancel", tooltip="Stop the highlighted run at its next check (asks first)"),
         Binding(
             "k",
             "kill_run",

@@ -22,9 +22,14 @@ from acetui_core.storage.store_rows import RunRecord
 KILLED = "Force-killed on request (its process did not stop when asked to cancel); the layers done are kept."
 
 
+# When a running run that was asked to stop does so (``errors.check_stop``'s places): not only between
+# layers, since a layer's calibration or the evaluation after the last layer can take minutes.
+WHEN_IT_STOPS = "it stops at its next check: between calibration batches, layers or evaluation batches"
+
+
 def cancel(store: Store, run_id: str) -> RunStatus:
-    """Ask a run to stop, wherever it runs: a queued run is cancelled at once, a running one stops after
-    its current layer; a Slurm run is told through its job folder, since its job cannot read the store
+    """Ask a run to stop, wherever it runs: a queued run is cancelled at once, a running one stops at its
+    next check (``WHEN_IT_STOPS``); a Slurm run is told through its job folder, since its job cannot read the store
     (``acetui_core.execution.slurm.stop_job``). Returns the status the run has now (``Store.request_cancel``)."""
     run = store.get_run(store.resolve_to_change(run_id, "cancel"), layers=False)
     if run.active and run.executor == ExecutorKind.SLURM:

@@ -136,7 +136,7 @@ def run_job(folder: str, run_id: str, config: dict) -> RunStatus:
 
 def stop_job(run: RunRecord) -> None:
     """Tell a Slurm run to stop: the flag in its job folder, which the job sees within a second and stops
-    at after its current layer; a job still waiting in the queue is taken out of it (``scancel``; a
+    at its next check (``kill.WHEN_IT_STOPS``); a job still waiting in the queue is taken out of it (``scancel``; a
     signal alone leaves a pending job queued, to start later only to stop)."""
     if run.job is None:
         return
