@@ -268,3 +268,15 @@ async def test_the_saved_notice_puts_the_file_and_its_folder_on_lines_of_their_o
         await pilot_wait_until(pilot, lambda: any(t.startswith("Saved") for t in toasts(app)), "the notice")
         notice = next(t for t in toasts(app) if t.startswith("Saved"))
         assert notice.splitlines() == [f"Saved {saved.name}", f"in ~/{folder.relative_to(home)}"]
+
+
+@pytest.mark.asyncio
+async def test_a_selected_run_removed_elsewhere_leaves_the_selection_with_a_word(store):
+    """The one selected run removed by ``acetui runs rm``: ``e`` then exported every listed run, and nothing
+    had said the selection was empty (app audit)."""
+    async with results(store) as (app, pilot):
+        app.screen.selected = {"aaaa0001"}
+        store.delete_runs(["aaaa0001"])
+        said = "Run aaaa0001 was removed from the store and left the selection; none is selected now"
+        await pilot_wait_until(pilot, lambda: any(t.startswith(said) for t in toasts(app)), "the notice")
+        assert app.screen.selected == set()

@@ -407,6 +407,9 @@ async def test_a_deleted_run_leaves_the_run_screen(store):
         store.delete_runs([doomed])
         await pilot_wait_until(pilot, lambda: kept in str(title.render()), "the run F2 would show", timeout=20)
         assert app.followed == kept and doomed not in app.batch
+        # said: another run's numbers under the user's eyes, silently, read as the deleted run's (app audit)
+        said = f"Run {doomed} was removed from the store; the Run screen shows run {kept}."
+        await pilot_wait_until(pilot, lambda: any(str(n.message) == said for n in app._notifications), "the notice")
 
 
 @pytest.mark.asyncio

@@ -105,6 +105,18 @@ class ResultsTable(SortedRunListScreen):
         self.briefs: dict[str, str] = {}  # the same, settings at their defaults unsaid: for 80 columns
         super().on_mount()
 
+    def _runs_listed(self, runs: list[RunRecord]) -> None:
+        """A selected run removed from the store (``acetui runs rm`` elsewhere) leaves the selection with a
+        word: were it the only one, ``e`` would export every listed run and the user would not know."""
+        listed = {run.id for run in runs}
+        gone = [run.id for run in self.runs if run.id in self.selected and run.id not in listed]
+        if gone:
+            self.selected -= set(gone)
+            what = f"Run {gone[0]} was" if len(gone) == 1 else f"Runs {', '.join(gone)} were"
+            rest = "" if self.selected & listed else "; none is selected now: e, l and the plots take every listed run"
+            self.notify(f"{what} removed from the store and left the selection{rest}.", severity="warning", timeout=10)
+        super()._runs_listed(runs)
+
     def finished_runs(self) -> tuple[list[RunRecord], list[RunRecord]]:
         """The finished runs this screen may list, and those it leaves out: runs whose settings cannot be
         read (``placeable``), which the Runs screen lists."""
