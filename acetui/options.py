@@ -4,6 +4,7 @@ value is one sentence naming the option, exit 2)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from types import UnionType
@@ -16,7 +17,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 from acetui_core.analysis.comparison import CELLS
 from acetui_core.basics import parse
 from acetui_core.basics.choices import ExecutorKind
-from acetui_core.basics.errors import check_choice
+from acetui_core.basics.errors import UserError, check_choice
 from acetui_core.run.config import AXES, SETTINGS, RunConfig
 from acetui_core.run.setting import Setting
 
@@ -93,14 +94,53 @@ class PlainFlags:
         return params
 
 
-class Command(PlainFlags, TyperCommand):
+def _every_value(command: TyperCommand, ctx: typer.Context, args: list[str]) -> dict[str, list]:
+    """What each option of ``command`` is given in ``args``, every time it is given: the parser keeps only
+    the last value of an option that is not ``multiple``, so it reads here through a copy of the command
+    whose options all are. A count (``-vv``) counts its repeats already; it is left as it is."""
+    collecting = [copy.copy(param) for param in command.get_params(ctx)]
+    for param in collecting:
+        if isinstance(param, TyperOption) and not param.count:
+            param.multiple = True
+    reader = copy.copy(command)
+    reader.params = collecting
+    reader.add_help_option = False  # the copies hold the command's --help already
+    given, _, _ = reader.make_parser(ctx).parse_args(args=list(args))
+    return given
+
+
+def refuse_repeats(command: TyperCommand, ctx: typer.Context, args: list[str]) -> None:
+    """One sentence for an option given twice, which the parser would silently read as its last value (an
+    axis given as ``--methods wanda --methods magnitude`` ran magnitude alone). Flags are refused as well:
+    one rule for every option is simpler to know than a rule with exceptions. An option that takes a
+    list is told how to give one (its help says it is comma-separated)."""
+    given = _every_value(command, ctx, args)
+    for param in command.get_params(ctx):
+        values = given.get(param.name or "", [])
+        if not isinstance(param, TyperOption) or param.multiple or param.count or len(values) < 2:
+            continue
+        flag = next((name for name in param.opts if name.startswith("--")), param.opts[0])
+        takes_list = "comma-separated" in (param.help or "")
+        hint = f" (a list is comma-separated: {flag} {','.join(map(str, values))})" if takes_list else ""
+        raise UserError(f"{flag} is given twice; give it once{hint}.")
+
+
+class GivenOnce:
+    """Every option of ``acetui`` given at most once (``refuse_repeats``). Mixed into every command and group."""
+
+    def parse_args(self, ctx, args):
+        refuse_repeats(self, ctx, args)
+        return super().parse_args(ctx, args)
+
+
+class Command(PlainFlags, GivenOnce, TyperCommand):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.help:  # the docstring's line breaks: Typer keeps them in its group's list of commands
             self.help = "\n\n".join(" ".join(part.split()) for part in inspect.cleandoc(self.help).split("\n\n"))
 
 
-class Group(PlainFlags, TyperGroup):
+class Group(PlainFlags, GivenOnce, TyperGroup):
     pass
 
 

@@ -77,3 +77,55 @@ def test_every_flag_the_engine_names_in_a_sentence_exists():
         for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]*[a-z0-9]", path.read_text())
     }
     assert {(where, flag) for where, flag in named if flag not in flags} == set()
+
+
+def _command_at(path):
+    command = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    return command
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda path: " ".join(path) or "acetui")
+def test_an_option_given_twice_is_refused_not_read_as_its_last_value(monkeypatch, capsys, path):
+    """``compare --methods wanda --methods magnitude`` ran magnitude alone: the parser keeps an option's
+    last value. Every option of every command, by each of its names, flags included."""
+    from typer.core import TyperOption
+
+    command = _command_at(path)
+    options = [p for p in command.get_params(typer.Context(command)) if isinstance(p, TyperOption) and not p.multiple]
+    for option in options:
+        first, *others = option.opts
+        again = others[0] if others else first  # an alias counts: -s 0.5 --sparsity 0.6
+        given = [first, again] if option.is_flag else [first, "0.5", f"{again}=0.6"]
+        code, _, err = cli(monkeypatch, capsys, *path, *given)
+        assert code == 2, (given, err)
+        assert err.startswith("acetui: --") and " is given twice; give it once" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("args", "sentence"),
+    [
+        (
+            ["compare", "m", "--methods", "wanda", "--methods", "magnitude"],
+            "--methods is given twice; give it once (a list is comma-separated: --methods wanda,magnitude).",
+        ),
+        (["sweep", "m", "-s", "0.5", "--sparsity=0.6"], "(a list is comma-separated: --sparsity 0.5,0.6)."),
+        (["prune", "m", "--sparsity", "0.5", "-s", "0.6"], "acetui: --sparsity is given twice; give it once.\n"),
+    ],
+)
+def test_a_list_option_given_twice_is_told_how_to_give_a_list(monkeypatch, capsys, args, sentence):
+    code, _, err = cli(monkeypatch, capsys, *args)
+    assert code == 2 and sentence in err, err
+
+
+def test_an_option_that_takes_repeats_still_takes_them(tmp_path, monkeypatch, capsys):
+    """``acetui --method A --method B`` remembers both plug-ins: an option declared multiple is not refused."""
+    monkeypatch.setenv("ACETUI_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("COLUMNS", "1000")
+    for name in ("first", "second"):
+        (tmp_path / f"{name}.py").write_text(f"def {name}(W, stats, opts):\n    return W.abs()\n")
+    plugins = ["--method", f"{tmp_path}/first.py:first", "--method", f"{tmp_path}/second.py:second"]
+    code, out, err = cli(monkeypatch, capsys, *plugins, "methods")
+    assert code == 0, err
+    assert "first.py" in out and "second.py" in out

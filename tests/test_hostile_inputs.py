@@ -114,6 +114,10 @@ CASES = {
         ["compare", "{model}", "--sparsity", "0.5,2:4,0.50"],
         "--sparsity gives 0.5 twice; give each value once.",
     ),
+    "a list option given twice": (  # it ran magnitude alone
+        ["compare", "{model}", "--methods", "wanda", "--methods", "magnitude"],
+        "--methods is given twice; give it once (a list is comma-separated: --methods wanda,magnitude).",
+    ),
     "unicode digit for --last": (["runs", "--last", "²"], "--last must be a whole number, not '²'"),
     "letters for the zero-shot limit": (["eval", "{model}", "--limit", "x"], "--limit must be a whole number, not 'x'"),
     "letters for seconds": (["runs", "watch", GOOD_RUN, "--interval", "abc"], "--interval must be a number, not 'abc'"),
