@@ -275,9 +275,16 @@ def test_a_selection_without_perplexity_has_no_table(store):
         (["--format", "latex", "--runs", "a0000010"], "None of the 1 selected run"),
         (["--format", "latex", "--cells", "time"], "Unknown --cells 'time'"),
         (["-o", "/nonexistent-folder/table.tex"], "the folder /nonexistent-folder does not exist"),
+        (["--columns", "foo"], r"Unknown --columns 'foo'; choose one of: sparsity, seqlen, seed\."),  # a CSV's too
+        (["--format", "csv", "--cells", "foo"], "Unknown --cells 'foo'"),
+        (
+            ["--format", "csv", "-o", "table.tex"],
+            r"--format csv does not match -o table.tex \(a .tex file is latex\); give --format latex, or leave",
+        ),
     ],
 )
-def test_bad_export_requests_get_one_sentence(store, monkeypatch, capsys, args, message):
+def test_bad_export_requests_get_one_sentence(store, monkeypatch, capsys, tmp_path, args, message):
+    monkeypatch.chdir(tmp_path)  # where a relative -o would be written, were it not refused
     code, out, err = cli(monkeypatch, capsys, "export", "--store", str(store.path), *args)
     assert code == 2 and out == ""
     assert err.startswith("acetui: ") and err.count("\n") == 1
@@ -325,6 +332,18 @@ def test_output_file(store, monkeypatch, capsys, tmp_path):
     )
     assert (code, out) == (0, "")
     assert "| CosP+VarP-16 |" in target.read_text() and "Wanda" not in target.read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "start"),
+    [("table.tex", "% acetui export"), ("table.md", "WikiText-2 perplexity"), ("table.CSV", "id,"), ("t.txt", "id,")],
+)
+def test_without_format_the_output_files_extension_names_it(store, monkeypatch, capsys, tmp_path, name, start):
+    """``-o table.tex`` wrote CSV into the .tex file: without --format the extension chooses, else CSV."""
+    target = tmp_path / name
+    code, _, err = cli(monkeypatch, capsys, "export", "--store", str(store.path), "--last", "2", "-o", str(target))
+    assert code == 0, err
+    assert target.read_text().startswith(start)
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")

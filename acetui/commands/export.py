@@ -12,7 +12,7 @@ import typer
 from acetui import options
 from acetui_core.analysis import verdicts
 from acetui_core.analysis.comparison import CI_STYLES, COLUMNS, MEASURES, comparison, left_out_note, measured, placeable
-from acetui_core.analysis.export import FORMATS, check_format, export
+from acetui_core.analysis.export import FORMATS, export, format_for
 from acetui_core.basics import parse
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.jsontext import json_text
@@ -122,7 +122,15 @@ Overwrite = Annotated[
 
 
 def export_runs(
-    format: Annotated[str, typer.Option("--format", "-f", help=f"One of: {', '.join(FORMATS)}.")] = "csv",
+    format: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help=f"One of: {', '.join(FORMATS)} (default: the one -o's extension names, .csv, .tex or .md; else csv).",
+            show_default=False,
+        ),
+    ] = None,
     runs: Runs = None,
     model: ModelFilter = None,
     method: MethodFilter = None,
@@ -142,7 +150,7 @@ def export_runs(
 ) -> None:
     """Export runs: CSV (every field, one row per run, with its cell's value, interval and verdict), or a
     LaTeX/Markdown table in the paper's layout, every row tied with its column's best in bold."""
-    check_format(format)
+    format = format_for(format, output)
     if ci not in CI_STYLES:
         raise UserError(f"Unknown --ci '{ci}'; choose one of: {', '.join(CI_STYLES)}.")
     target = output_file(output, overwrite, store)

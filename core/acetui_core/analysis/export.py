@@ -8,8 +8,9 @@ import csv
 import io
 import re
 from datetime import datetime, timezone
+from pathlib import PurePath
 
-from acetui_core.analysis.comparison import AVERAGE, Comparison, comparison
+from acetui_core.analysis.comparison import AVERAGE, Comparison, check_table, comparison
 from acetui_core.analysis.verdicts import judge
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.jsontext import json_text
@@ -22,9 +23,30 @@ _TIME_FIELDS = ("created", "started", "finished", "heartbeat")
 _SKIPPED = {"layers", "results.layers", "results.config", "results.window_losses", "results.task_outcomes"}
 
 
+# The format a file's extension names: ``-o table.tex`` without --format wrote CSV into a .tex file.
+FORMAT_OF_EXTENSION = {".csv": "csv", ".tex": "latex", ".md": "markdown"}
+
+
 def check_format(fmt: str) -> None:
     if fmt not in FORMATS:
         raise UserError(f"Unknown export format '{fmt}'; choose one of: {', '.join(FORMATS)}.")
+
+
+def format_for(fmt: str | None, output: str | None) -> str:
+    """The format of an export written to ``output`` (None or ``-``: stdout): ``fmt`` when one is given,
+    else the one the file's extension names (``FORMAT_OF_EXTENSION``), else csv. A format that contradicts
+    the extension is refused: a file named table.tex holding CSV is a surprise later, in the paper."""
+    extension = PurePath(output).suffix.lower() if output not in (None, "-") else ""
+    named = FORMAT_OF_EXTENSION.get(extension)
+    if fmt is None:
+        return named or "csv"
+    check_format(fmt)
+    if named is not None and named != fmt:
+        raise UserError(
+            f"--format {fmt} does not match -o {output} (a {extension} file is {named}); "
+            f"give --format {named}, or leave --format out."
+        )
+    return fmt
 
 
 def export(
@@ -41,6 +63,8 @@ def export(
     """The text of ``records`` in ``fmt`` (one of ``FORMATS``), with the verdicts ``evidence`` (what the
     runs kept, ``Store.evidence``) allows at ``level``; ``ci``: intervals in the cells (``CI_STYLES``)."""
     check_format(fmt)
+    # before the CSV's table, which is skipped when no run has the measure and took a bad --columns with it
+    check_table(cells, columns, measure)
     kept = evidence or {}
     if fmt == "csv":
         try:
