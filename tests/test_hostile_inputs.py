@@ -152,6 +152,10 @@ CASES = {
         ["compare", "{model}", "--calib", "{empty}", "--detach"],
         "holds no text to calibrate on",
     ),
+    "save to -": (  # it made a folder named - in the working folder
+        ["prune", "{model}", "--save", "-"],
+        "--save - is not the standard output for a model; give the folder to save the checkpoint in.",
+    ),
     "save where the OS refuses": (["prune", "{model}", "--save", "/proc/acetui-out"], "cannot be written"),
     "save over the working folder": (["prune", "{model}", "--save", ".", "--overwrite"], "is the working folder"),
     "save over the home folder": (

@@ -254,7 +254,7 @@ class RunConfig(BasicSettings):
         help="Save the pruned model as a Hugging Face checkpoint here.",
         label="Save to",
         group="advanced",
-        parse=parsers.optional_path,
+        parse=parsers.save_folder,
         placeholder="not saved",
         result=False,
         single_run=True,

@@ -51,6 +51,15 @@ def optional_path(value: Any, flag: str) -> str | None:
     return str(Path(str(value).strip()))
 
 
+def save_folder(value: Any, flag: str) -> str | None:
+    """The folder a checkpoint is saved in (``optional_path``). ``-``, the standard output to ``-o``, would
+    be taken as a folder of that name in the working folder: refused."""
+    path = optional_path(value, flag)
+    if path == "-":
+        raise UserError(f"{flag} - is not the standard output for a model; give the folder to save the checkpoint in.")
+    return path
+
+
 def sparsity(value: Any, _flag: str) -> str:
     return str(parse_sparsity(str(value), allow_zero=True))  # 0 with --expert-sparsity only (validate)
 
