@@ -294,6 +294,21 @@ def test_runs_with_a_status_that_matches_nothing_says_so(store, monkeypatch, cap
     finished_run(store)
     code, out, _ = cli(monkeypatch, capsys, "runs", "--status", "running", "--store", store.path)
     assert code == 0 and out == "No run matches --status running.\n"
+    code, out, _ = cli(
+        monkeypatch, capsys, "runs", "--model", "tiny-llama", "--status", "running", "--store", store.path
+    )
+    assert code == 0 and out == "No run matches --status running --model tiny-llama.\n"  # the model has runs
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_runs_of_a_model_the_store_has_no_run_of_is_one_sentence_and_exit_2(store, monkeypatch, capsys, json_flag):
+    """``runs --model nosuch`` exited 0 where ``export --model nosuch`` exits 2: a script tests ``$?``."""
+    finished_run(store)
+    code, out, err = cli(monkeypatch, capsys, "runs", "--model", "nosuch", *json_flag, "--store", store.path)
+    assert (code, out) == (2, "")
+    assert err == f"acetui: No run in {store.path} matches --model nosuch; acetui runs lists them.\n"
+    code, _, same = cli(monkeypatch, capsys, "export", "--model", "nosuch", "--store", store.path)
+    assert code == 2 and same == err
 
 
 # ---- what the Run screen shows --------------------------------------------------------------------

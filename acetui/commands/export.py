@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from acetui import options
+from acetui.commands.runs import no_run_matches
 from acetui_core.analysis import verdicts
 from acetui_core.analysis.comparison import CI_STYLES, COLUMNS, MEASURES, comparison, left_out_note, measured, placeable
 from acetui_core.analysis.export import FORMATS, export, format_for
@@ -69,12 +70,7 @@ def select_runs(
             print(f"--last {last} passed over {len(passed)} run(s) without {what}: {listed}.", file=sys.stderr)
         records = chosen
     if not records:
-        chosen_text = " ".join(
-            f"{flag} {value}"
-            for flag, value in (("--runs", runs), ("--model", model), ("--method", method), ("--last", last))
-            if value is not None
-        )
-        raise UserError(f"No run in {store.path} matches {chosen_text or 'the selection'}; acetui runs lists them.")
+        raise no_run_matches(store.path, (("--runs", runs), ("--model", model), ("--method", method), ("--last", last)))
     return store.list_runs(ids=[r.id for r in records], layers=True)  # layers: per-layer CSV columns
 
 

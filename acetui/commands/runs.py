@@ -123,6 +123,17 @@ def _run_list(records: list[RunRecord], width: int | None) -> str:
 # ---- acetui runs ----------------------------------------------------------------------------------
 
 
+def selection_text(filters) -> str:
+    """The filters of a selection of runs that were given, as typed: ``--model llama --last 3``."""
+    return " ".join(f"{flag} {value}" for flag, value in filters if value is not None)
+
+
+def no_run_matches(store: Path, filters) -> UserError:
+    """The refusal of filters (``(flag, value)``, None where not given) that match no run in ``store``: one
+    sentence and exit 2, the same from ``acetui runs --model`` as from ``export``, ``verdict`` and ``figure``."""
+    return UserError(f"No run in {store} matches {selection_text(filters) or 'the selection'}; acetui runs lists them.")
+
+
 @runs_app.callback()
 def runs(
     ctx: typer.Context,
@@ -141,15 +152,14 @@ def runs(
     opened = Store(store, create=False)
     jobfolder.sync(opened)
     records = opened.list_runs(status=status, model=model, last=last)[::-1]  # newest first, as the app lists them
+    # a model of which the store holds no run is likely mistyped, and a script must tell it from an empty list
+    if not records and model is not None and not opened.list_runs(model=model):
+        raise no_run_matches(opened.path, [("--model", model)])
     if as_json:
         print(json_text([r.to_dict() for r in records]))
         return
     if not records:
-        asked = " ".join(
-            f"--{flag} {value}"
-            for flag, value in (("status", status), ("model", model), ("last", last))
-            if value is not None
-        )
+        asked = selection_text((("--status", status), ("--model", model), ("--last", last)))
         print(f"No run matches {asked}." if asked else "No runs yet (acetui prune, compare or sweep start them).")
         return
     print(_run_list(records, _terminal_width()))
