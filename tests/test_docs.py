@@ -35,6 +35,19 @@ TINY_LIMIT = {
 SETUP = "&& "  # the set-up lines: install steps, then the command
 
 
+def limited(args: list[str]) -> list[str]:
+    """A page's command with its command's ``TINY_LIMIT``: a value the page gives is replaced, not given
+    again (an option given twice is refused)."""
+    args = list(args)
+    limits = TINY_LIMIT.get(args[0], [])
+    for flag, value in zip(limits[::2], limits[1::2], strict=True):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    return args
+
+
 def bash_blocks(page: Path) -> list[list[str]]:
     """The lines of each ```bash block of a page."""
     return [block.splitlines() for block in re.findall(r"^```bash\n(.*?)^```", page.read_text(), flags=re.M | re.S)]
@@ -172,7 +185,7 @@ def test_every_command_of_a_page_runs_word_for_word(page, make_tiny_model, tmp_p
         fill = {"MODEL": str(model), "MODEL_OR_SAVED_DIR": str(model)}
         fill |= {"ID": queued or finished[-1], "RUN_A": finished[0], "RUN_B": finished[-1]} if finished else {}
         args = [fill.get(word, word) for word in words]
-        code, out, err = cli(monkeypatch, capsys, *args, *TINY_LIMIT.get(words[0], []))
+        code, out, err = cli(monkeypatch, capsys, *limited(args))
         where = f"{page.relative_to(REPO)}: acetui {' '.join(words)}"
         if shown:
             assert (code, err.splitlines()) == (2, shown), where
