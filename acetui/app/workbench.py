@@ -78,17 +78,16 @@ class Workbench(App):
             if run.id in before and before[run.id].active and not run.active:
                 self.announce_end(run)
         self._announce_new_runs(before)
-        shown = self.followed
+        was_followed = self.followed
         self._forget_deleted_runs(before)
         if self.followed is None and self.current_mode == "run" and (pick := summary.run_to_show(self.runs, None)):
             self.follow(pick)
-        gone = shown is not None and shown != self.followed and shown not in {run.id for run in self.runs}
-        if gone and self.current_mode == "run":
-            # another run's numbers under the user's eyes: say whose they are now
-            now = f"run {self.followed}" if self.followed else "no run"
-            self.notify(f"Run {shown} was removed from the store; the Run screen shows {now}.", timeout=10)
         elif self.batch == (self.followed,) and (shown := next((r for r in self.runs if r.id == self.followed), None)):
             self.batch = summary.batch_of(self.runs, shown)  # attached before the list came: find its comparison
+        if was_followed in before and was_followed not in {run.id for run in self.runs} and self.current_mode == "run":
+            # another run's numbers under the user's eyes: say whose they are now
+            now = f"run {self.followed}" if self.followed else "no run"
+            self.notify(f"Run {was_followed} was removed from the store; the Run screen shows {now}.", timeout=10)
         self.runs_signal.publish(self.runs)
         self.refresh_bindings()  # F2 on the Run screen depends on which runs are active
 
