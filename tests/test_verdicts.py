@@ -324,6 +324,22 @@ def test_a_cells_memory_is_its_pruning_not_a_zero_shot_evaluation_after_it(store
     assert cell.cost["peak_rss_mb"] == pytest.approx((600.0 + 700.0) / 2)
 
 
+def test_two_versions_of_one_calibration_file_are_v1_and_v2(store):
+    """A file re-written at its path was numbered among every calibration of the row: the C4 sample took
+    version 1, and the file's two versions read "dom v2" and "dom v3"."""
+    clock = store.clock_
+    add(store, clock, "a0000000")
+    for run_id, fingerprint in (("b0000010", "d1"), ("c0000020", "d2")):
+        dom = {**C4, "source": "/data/dom.jsonl", "fingerprint": fingerprint}
+        add(store, clock, run_id, calib="/data/dom.jsonl", calibration=dom)
+    rows = sorted(comparison(store.list_runs()).rows)
+    assert rows == [
+        "Wanda-16 (C4 sample c4_calib_merged)",
+        "Wanda-16 (calibration dom v1)",
+        "Wanda-16 (calibration dom v2)",
+    ]
+
+
 def test_verdict_command_prints_the_json_the_issue_names(store, monkeypatch, capsys):
     clock = store.clock_
     for seed in range(2):

@@ -238,8 +238,11 @@ def row_labels(
                     continue
                 describe = _DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")
                 text = describe(value)
-                same_text = {repr(v[name]) for v in values.values() if name in v and describe(v[name]) == text}
-                parts.append(f"{text} v{version}" if len(same_text) > 1 else text)
+                # two versions of what reads the same (a file re-written at its path) are numbered among
+                # themselves: dom v1 and dom v2, whatever other calibration came first
+                same_text = [repr(v[name]) for v in values.values() if name in v and describe(v[name]) == text]
+                peers = list(dict.fromkeys(same_text))
+                parts.append(f"{text} v{peers.index(repr(value)) + 1}" if len(peers) > 1 else text)
             labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
     return labels
 
