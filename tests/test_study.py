@@ -92,6 +92,20 @@ def test_a_relative_model_read_from_another_folder_is_another_cell(tmp_path):
         assert cell_states([cell], store)[0][1] == "done"
 
 
+def test_a_magnitude_run_of_another_calibration_length_is_the_studys_magnitude_cell(tmp_path):
+    """Magnitude reads no calibration data and the tables count it once, but a study of seqlen [8, 16] called
+    its cell missing beside a magnitude run of seqlen 16, and ran it again."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    recorded = RunConfig(model="org/tiny", method="magnitude", sparsity="0.5", seqlen=16, nsamples=8, seed=1)
+    insert_run(store, clock, "a0000001", recorded, created=1.7e9, ppl=9.0)
+    cell = RunConfig(model="org/tiny", method="magnitude", sparsity="0.5", seqlen=8)
+    [(_, found, runs)] = cell_states([cell], store)
+    assert found == "done" and [run.id for run in runs] == ["a0000001"]
+    wanda = RunConfig(model="org/tiny", method="wanda", sparsity="0.5", seqlen=8)
+    assert cell_states([wanda], store)[0][1] == "missing"  # a calibrated method's length is its cell's
+
+
 def test_a_models_identity_is_its_files_content_not_their_times(tmp_path):
     """A model copied or downloaded again has new modification times: with size and time as its identity,
     every cell of a study run on it read as missing, and ran again. Another model of the same shapes (the

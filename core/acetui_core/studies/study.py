@@ -76,9 +76,17 @@ class Study:
 
 def key(config: RunConfig) -> str:
     """What makes two runs the same cell: their whole configuration, where any installed copy of the
-    bundled model is the bundled model (a study that names no model resumes in a new environment)."""
+    bundled model is the bundled model (a study that names no model resumes in a new environment), and a
+    method that reads no calibration data is one cell whatever its calibration settings (as the tables count
+    it: a magnitude run of ``compare --seqlen 16`` is the cell of a study's ``seqlen = [8, 16]``)."""
+    from acetui_core.scores.metrics import may_read_calibration
+
     settings = config.to_dict()
     settings["model"] = model_key(settings["model"])
+    if not may_read_calibration(config):
+        settings = {
+            name: value for name, value in settings.items() if not (name in SETTINGS and SETTINGS[name].calibration)
+        }
     return json.dumps(settings, sort_keys=True)
 
 
