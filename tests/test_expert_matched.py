@@ -127,6 +127,18 @@ def test_the_experts_figure_of_runs_that_never_counted_what_they_removed_says_so
     assert code == 2 and "None of the selected runs recorded the parameters it removed" in err
 
 
+def test_the_experts_figure_of_a_dense_models_runs_says_there_are_no_experts(tmp_path, cli):
+    """A dense model's runs drew a figure with every point at one x value, exit 0 (CLI audit)."""
+    from runhelpers import Clock, insert_run
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    insert_run(store, clock, "r0", RunConfig(model="org/tiny", method="wanda"), created=100.0, ppl=10.0)
+    code, _, err = cli("figure", "experts", "-o", tmp_path / "experts.tex", "--store", store.path)
+    assert code == 2 and "is of a mixture-of-experts model" in err, err
+    assert not (tmp_path / "experts.tex").exists()
+
+
 def test_owl_inside_the_experts_prunes_them_to_the_target(make_moe, calib_file):
     """OWL's layer sparsities average to --sparsity over the parameters the mask covers: a dense first layer
     (DeepSeek-V3's) takes no part (it had a share of the target, though nothing in it was masked)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from acetui_core.analysis.comparison import Comparison, comparison, measured
 from acetui_core.analysis.export import latex_escape
 from acetui_core.analysis.verdicts import judge
+from acetui_core.basics.choices import SparsityScope
 from acetui_core.basics.errors import UserError, check_choice
 from acetui_core.basics.outputs import atomic_file, write_text_atomic
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
@@ -109,6 +110,11 @@ def figure_series(
     if not any(measured(record, "ppl" if measure == "ppl" else "zeroshot") for record in records):
         # said here, not by the table: a figure has no "--format csv" to fall back on
         raise UserError(f"None of the {len(records)} run(s) has finished with {Y_LABELS[measure]}: nothing to draw.")
+    if kind == "experts" and not any(_of_experts(r) for r in records):
+        raise UserError(  # a dense model's runs drew every point at one x, as if experts had been taken alike
+            f"None of the {len(records)} run(s) is of a mixture-of-experts model, so no expert parameters were "
+            "taken to draw against; figure pareto draws a dense model's runs."
+        )
     columns = "sparsity" if kind == "experts" else "seqlen"
     grid = judge(comparison(records, columns=columns, measure=measure), kept, level)
     xlabel = {"seqlen": "calibration length (tokens)", "experts": PARAMETERS_REMOVED}.get(kind, X_AXES[x_axis])
@@ -119,6 +125,14 @@ def figure_series(
             "counted them did not), so there is nothing to draw against them; run them again."
         )
     return lines, xlabel, Y_LABELS[measure]
+
+
+def _of_experts(record: RunRecord) -> bool:
+    """Whether a run is of a mixture-of-experts model: it took experts or masked inside them (a dense model's
+    checks refuse both), or it recorded its experts' calibration."""
+    config, results = record.config, record.results
+    inside = config.sparsity_scope == SparsityScope.EXPERTS
+    return bool(config.expert_sparsity) or inside or (results is not None and results.experts is not None)
 
 
 def layer_series(records: list[RunRecord]) -> list[Series]:
