@@ -471,7 +471,7 @@ def test_a_detached_grid_goes_on_when_one_run_is_cancelled(
     assert code == 0 and Store(store_path).get_run(second).status == "queued"
     assert held_at_the_gate(store_path, gate).id == first
     code, out, _ = cli(monkeypatch, capsys, "runs", "cancel", first, "--store", store_path)
-    assert code == 0 and "stops after its current layer" in out
+    assert code == 0 and "stops at its next check" in out
     wait_for_runs(store_path, lambda runs: all(r.status in TERMINAL for r in runs), "both runs to end", timeout=180)
     store = Store(store_path)
     cancelled, finished = store.get_run(first), store.get_run(second)

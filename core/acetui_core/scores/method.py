@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from acetui_core.basics.choices import Refine, SparsityGroup, Update
 from acetui_core.scores import sparsegpt
+
+if TYPE_CHECKING:  # torch at run time only where scores exist: the settings (and the CLI's start) import this
+    import torch
 
 # The options of a score that only some methods read (``opts`` of ``acetui_core.scores.metrics``). A built-in
 # method names those it reads (``Method.reads``); a run of it has the others put back to their defaults
@@ -55,6 +57,6 @@ class Method:
 def non_finite(scores: torch.Tensor) -> str | None:
     """ "NaN scores" or "infinite scores" when some score is not a finite number, None when every one is.
     NaN is named first: an overflow to inf times a zero weight makes both."""
-    if torch.isfinite(scores).all():
+    if scores.isfinite().all():
         return None
-    return "NaN scores" if torch.isnan(scores).any() else "infinite scores"
+    return "NaN scores" if scores.isnan().any() else "infinite scores"
