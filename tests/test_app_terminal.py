@@ -185,36 +185,29 @@ def test_tmux_drops_osc52_unless_set_clipboard_is_on(monkeypatch):
 
 
 @pytest.mark.asyncio
-async def test_copy_inside_tmux_without_set_clipboard_saves_a_file_and_says_how(store, tmp_path, monkeypatch):
-    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(tmp_path / "exports"))
+@pytest.mark.parametrize("refused", [False, True])
+async def test_copy_inside_tmux_without_set_clipboard_saves_a_file_and_says_how(store, tmp_path, monkeypatch, refused):
+    """Inside a tmux that drops the copy, ``y`` saves the table as a file too and says so; where the export
+    folder is refused (the store's own), it said the table "is saved as a file instead" right under the notice
+    that it could not be saved: no copy and no file, now told as one."""
+    folder = Path(store.path).parent if refused else tmp_path / "exports"
+    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(folder))
     monkeypatch.setattr("acetui.app.screens.results_export.tmux_drops_clipboard", lambda: True)
     app = make_app(store)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f3")
         await pilot_wait_until(pilot, lambda: app.screen.query_one("#results").row_count == 2, "the results")
         await pilot.press("y")
-        await pilot_wait_until(pilot, lambda: list(Path(tmp_path / "exports").glob("*.tex")), "the LaTeX file")
-        saved = next((tmp_path / "exports").glob("*.tex"))
+        if refused:
+            await pilot_wait_until(pilot, lambda: any("was not copied" in t for t in toasts(app)), "the notice")
+            assert any("Could not save the export" in toast for toast in toasts(app))
+            assert not any("saved as a file" in toast for toast in toasts(app)) and not list(folder.glob("*.tex"))
+            return
+        await pilot_wait_until(pilot, lambda: list(folder.glob("*.tex")), "the LaTeX file")
+        saved = next(folder.glob("*.tex"))
         assert saved.read_text() == app.clipboard  # the same table the copy held
         await pilot_wait_until(pilot, lambda: f"Saved {saved.name}\nin {saved.parent}" in toasts(app), "the notice")
         assert any("`set -g set-clipboard on`" in toast and "saved as a file" in toast for toast in toasts(app))
-
-
-@pytest.mark.asyncio
-async def test_copy_inside_tmux_never_says_saved_when_the_file_was_refused(store, monkeypatch):
-    """With the export folder refused (the store's own), ``y`` inside tmux said the table "is saved as a file
-    instead" right under the notice that it could not be saved: no copy and no file, told as one."""
-    monkeypatch.setenv(exports.EXPORT_DIR_ENV, str(Path(store.path).parent))
-    monkeypatch.setattr("acetui.app.screens.results_export.tmux_drops_clipboard", lambda: True)
-    app = make_app(store)
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("f3")
-        await pilot_wait_until(pilot, lambda: app.screen.query_one("#results").row_count == 2, "the results")
-        await pilot.press("y")
-        await pilot_wait_until(pilot, lambda: any("was not copied" in t for t in toasts(app)), "the notice")
-        assert any("Could not save the export" in toast for toast in toasts(app))
-        assert not any("saved as a file" in toast for toast in toasts(app))
-        assert not list(Path(store.path).parent.glob("*.tex"))
 
 
 @pytest.mark.asyncio
