@@ -377,6 +377,16 @@ def test_a_run_in_the_foreground_outlives_its_terminal(layered_model, calib_file
     assert b"Traceback" not in shown
 
 
+def test_a_compare_that_evaluates_nothing_lists_its_runs(make_tiny_model, fast, store_path, monkeypatch, capsys):
+    """``compare --eval none`` printed nothing on stdout and exited 0: a script had no run id to go on (CLI audit)."""
+    model = make_tiny_model("llama")
+    args = ("compare", model, "--sparsity", "0.5,2:4", *fast, "--methods", "magnitude", "--eval", "none")
+    code, out, err = cli(monkeypatch, capsys, *args, "--store", store_path)
+    assert code == 0, err
+    assert out.split() == [run.id for run in Store(store_path).list_runs()] and len(out.split()) == 2
+    assert "No perplexity table: these 2 runs measured no WikiText-2 perplexity" in err
+
+
 def test_a_stopped_compare_says_how_many_runs_were_cancelled(make_tiny_model, fast, store_path, monkeypatch, capsys):
     """SIGTERM in the first of three runs cancels the queue too; the CLI said "the run is recorded as cancelled"."""
     from acetui.commands import grid
@@ -426,6 +436,13 @@ def test_sigkill_leaves_an_interrupted_run_with_its_finished_layers(
     run = Store(store_path).get_run(run.id)
     assert (run.status, run.layers_done) == ("interrupted", 1)
     assert all(len(layer.linears) == 7 for layer in run.layers)
+    # its end is the process's last sign of life, seconds before it died: not a time it finished (CLI audit)
+    shown = subprocess.run(
+        [sys.executable, "-m", "acetui", "runs", "show", run.id, "--store", str(store_path)],
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()[1]
+    assert "last seen" in shown and "finished" not in shown
 
 
 @pytest.mark.slow  # starts acetui processes of its own

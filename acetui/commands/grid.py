@@ -102,6 +102,13 @@ def run_grid(
             table = verdicts.judge(comparison(records, cells=cells, columns=columns), opened.evidence(run_ids))
             print(to_markdown(table))
             print(verdicts.text(verdicts.report(table)), end="")
+        else:  # --eval none (or zero-shot alone): no perplexity to tabulate, but never a silent stdout
+            print("\n".join(run_ids))
+            print(
+                f"No perplexity table: these {len(run_ids)} runs measured no WikiText-2 perplexity; each one: "
+                f"acetui runs show ID; all: acetui export --format csv --last {len(run_ids)}",
+                file=sys.stderr,
+            )
     stopped_runs = sum(1 for r in records if r.status == RunStatus.CANCELLED)
     if stopped is not None and stopped_runs:  # a stop after the last run cancelled none
         stopped.cancelled = stopped_runs  # the current run and the queue's: said once by the CLI

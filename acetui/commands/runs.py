@@ -178,9 +178,11 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
     if as_json:
         print(json_text(run.to_dict()))
         return
+    # an interrupted run's end is its process's last sign of life (the store saw it dead later): not a finish
+    ended = "last seen" if run.status == RunStatus.INTERRUPTED else "finished"
     times = "  ".join(
         f"{name} {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(value))}"
-        for name, value in (("created", run.created), ("started", run.started), ("finished", run.finished))
+        for name, value in (("created", run.created), ("started", run.started), (ended, run.finished))
         if value is not None
     )
     print(f"run {run.id}  {_status_text(run)}  {run.config.title}  {run.config.model}")
