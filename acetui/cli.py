@@ -12,6 +12,7 @@ from acetui import options
 from acetui.commands import app as workbench
 from acetui.commands import evaluate, export, figure, grid, methods, overlap, plan, prune, runs, study
 from acetui_core.basics.errors import Cancelled, UserError, os_sentence
+from acetui_core.execution.heartbeat import TERMINATED
 
 app = typer.Typer(
     cls=options.Group,
@@ -84,6 +85,7 @@ def main() -> None:
         fail(str(error))
     except OSError as error:
         fail(os_sentence(error))
-    if code == 130:  # Typer's answer to KeyboardInterrupt: a second Ctrl-C, or one outside a run
-        _interrupted("interrupted; any run under way is recorded as cancelled.")  # true outside a run too
+    if code == 130:  # Typer's answer to KeyboardInterrupt: a second Ctrl-C, or one (or a SIGTERM) outside a run
+        signum = signal.SIGTERM if TERMINATED.is_set() else signal.SIGINT
+        _interrupted("interrupted; any run under way is recorded as cancelled.", signum)  # true outside a run too
     raise SystemExit(code if isinstance(code, int) else 0)

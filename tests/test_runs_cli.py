@@ -312,10 +312,22 @@ def test_a_stop_signal_ends_a_run_between_layers_as_cancelled(
     assert "cancelled" in err and "Traceback" not in err
 
 
-def catches_hangup(pid: int) -> bool:
-    """The process has a handler for SIGHUP (signal 1: the lowest bit of its caught-signals mask)."""
+def catches(pid: int, signum: int = signal.SIGHUP) -> bool:
+    """The process has a handler for ``signum`` (bit ``signum - 1`` of its caught-signals mask)."""
     status = Path(f"/proc/{pid}/status").read_text()
-    return bool(int(status.split("SigCgt:")[1].split()[0], 16) & 1)
+    return bool(int(status.split("SigCgt:")[1].split()[0], 16) >> (signum - 1) & 1)
+
+
+@pytest.mark.slow  # starts acetui processes of its own
+def test_sigterm_while_the_command_starts_is_said_as_ctrl_c_is(layered_model, calib_file, store_path, tmp_path):
+    """A SIGTERM in the seconds acetui takes to import its CLI and check the model ended it silently with 143,
+    where Ctrl-C at the same point printed a line (CLI audit)."""
+    process = spawn("prune", layered_model, "--calib", calib_file, "--store", store_path, tmp_path=tmp_path)
+    wait_until(lambda: process.poll() is not None or catches(process.pid, signal.SIGTERM), "the handler", 60)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 143
+    said = (tmp_path / "err.txt").read_text().strip().splitlines()[-1]
+    assert said.startswith("acetui: interrupted;"), said
 
 
 @pytest.mark.slow  # starts acetui processes of its own
@@ -358,7 +370,7 @@ def test_a_run_in_the_foreground_outlives_its_terminal(layered_model, calib_file
 
     try:
         if hung_up == "while starting":
-            wait_until(lambda: catches_hangup(process.pid), "the command to guard against a hang-up", every=0.01)
+            wait_until(lambda: catches(process.pid), "the command to guard against a hang-up", every=0.01)
             assert not store_path.exists()  # still importing: no run recorded, nothing loaded
             hang_up()
         run = held_at_the_gate(store_path, gate, process)

@@ -109,11 +109,28 @@ def outlive_hangup() -> None:
         signal.signal(signal.SIGHUP, lambda signum, frame: _hung_up(terminals))
 
 
+# SIGTERM came while no run held the stop signals (``interrupt_on_terminate``): the command's exit says so
+TERMINATED = threading.Event()
+
+
+def interrupt_on_terminate() -> None:
+    """From now on, wherever no run holds the stop signals (``stop_signals``), SIGTERM interrupts the command
+    as Ctrl-C does, so it says so in a line and exits 143: by default it ended a command still starting
+    (importing the CLI, checking a model) without a word. The ``acetui`` command calls it first of all."""
+
+    def handler(signum, frame):
+        TERMINATED.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def end_on_hangup() -> None:
-    """Undo ``outlive_hangup`` where a process must end with its terminal: the app, which has nothing to do
-    without one (the runs it started are processes of their own and go on)."""
+    """Undo ``outlive_hangup`` and ``interrupt_on_terminate`` where a process must end with its terminal:
+    the app, which has nothing to do without one (the runs it started are processes of their own and go on)."""
     if signal.getsignal(signal.SIGHUP) not in (signal.SIG_DFL, signal.SIG_IGN):
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _hung_up(terminals: list[int]) -> None:
