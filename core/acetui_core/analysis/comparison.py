@@ -315,8 +315,11 @@ def placeable(records: list[RunRecord]) -> tuple[list[RunRecord], list[RunRecord
     because what they measure is unknown, and finished runs whose results are damaged
     (``RunRecord.results_unknown``), whose numbers cannot be read. Every face selects its runs through here
     and says what it left out (``left_out_note``); the run lists keep listing such runs."""
-    left = [r for r in records if r.settings_unknown or r.results_unknown]
-    return [r for r in records if r not in left], left
+    kept: list[RunRecord] = []
+    left: list[RunRecord] = []
+    for record in records:  # one pass: ``record not in left`` compared whole records, for every run
+        (left if record.settings_unknown or record.results_unknown else kept).append(record)
+    return kept, left
 
 
 def left_out_note(left: list[RunRecord], look: str) -> str:

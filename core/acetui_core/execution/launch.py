@@ -108,8 +108,8 @@ def check(configs: list[RunConfig], *, local_device: bool = True, store: Path | 
     checked = [check_config(config, local_device=local_device, protected=protected) for config in configs]
     if store is not None:  # the store and its logs folder beside it must not land in what the runs read
         advice = "keep the run store apart from it (--store, or ACETUI_HOME)."
-        for config in checked:
-            refuse_protected(store, f"The run store {store}", model_places(config.model), advice)
+        for model in dict.fromkeys(config.model for config in checked):  # a grid names each model many times
+            refuse_protected(store, f"The run store {store}", model_places(model), advice)
     if local_device:  # a Slurm node's memory is not this machine's
         for config in checked:
             check_fits_memory(config)
