@@ -5,6 +5,7 @@ force-kill of a run that ignores cancel, the empty Results screen, layers number
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import subprocess
 import sys
 from dataclasses import replace
@@ -359,6 +360,36 @@ async def test_rerun_fills_the_new_run_form_and_starts_the_same_settings(store, 
         await pilot.press("ctrl+r")
         await pilot_wait_until(pilot, lambda: started, "the launcher's thread")
     assert started == [store.get_run(fidelity).config]  # the form holds every setting
+
+
+@pytest.mark.asyncio
+async def test_a_run_whose_settings_are_damaged_opens_and_says_so(store):
+    """Opening it (enter on Runs, F2, attach) ended the app with a traceback: the Config tab parsed its
+    stand-in sparsity ``?``. Runs lists it as ``(damaged)`` with what is damaged, as ``acetui runs`` does;
+    its Run screen says its settings cannot be read; re-run refuses instead of filling the form with ``?``."""
+    damaged = store.list_runs()[-1].id  # the newest: the first row, and what F2 opens
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE runs SET config = '{bad' WHERE id = ?", (damaged,))
+    db.close()
+    app = make_app(store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f4")
+        await pilot_wait_until(pilot, lambda: len(listed(app)) == 5, "the runs")
+        table = app.screen.query_one("#runs", DataTable)
+        assert listed(app)[0] == damaged and str(table.get_cell_at((0, 1))) == "finished (damaged)"
+        detail = str(app.screen.query_one("#run-detail", Static).render())
+        assert "settings unreadable" in detail and "damaged in the run store: unreadable config" in detail, detail
+        await pilot.press("u")
+        await pilot_wait_until(
+            pilot, lambda: any("nothing to re-run" in str(n.message) for n in app._notifications), "the refusal"
+        )
+        assert not screen_shown(app, NewRunScreen)
+        await pilot.press("enter")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen")
+        config = app.screen.query_one("#config-text", Static)
+        await pilot_wait_until(pilot, lambda: "cannot be read" in str(config.render()), "its Config tab")
+        assert str(app.screen.query_one("#run-title", Static).render()).startswith("settings unreadable · finished")
+        assert app.is_running
 
 
 @pytest.fixture

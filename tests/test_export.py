@@ -776,6 +776,23 @@ def test_a_setting_every_run_shares_is_named_in_the_caption(tmp_path, monkeypatc
     assert code == 0 and out.splitlines()[0].endswith(expected)
 
 
+@pytest.mark.parametrize(("columns", "measure"), [("seed", "ppl"), ("seqlen", "ppl"), ("sparsity", "zeroshot")])
+def test_a_table_of_one_sparsity_whose_columns_are_not_sparsities_names_it(tmp_path, columns, measure):
+    """A sweep of seeds or lengths at 2:4 (or a per-task zero-shot table) said 2:4 nowhere, in the table or
+    its caption: pasted, it did not say what was measured. Where the columns are sparsities they say it."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for seed in (0, 1):
+        config = RunConfig(**{**BASE.to_dict(), "sparsity": "2:4", "seed": seed, "evals": ["wikitext2", "zeroshot"]})
+        insert_run(store, clock, f"s000000{seed}", config, created=1.7e9 + seed, ppl=20.0 + seed, zeroshot=ZEROSHOT,
+                   result={"calibration": CALIBRATION})  # fmt: skip
+    caption = to_markdown(comparison(store.list_runs(), columns=columns, measure=measure)).splitlines()[0]
+    assert "Llama-2-7b-hf at sparsity 2:4 (" in caption, caption
+    by_sparsity = comparison(store.list_runs())
+    assert by_sparsity.columns == [("Llama-2-7b-hf", "2:4")]
+    assert "at sparsity" not in to_markdown(by_sparsity).splitlines()[0]
+
+
 def test_a_sample_count_every_run_shares_is_named_with_lengths_as_columns(tmp_path, monkeypatch, capsys):
     """A sweep of calibration lengths on 2 samples, exported with the lengths as columns, named its 2
     samples nowhere (the headers say ``2x16`` only where runs differ in it): pasted, it read as the paper's

@@ -214,7 +214,7 @@ class AceApp(KeysWhereTyped, Workbench):
         if shown is not None and shown.active:
             yield SystemCommand(
                 f"Cancel run {shown.id}",
-                f"{shown.config.title} (asks first)",
+                f"{shown.title} (asks first)",
                 lambda: self.cancel_run(shown),
             )
         yield SystemCommand("Next theme", "dark, light, ansi (ctrl+t)", self.action_next_theme)
@@ -234,7 +234,7 @@ def runs_going_on(store: Store) -> str | None:
     going = [run for run in store.list_runs() if run.active]
     if not going:
         return None
-    named = ", ".join(f"{run.id} {run.config.title}" for run in going[:3])
+    named = ", ".join(f"{run.id} {run.title}" for run in going[:3])
     named += ", ..." if len(going) > 3 else ""
     where = "" if store.path == default_store_path() else f" --store {shlex.quote(str(store.path))}"
     pick = summary.run_to_show(going, None)  # as F2: the newest running run

@@ -214,6 +214,12 @@ def _evaluation(config: RunConfig) -> str:
 def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
     """The configuration the run was started with, and where and with what it executes."""
     config, env = run.config, run.env
+    if run.settings_unknown:  # its stand-in settings (``?``) describe nothing: say so, and where it ran
+        return [
+            ("run", f"{run.id} · {run.status}"),
+            ("settings", f"cannot be read: the run store's record of them is damaged ({run.damaged})"),
+            *_where_rows(run, store_folder),
+        ]
     method = METHODS.get(config.method)
     # a run recorded before its unread settings were put back to their defaults names only those it read
     # (experts unknown before its results: named as recorded)
@@ -261,9 +267,6 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
     dtype = config.dtype + (
         f" → {run.results.dtype}" if run.results and run.results.dtype and run.results.dtype != config.dtype else ""
     )
-    log = env.get("log")
-    if log and Path(log).is_relative_to(store_folder):
-        log = f"{Path(log).relative_to(store_folder)} (beside the run store)"
     versions = ", ".join(
         f"{package} {env[package]}" for package in ("torch", "transformers", "python") if env.get(package)
     )
@@ -280,12 +283,22 @@ def config_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
         ("save", config.save or "–"),
         ("acetui", env.get("acetui") or "–"),
         ("versions", versions or "–"),
+        *_where_rows(run, store_folder),
+    ]
+    return rows
+
+
+def _where_rows(run: RunRecord, store_folder: Path) -> list[tuple[str, str]]:
+    """Where and when the run executes, and its log file (relative to the run store when beside it)."""
+    log = run.env.get("log")
+    if log and Path(log).is_relative_to(store_folder):
+        log = f"{Path(log).relative_to(store_folder)} (beside the run store)"
+    return [
         ("host", f"{run.host or '–'}" + (f", pid {run.pid}" if run.pid else "")),
         ("created", fmt_time(run.created, "%Y-%m-%d %H:%M:%S")),
         ("started", fmt_time(run.started, "%Y-%m-%d %H:%M:%S")),
         ("log", log or "–"),
     ]
-    return rows
 
 
 def config_text(run: RunRecord, store_folder: Path) -> str:

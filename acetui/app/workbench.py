@@ -115,7 +115,7 @@ class Workbench(App):
         if new:  # one toast for a comparison queued at once
             first = min(new, key=lambda r: (r.created, r.id))
             more = f" and {len(new) - 1} more" if len(new) > 1 else ""
-            self.notify(f"Run {first.id} ({first.config.title}){more} started: F2 shows it.", timeout=8)
+            self.notify(f"Run {first.id} ({first.title}){more} started: F2 shows it.", timeout=8)
 
     def _announce_runs_going_on(self) -> None:
         """On opening the app (after an SSH session dropped, say) away from the Run screen: the runs still
@@ -124,7 +124,7 @@ class Workbench(App):
         if not going or self.current_mode == "run":
             return
         shown = next(run for run in going if run.id == summary.run_to_show(going, None))  # the one F2 shows
-        what = f"{shown.config.title}, run {shown.id}"
+        what = f"{shown.title}, run {shown.id}"
         if len(going) == 1:
             self.notify(f"A run is still going ({what}): F2 shows it.", timeout=10)
         else:
@@ -139,7 +139,7 @@ class Workbench(App):
             what = f"finished: ppl {summary.ppl_text(run)}" if run.ppl is not None else "finished"
         else:
             what = run.status + (f": {run.error}" if run.error else "")
-        body = f"{run.config.title} (run {run.id}) {what}"
+        body = f"{run.title} (run {run.id}) {what}"
         severities: dict[str, SeverityLevel] = {RunStatus.FINISHED: "information", RunStatus.CANCELLED: "warning"}
         severity = severities.get(run.status, "error")
         self.notify(body, title="Run ended", severity=severity, timeout=10)
@@ -195,7 +195,7 @@ class Workbench(App):
         also = f" Its other run(s) {', '.join(others)} end too." if others else ""
         self.push_screen(
             ConfirmScreen(
-                f"Kill run {run.id} ({run.config.title}) now? Its process {run.pid} is ended "
+                f"Kill run {run.id} ({run.title}) now? Its process {run.pid} is ended "
                 f"at once, mid-layer; the layers done are kept and the run is recorded as cancelled.{also}"
             ),
             answered,
@@ -220,7 +220,7 @@ class Workbench(App):
 
         self.push_screen(
             ConfirmScreen(
-                f"Cancel run {run.id} ({run.config.title}, {run.status})? "
+                f"Cancel run {run.id} ({run.title}, {run.status})? "
                 "It stops at its next check; the layers done are kept."
             ),
             answered,

@@ -43,7 +43,7 @@ class QueueProgress:
             self.count += 1
             run = self.store.get_run(run_id, layers=False)
             print(
-                f"[{self.count}] run {run_id}: {run.config.title} on {model_name(run.config.model)}",
+                f"[{self.count}] run {run_id}: {run.title} on {model_name(run.config.model)}",
                 file=sys.stderr,
                 flush=True,
             )

@@ -56,7 +56,7 @@ def overlap(
         linears = [asdict(r) for r in rows]
         print(json_text({"run_a": a.id, "run_b": b.id, "experts": removal, "linears": linears}))
         return
-    print(f"Masks of {a.id} ({a.config.title}) and {b.id} ({b.config.title}), {model_name(a.config.model)}.")
+    print(f"Masks of {a.id} ({a.title}) and {b.id} ({b.title}), {model_name(a.config.model)}.")
     if removal:
         print(removal)
     print(f"\nShared: of {a.id}'s pruned positions, the fraction {b.id} prunes too")

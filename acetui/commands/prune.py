@@ -44,7 +44,7 @@ def experts_removed_row(result: RunResult):
 
 def summary_table(run: RunRecord, result: RunResult) -> Table:
     """A two-column summary that stays readable in an 80-column SSH terminal."""
-    table = Table(title=run.config.title, show_header=False)
+    table = Table(title=run.title, show_header=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     calib, ppl = result.calibration, result.ppl_wikitext2

@@ -185,7 +185,7 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
         for name, value in (("created", run.created), ("started", run.started), (ended, run.finished))
         if value is not None
     )
-    print(f"run {run.id}  {_status_text(run)}  {run.config.title}  {run.config.model}")
+    print(f"run {run.id}  {_status_text(run)}  {run.title}  {run.config.model}")
     print(times)
     if run.error:
         print(f"error: {run.error}")
@@ -355,7 +355,7 @@ def watch(
     mode = notifications.remembered_mode(notify)
     opened = Store(store, create=False)
     run = opened.get_run(run_id, layers=False)
-    print(f"run {run.id}: {run.config.title} on {run.config.model} ({_status_text(run)})", flush=True)
+    print(f"run {run.id}: {run.title} on {run.config.model} ({_status_text(run)})", flush=True)
     follower = Follower(opened, [run.id])
     try:
         follower.follow(interval)

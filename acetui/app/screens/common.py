@@ -306,10 +306,11 @@ def open_keys(description: str, *, show: bool) -> list[Binding]:
     ]
 
 
-def status_text(screen: Screen, status: RunStatus) -> Text:
-    """A run status in its theme colour, for table cells (which take Rich text, not Textual markup)."""
+def status_text(screen: Screen, status: RunStatus, damaged: bool = False) -> Text:
+    """A run status in its theme colour, for table cells (which take Rich text, not Textual markup);
+    ``damaged``: part of the run's record cannot be read, said as ``acetui runs`` says it."""
     color = Color.parse(screen.app.theme_variables[STATUS_COLOR[status]])
-    return Text(status, style=Style(color=color.rich_color))
+    return Text(f"{status} (damaged)" if damaged else status, style=Style(color=color.rich_color))
 
 
 def set_columns(table: DataTable, titles: list[str]) -> None:

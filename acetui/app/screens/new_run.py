@@ -456,6 +456,12 @@ def plan_line(configs: Sequence[RunConfig], room: int) -> str:
 async def rerun(app: App, run: RunRecord) -> None:
     """The New run form filled with ``run``'s settings: ctrl+r starts it again as it was, or change a field
     first for a variant."""
+    if run.settings_unknown:  # its stand-in settings (``?``) would fill the form with nothing to run
+        app.notify(
+            f"Run {run.id}'s settings cannot be read (the run store's record is damaged); there is nothing to re-run.",
+            severity="error",
+        )
+        return
     await app.switch_mode("new")
     if isinstance(app.screen, NewRunScreen):
         app.screen.fill(run.config)

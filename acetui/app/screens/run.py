@@ -215,8 +215,12 @@ class RunScreen(Screen):
         batch = self.app.batch
         place = f" ({batch.index(run.id) + 1}/{len(batch)})" if len(batch) > 1 and run.id in batch else ""
         self.query_one("#run-title", Static).update(
-            f"[b]{escape(run.label)}[/b] · {run.config.target} · {escape(model_name(run.config.model))} · "
-            f"[${STATUS_COLOR[run.status]}]{run.status}[/] · run {run.id}{place}"
+            (
+                "[b]settings unreadable[/b]"  # not its stand-in ``?-16 · ? · ?``
+                if run.settings_unknown
+                else f"[b]{escape(run.label)}[/b] · {run.config.target} · {escape(model_name(run.config.model))}"
+            )
+            + f" · [${STATUS_COLOR[run.status]}]{run.status}[/] · run {run.id}{place}"
         )
 
     def _runs_listed(self) -> None:

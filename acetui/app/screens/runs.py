@@ -140,7 +140,7 @@ class RunsScreen(SortedRunListScreen):
                 r.id,
                 (
                     r.id,
-                    status_text(self, r.status),
+                    status_text(self, r.status, damaged=bool(r.damaged)),
                     r.label,
                     r.config.target,
                     progress(r),
@@ -212,9 +212,12 @@ class RunsScreen(SortedRunListScreen):
         text = (
             # The model by its name: a long path took most of the panel's lines and cut the error under it
             # (the Run screen's Config tab has the path).
-            f"[b]{run.id}[/b] {escape(run.config.title)} on {escape(model_name(run.config.model))}; "
-            f"created {summary.fmt_time(run.created)}{took}"
+            f"[b]{run.id}[/b] {escape(run.title)}"
+            + ("" if run.settings_unknown else f" on {escape(model_name(run.config.model))}")
+            + f"; created {summary.fmt_time(run.created)}{took}"
         )
+        if run.damaged:
+            text += f"\ndamaged in the run store: {escape(run.damaged)}"
         if run.error:
             text += f"\n[${STATUS_COLOR[run.status]}]{run.status}:[/] {escape(run.error)}"
         detail.update(text)
@@ -256,6 +259,6 @@ class RunsScreen(SortedRunListScreen):
             self.notify(f"Run {run.id} deleted.")
 
         self.app.push_screen(
-            ConfirmScreen(f"Delete run {run.id} ({run.config.title}, {run.status})? Its layers and results go too."),
+            ConfirmScreen(f"Delete run {run.id} ({run.title}, {run.status})? Its layers and results go too."),
             answered,
         )

@@ -151,6 +151,7 @@ class Comparison:
     level: float = 0.95
     ci: str = "none"  # one of CI_STYLES
     shared: list[str] = field(default_factory=list)  # settings off their defaults every run shares (its caption)
+    sparsity: str | None = None  # the one sparsity of every run, where no column or group names it (its caption)
 
     def bold(self, row: str, column: tuple[str, str]) -> bool:
         verdict = self.verdicts.get((row, column))
@@ -423,6 +424,8 @@ def comparison(
         cells,
         measure,
         shared=shared_settings(usable, measure, axis),
+        # a seed, length or per-task table of one sparsity: only its caption can say which was measured
+        sparsity=None if sparsity_columns or several_sparsities else _sparsity_header(usable[0].config),
     )
     pick = min if measure == "ppl" else max
     for column in table.columns:

@@ -207,6 +207,7 @@ def _caption(table: Comparison, latex: bool) -> str:
         what = latex_escape(what)
     model = latex_escape(table.models[0]) if latex else table.models[0]
     of = f" of {model}" if len(table.models) == 1 else ""
+    of += f" at sparsity {latex_escape(table.sparsity) if latex else table.sparsity}" if table.sparsity else ""
     better = "lower" if table.measure == "ppl" else "higher"
     bold = "best per column, and every row tied with it, in bold" if table.tested else "best per column in bold"
     shared = ", ".join(table.shared)

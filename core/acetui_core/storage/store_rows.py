@@ -77,11 +77,16 @@ class RunRecord:
         return self.status == RunStatus.FINISHED and self.results is None and "results (" in (self.damaged or "")
 
     @property
+    def title(self) -> str:
+        """The run's name for a sentence: ``Wanda-16 at 0.5``, or that its settings cannot be read (its
+        stand-in configuration would read ``?-16 at ?``)."""
+        return "settings unreadable" if self.settings_unknown else self.config.title
+
+    @property
     def brief(self) -> str:
         """What the run is, in a few words: ``Wanda-16 at 0.5, finished, ppl 87.62``."""
-        what = "settings unreadable" if self.settings_unknown else f"{self.config.title}"
         ppl = "" if self.ppl is None else f", ppl {self.ppl:.2f}"
-        return f"{what}, {self.status}{ppl}"
+        return f"{self.title}, {self.status}{ppl}"
 
     @property
     def model_key(self) -> str:
