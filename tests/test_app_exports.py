@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from runhelpers import Clock, cli, insert_run, pilot_wait_until
+from textual.widgets import DataTable, Static
 
 from acetui.app import exports, make_app, paper
 from acetui.app.screens import results_export
@@ -216,6 +217,22 @@ def test_the_paper_view_follows_the_store_not_the_order_it_is_given(store):
     assert in_store_order.index("Wanda") < in_store_order.index("Magnitude")
     for shuffled in (runs[::-1], sorted(runs, key=lambda r: r.ppl or 0)):
         assert text(shuffled) == in_store_order
+
+
+@pytest.mark.asyncio
+async def test_zero_shot_accuracy_over_part_of_a_task_is_marked_as_partial_perplexity_is(store):
+    """Results showed 50.0 for 4 examples a task exactly as a full task's accuracy; the paper view marked it."""
+    task = {"acc_stderr": 0.1, "acc_norm": None, "acc_norm_stderr": None, "total": 3270, "source": "local"}
+    for run_id, n in (("eeee0005", 4), ("ffff0006", 3270)):
+        config = RunConfig(model="tiny-llama", method="ria", sparsity="0.6", evals=["zeroshot"], tasks=["boolq"])
+        accuracy = {"boolq": {**task, "acc": 0.5, "n": n, "partial": n < 3270}}
+        insert_run(store, Clock(), run_id, config, created=T0 + 9, zeroshot=accuracy)
+    async with results(store, rows=6) as (app, pilot):
+        table = app.screen.query_one("#results", DataTable)
+        column = [str(c.label) for c in table.ordered_columns].index("0-shot%")
+        shown = {key.value: str(table.get_cell(key, table.ordered_columns[column].key)) for key in table.rows}
+        assert (shown["eeee0005"], shown["ffff0006"]) == ("50.0†", "50.0")
+        assert str(app.screen.query_one("#results-info", Static).render()).endswith("† partial 0-shot")
 
 
 @pytest.mark.asyncio

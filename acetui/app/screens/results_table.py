@@ -32,8 +32,13 @@ def zeroshot_mean(run: RunRecord) -> float | None:
 
 
 def _zeroshot_percent(run: RunRecord) -> str:
+    """The mean accuracy with the partial mark (†: some task over part of its documents, --limit), as the
+    perplexity has it: 50.0 on 4 examples a task is not a full task's number."""
     mean = zeroshot_mean(run)
-    return "–" if mean is None else f"{mean * 100:.1f}"
+    if mean is None:
+        return "–"
+    assert run.results is not None  # a mean comes from results
+    return f"{mean * 100:.1f}" + ("†" if run.results.zeroshot_partial else "")
 
 
 def _zeroshot_order(run: RunRecord) -> float:
@@ -182,7 +187,15 @@ class ResultsTable(SortedRunListScreen):
         common.update("Every run: " + " · ".join(f"{title} {value}" for title, value in fitted.common))
         common.display = bool(fitted.common)
         picked = len([r for r in visible if r.id in self.selected])
-        partial = " · † partial ppl" if any(r.ppl_partial for r in visible) else ""
+        marked = [
+            name
+            for name, some in (
+                ("ppl", any(r.ppl_partial for r in visible)),
+                ("0-shot", any(r.results and r.results.zeroshot_partial for r in visible)),
+            )
+            if some
+        ]
+        partial = f" · † partial {' and '.join(marked)}" if marked else ""
         self.query_one("#results-info", Static).update(
             f"{len(visible)} run(s) · {picked} selected · {self.sort_text()}{partial}"
         )

@@ -103,7 +103,7 @@ class RunConfig(BasicSettings):
     )
     owl_lambda: float = setting(
         0.08,
-        help="OWL: layer sparsities within +-lambda.",
+        help="OWL: the layer sparsities spread over a band 2 x lambda wide that averages the target.",
         label="OWL lambda",
         **_needing("allocation", Allocation.OWL),
         parse=parsers.number(minimum=0),
