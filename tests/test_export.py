@@ -443,6 +443,7 @@ NEVER_READ = {
     "OWL's lambda of a uniform run": {"owl_lambda": 0.2, "owl_m": 2.0},
     "DSnoT's cycles without --refine dsnot": {"dsnot_cycles": 10},
     "the permutation guard without a permutation": {"permute_guard": True},
+    "the expert score of a run that removes no expert": {"expert_score": "frequency"},
 }
 
 

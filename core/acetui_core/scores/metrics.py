@@ -179,12 +179,14 @@ def unread_settings(config, experts: bool) -> frozenset[str]:
     """The settings a run of ``config`` never reads, which cannot change its numbers: the score options its
     method does not read (``Method.reads``), and ``--moe-calibration`` unless the run gathers experts'
     activations (``experts``: the model has routed experts, and ``--sparsity`` is not 0: with no mask,
-    ``--expert-sparsity`` scores the experts on their routed tokens alone). A plug-in, importable here or
-    not, is handed every option and reads activations."""
+    ``--expert-sparsity`` scores the experts on their routed tokens alone), and ``--expert-score`` unless
+    ``--expert-sparsity`` removes experts. A plug-in, importable here or not, is handed every option and
+    reads activations."""
     method = METHODS.get(config.method)
     masks = config.sparsity_spec.fraction > 0
     gathers_experts = experts and masks and (method is None or method.calibrated(config))
     unread = SCORE_OPTIONS - method.reads if method is not None else frozenset()
+    unread |= frozenset() if config.expert_sparsity else {"expert_score"}  # no expert is removed: none ranked
     return unread if gathers_experts else unread | {"moe_calibration"}
 
 
