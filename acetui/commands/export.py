@@ -139,7 +139,11 @@ def export_runs(
     columns: Columns = "sparsity",
     table: Table = "ppl",
     ci: Annotated[
-        str, typer.Option(help="Intervals in LaTeX/Markdown cells: none, pm (73.5 ± 1.5) or interval ([72.1, 75.0]).")
+        str,
+        typer.Option(
+            help="Intervals in LaTeX/Markdown cells: none, pm (the distances to its ends, 73.5 +1.6/−1.4) or "
+            "interval ([72.1, 75.1])."
+        ),
     ] = "none",
     level: Level = 0.95,
     store: options.StoreOption = None,

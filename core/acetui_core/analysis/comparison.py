@@ -37,7 +37,8 @@ CELLS = ("ppl", "ppl-time")
 COLUMNS = ("sparsity", "seqlen", "seed")
 AVERAGE = "Avg."  # the per-task zero-shot table's column of each run's mean over the tasks
 NO_CALIBRATION = "no calibration"  # the column of a by-length table that holds methods without calibration data
-CI_STYLES = ("none", "pm", "interval")  # --ci: no interval, "73.5 ± 1.5" (half its width), "[72.1, 75.0]"
+# --ci: no interval, "73.5 +1.6/−1.4" (the distances to its ends), "[72.1, 75.1]"
+CI_STYLES = ("none", "pm", "interval")
 
 
 def _mean(values) -> float | None:
