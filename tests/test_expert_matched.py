@@ -37,6 +37,18 @@ def test_sparsity_inside_the_experts_matches_the_parameters_expert_removal_saves
     assert inside.overall_sparsity == 0.5 and inside.kinds == {"experts": 0.5}
 
 
+def test_a_run_masking_the_experts_alone_says_so_where_it_names_its_sparsity(make_moe, calib_file, cli, tmp_path):
+    """Its summary said "0.5000 of the decoder linears" with a third of them zero, and `acetui runs` listed
+    it as plain 0.5, as a whole-model run; its mask covers the routed experts alone."""
+    store = tmp_path / "runs.db"
+    args = ("--method", "wanda", "--sparsity", "0.5", "--sparsity-scope", "experts")
+    code, out, _ = cli("prune", make_moe("qwen2_moe"), *args, "--calib", calib_file, *QUICK, "--store", store)
+    assert code == 0 and "0.5000 of the routed experts'" in out, out  # the table folds the rest at 80 columns
+    assert "of the decoder linears" not in out and "Wanda-16 at 0.5 in experts" in out
+    [run] = Store(store).list_runs()
+    assert run.config.target == "0.5 in experts"
+
+
 @pytest.mark.parametrize("command", ["prune", "compare", "sweep"])
 @pytest.mark.parametrize("flags", [["--sparsity-scope", "experts"], ["--expert-sparsity", "0.5"]])
 def test_expert_settings_need_routed_experts_before_a_run_is_recorded(

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from acetui import options
-from acetui_core.basics.choices import RunStatus
+from acetui_core.basics.choices import RunStatus, SparsityScope
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.paths import default_model, user_path
@@ -62,7 +62,13 @@ def summary_table(run: RunRecord, result: RunResult) -> Table:
             if run.config.removes_experts_alone
             else f"{result.method} ({result.group} groups)",
         ),
-        ("sparsity", f"{result.overall_sparsity:.4f} of the decoder linears{_by_kind(result)}"),
+        (
+            "sparsity",
+            # the mask's share of what it covered: with --sparsity-scope experts, the experts alone
+            f"{result.overall_sparsity:.4f} of the routed experts' linears (the other linears dense)"
+            if run.config.sparsity_scope == SparsityScope.EXPERTS
+            else f"{result.overall_sparsity:.4f} of the decoder linears{_by_kind(result)}",
+        ),
         experts_removed_row(result),
         (
             "calibration",

@@ -293,11 +293,14 @@ class RunConfig(BasicSettings):
     @property
     def target(self) -> str:
         """What the run takes away, in a few words: ``0.5``, ``2:4``; with ``--expert-sparsity``, the experts
-        too (``0.5 + 25% of experts``, or ``50% of experts`` alone), which ``--sparsity`` alone hid."""
+        too (``0.5 + 25% of experts``, or ``50% of experts`` alone), which ``--sparsity`` alone hid; with
+        ``--sparsity-scope experts``, where the mask is (``0.5 in experts``: a third of the decoder's weights
+        on a model whose attention and shared experts hold the other two, not a half)."""
+        sparsity = f"{self.sparsity} in experts" if self.sparsity_scope == SparsityScope.EXPERTS else self.sparsity
         if not self.expert_sparsity:
-            return self.sparsity
+            return sparsity
         experts = f"{self.expert_sparsity * 100:g}% of experts"
-        return experts if self.removes_experts_alone else f"{self.sparsity} + {experts}"
+        return experts if self.removes_experts_alone else f"{sparsity} + {experts}"
 
     @property
     def title(self) -> str:
