@@ -43,6 +43,18 @@ def test_status_says_a_magnitude_cell_reads_no_calibration(tmp_path, monkeypatch
     ]
 
 
+def test_status_of_a_gpu_study_reads_on_a_machine_without_one(tmp_path, monkeypatch, capsys, make_tiny_model):
+    """Its cells were checked as for a run here: "--device cuda was asked for, but torch sees no CUDA GPU"
+    (exit 2), though a status reads the store alone (the study ran on a GPU machine)."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    study = _study(tmp_path / "s.toml", f'model = "{make_tiny_model("llama")}"\ndevice = "cuda"\n')
+    Store(tmp_path / "runs.db")
+    code, out, err = cli(monkeypatch, capsys, "study", "status", str(study), "--store", str(tmp_path / "runs.db"))
+    assert (code, err.splitlines()[-1]) == (0, "0 done, 0 running, 0 failed, 0 interrupted, 1 missing of 1 cells.")
+    code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(tmp_path / "runs.db"))
+    assert code == 2 and "torch sees no CUDA GPU" in err, err
+
+
 @pytest.mark.parametrize("command", ["run", "status", "report"])
 def test_a_folder_is_not_a_study_file(tmp_path, monkeypatch, capsys, command):
     """It was said not to exist."""

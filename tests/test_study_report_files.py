@@ -5,6 +5,7 @@ drawn without an error bar (the report's runs here are recorded through the stor
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,12 @@ TEXTS = {"environment.md", "study.toml", "summary.md", MANIFEST}
 ZERO_SHOT_TABLE = {f"table-zeroshot-mean.{suffix}" for suffix in ("tex", "md", "csv")} | {"verdicts-zeroshot-mean.txt"}
 
 
-def _recorded_study(folder: Path, model: Path, calib: str, evals: str, *, newline: str = "\n") -> tuple[Path, Path]:
+def _recorded_study(
+    folder: Path, model: Path, calib: str, evals: str, *, newline: str = "\n", more: tuple[str, ...] = ()
+) -> tuple[Path, Path]:
     """A study of Wanda (two seeds) and magnitude, its three cells finished in a store: with zero-shot results
-    alone (``evals = "zeroshot"``), or nothing measured (``"none"``), or a perplexity (``"wikitext2"``)."""
+    alone (``evals = "zeroshot"``), or nothing measured (``"none"``), or a perplexity (``"wikitext2"``);
+    ``more``: lines of other settings."""
     from test_verdicts import outcomes
 
     lines = [
@@ -33,6 +37,7 @@ def _recorded_study(folder: Path, model: Path, calib: str, evals: str, *, newlin
         "nsamples = 4",
         f'evals = "{evals}"',
         'tasks = "boolq,rte"',
+        *more,
     ]
     (folder / "study").mkdir()
     study = folder / "study" / "study.toml"  # a folder of its own: a report may go into it
@@ -91,6 +96,36 @@ def test_a_study_without_perplexity_is_reported_with_its_zero_shot_figures_or_no
     code, _, err = cli(monkeypatch, capsys, *args, "--overwrite")
     assert (code, err) == (0, "")
     assert _files(report) == TEXTS | tables
+
+
+@pytest.mark.parametrize("more", [(), ('moe_calibration = "all"',)], ids=["plain", "setting-the-model-put-back"])
+def test_status_and_report_of_a_finished_study_need_no_model(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file, more
+):
+    """Once the model's folder was moved away after the study, status and report stopped at "Model path ...
+    does not exist." (exit 2), though the report is the store's. They read the stored runs, saying the model's
+    files went unchecked; a run needs the model and is refused. ``moe_calibration`` on a dense model: the
+    model put it back to its default in the runs, so it is theirs that counts."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(make_tiny_model("llama"), model)
+    study, store = _recorded_study(tmp_path, model, calib_file, "wikitext2", more=more)
+    shutil.rmtree(model)
+    note = (
+        f"The model {model} does not exist any more: its cells are matched to the store's runs by their settings "
+        f"alone, its files not compared with those the runs read (acetui study run needs it back).\n"
+    )
+    code, out, err = cli(monkeypatch, capsys, "study", "status", str(study), "--store", str(store), "--json")
+    assert (code, err) == (0, note)
+    assert [cell["state"] for cell in json.loads(out)] == ["done"] * 3
+    report = tmp_path / "report"
+    code, out, err = cli(monkeypatch, capsys, "study", "report", str(study), "-o", str(report), "--store", str(store))
+    assert (code, err) == (0, note)
+    table = (report / "table-ppl.md").read_text()
+    assert "| Wanda-16  | **30.50** ± 0.71 (n=2) |" in table and "| Magnitude |                 32.00? |" in table
+    code, _, err = cli(monkeypatch, capsys, "study", "run", str(study), "--store", str(store))
+    assert (code, err) == (2, f"acetui: study.toml: Model path {model} does not exist.\n")
 
 
 def test_a_report_cut_short_leaves_a_folder_overwrite_can_redo(

@@ -47,7 +47,8 @@ def open_app(
     if study is not None:  # the study's finished runs, selected on Results
         from acetui_core.studies.study import finished_runs, load_study
 
-        chosen = [run.id for run in finished_runs(load_study(study).cells(opened.path), opened)]
+        cells, _ = load_study(study).recorded_cells(opened)  # the runs, though the model be gone since
+        chosen = [run.id for run in finished_runs(cells, opened)]
     app = make_app(opened, theme=theme, attach=attach, notify_mode=notify, chosen=chosen)  # bad input named first
     require_terminal()
     end_on_hangup()  # the app ends with its terminal; the runs it started go on

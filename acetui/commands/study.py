@@ -175,6 +175,19 @@ def _load(study_file: Path) -> Study:
     return load_study(study_file)
 
 
+def _recorded_cells(study: Study, opened: Store | None) -> list[RunConfig]:
+    """The study's cells as status and report read them (``Study.recorded_cells``); a model that is gone is
+    said, as what was not checked."""
+    cells, gone = study.recorded_cells(opened)
+    for model in gone:
+        print(
+            f"The model {model} does not exist any more: its cells are matched to the store's runs by their "
+            f"settings alone, its files not compared with those the runs read (acetui study run needs it back).",
+            file=sys.stderr,
+        )
+    return cells
+
+
 @study_app.command("run", cls=options.Command)
 @options.with_executor
 def run(
@@ -259,9 +272,8 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
     """List the study's cells: done, running, failed, interrupted or missing, with their newest run."""
     study = _load(study_file)
     path = store_path(store)
-    # opened before the cells are checked, which would read (and so make) a store of an empty file
     opened = Store(path, create=False) if path.exists() else None
-    cells = study.cells(path)
+    cells = _recorded_cells(study, opened)
     if opened is not None:
         states = cell_states(cells, opened)
     else:  # before the first `study run`: every cell is missing, and a status makes no store
@@ -307,7 +319,7 @@ def report(
         raise UserError("-o is empty; give the report's folder.")
     study = _load(study_file)
     opened = Store(store, create=False)
-    written = write_report(study, study.cells(opened.path), opened, user_path(output), overwrite)
+    written = write_report(study, _recorded_cells(study, opened), opened, user_path(output), overwrite)
     print("\n".join(str(path) for path in written.files))
     if written.unfinished:  # also atop summary.md: the report is not the whole study
         print(written.unfinished, file=sys.stderr)

@@ -265,6 +265,12 @@ def model_source(source: str) -> tuple[str, Path | str]:
     return "hub", source
 
 
+def model_gone(source: str) -> bool:
+    """Whether ``source`` names a local model path that does not exist (``model_source`` refuses it): a
+    model folder moved or deleted after its runs."""
+    return bool(str(source or "").strip()) and _looks_like_path(source) and not user_path(source).exists()
+
+
 def load_model(source: str, *, device: str = "auto", dtype: str = "auto", on_event: OnEvent | None = None) -> Loaded:
     """Load a causal LM on CPU (decoder layers move to ``device`` one at a time while pruning)."""
     compute_device = resolve_device(device)

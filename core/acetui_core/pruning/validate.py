@@ -44,6 +44,38 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     job checks on its own node). ``protected``: places (path, what it is) besides the source model and
     the data folder that ``--save`` must keep away from (the run store's)."""
     model_source(config.model)  # a missing path first: the most common mistake, and cheap to see
+    config = check_settings(config, local_device=local_device)
+    if config.offload == Offload.DISK:
+        streaming_folder(config.model.strip(), config.offload)  # says why a model cannot stream
+    check_save_dir(config.save, config.overwrite, (*model_places(config.model.strip()), *protected))
+    facts = preflight(config.model.strip())  # last: it reads the model's files
+    check_runnable(config.model.strip())
+    for name, inputs in facts.input_widths:  # the shapes from the config, long before any weight is loaded
+        check_nm_fits(config.sparsity_spec, inputs, name)
+    from acetui_core.modeling.layouts import expert_layout  # torch: preflight imported it already
+    from acetui_core.pruning.expertremoval import check_expert_settings
+
+    check_expert_settings(facts.skeleton, config)
+    if config.allocation == Allocation.OWL:
+        config = _check_owl_layers(config, facts.skeleton)
+    # checked and then put back to their defaults: a setting the run never reads never splits a cell
+    config = _defaults(
+        config, tuple(sorted(unread_settings(config, experts=expert_layout(facts.skeleton) is not None)))
+    )
+    check_against_model(config, facts.context)
+    check_calibration_fits(config, facts.context)
+    return replace(config, model=config.model.strip())
+
+
+# What check_config puts back to its default only where the model's files show it unread: --moe-calibration on
+# a dense model, OWL's mean on layers all of one size
+MODEL_DECIDED = ("moe_calibration", "owl_mean")
+
+
+def check_settings(config: RunConfig, *, local_device: bool = True) -> RunConfig:
+    """``check_config`` less what reads the model's files: the settings in normal form but for
+    ``MODEL_DECIDED``, as given. What a study's status and report check of a cell whose model is gone (a
+    stored run of the cell recorded how the model decided)."""
     method = get_method(config.method)
     config = parsed(
         replace(config, method=method.name), "sparsity", "group", "sparsity_scope", "expert_sparsity", "expert_score"
@@ -75,25 +107,8 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     else:
         check_device_name(config.device)
     config = parsed(config, "dtype", "offload")  # names only: "auto" is decided where the run executes
-    if config.offload == Offload.DISK:
-        streaming_folder(config.model.strip(), config.offload)  # says why a model cannot stream
-    check_save_dir(config.save, config.overwrite, (*model_places(config.model.strip()), *protected))
-    facts = preflight(config.model.strip())  # last: it reads the model's files
-    check_runnable(config.model.strip())
-    for name, inputs in facts.input_widths:  # the shapes from the config, long before any weight is loaded
-        check_nm_fits(config.sparsity_spec, inputs, name)
-    from acetui_core.modeling.layouts import expert_layout  # torch: preflight imported it already
-    from acetui_core.pruning.expertremoval import check_expert_settings
-
-    check_expert_settings(facts.skeleton, config)
-    if config.allocation == Allocation.OWL:
-        config = _check_owl_layers(config, facts.skeleton)
-    # checked and then put back to their defaults: a setting the run never reads never splits a cell
-    config = _defaults(
-        config, tuple(sorted(unread_settings(config, experts=expert_layout(facts.skeleton) is not None)))
-    )
-    check_against_model(config, facts.context)
-    check_calibration_fits(config, facts.context)
+    # what the method never reads, put back so it never splits a cell; --moe-calibration is the model's to decide
+    config = _defaults(config, tuple(sorted(unread_settings(config, experts=True))))
     return replace(config, model=config.model.strip())
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -34,6 +34,8 @@ from acetui_core.basics.choices import EvalKind, RunStatus
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.paths import data_dir, default_model, mixture, model_identity, model_key, same_model, same_place
 from acetui_core.execution.launch import Grid, check
+from acetui_core.modeling.models import model_gone
+from acetui_core.pruning.validate import MODEL_DECIDED, check_config, check_settings
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.storage.store import Store
 from acetui_core.storage.store_rows import RunRecord
@@ -72,6 +74,40 @@ class Study:
         except UserError as problem:
             raise UserError(f"{self.path.name}: {problem}") from None
         return list({key(config): config for config in checked}.values())
+
+    def recorded_cells(self, store: Store | None) -> tuple[list[RunConfig], list[str]]:
+        """The study's cells as its status and report read them from ``store`` (None: no store yet), with
+        the models among them that are gone. Checked as ``cells`` is, less what only running needs (this
+        machine's GPUs and memory, the places a run may save to); a cell whose local model was moved or
+        deleted after its runs is checked without the model's files, what the model decides
+        (``MODEL_DECIDED``) taken from a stored run of the cell, so the finished study still reads."""
+        configs = self.configs()
+        gone = list(dict.fromkeys(config.model.strip() for config in configs if model_gone(config.model)))
+        records = [as_checked_now(record) for record in store.list_runs()] if gone and store is not None else []
+        try:
+            checked = [
+                _as_recorded(check_settings(config, local_device=False), records)
+                if config.model.strip() in gone
+                else check_config(config, local_device=False)
+                for config in configs
+            ]
+        except UserError as problem:
+            raise UserError(f"{self.path.name}: {problem}") from None
+        return list({key(config): config for config in checked}.values()), gone
+
+
+def _as_recorded(cell: RunConfig, recorded: list[RunConfig]) -> RunConfig:
+    """A cell checked without its model, with the settings the model decides (``MODEL_DECIDED``: put back
+    to their defaults where the model does not read them) as a stored run of the cell recorded them; as
+    given where no run is the cell's."""
+    for config in recorded:
+        decided = replace(cell, **{name: getattr(config, name) for name in MODEL_DECIDED})
+        recorded_or_default = all(
+            getattr(config, name) in (getattr(cell, name), SETTINGS[name].default) for name in MODEL_DECIDED
+        )
+        if recorded_or_default and key(decided) == key(config):
+            return decided
+    return cell
 
 
 def key(config: RunConfig) -> str:
