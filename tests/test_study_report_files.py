@@ -128,6 +128,27 @@ def test_status_and_report_of_a_finished_study_need_no_model(
     assert (code, err) == (2, f"acetui: study.toml: Model path {model} does not exist.\n")
 
 
+def test_a_done_cell_is_listed_with_its_finished_run(tmp_path, monkeypatch, capsys, make_tiny_model, calib_file):
+    """A run of a done cell's settings stopped since (acetui prune, then SIGTERM) was the one status named,
+    with its error, and --json's "run" of the done cell was that cancelled run: a script following it
+    found no result. The cell is listed with the finished run its report reads."""
+    import time
+
+    study, store = _recorded_study(tmp_path, make_tiny_model("llama"), calib_file, "wikitext2")
+    clock = Clock()
+    opened = Store(store, clock=clock)
+    first = load_study(study).cells(store)[0]
+    stopped = "Stopped by SIGTERM during the WikiText-2 evaluation."
+    later = time.time() + 60  # after the calibration file was written: a run of the cell as it is now
+    insert_run(opened, clock, "d0000000", first, created=later, status="cancelled", error=stopped)
+    args = ("study", "status", str(study), "--store", str(store))
+    code, out, err = cli(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    assert [(cell["state"], cell["run"]) for cell in json.loads(out)][0] == ("done", "c0000000")
+    code, out, _ = cli(monkeypatch, capsys, *args)
+    assert out.splitlines()[0].split(None, 2)[:2] == ["done", "c0000000"] and stopped not in out
+
+
 def test_a_report_cut_short_leaves_a_folder_overwrite_can_redo(
     tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
 ):

@@ -40,6 +40,7 @@ from acetui_core.studies.study import (
     cell_states,
     cell_text,
     load_study,
+    shown_run,
 )
 from acetui_core.studies.studylock import study_lock
 
@@ -269,7 +270,8 @@ def _run(
 
 @study_app.command("status", cls=options.Command)
 def status(study_file: StudyFile, store: options.StoreOption = None, as_json: options.JsonOption = False) -> None:
-    """List the study's cells: done, running, failed, interrupted or missing, with their newest run."""
+    """List the study's cells: done, running, failed, interrupted or missing, with their run (a done cell's
+    newest finished one, the report's; another cell's newest)."""
     study = _load(study_file)
     path = store_path(store)
     opened = Store(path, create=False) if path.exists() else None
@@ -281,7 +283,7 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
         states = [(cell, MISSING, []) for cell in cells]
     if as_json:
         rows = [
-            {"state": state, "run": runs[-1].id if runs else None, "config": cell.to_dict()}
+            {"state": state, "run": run.id if (run := shown_run(state, runs)) else None, "config": cell.to_dict()}
             for cell, state, runs in states
         ]
         print(json_text(rows))
@@ -290,11 +292,9 @@ def status(study_file: StudyFile, store: options.StoreOption = None, as_json: op
         shared = ", ".join(f"{name} = {value}" for name, value in study.common.items())
         print(f"Every cell of {study.name}: {shared}", file=sys.stderr)
     for cell, state, runs in states:
-        newest = runs[-1] if runs else None
-        error = (
-            f": {newest.error}" if newest is not None and newest.status != RunStatus.FINISHED and newest.error else ""
-        )
-        print(f"{state:<11} {newest.id if newest else '-':<8}  {cell_text(cell, tuple(study.axes))}{error}")
+        shown = shown_run(state, runs)
+        error = f": {shown.error}" if shown is not None and shown.status != RunStatus.FINISHED and shown.error else ""
+        print(f"{state:<11} {shown.id if shown else '-':<8}  {cell_text(cell, tuple(study.axes))}{error}")
     counts = {state: sum(1 for _, s, _ in states if s == state) for state in STATES}
     print(", ".join(f"{counts[state]} {state}" for state in STATES) + f" of {len(states)} cells.", file=sys.stderr)
 

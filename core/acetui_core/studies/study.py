@@ -346,6 +346,14 @@ def cell_states(cells: list[RunConfig], store: Store) -> list[tuple[RunConfig, s
     return [(cell, state_of(by_cell[key(cell)]), by_cell[key(cell)]) for cell in cells]
 
 
+def shown_run(state: str, runs: list[RunRecord]) -> RunRecord | None:
+    """The run a cell is listed with: a done cell's newest finished run (the one its report reads, though a
+    newer run of it failed or was stopped since), another cell's newest run."""
+    if state == DONE:
+        return newest_finished(runs)
+    return runs[-1] if runs else None
+
+
 def finished_runs(cells: list[RunConfig], store: Store) -> list[RunRecord]:
     """The newest finished run of each done cell: what a report reads."""
     return [newest_finished(runs) for _, state, runs in cell_states(cells, store) if state == DONE]
