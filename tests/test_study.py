@@ -592,7 +592,7 @@ def test_a_summary_sentence_says_its_p_is_holm_adjusted_and_each_sides_seeds(mon
         ],
     }
     monkeypatch.setattr(verdicts, "report", lambda table: {"columns": [column]})
-    text = summary({"ppl": SimpleNamespace(level=0.95, cells={})}, {}, 4, None)
+    text = summary({"ppl": SimpleNamespace(level=0.95, cells={})}, {}, 4, None, [])
     assert "the p of the paired test after Holm's adjustment" in text and "seeds (n) of the row and of the best" in text
     assert [line for line in text.splitlines() if line.startswith("- at ")] == [
         "- at 2:4 (tiny_llama), Magnitude is tied with Wanda-8: +514.16 perplexity [+84.73, +947.22], "
@@ -622,7 +622,7 @@ def test_a_tables_token_budget_note_counts_the_runs_of_that_table(monkeypatch):
         return SimpleNamespace(level=0.95, cells={("Wanda-16", ("m", "0.5")): SimpleNamespace(runs=list(runs))})
 
     monkeypatch.setattr(verdicts, "report", lambda table: {"columns": []})
-    text = summary({"ppl": table(run(8), run(16)), "zeroshot-mean": table(run(8))}, {}, 2, None)
+    text = summary({"ppl": table(run(8), run(16)), "zeroshot-mean": table(run(8))}, {}, 2, None, [])
     perplexity, _, zero_shot = text.partition("## mean zero-shot accuracy")
     assert "different token budgets (128, 256)" in perplexity
     assert "token budgets" not in zero_shot

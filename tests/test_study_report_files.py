@@ -1,7 +1,8 @@
-"""The files of ``acetui study report``: a report of runs that have no perplexity (zero-shot only, or no
-evaluation) has its tables and no figures; a refused report makes nothing, and one cut short leaves a
-folder ``--overwrite`` can redo; the study file's copy is byte for byte; a cell without an interval is
-drawn without an error bar (the report's runs here are recorded through the store's API: no model runs)."""
+"""The files of ``acetui study report``: a report of runs that have no perplexity has its zero-shot tables
+and figures, and one of runs with no evaluation neither (its summary lists the runs); a refused report
+makes nothing, and one cut short leaves a folder ``--overwrite`` can redo; the study file's copy is byte
+for byte; a cell without an interval is drawn without an error bar (the report's runs here are recorded
+through the store's API: no model runs)."""
 
 from __future__ import annotations
 
@@ -147,6 +148,26 @@ def test_a_done_cell_is_listed_with_its_finished_run(tmp_path, monkeypatch, caps
     assert [(cell["state"], cell["run"]) for cell in json.loads(out)][0] == ("done", "c0000000")
     code, out, _ = cli(monkeypatch, capsys, *args)
     assert out.splitlines()[0].split(None, 2)[:2] == ["done", "c0000000"] and stopped not in out
+
+
+def test_the_summary_of_a_study_that_evaluates_nothing_lists_its_runs(
+    tmp_path, monkeypatch, capsys, make_tiny_model, calib_file
+):
+    """summary.md introduced "Each row against its column's best: ..." with no row after it: a study of
+    ``evals = "none"`` has no numbers to compare. It says so, and lists the runs."""
+    model = make_tiny_model("llama")
+    study, store = _recorded_study(tmp_path, model, calib_file, "none")
+    report = tmp_path / "report"
+    code, _, err = cli(monkeypatch, capsys, "study", "report", str(study), "-o", str(report), "--store", str(store))
+    assert (code, err) == (0, "")
+    assert (report / "summary.md").read_text() == (
+        "# Summary\n\nAll 3 cells of the study have a finished run.\n\n"
+        'No run of the study was evaluated (`evals = "none"`), so there is nothing to compare: no tables, '
+        "verdicts or figures. Its finished runs:\n\n"
+        f"- c0000000: Wanda-16 at 0.5 on {model.name}, {calib_file}, seed 0\n"
+        f"- c0000001: Wanda-16 at 0.5 on {model.name}, {calib_file}, seed 1\n"
+        f"- c0000002: Magnitude at 0.5 on {model.name}, no calibration\n"
+    )
 
 
 def test_a_report_cut_short_leaves_a_folder_overwrite_can_redo(

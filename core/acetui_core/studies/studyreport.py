@@ -55,6 +55,12 @@ READING = (
     "the row and of the best."
 )
 
+# summary.md of a study whose runs have no evaluation (evals = "none"), above the list of its runs
+NOTHING_MEASURED = (
+    'No run of the study was evaluated (`evals = "none"`), so there is nothing to compare: no tables, '
+    "verdicts or figures. Its finished runs:"
+)
+
 
 @dataclass(frozen=True)
 class Report:
@@ -174,12 +180,17 @@ def summary(
     by_method: dict[str, list[Comparison]],
     cells: int,
     lacking: str | None,
+    runs: list[str],
 ) -> str:
     """``by_method``: per measure, one table per method of several variants (the same runs, judged among
     themselves), so that "does DSnoT help Wanda?" has its own sentence, not only "is it the best?".
-    ``cells``: how many the study has; ``lacking``: the ``unfinished`` sentence, first, where there is one."""
+    ``cells``: how many the study has; ``lacking``: the ``unfinished`` sentence, first, where there is one;
+    ``runs``: each finished run in words, listed where no table holds them (no run was evaluated)."""
     complete = f"All {cells} cells of the study have a finished run."
-    out = ["# Summary", "", f"**Unfinished study: {lacking}**" if lacking else complete, "", READING, ""]
+    out = ["# Summary", "", f"**Unfinished study: {lacking}**" if lacking else complete, ""]
+    if not tables:  # nothing measured: no comparison for a sentence to introduce, the runs are all there is
+        return "\n".join([*out, NOTHING_MEASURED, "", *runs, ""])
+    out += [READING, ""]
     for measure, table in tables.items():
         out += [f"## {MEASURES[measure]}", "", *_against_best(table, measure)]
         budgets = {  # of the runs this table counts: a run without this measure is not in it
@@ -323,7 +334,8 @@ def write_report(study: Study, cells: list, store: Store, folder: Path, overwrit
             if len(variants.rows) > 1:
                 by_method.setdefault(measure, []).append(variants)
     lacking = unfinished(study, states)
-    written[folder / "summary.md"] = summary(tables, by_method, len(cells), lacking)
+    in_words = [f"- {r.id}: {cell_text(r.config, tuple(study.axes))}" for r in records]
+    written[folder / "summary.md"] = summary(tables, by_method, len(cells), lacking, in_words)
     written[folder / "environment.md"] = environment(study, records)
     written[folder / "study.toml"] = study.text
     figures = {
