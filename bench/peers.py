@@ -221,13 +221,13 @@ def prepare(checkpoint: Path) -> Path:
     import torch
 
     from acetui_core.basics.paths import default_model
-    from acetui_core.modeling.checkpoint import save_checkpoint
+    from acetui_core.modeling.checkpoint import folder_identity, save_checkpoint
     from acetui_core.modeling.data import calibration_windows, tokenized_calibration
     from acetui_core.modeling.models import load_model
 
     if not (checkpoint / "config.json").is_file():
         loaded = load_model(default_model(), device="cpu", dtype="float32")
-        save_checkpoint(loaded.model, loaded.tokenizer, str(checkpoint), overwrite=True)
+        save_checkpoint(loaded.model, loaded.tokenizer, str(checkpoint), True, folder_identity(str(checkpoint)))
         del loaded
     from transformers import AutoTokenizer
 

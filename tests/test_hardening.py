@@ -143,13 +143,23 @@ def test_a_save_over_another_runs_files_or_the_stores_companions_is_refused(
 # ---- 2. two runs saving to the same folder at once ---------------------------------------------------
 
 
-@pytest.mark.parametrize("offload", ["none", "disk"])
-def test_two_prunes_saving_to_one_folder_keep_both_checkpoints(offload, make_tiny_model, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("offload", "overwrite", "old"),
+    [("none", False, False), ("disk", False, False), ("none", True, False), ("none", True, True)],
+)
+def test_two_prunes_saving_to_one_folder_keep_both_checkpoints(
+    offload, overwrite, old, make_tiny_model, tmp_path, monkeypatch, capsys
+):
     """The second `acetui prune --save SAME` finishes while the first prunes: the first must not replace
-    it, and keeps its own checkpoint beside it, saying where."""
+    it, and keeps its own checkpoint beside it, saying where. With --overwrite too (both runs), over nothing
+    or over an old checkpoint both were checked against: the first replaced the second's model, and both
+    runs recorded it as theirs."""
     from acetui_core.pruning import pipeline
 
     model, out, store = make_tiny_model("llama"), tmp_path / "pruned", tmp_path / "store" / "runs.db"
+    if old:  # a checkpoint no run of the store saved: --overwrite may replace it
+        shutil.copytree(model, out)
+    quick = [*QUICK, *(["--overwrite"] if overwrite else [])]
     prune = pipeline.prune
     inner: list = []
 
@@ -157,11 +167,11 @@ def test_two_prunes_saving_to_one_folder_keep_both_checkpoints(offload, make_tin
         result = prune(loaded, config, *args, **kwargs)
         if not inner:  # the first run, between its check of --save and its save: the second run saves there
             inner.append(None)
-            inner[0] = _prune(monkeypatch, capsys, store, str(model), *QUICK, "--sparsity", "0.25", "--save", str(out))
+            inner[0] = _prune(monkeypatch, capsys, store, str(model), *quick, "--sparsity", "0.25", "--save", str(out))
         return result
 
     monkeypatch.setattr(pipeline, "prune", prune_then_let_the_other_run_save)
-    args = [str(model), *QUICK, "--offload", offload, "--save", str(out), "--json"]
+    args = [str(model), *quick, "--offload", offload, "--save", str(out), "--json"]
     code, stdout, err = _prune(monkeypatch, capsys, store, *args)
     assert inner[0][0] == 0 and code == 0, (inner, err)
     side = tmp_path / "pruned-2"

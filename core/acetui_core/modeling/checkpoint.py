@@ -97,13 +97,30 @@ def sweep_temporaries(saves: Iterable[str]) -> list[Path]:
     return removed + sweep(SCRATCH_PREFIX) + sweep(TEMP_PREFIX)
 
 
+FolderIdentity = tuple[int, int] | None
+
+
+def folder_identity(save: str) -> FolderIdentity:
+    """Which folder is at ``save`` (device and inode: a folder renamed into place is another), None if none.
+    Taken as a run starts: the folder its ``--overwrite`` may replace once it saves, hours later."""
+    try:
+        status = user_path(save).absolute().stat()
+    except OSError:
+        return None
+    return (status.st_dev, status.st_ino)
+
+
 class AtomicFolder:
     """A folder written under a hidden sibling name and renamed into place by ``commit``; ``discard`` (or
     a failure inside ``writing``) removes it and says, in one sentence, that nothing was saved."""
 
-    def __init__(self, save: str, overwrite: bool):
+    def __init__(self, save: str, overwrite: bool, accepted: FolderIdentity = None):
+        """``accepted``: the folder ``--overwrite`` may replace (``folder_identity`` as the run started; none:
+        no folder may be replaced); one that took its place while the run pruned (another run's checkpoint,
+        saved meanwhile) is kept, as a folder filled without ``--overwrite`` is."""
         check_save_dir(save, overwrite, late=True)
         self.overwrite = overwrite
+        self.accepted = accepted
         self.path = user_path(save).absolute()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         sweep(TEMP_PREFIX, self.path.parent)  # what killed runs left here
@@ -128,15 +145,16 @@ class AtomicFolder:
             raise
 
     def commit(self) -> str:
-        """Rename the finished checkpoint into place; returns where it is. Without ``--overwrite`` a
-        folder that another process filled since the check is kept, and this checkpoint takes the first
-        free name ``<folder>-2``, ``<folder>-3``... beside it (said in the run's log)."""
+        """Rename the finished checkpoint into place; returns where it is. A folder that another process
+        filled since the check (with ``--overwrite``: other than the one checked) is kept, and this checkpoint
+        takes the first free name ``<folder>-2``, ``<folder>-3``... beside it (said in the run's log)."""
         # safetensors writes its files 0600; a checkpoint's files get what an ordinary file gets (the
         # umask's permissions, read back from the folder made with 0777 through it)
         readable = stat.S_IMODE(self.temp.stat().st_mode) & 0o666
         for file in self.temp.iterdir():
             file.chmod(readable)
-        if self.overwrite and self.path.is_dir() and any(self.path.iterdir()):  # checked by check_save_dir
+        filled = self.path.is_dir() and any(self.path.iterdir())
+        if self.overwrite and filled and folder_identity(str(self.path)) == self.accepted:  # checked by check_save_dir
             previous = owned_tempdir(TEMP_PREFIX, self.path.parent)
             os.replace(self.path, previous)  # replaces the empty folder mkdtemp made
             os.replace(self.temp, self.path)
@@ -162,8 +180,8 @@ class AtomicFolder:
         shutil.rmtree(self.temp, ignore_errors=True)
 
 
-def save_checkpoint(model, tokenizer, save: str, overwrite: bool) -> str:
-    folder = AtomicFolder(save, overwrite)
+def save_checkpoint(model, tokenizer, save: str, overwrite: bool, accepted: FolderIdentity = None) -> str:
+    folder = AtomicFolder(save, overwrite, accepted)
     with folder.writing() as temp, quiet_transformers():
         model.save_pretrained(temp, safe_serialization=True)
         tokenizer.save_pretrained(temp)
@@ -186,7 +204,7 @@ class LayerwiseCheckpoint:
     ``from_pretrained`` loads it like any other."""
 
     def __init__(self, save: str, overwrite: bool, layers: int):
-        self.folder = AtomicFolder(save, overwrite)
+        self.folder = AtomicFolder(save, overwrite, folder_identity(save))  # made as the run starts
         self.shards = layers + 1
         self.weight_map: dict[str, str] = {}
         self.total = 0

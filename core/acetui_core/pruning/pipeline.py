@@ -12,7 +12,7 @@ import torch
 
 from acetui_core.basics.errors import Cancelled, StopFlag, UserError
 from acetui_core.basics.resources import peak_rss_mb, reset_peak_memory
-from acetui_core.modeling.checkpoint import save_checkpoint
+from acetui_core.modeling.checkpoint import folder_identity, save_checkpoint
 from acetui_core.modeling.layerfeed import return_freed_memory_to_the_os
 from acetui_core.modeling.models import Loaded
 from acetui_core.modeling.streaming import PrunedLayers, load_for_run
@@ -43,6 +43,7 @@ def run(
     time; only its fit to the loaded model is, which needs the model."""
     if not checked:
         config = check_config(config)
+    replaceable = folder_identity(config.save) if config.save else None  # what --overwrite was checked against
     # this run's peak, not that of the runs before it in this process: what they freed goes back to the OS
     # first, so that the mark starts from what is held now
     return_freed_memory_to_the_os()
@@ -68,7 +69,7 @@ def run(
         pruned_folder = out.finish() if out else None
         saved_to: str | None
         if out is None and config.save:
-            saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite)
+            saved_to = save_checkpoint(loaded.model, loaded.tokenizer, config.save, config.overwrite, replaceable)
         else:
             saved_to = str(pruned_folder) if config.save else None
         if pruned.experts_removed is not None:
