@@ -179,6 +179,10 @@ def test_two_prunes_saving_to_one_folder_keep_both_checkpoints(
     assert json.loads(stdout)["saved_to"] == str(side)
     runs = {run.config.sparsity: run for run in Store(store).list_runs()}
     assert runs["0.25"].results.saved_to == str(out) and runs["0.5"].results.saved_to == str(side)
+    # runs show said where a checkpoint is nowhere but in its config's save=, the other run's folder here
+    shown = {s: cli(monkeypatch, capsys, "runs", "show", runs[s].id, "--store", store)[1] for s in ("0.25", "0.5")}
+    assert f"saved to: {out}\n" in shown["0.25"]
+    assert f"saved to: {side} (not {out}, which another run filled while this one pruned)\n" in shown["0.5"]
     from acetui_core.modeling.models import decoder_layers, load_model
 
     for folder, sparsity in ((out, 0.25), (side, 0.5)):  # each checkpoint is the run that says it saved it

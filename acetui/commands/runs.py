@@ -17,6 +17,7 @@ from acetui_core.basics import parse
 from acetui_core.basics.choices import ExecutorKind, RunStatus
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.jsontext import json_text
+from acetui_core.basics.paths import user_path
 from acetui_core.basics.texttable import table_rows, text_table
 from acetui_core.execution import jobfolder
 from acetui_core.execution.kill import WHEN_IT_STOPS
@@ -223,7 +224,24 @@ def show(run_id: options.RunId, store: options.StoreOption = None, as_json: opti
         print(expert_load_text(run.config, experts))
     if run.results:
         print(run_summary(run))
+        if run.results.saved_to:
+            print(saved_line(run))
         print(kept_for_tests(opened, run))
+
+
+def saved_line(run: RunRecord) -> str:
+    """Where the run's checkpoint is. Its ``--save`` (as typed, from the folder it was started in) is where
+    it was asked for, which another run may have filled first: the checkpoint then went beside it."""
+    assert run.results is not None and run.results.saved_to is not None
+    saved_to, asked = run.results.saved_to, run.config.save
+    started_in = Path(run.env.get("folder") or ".")
+    elsewhere = (
+        f" (not {asked}, which another run filled while this one pruned)"
+        if asked and Path(saved_to).resolve() != (started_in / user_path(asked)).resolve()
+        else ""
+    )
+    gone = "" if Path(saved_to).is_dir() else " (no longer there)"
+    return f"saved to: {saved_to}{elsewhere}{gone}"
 
 
 def kept_for_tests(store: Store, run: RunRecord) -> str:
