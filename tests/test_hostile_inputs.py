@@ -28,6 +28,14 @@ def _calib(tmp: Path, name: str, text: str) -> Path:
     return path
 
 
+def _data_with_test_split(tmp: Path, name: str, records: str) -> Path:
+    """A data folder whose WikiText-2 test split holds ``records`` (JSON), and nothing else."""
+    split = tmp / name / "wikitext-2-raw" / "hf_rows" / "test.json"
+    split.parent.mkdir(parents=True)
+    split.write_text(records)
+    return tmp / name
+
+
 def _broken_checkpoint(tmp: Path, model: Path, how: str) -> Path:
     folder = tmp / f"broken-{how}"
     shutil.copytree(model, folder)
@@ -140,6 +148,17 @@ CASES = {
         ["prune", "{model}", "--calib", "{text}"],
         "has no WikiText-2 test split",
         {"ACETUI_DATA_DIR": "{nodata}"},
+    ),
+    # found after every layer was pruned, as "Evaluation failed (ZeroDivisionError: ...)" or as calibration text
+    "a WikiText-2 test split shorter than a window": (
+        ["prune", "{model}", "--calib", "{text}", "--eval-seqlen", "32"],
+        "holds only 1 token(s) of this model, fewer than one evaluation window of 32 (--eval-seqlen)",
+        {"ACETUI_DATA_DIR": "{shorttest}"},
+    ),
+    "an empty WikiText-2 test split": (
+        ["prune", "{model}", "--calib", "{text}"],
+        "test.json holds no text to evaluate on.",
+        {"ACETUI_DATA_DIR": "{emptytest}"},
     ),
     "a missing model, detached": (["prune", "/no/such/model", "--detach"], "Model path /no/such/model does not exist"),
     "a missing model in a comparison": (["compare", "/no/such/model"], "Model path /no/such/model does not exist"),
@@ -282,6 +301,8 @@ def test_hostile_input_gets_one_sentence_exit_2_and_leaves_the_store_unchanged(
         "text": lambda: _calib(tmp_path, "text.txt", "Calibration text of a few words. " * 50),
         "short": lambda: _calib(tmp_path, "short.txt", "short text"),
         "plugin": lambda: _calib(tmp_path, "plugin.py", "def score(W, stats, opts):\n    return W.abs()\n"),
+        "shorttest": lambda: _data_with_test_split(tmp_path, "shorttest", '[{"text": "hi"}]'),
+        "emptytest": lambda: _data_with_test_split(tmp_path, "emptytest", "[]"),
         **{how: functools.partial(_broken_checkpoint, tmp_path, model, how) for how in BROKEN},
     }
     args, fragment, *env = CASES[case]

@@ -22,8 +22,9 @@ LOCAL_WIKITEXT2 = {"train": "wikitext-2-raw/hf_rows/train.json", "test": "wikite
 HUB_HINT = "set ACETUI_DATA_DIR to a local data folder (the layout of shared/data) or pass --calib PATH"
 
 
-def _read_records(path: Path) -> list[str]:
-    """Documents of a .txt (the whole file is one document), .jsonl or .json(.gz) with a ``text`` field."""
+def _read_records(path: Path, use: str = "to calibrate on") -> list[str]:
+    """Documents of a .txt (the whole file is one document), .jsonl or .json(.gz) with a ``text`` field;
+    ``use``: what the text is for, in the sentence of a file that holds none."""
     opener = gzip.open if path.suffix == ".gz" else open
     name = path.name.removesuffix(".gz")
     try:
@@ -61,7 +62,7 @@ def _read_records(path: Path) -> list[str]:
             raise UserError(f"{path} has records {what} (record {number}).")
         texts.append(text)
     if not any(text.strip() for text in texts):
-        raise UserError(f"{path} holds no text to calibrate on.")
+        raise UserError(f"{path} holds no text {use}.")
     return texts
 
 
@@ -298,7 +299,7 @@ def wikitext2_test_text() -> tuple[str, str]:
         path = local / LOCAL_WIKITEXT2["test"]
         if not path.is_file():
             raise UserError(f"ACETUI_DATA_DIR has no WikiText-2 test split at {path}.")
-        return "\n\n".join(_read_records(path)), str(path)
+        return "\n\n".join(_read_records(path, "to evaluate on")), str(path)
 
     def hub():
         from datasets import load_dataset

@@ -23,6 +23,7 @@ from acetui_core.modeling.data import (
     calibration_documents,
     longest_document,
     no_window,
+    wikitext2_test_text,
 )
 from acetui_core.modeling.models import check_device_name, model_source, resolve_device
 from acetui_core.modeling.preflight import check_runnable, model_tokenizer, preflight
@@ -64,6 +65,7 @@ def check_config(config: RunConfig, *, local_device: bool = True, protected: tup
     )
     check_against_model(config, facts.context)
     check_calibration_fits(config, facts.context)
+    check_test_text_fits(config, facts.context)
     return replace(config, model=config.model.strip())
 
 
@@ -266,6 +268,33 @@ def _calibration_fits(model: str, _model_identity, source: str, _identity, seqle
     longest = longest_document(tokenizer, documents, seqlen)
     if longest <= seqlen:
         raise no_window(nsamples, seqlen, longest)
+
+
+def check_test_text_fits(config: RunConfig, context: int) -> None:
+    """A local WikiText-2 test split must hold one evaluation window of the model's tokens: a short or
+    emptied copy failed only after the pruning, on a division by zero."""
+    root = data_dir()
+    if EvalKind.WIKITEXT2 not in config.evals or root is None:  # the hub's split is whole
+        return
+    model, path = config.model.strip(), root / LOCAL_WIKITEXT2["test"]
+    seqlen = resolve_seqlen(config.eval_seqlen, context, "--eval-seqlen")
+    _test_text_fits(model, file_identity(user_path(model)), str(path), file_identity(path), seqlen)
+
+
+@functools.lru_cache(maxsize=16)
+def _test_text_fits(model: str, _model_identity, path: str, _identity, seqlen: int) -> None:
+    text, _ = wikitext2_test_text()
+    if len(text) > CHARS_PER_TOKEN_AT_MOST * seqlen:
+        return
+    tokenizer = model_tokenizer(model)
+    if tokenizer is None:  # a hub model not downloaded yet: its evaluation says it
+        return
+    tokens = len(tokenizer(text).input_ids)
+    if tokens < seqlen:
+        raise UserError(
+            f"The WikiText-2 test split at {path} holds only {tokens} token(s) of this model, fewer than one evaluation "
+            f"window of {seqlen} (--eval-seqlen); restore it from wikitext-2-raw-v1's test split."
+        )
 
 
 @functools.lru_cache(maxsize=16)
