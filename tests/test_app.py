@@ -201,6 +201,18 @@ def test_the_plan_line_says_the_experts_a_grid_removes():
     )
 
 
+def test_the_plan_line_names_the_advanced_settings_the_runs_change():
+    """A re-run of an OWL run left Advanced (collapsed) at OWL: the next runs of any metric were OWL, and the
+    line said "1 run: Wanda-16 × 0.5". A setting the run never reads (OWL's lambda on a uniform run) is not said."""
+    assert plan_line([RunConfig("m", "wanda", "0.5", allocation="owl")], 80) == "1 run: Wanda-16 × 0.5 · OWL"
+    assert plan_line([RunConfig("m", "wanda", "0.5", owl_lambda=0.2)], 80) == "1 run: Wanda-16 × 0.5"
+    assert (
+        plan_line([RunConfig("m", "ace", "0.5", varp_scale="rms")], 80) == "1 run: CosP+VarP-16 × 0.5 · VarP scale rms"
+    )
+    many = RunConfig("m", "wanda", "0.5", allocation="owl", update="obs", refine="dsnot", dsnot_cycles=9)
+    assert plan_line([many], 60) == "1 run: Wanda-16 × 0.5 · 4 Advanced setting(s) changed"
+
+
 def test_a_plan_that_is_not_a_grid_counts_the_runs_it_has_no_room_for():
     runs = [RunConfig(model="m", method="wanda", sparsity=s, seqlen=n) for s, n in (("0.5", 16), ("0.6", 64))] * 3
     assert plan_line(runs, 200).count("Wanda") == 6

@@ -57,10 +57,11 @@ from acetui.app.widgets.settingfields import (
     widget_value,
 )
 from acetui.app.workbench import Workbench
+from acetui_core.analysis.rowlabels import untaken_options
 from acetui_core.basics.choices import EvalKind
 from acetui_core.basics.errors import UserError
 from acetui_core.run.config import SETTINGS, RunConfig
-from acetui_core.scores.metrics import METHODS
+from acetui_core.scores.metrics import METHODS, unread_settings
 from acetui_core.scores.plugins import available_methods
 from acetui_core.storage.store_rows import RunRecord
 
@@ -434,10 +435,38 @@ class NewRunScreen(Screen):
             self.notify(f"{len(batch)} run(s) started: F2 shows them.", timeout=8)
 
 
+# What a run's label or target already says ("0.5 + 25% of experts", "0.5 in experts").
+SAID_BY_THE_TARGET = frozenset({"expert_sparsity", "sparsity_scope"})
+
+
+def advanced_changes(configs: Sequence[RunConfig]) -> list[str]:
+    """The Advanced settings the runs take away from their defaults, in the labels' words (``OWL``, ``DSnoT``):
+    that section is collapsed, and a re-run fills it, so nothing else on the form says them."""
+    said = []
+    for config in configs:
+        unread = unread_settings(config, experts=True) | untaken_options(config) | SAID_BY_THE_TARGET
+        if config.removes_experts_alone:  # its label names the score: "Frequency expert removal"
+            unread |= {"expert_score"}
+        for name, spec in SETTINGS.items():
+            value = getattr(config, name)
+            if spec.group == "advanced" and spec.result and name not in unread and value != spec.default:
+                said.append(spec.describe(value) if spec.describe else f"{spec.label} {value}")
+    return list(dict.fromkeys(said))
+
+
 def plan_line(configs: Sequence[RunConfig], room: int) -> str:
-    """The runs the form describes, in ``room`` columns (the start row is one line): each label and each
-    sparsity once where the runs are every label at every sparsity (``4 runs: Wanda-64, SparseGPT-64 ×
-    0.5, 0.6``), else each run; what does not fit is counted, never cut mid-list."""
+    """The runs the form describes, in ``room`` columns (the start row is one line), then the Advanced
+    settings they change (``· OWL``, or how many where they do not fit)."""
+    changed = advanced_changes(configs)
+    advanced = f" · {', '.join(changed)}" if changed else ""
+    if changed and cell_len(advanced) > room // 2:
+        advanced = f" · {len(changed)} Advanced setting(s) changed"
+    return _runs_line(configs, room - cell_len(advanced)) + advanced
+
+
+def _runs_line(configs: Sequence[RunConfig], room: int) -> str:
+    """Each label and each sparsity once where the runs are every label at every sparsity (``4 runs:
+    Wanda-64, SparseGPT-64 × 0.5, 0.6``), else each run; what does not fit is counted, never cut mid-list."""
     count = f"{len(configs)} run{'' if len(configs) == 1 else 's'}"
     labels = list(dict.fromkeys(config.label for config in configs))
     sparsities = list(dict.fromkeys(config.target for config in configs))
