@@ -45,3 +45,18 @@ def test_overlap_of_runs_with_removed_experts(make_moe, calib_file, cli, tmp_pat
     code, out, err = cli("overlap", removal, dense, "--store", store, "--json")
     linears = {(row["layer"], row["name"]) for row in json.loads(out)["linears"]}
     assert linears == kept
+
+
+def test_overlap_of_a_run_masking_the_experts_alone_with_one_masking_every_linear(make_moe, calib_file, cli, tmp_path):
+    """docs/moe.md's comparison (sparsity inside the experts against the whole model's) was refused as "one
+    of the mask files is damaged, or the model changed"; the experts' linears, the ones both masked, are compared."""
+    store, model = tmp_path / "runs.db", make_moe("qwen2_moe")
+    inside = _run(cli, model, calib_file, store, "--sparsity-scope", "experts")["run_id"]
+    everywhere = _run(cli, model, calib_file, store)["run_id"]
+    code, out, err = cli("overlap", everywhere, inside, "--store", store, "--json")
+    assert code == 0, err
+    compared = json.loads(out)
+    assert compared["scope"].startswith(f"Run {inside} masked the routed experts alone (--sparsity-scope experts)")
+    names = {row["name"] for row in compared["linears"]}
+    assert names and all(".experts." in name and "shared" not in name for name in names), names
+    assert all(row["pruned_b"] > 0 and 0 < row["shared"] <= row["pruned_a"] for row in compared["linears"])

@@ -10,7 +10,7 @@ from acetui_core.basics.jsontext import json_text
 from acetui_core.basics.texttable import text_table
 from acetui_core.run.config import model_name
 from acetui_core.run.records import linear_kind
-from acetui_core.scores.maskfile import LinearOverlap, removal_difference, run_overlap, total
+from acetui_core.scores.maskfile import LinearOverlap, removal_difference, run_overlap, scope_difference, total
 from acetui_core.storage.store import Store
 
 EXPERT = re.compile(r"experts\.(\d+)\.")  # a routed expert's linear: mlp.experts.3.gate_up_proj
@@ -51,14 +51,14 @@ def overlap(
     opened = Store(store, create=False)
     a, b = opened.get_run(run_a, layers=False), opened.get_run(run_b, layers=False)
     rows = run_overlap(a, b, (opened.masks_kept(a), opened.masks_kept(b)))
-    removal = removal_difference(a, b)
+    removal, scope = removal_difference(a, b), scope_difference(a, b)
     if as_json:
         linears = [asdict(r) for r in rows]
-        print(json_text({"run_a": a.id, "run_b": b.id, "experts": removal, "linears": linears}))
+        print(json_text({"run_a": a.id, "run_b": b.id, "experts": removal, "scope": scope, "linears": linears}))
         return
     print(f"Masks of {a.id} ({a.title}) and {b.id} ({b.title}), {model_name(a.config.model)}.")
-    if removal:
-        print(removal)
+    for note in filter(None, (removal, scope)):
+        print(note)
     print(f"\nShared: of {a.id}'s pruned positions, the fraction {b.id} prunes too")
     print(_table(rows, lambda r: r.shared_fraction))
     print("\nJaccard: pruned by both over pruned by either")

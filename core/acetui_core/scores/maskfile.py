@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from acetui_core.basics.choices import SparsityScope
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.paths import same_model
 
@@ -154,6 +155,10 @@ def run_overlap(run_a, run_b, files: tuple[Path | None, Path | None]) -> list[Li
     ):
         masks_a = {key: mask for key, mask in masks_a.items() if key in masks_b}
         masks_b = {key: mask for key, mask in masks_b.items() if key in masks_a}
+    if scope_difference(run_a, run_b):  # one masked the routed experts alone: the linears both masked are theirs
+        inside = masks_a if run_a.config.sparsity_scope == SparsityScope.EXPERTS else masks_b
+        masks_a = {key: mask for key, mask in masks_a.items() if key in inside}
+        masks_b = {key: mask for key, mask in masks_b.items() if key in inside}
     try:
         return overlap(masks_a, masks_b)
     except ValueError:
@@ -176,6 +181,19 @@ def _removed_by(run) -> dict[int, set[str]]:
 def _of_removed(key: MaskKey, removed: dict[int, set[str]]) -> bool:
     layer, name = key
     return any(name.startswith(prefix) for prefix in removed.get(layer, ()))
+
+
+def scope_difference(run_a, run_b) -> str | None:
+    """One sentence when one run masked the routed experts alone (``--sparsity-scope experts``) and the other
+    every linear: the overlap covers the experts' linears, the only ones both masked; None otherwise."""
+    scopes = {run.id: run.config.sparsity_scope for run in (run_a, run_b)}
+    if len(set(scopes.values())) == 1:
+        return None
+    inside = next(run_id for run_id, scope in scopes.items() if scope == SparsityScope.EXPERTS)
+    return (
+        f"Run {inside} masked the routed experts alone (--sparsity-scope experts): only their linears, the ones "
+        f"both runs masked, are compared."
+    )
 
 
 def removal_difference(run_a, run_b) -> str | None:
