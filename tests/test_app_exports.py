@@ -297,3 +297,34 @@ async def test_a_selected_run_removed_elsewhere_leaves_the_selection_with_a_word
         said = "Run aaaa0001 was removed from the store and left the selection; none is selected now"
         await pilot_wait_until(pilot, lambda: any(t.startswith(said) for t in toasts(app)), "the notice")
         assert app.screen.selected == set()
+
+
+def test_the_paper_views_two_tables_label_a_run_alike_and_name_its_model_alike(tmp_path):
+    """Each table worked out its labels from its own runs: the OWL run scored zero-shot read "Wanda-16" in
+    that table, alone there, and "Wanda-16 (OWL)" in the perplexity table beside a uniform run; and the
+    zero-shot table's headers named no model while the perplexity table's (two models) did."""
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    scores = {
+        task: {"acc": acc, "acc_stderr": 0.01, "acc_norm": None, "acc_norm_stderr": None, "n": 277, "total": 277}
+        | {"partial": False, "source": "local"}
+        for task, acc in (("boolq", 0.62), ("rte", 0.55))
+    }
+    calibration = {"source": "c4", "nsamples": 128, "seqlen": 16, "seed": 0, "fingerprint": "6553273:1"}
+    runs = [
+        ("/models/tiny-llama-2", {}, None),
+        ("/models/tiny-llama-2", {"allocation": "owl"}, scores),
+        ("/models/opt-1.3b", {}, None),  # a second model: the perplexity table's headers name the model
+    ]
+    for number, (model, changes, zeroshot) in enumerate(runs):
+        config = RunConfig(model=model, method="wanda", sparsity="0.5", seqlen=16, **changes)
+        insert_run(store, clock, f"p000000{number}", config, created=1.7e9 + number, ppl=11.0 + number,
+                   zeroshot=zeroshot, result={"calibration": calibration})  # fmt: skip
+    records = store.list_runs()
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(paper.view(records, store.evidence([r.id for r in records]), "listed", []))
+    text = console.export_text()
+    perplexity, zeroshot = text.split("Mean zero-shot accuracy")
+    assert "Wanda-16 (OWL)" in perplexity and "Wanda-16 (uniform)" in perplexity, perplexity
+    assert "Wanda-16 (OWL)" in zeroshot, zeroshot
+    assert "tiny-llama-2 50%" in perplexity and "tiny-llama-2 50%" in zeroshot, text

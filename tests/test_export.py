@@ -574,6 +574,70 @@ def test_a_row_label_names_an_options_settings_only_on_the_run_that_took_it(tmp_
     assert "OWL M 2" in table.shared, table.shared
 
 
+def test_a_row_whose_runs_all_took_owl_says_so_beside_a_label_split_by_allocation(tmp_path, monkeypatch, capsys):
+    """A label named a setting only where runs of that one label differed in it: beside "RIA-16 (uniform)"
+    and "RIA-16 (OWL)" the OWL runs of RIA-128 and Wanda-128 read "RIA-128" and "Wanda-128", as if uniform,
+    while the Pareto figure of the same runs said "RIA (OWL)". A row at the default still goes unsaid."""
+    from acetui_core.analysis.figures import figure_series
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    owl = {"allocation": "owl"}
+    runs = [
+        ("ria", 16, {}),
+        ("ria", 16, owl),
+        ("ria", 128, owl),
+        ("wanda", 128, owl),
+        ("wanda", 16, {}),  # uniform, the default: plain
+        ("wanda", 16, {"group": "layer"}),  # Wanda's group told apart: its row-group run says so
+    ]
+    for number, (method, seqlen, changes) in enumerate(runs):
+        config = RunConfig(model=LLAMA, method=method, sparsity="0.5", seqlen=seqlen, **changes)
+        result = {"calibration": {**CALIBRATION, "seqlen": seqlen}, "model_fingerprint": MODEL}
+        insert_run(store, clock, f"o000000{number}", config, created=1.7e9 + number, ppl=11.0 + number, result=result)
+    table = comparison(store.list_runs())
+    assert table.rows == [
+        "RIA-16 (uniform)",
+        "RIA-16 (OWL)",
+        "RIA-128 (OWL)",
+        "Wanda-128 (OWL)",
+        "Wanda-16 (row groups)",
+        "Wanda-16 (layer groups)",
+    ]
+    code, out, _ = cli(monkeypatch, capsys, "export", "--store", str(store.path), "--format", "markdown")
+    assert code == 0 and "| RIA-128 (OWL) " in out and "| Wanda-128 (OWL) " in out, out
+    # the Pareto figure's legend says the same of the same runs
+    records = store.list_runs()
+    lines, _, _ = figure_series(records, store.evidence([r.id for r in records]), "pareto")
+    assert {line.name for line in lines} >= {"RIA (uniform)", "RIA (OWL)", "Wanda (row groups, OWL)"}
+
+
+def test_a_setting_named_beside_a_row_is_said_there_only_away_from_its_default(tmp_path):
+    """The rows a setting is propagated to say it only where it is not the default (``brief`` or not),
+    and a setting named nowhere (every run of a label alike) stays unsaid everywhere."""
+    from acetui_core.analysis.rowlabels import row_labels
+
+    clock = Clock()
+    store = Store(tmp_path / "runs.db", clock=clock)
+    for number, (method, changes) in enumerate(
+        (("wanda", {"nsamples": 32}), ("wanda", {}), ("ria", {"nsamples": 32}), ("ria", {}), ("ace", {}))
+    ):
+        config = RunConfig(model=LLAMA, method=method, sparsity="0.5", seqlen=16, **changes)
+        calibration = {**CALIBRATION, "nsamples": config.nsamples}
+        result = {"calibration": calibration, "model_fingerprint": MODEL}
+        insert_run(store, clock, f"n000000{number}", config, created=1.7e9 + number, ppl=11.0 + number, result=result)
+    records = [r for r in store.list_runs() if r.config.method != "ria" or r.config.nsamples == 32]
+    labels = row_labels(records, {r.id: r.label for r in records}, "ppl", "sparsity")
+    assert sorted(labels.values()) == [
+        "CosP+VarP-16",  # 128 samples, the default: nothing to say
+        "RIA-16 (32 samples)",  # all of RIA's runs took 32: said, since Wanda's rows name the samples
+        "Wanda-16 (128 samples)",
+        "Wanda-16 (32 samples)",
+    ]
+    brief = row_labels(records, {r.id: r.label for r in records}, "ppl", "sparsity", brief=True)
+    assert sorted(brief.values()) == ["CosP+VarP-16", "RIA-16 (32 samples)", "Wanda-16", "Wanda-16 (32 samples)"]
+
+
 def test_an_owl_run_recorded_before_owl_mean_shares_its_cell_where_the_means_agree(tmp_path):
     """A stored OWL run without ``owl_mean`` (recorded before the flag) reads back ``weighted``; where its
     targets show the two means agreed (equal layers) it is compared as ``plain``. It was compared as the enum

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from acetui.app.summary import run_name
-from acetui_core.analysis.comparison import Comparison, comparison
+from acetui_core.analysis.comparison import Comparison, comparison, measured
 from acetui_core.analysis.verdicts import judge, run_difference
 from acetui_core.basics.errors import UserError
 from acetui_core.storage.store_rows import RunEvidence, RunRecord
@@ -56,19 +56,27 @@ def view(runs: list[RunRecord], kept: dict[str, RunEvidence], which: str, picked
     runs, picked = in_store_order(runs), in_store_order(picked)
     parts: list = [Text(VERDICT_LEGEND)]  # first: the marks must be read before the cells (NO_COLOR)
     unmeasured = []
-    for measure, caption in PAPER_MEASURES.items():
+    grids = {}
+    # Each table's row labels take the other's runs into account, so that a run reads alike in both
+    # ("Wanda-16 (row groups, OWL)" in one and "Wanda-16" in the other said two things of one run).
+    shown = [run for run in runs if measured(run, "ppl") or measured(run, "zeroshot")]
+    for measure in PAPER_MEASURES:
         try:
-            grid = judge(comparison(runs, measure=measure), kept)
+            grids[measure] = judge(comparison(runs, measure=measure, beside=shown), kept)
         except UserError as error:  # no chosen run measured it
             unmeasured.append(str(error))
-            continue
+    # the model is named in every table's headers where one table has several: a table of one model
+    # beside one of two named no model at all
+    several = any(len(grid.models) > 1 for grid in grids.values())
+    for measure, grid in grids.items():
+        caption = PAPER_MEASURES[measure]
         notes = [caption.format(which=which)]
         if grid.partial:
             notes.append(PARTIAL_NOTES[measure])
         repeats = grid.repeats_note()
         if repeats:
             notes.append(repeats)
-        parts += [Text("\n".join(notes)), _grid_table(grid)]
+        parts += [Text("\n".join(notes)), _grid_table(grid, several)]
     if len(parts) == 1:
         return unmeasured[0]
     if len(picked) == 2:
@@ -76,13 +84,15 @@ def view(runs: list[RunRecord], kept: dict[str, RunEvidence], which: str, picked
     return Group(*parts)
 
 
-def _grid_table(grid: Comparison) -> Table:
+def _grid_table(grid: Comparison, several: bool = False) -> Table:
     """The table of ``grid``, each column at least as wide as its longest word: narrowed to fit a terminal,
     Rich cut cells with an ellipsis (``50426.0…``, the mark and † gone, ``tiny-ll…``); now they wrap at
-    spaces only, and the table comes out wider than asked where it must (the view scrolls sideways)."""
+    spaces only, and the table comes out wider than asked where it must (the view scrolls sideways).
+    Its headers name the model where it has several column groups, or ``several`` (another table of the
+    view has)."""
     grid.ci = "interval"
     table = Table(expand=False)
-    several = len(grid.models) > 1
+    several = several or len(grid.models) > 1
     headers = ["Method", *(f"{model} {header}" if several else header for model, header in grid.columns)]
     rows = [[Text(row), *(_cell(grid, row, column) for column in grid.columns)] for row in grid.rows]
     for index, header in enumerate(headers):

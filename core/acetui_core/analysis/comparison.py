@@ -354,14 +354,20 @@ def check_table(cells: str = "ppl", columns: str = "sparsity", measure: str = "p
 
 
 def comparison(
-    records: list[RunRecord], *, cells: str = "ppl", columns: str = "sparsity", measure: str = "ppl"
+    records: list[RunRecord],
+    *,
+    cells: str = "ppl",
+    columns: str = "sparsity",
+    measure: str = "ppl",
+    beside: list[RunRecord] | None = None,
 ) -> Comparison:
     """Arrange the finished runs into the paper's grid: perplexity (best = lowest) or zero-shot accuracy
     in percent (best = highest), per task with Avg. last or as the mean of the tasks.
 
     Runs share a cell only when every setting that can change the number is equal (``settings``); seeds
     may differ, and the cell is then their mean ± sd with n. Runs that differ in anything else get rows
-    of their own whose labels name the difference."""
+    of their own whose labels name the difference. ``beside``: the runs of tables shown with this one (the
+    app's paper view), whose settings the labels take into account, so that a run reads alike in each."""
     check_table(cells, columns, measure)
     usable = [r for r in records if measured(r, measure)]
     what = "a WikiText-2 perplexity" if measure == "ppl" else "zero-shot results (prune --eval zeroshot)"
@@ -393,7 +399,9 @@ def comparison(
         return record.label, ""  # per-task table: the tasks are the columns
 
     axis = "sparsity" if sparsity_columns else columns
-    labels = row_labels(usable, {r.id: keys(r)[0] for r in usable}, measure, axis)
+    ids = {r.id for r in usable}
+    others = [r for r in beside or [] if r.id not in ids and measured(r, None)]
+    labels = row_labels(usable, {r.id: keys(r)[0] for r in usable + others}, measure, axis, others=others)
     names = model_columns(usable)
     evaluations = _evaluations(usable, measure, names)
 

@@ -1,7 +1,9 @@
 """Which runs of a comparison may share a cell, and how a row label names where they differ: every
 setting of a finished run that can change the number a table shows (``settings``, the comparison key),
 and each run's row label with the differences from the other runs of its base label
-(``Wanda-16 (32 samples)``). ``acetui_core.analysis.comparison`` builds the grid from them."""
+(``Wanda-16 (32 samples)``), and with any setting another row names where the run is away from its
+default (``RIA-128 (OWL)`` beside ``RIA-16 (uniform)``). ``acetui_core.analysis.comparison`` builds the
+grid from them."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from acetui_core.basics.paths import known_model, model_key
 from acetui_core.run.config import SETTINGS, RunConfig, model_name
 from acetui_core.run.records import RunResult
 from acetui_core.scores.method import SCORE_OPTIONS
-from acetui_core.scores.metrics import METHODS, may_read_calibration, unread_settings
+from acetui_core.scores.metrics import METHODS, may_read_calibration, reference_group, unread_settings
 from acetui_core.storage.store_rows import RunRecord
 
 
@@ -202,49 +204,102 @@ def row_labels(
     columns: str,
     shown: frozenset[str] = frozenset(),
     brief: bool = False,
+    others: list[RunRecord] | tuple[RunRecord, ...] = (),
 ) -> dict[str, str]:
     """Each run's row label: its base label, plus the settings in which it differs from the other runs of
     the same base label in the table, whatever their model (for example ``Wanda-16 (32 samples)``), so that
     runs with different settings never share a cell and one row across two models' columns holds runs of
-    the same settings. File identities that differ are numbered in order of appearance (``model file 2``:
-    another content of the same model), and so are two versions of what reads the same (a re-written file).
+    the same settings. Once a setting is named in one row, every row of the table whose runs read it away
+    from its default (``_said_beside``) names it too: ``RIA-128 (OWL)`` beside ``RIA-16 (uniform)`` and
+    ``RIA-16 (OWL)``, where a plain ``RIA-128`` read as uniform. File identities that differ are numbered in
+    order of appearance (``model file 2``: another content of the same model), and so are two versions of
+    what reads the same (a re-written file).
     ``shown``: settings that other columns of the table already show, which the label leaves out.
     ``brief``: a setting at acetui's default is left unsaid (``Wanda-16`` beside ``Wanda-16 (DSnoT)``):
-    still one label per set of settings, for a narrow table."""
-    groups: dict[str, list[RunRecord]] = {}
-    for record in records:
-        groups.setdefault(base[record.id], []).append(record)
-    labels = {}
+    still one label per set of settings, for a narrow table.
+    ``others``: runs of a table shown beside this one (the paper view's zero-shot table beside its
+    perplexity one), which get no label here but whose settings count as the table's own, except what
+    only this table measures (``_MEASURED``): a run shown in both tables gets one label in both."""
+    labelled = {record.id for record in records}
+    everyone = records + [record for record in others if record.id not in labelled]
     texts = test_texts(records)
+    values = {}
+    for record in everyone:
+        values[record.id] = settings(record, measure, columns)
+        if record.id not in labelled:  # what this table measures is none of another table's business
+            values[record.id] = {k: v for k, v in values[record.id].items() if k not in _MEASURED}
+        # an unrecorded text is its model's one known text (``test_texts``), as in the columns
+        elif "eval_seqlen" in values[record.id] and texts[record.id] is not None:
+            values[record.id]["eval text"] = texts[record.id]
+    groups: dict[str, list[RunRecord]] = {}
+    for record in everyone:
+        groups.setdefault(base[record.id], []).append(record)
+    differing = {}
     for label, group in groups.items():
-        values = {record.id: settings(record, measure, columns) for record in group}
-        for record in group:  # an unrecorded text is its model's one known text (``test_texts``), as in the columns
-            if "eval_seqlen" in values[record.id] and texts[record.id] is not None:
-                values[record.id]["eval text"] = texts[record.id]
-        _within_models(group, values)
-        differing = _differing(values, shown)
-        versions = {name: list(dict.fromkeys(repr(v.get(name)) for v in values.values())) for name in differing}
-        for record in group:
+        _within_models(group, values, labelled)
+        differing[label] = _differing({r.id: values[r.id] for r in group}, shown, labelled)
+    order = list(dict.fromkeys(name for v in values.values() for name in v))
+    named = {name for names in differing.values() for name in names}
+    found: dict[tuple[str, str], list[str]] = {}
+
+    def peers(name: str, text: str, describe: Callable[[Any], str]) -> list[str]:
+        """The values of ``name`` in the table that read ``text``: two versions of what reads the same (a
+        file re-written at its path) are numbered among themselves, across the table: dom v1 and dom v2,
+        whatever other calibration came first."""
+        if (name, text) not in found:
+            same = [repr(v[name]) for v in values.values() if name in v and describe(v[name]) == text]
+            found[name, text] = list(dict.fromkeys(same))
+        return found[name, text]
+
+    labels = {}
+    for label, group in groups.items():
+        versions = {name: list(dict.fromkeys(repr(values[r.id].get(name)) for r in group)) for name in differing[label]}
+        for record in (r for r in group if r.id in labelled):
+            its = values[record.id]
             parts = []
-            for name in differing:
-                if name not in values[record.id]:  # a setting this run never reads: another run's difference
+            for name in order:
+                if name not in its or name not in named or name in shown:  # never read here, or said nowhere
                     continue
-                value = values[record.id][name]
-                if brief and name in _DEFAULTS and value == _DEFAULTS[name]:
-                    continue
-                version = versions[name].index(repr(value)) + 1
-                if name.endswith(" file"):
-                    parts.append(f"{name} {version}")
+                value = its[name]
+                if brief and name in differing[label] and name in _DEFAULTS and value == _DEFAULTS[name]:
                     continue
                 describe = _DESCRIBE.get(name, lambda v, name=name: f"{name} {v}")
                 text = describe(value)
-                # two versions of what reads the same (a file re-written at its path) are numbered among
-                # themselves: dom v1 and dom v2, whatever other calibration came first
-                same_text = [repr(v[name]) for v in values.values() if name in v and describe(v[name]) == text]
-                peers = list(dict.fromkeys(same_text))
-                parts.append(f"{text} v{peers.index(repr(value)) + 1}" if len(peers) > 1 else text)
+                same = peers(name, text, describe)
+                if name not in differing[label] and not _said_beside(name, value, record, len(same)):
+                    continue
+                if name.endswith(" file"):
+                    parts.append(f"{name} {versions[name].index(repr(value)) + 1}")
+                    continue
+                parts.append(f"{text} v{same.index(repr(value)) + 1}" if len(same) > 1 else text)
             labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
     return labels
+
+
+# What only one table measures: another table's runs (``row_labels``' ``others``) have none of it.
+_MEASURED = _PPL_ONLY | _ZEROSHOT_ONLY | {"eval text"}
+
+# Settings a row names only where its own base label's runs differ in them: the base label carries the
+# method and calibration length, a model's column group how it was loaded and evaluated (``_PER_MODEL``),
+# and a file's number counts versions of one model's or one method's file, meaningless beside another's.
+_NAMED_IN_ITS_ROWS_ONLY = {"method", "seqlen", "model file", "method file"}
+
+
+def _said_beside(name: str, value: object, record: RunRecord, versions: int) -> bool:
+    """Whether a row whose runs all read ``name`` as ``value`` says so where another row of the table names
+    the setting: where the value is not acetui's default (the method's reference group for ``group``; the
+    C4 sample for ``calibration``, where the table holds one content of it: ``versions`` of what reads the
+    same), so that no row reads as the default when it is not; and always for what has no default (the
+    kind of device), which a plain label would leave unknown."""
+    if name in _NAMED_IN_ITS_ROWS_ONLY or name in _PER_MODEL:
+        return False
+    if name == "group":
+        return value != str(reference_group(record.config.method))
+    if name == "calibration":
+        return record.config.calib != _DEFAULTS["calib"] or versions > 1
+    if name in _DEFAULTS:
+        return value != _DEFAULTS[name]
+    return True
 
 
 # What a model's column group carries rather than a row: how the model was stored (the dtype ``auto``
@@ -253,41 +308,59 @@ def row_labels(
 _PER_MODEL = ("dtype", "eval_seqlen", "eval_limit", "eval text", "tasks")
 
 
-def _within_models(group: list[RunRecord], values: dict[str, dict[str, object]]) -> None:
+def _within_models(
+    group: list[RunRecord], values: dict[str, dict[str, object]], labelled: set[str] | None = None
+) -> None:
     """Leave in ``values`` only the differences a row may name across models: the model itself is the
     column group, another content of one model (a checkpoint converted again) is ``model file`` numbered
     within that model, and only where every run of the model knows its content (else there is no evidence
-    of another model: no row of its own); ``_PER_MODEL`` settings stay only where a model's runs differ."""
+    of another model: no row of its own); ``_PER_MODEL`` settings stay only where a model's runs differ
+    (in what one table measures, its ``labelled`` runs: another table's runs have none of it)."""
     by_model: dict[str, list[dict[str, object]]] = {}
+    own: dict[str, list[dict[str, object]]] = {}
     for record in group:
         by_model.setdefault(record.model_key, []).append(values[record.id])
-    for runs in by_model.values():
+        if labelled is None or record.id in labelled:
+            own.setdefault(record.model_key, []).append(values[record.id])
+    for model, runs in by_model.items():
         files = [v.pop("model file", None) for v in runs]
         for v, file in zip(runs, files, strict=True):
             del v["model"]
             if None not in files and len(set(files)) > 1:
                 v["model file"] = list(dict.fromkeys(files)).index(file) + 1
         for name in _PER_MODEL:
-            if len({repr(v.get(name)) for v in runs}) == 1:
+            judged = own.get(model, []) if name in _MEASURED else runs
+            if len({repr(v.get(name)) for v in judged}) <= 1:
                 for v in runs:
                     v.pop(name, None)
 
 
-def _differing(values: dict[str, dict[str, object]], shown: frozenset[str]) -> list[str]:
+def _differing(
+    values: dict[str, dict[str, object]], shown: frozenset[str], labelled: set[str] | None = None
+) -> list[str]:
     """The settings a group's labels name: those whose value differs among the runs that read them (OWL's
     lambda among OWL runs, not against uniform runs, which never read it); or, where that would give two
-    sets of settings one label, every setting whose value, or absence, differs."""
+    of its ``labelled`` runs' sets of settings one label, every setting whose value, or absence, differs.
+    What one table measures (``_MEASURED``) is compared among its ``labelled`` runs only."""
     names = [name for name in dict.fromkeys(name for v in values.values() for name in v) if name not in shown]
+    own = [v for run_id, v in values.items() if labelled is None or run_id in labelled]
 
     def apart(readers_only: bool) -> list[str]:
         return [
             name
             for name in names
-            if len({repr(v.get(name)) for v in values.values() if name in v or not readers_only}) > 1
+            if len(
+                {
+                    repr(v.get(name))
+                    for v in (own if name in _MEASURED else values.values())
+                    if name in v or not readers_only
+                }
+            )
+            > 1
         ]
 
     def signatures(chosen: list[str]) -> int:
-        return len({tuple((name, repr(v.get(name))) for name in chosen if name in v) for v in values.values()})
+        return len({tuple((name, repr(v.get(name))) for name in chosen if name in v) for v in own})
 
     differing = apart(readers_only=True)
     return differing if signatures(differing) == signatures(names) else apart(readers_only=False)
