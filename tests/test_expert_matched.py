@@ -109,6 +109,15 @@ def test_verdict_and_the_figure_put_expert_removal_beside_sparsity_inside_the_ex
     assert text.count("\\addplot") == 4 and "\\addlegendentry{REAP expert removal}" in text
     assert "xlabel={parameters removed (millions" in text and "xmode=normal" in text
     assert {x for x in re.findall(r"\n  \(([\d.]+), ", text)} == {"1.000256", "1"}  # 1,000,256 parameters
+    # the pareto and seqlen figures named the removals after their unused method ("Wanda (experts ranked by
+    # reap)"): a pruning result that never happened
+    for kind in ("pareto", "seqlen"):
+        tex = tmp_path / f"{kind}.tex"
+        code, _, err = cli(monkeypatch, capsys, "figure", kind, "-o", tex, "--store", store.path)
+        legends = re.findall(r"addlegendentry\{(.*)\}", tex.read_text())
+        assert code == 0 and sorted(legends) == sorted(
+            ["REAP expert removal", "Frequency expert removal", "Wanda", "CosP+VarP"]
+        ), (kind, legends, err)
     csv = tmp_path / "runs.csv"
     code, _, err = cli(monkeypatch, capsys, "export", "--format", "csv", "-o", csv, "--store", store.path)
     assert code == 0 and "results.parameters_removed" in csv.read_text().splitlines()[0]

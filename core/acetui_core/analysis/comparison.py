@@ -393,7 +393,8 @@ def comparison(
                 length = NO_CALIBRATION
             elif several_budgets:
                 length = f"{config.nsamples}x{length}"
-            return paper_name(config.method), length
+            # a removal alone is named by its score ("REAP expert removal"), never by its unused method
+            return (config.label if config.removes_experts_alone else paper_name(config.method)), length
         if columns == "seed":
             return record.label, f"seed {config.seed}"
         return record.label, ""  # per-task table: the tasks are the columns
