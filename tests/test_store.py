@@ -379,3 +379,20 @@ def test_a_run_removed_between_its_lookup_and_its_read_is_one_sentence(tmp_path,
     monkeypatch.setattr(StoreReader, "resolve", removed_just_after)
     with pytest.raises(UserError, match=r"^There is no run 'del00001' in .*runs\.db \(acetui runs lists them\)\.$"):
         store.get_run(run_id)
+
+
+@pytest.mark.parametrize(("free_mib", "said"), [(3, True), (4096, False)])
+def test_a_write_that_fails_on_a_full_disk_says_the_disk_is_full(tmp_path, monkeypatch, free_mib, said):
+    """SQLite says "disk I/O error" when the disk under the store fills mid-run: that was the whole sentence."""
+    import shutil
+
+    from acetui_core.storage import store_db
+
+    store = Store(tmp_path / "runs.db")
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(store_db.shutil, "disk_usage", lambda _: usage._replace(free=free_mib << 20))
+    with pytest.raises(UserError) as refused, store_db.transaction(store.path, write=True):
+        raise sqlite3.OperationalError("disk I/O error")
+    full = f"could not be used: disk I/O error (the disk that holds it has {free_mib} MiB free; make room there"
+    assert (full in str(refused.value)) == said, refused.value
+    assert Store(store.path).list_runs() == []  # the store itself is whole

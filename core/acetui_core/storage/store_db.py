@@ -4,7 +4,9 @@ goes through. What the rows mean is ``acetui_core.storage.store_rows``; what is 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sqlite3
 import urllib.parse
 from collections.abc import Iterator
@@ -209,6 +211,22 @@ def _keep_a_copy(path: Path, version: int) -> None:
             copy.close()
 
 
+# Less room than this beside the store, when a write failed, is why it failed: SQLite says "disk I/O error"
+# for a full disk as often as "database or disk is full".
+_NEARLY_FULL = 16 << 20
+
+
+def _full_disk(path: Path) -> str:
+    """Why a write to the store failed, when the disk that holds it is (nearly) full; else nothing."""
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return ""
+    if free >= _NEARLY_FULL:
+        return ""
+    return f" (the disk that holds it has {free >> 20} MiB free; make room there: what it recorded before is kept)"
+
+
 @contextmanager
 def transaction(
     path: Path, write: bool = False, snapshot: bool = True, create: bool = False
@@ -247,13 +265,14 @@ def transaction(
             db.execute("COMMIT")
     except sqlite3.DatabaseError as error:
         if db.in_transaction:
-            db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # a full disk can fail the rollback too: SQLite undoes it
+                db.execute("ROLLBACK")
         if "not a database" in str(error):
             raise UserError(
                 f"{path} is not an acetui run store (not an SQLite database); it was left untouched."
             ) from None
         kind = StoreLocked if "database is locked" in str(error) else UserError
-        raise kind(f"The run store {path} could not be used: {error}.") from None
+        raise kind(f"The run store {path} could not be used: {error}{_full_disk(path)}.") from None
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
