@@ -225,12 +225,14 @@ async def test_the_results_table_has_the_keys_again_after_a_plot(store, view):
 @pytest.mark.asyncio
 async def test_the_pareto_view_names_every_series_at_80_columns(store):
     """At 80 columns the line under the x axis cannot hold six series' names (it was blank): the caption,
-    which wraps, names each by its glyph."""
+    which wraps, names each by its glyph; of more series than it has colours, it says how many it draws
+    and that ``g`` saves them all (it said the saved figure held the series shown)."""
     from runhelpers import Clock, insert_run
 
     from acetui.app.widgets.plots import SERIES_MARKERS
 
-    for index, (method, sparsity) in enumerate([(m, s) for m in ("wanda", "ria", "ace") for s in ("0.5", "2:4")]):
+    methods = ("wanda", "ria", "ace", "cosp", "varp")
+    for index, (method, sparsity) in enumerate([(m, s) for m in methods for s in ("0.5", "2:4")]):
         config = replace(CONFIG, method=method, sparsity=sparsity)
         insert_run(store, Clock(), f"b000000{index}", config, created=1.7e9 + index, ppl=10.0 + index)
     app = make_app(store)
@@ -239,9 +241,10 @@ async def test_the_pareto_view_names_every_series_at_80_columns(store):
         await pilot.press("p")
         series, _, _ = app.screen.pareto()
         caption = str(app.screen.query_one("#pareto-caption", Static).render())
-    assert len(series) > 1
+    assert len(series) == 10
     for line, marker in zip(series, SERIES_MARKERS, strict=False):
         assert f"{marker}{line.name}" in caption, caption
+    assert "p: back. The first 8 of 10 methods are shown; g saves every one." in " ".join(caption.split())
 
 
 @pytest.mark.asyncio

@@ -61,10 +61,10 @@ class ResultsPlots(ResultsTable):
         quality = "accuracy" if self.pareto_quality == "ppl" else "perplexity"
         caption = (
             f"Each method across calibration lengths against {xlabel}, bars: 95% intervals. "
-            f"x: {other} instead · z: {quality} instead · g: save .tex · p: back"
+            f"x: {other} instead · z: {quality} instead · g: save .tex · p: back."
         )
-        if len(lines) > len(shown):
-            caption += f" The first {len(shown)} of {len(lines)} methods are shown."
+        if len(lines) > len(shown):  # the screen has colours for so many; a paper's figure takes them all
+            caption += f" The first {len(shown)} of {len(lines)} methods are shown; g saves every one."
         off_axis = off_log_axis(shown)[1]
         if off_axis:  # a log axis has no place for 0 (tokens of a method without calibration data)
             caption += f" Not on the log axis at 0: {', '.join(off_axis)}."
