@@ -589,6 +589,7 @@ def test_a_summary_sentence_says_its_p_is_holm_adjusted_and_each_sides_seeds(mon
             row("Magnitude", "tied", 1, 0.117, [514.16, 84.73, 947.22]),
             row("RIA-8", "tied", 2, 0.206, [339.87, -43.30, 725.93]),
             row("RIA-16", "worse", 2, 0.0004, [393.04, 260.55, 1055.09]),
+            row("ACE-8", "unknown", 1, None, [25.42, -1791.16, 1908.39]),  # read "is unknown beside"
         ],
     }
     monkeypatch.setattr(verdicts, "report", lambda table: {"columns": [column]})
@@ -602,6 +603,8 @@ def test_a_summary_sentence_says_its_p_is_holm_adjusted_and_each_sides_seeds(mon
         "Holm-adjusted p = 0.206, n = 2 and 2 seeds.",
         "- at 2:4 (tiny_llama), RIA-16 is worse than Wanda-8: +393.04 perplexity [+260.55, +1055.09], "
         "Holm-adjusted p < 0.001, n = 2 and 2 seeds.",
+        "- at 2:4 (tiny_llama), ACE-8 was not compared (one seed, one window or no record to pair: seed noise "
+        "unknown) with Wanda-8: +25.42 perplexity [-1791.16, +1908.39], p –, n = 1 and 2 seeds.",
     ]
 
 

@@ -151,7 +151,11 @@ def _worse(row: dict, best: dict, measure: str, column: str, level: float) -> st
         shown = f"{row['value']:.2f} against {best['value']:.2f} ({row['note'] or 'no interval'})"
     p_shown = verdicts.p_text(row["p"], level)
     p = "p –" if row["p"] is None else f"Holm-adjusted p {'< 0.001' if p_shown == '<0.001' else f'= {p_shown}'}"
-    verdict = {"worse": "is worse than", "tied": "is tied with"}.get(row["verdict"], f"is {row['verdict']} beside")
+    verdict = {
+        "worse": "is worse than",
+        "tied": "is tied with",
+        "unknown": "was not compared (one seed, one window or no record to pair: seed noise unknown) with",
+    }.get(row["verdict"], f"is {row['verdict']} beside")
     seeds = f"n = {row['n']} and {best['n']} seed{'s' if best['n'] != 1 else ''}"
     caveat = (
         f"; its {level * 100:g}% interval excludes 0 unadjusted, but the difference is not significant after "
