@@ -92,6 +92,15 @@ def test_the_summary_names_the_perplexity_windows_when_it_read_them_all(cli, mak
     assert re.search(r"\d \(all \d+ windows of 64 tokens\)", row), row
 
 
+def test_the_summary_of_a_mixture_says_how_many_windows_each_source_gave(cli, make_tiny_model, calib_file):
+    """`c4@3+dom@1` printed as `c4 + dom`, an equal mixture to a reader."""
+    args = ("-m", "wanda", "--calib", f"c4@3+{calib_file}@1", "--nsamples", "5", "--seqlen", "8", "--eval", "none")
+    code, out, err = cli("prune", make_tiny_model("llama"), *args)
+    assert code == 0, err
+    shown = " ".join(line.split("│")[2].strip() for line in out.splitlines() if line.count("│") >= 3)
+    assert f"c4_calib_merged.jsonl (4 windows) + {calib_file} (1 windows)" in shown, shown  # as folded at 80
+
+
 def test_magnitude_says_it_reads_no_calibration_data(cli, make_tiny_model):
     code, out, err = cli("prune", make_tiny_model("llama"), "--method", "magnitude", "--eval", "none")
     assert code == 0, err

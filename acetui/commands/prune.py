@@ -12,7 +12,8 @@ from acetui import options
 from acetui_core.basics.choices import RunStatus, SparsityScope
 from acetui_core.basics.errors import UserError
 from acetui_core.basics.jsontext import json_text
-from acetui_core.basics.paths import default_model, user_path
+from acetui_core.basics.paths import default_model, mixture, user_path
+from acetui_core.modeling.data import mixture_counts
 from acetui_core.run.config import RunConfig
 from acetui_core.run.records import RunResult, to_dict, zeroshot_text
 from acetui_core.storage.store_rows import RunRecord
@@ -28,6 +29,16 @@ def _by_kind(result: RunResult) -> str:
     if set(kinds) <= {"attention", "mlp"}:
         return ""
     return " (" + ", ".join(f"{kind.replace('_', ' ')} {value:.4f}" for kind, value in kinds.items()) + ")"
+
+
+def _sources(calib, typed: str) -> str:
+    """Where the windows came from; of a mixture, how many from each source (``c4@3+dom.jsonl@1``: 3 to 1)."""
+    parts = mixture(typed)
+    places = calib.source.split(" + ")
+    if len(parts) == 1 or len(places) != len(parts):  # one source, or recorded otherwise
+        return calib.source
+    counts = mixture_counts([share for _, share in parts], calib.nsamples)
+    return " + ".join(f"{place} ({count} windows)" for place, count in zip(places, counts, strict=True))
 
 
 def experts_removed_row(result: RunResult):
@@ -72,7 +83,7 @@ def summary_table(run: RunRecord, result: RunResult) -> Table:
         experts_removed_row(result),
         (
             "calibration",
-            f"{calib.nsamples} x {calib.seqlen} tokens, seed {calib.seed}, {calib.source}"
+            f"{calib.nsamples} x {calib.seqlen} tokens, seed {calib.seed}, {_sources(calib, run.config.calib)}"
             if calib
             else f"none ({result.method} uses no calibration data)",
         ),
