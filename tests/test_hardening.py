@@ -704,3 +704,17 @@ def test_an_unreachable_hub_is_one_sentence_at_once_and_records_nothing(tmp_path
     assert result.stderr.startswith("acetui: The Hugging Face hub cannot be reached") and result.stderr.count("\n") == 1
     assert "pass a local checkpoint folder or a .gguf file" in result.stderr
     assert not store.exists() or Store(store).list_runs() == []
+
+
+def test_a_comparison_some_of_whose_runs_failed_says_its_table_is_partial(
+    make_tiny_model, tmp_path, monkeypatch, capsys
+):
+    """A grid stopped or failed part-way printed the table of the runs that finished, rows and seeds missing,
+    with nothing on stdout (what gets pasted) saying so."""
+    plugin = tmp_path / "failing.py"
+    plugin.write_text("def score(W, stats, opts):\n    raise ValueError('on purpose')\n")
+    store = tmp_path / "runs.db"
+    args = ["compare", str(make_tiny_model("llama")), "--methods", f"magnitude,{plugin}:score", "--sparsity", "0.5"]
+    code, out, err = cli(monkeypatch, capsys, *args, "--eval-seqlen", "32", "--eval-limit", "2", "--store", str(store))
+    assert code == 1 and "Magnitude" in out, err
+    assert out.startswith("Partial: 1 of the grid's 2 runs finished; the other 1 (failed) have no place"), out

@@ -100,6 +100,13 @@ def run_grid(
                 print(run_summary(record), file=sys.stderr)
         if any(r.status == RunStatus.FINISHED and r.ppl is not None for r in records):
             table = verdicts.judge(comparison(records, cells=cells, columns=columns), opened.evidence(run_ids))
+            unfinished = [r for r in records if r.status != RunStatus.FINISHED]
+            if unfinished:  # said above the table, which is what gets pasted: its missing rows and seeds
+                statuses = ", ".join(sorted({str(r.status) for r in unfinished}))
+                print(
+                    f"Partial: {len(records) - len(unfinished)} of the grid's {len(records)} runs finished; the "
+                    f"other {len(unfinished)} ({statuses}) have no place in this table.\n"
+                )
             print(to_markdown(table))
             print(verdicts.text(verdicts.report(table)), end="")
         else:  # --eval none (or zero-shot alone): no perplexity to tabulate, but never a silent stdout
