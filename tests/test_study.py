@@ -906,3 +906,17 @@ def test_the_source_figure_keeps_runs_that_removed_experts_apart(tmp_path):
                    result={"calibration": calibration})  # fmt: skip
     series, _ = _by_source(store.list_runs())
     assert sorted(line.name for line in series) == ["Wanda-16 at 0.5", "Wanda-16 at 0.5 + 25% of experts"]
+
+
+def test_cells_removing_experts_alone_at_two_calibration_lengths_read_apart():
+    """`study run` and `study status` printed two identical lines for them: the removal's label has no length."""
+    from acetui_core.studies.study import cell_text
+
+    lines = [
+        cell_text(RunConfig(model="m", method="magnitude", sparsity="0", expert_sparsity=0.25, seqlen=n), ["seqlen"])
+        for n in (8, 16)
+    ]
+    assert lines == [
+        "REAP expert removal at 25% of experts on m, c4, seed 0, 8-token windows",
+        "REAP expert removal at 25% of experts on m, c4, seed 0, 16-token windows",
+    ]

@@ -141,6 +141,8 @@ def cell_text(config: RunConfig, axes=()) -> str:
     # The model is not read here: --moe-calibration is named wherever it may count (experts=True).
     unread = unread_settings(config, experts=True) | untaken_options(config)
     data = f"{config.calib}, seed {config.seed}" if calibrated else "no calibration"
+    if calibrated and config.removes_experts_alone:  # its label has no length to say it ("Wanda-16" has)
+        data += f", {config.seqlen}-token windows"
     text = f"{config.title} on {model_name(config.model)}, {data}"
     return text + "".join(
         f", {name} {getattr(config, name)}"
