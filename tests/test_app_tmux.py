@@ -229,3 +229,21 @@ def test_escape_and_a_letter_in_one_burst_are_both_applied(store, tmp_path):
         assert len(list(exports.glob("*.csv"))) == 1
     finally:
         terminal.close()
+
+
+def test_the_palette_applies_a_burst_in_order(terminal):
+    """The command palette's field was Textual's own: a burst's backspaces and ctrl+u ran after the text
+    typed after them ("delele"; ``C-u kill`` left it empty). ``Escape C-p`` on the keys screen opened the
+    palette before the escape had closed the keys screen, which stayed under it."""
+    terminal.wait_for("Start ▶", "the New run form")
+    terminal.keys("F5")
+    terminal.wait_for("Keys · ↑ ↓", "the keys screen")
+    terminal.keys("Escape", "C-p", "dele")
+    terminal.wait_for("🔎 dele", "the palette, typed into")
+    terminal.keys("BSpace", "BSpace", "lete")
+    terminal.wait_for("🔎 delete", "the palette's field, edited in order")
+    terminal.keys("C-u", "kill")
+    terminal.wait_for("🔎 kill", "the palette's field, emptied and typed into")
+    terminal.keys("Escape")
+    under = terminal.wait_for(lambda text: "🔎" not in text, "the palette closed")
+    assert "Keys · ↑ ↓" not in under, "the keys screen, left under the palette"

@@ -14,12 +14,13 @@ import shlex
 from textual.actions import SkipAction
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.command import CommandPalette
 from textual.widget import AwaitMount
 
 import acetui_themes as themes
 from acetui import notify, preferences
 from acetui.app import summary
-from acetui.app.commands import RunCommands
+from acetui.app.commands import Palette, RunCommands
 from acetui.app.help import HelpScreen, screen_actions, screen_name
 from acetui.app.keyorder import KeysWhereTyped
 from acetui.app.screens.new_run import NewRunScreen
@@ -175,6 +176,15 @@ class AceApp(KeysWhereTyped, Workbench):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
+
+    async def action_command_palette(self) -> None:  # type: ignore[override]  # Textual awaits an async action
+        # ctrl+p is a priority key, run as the app reads it, before an escape typed ahead of it in the same
+        # burst reaches the keys screen (``escape C-p``): that escape then closed the palette, or the keys
+        # screen stayed under it. The keys screen is left first, as F3 leaves it (``_skip_under_a_dialog``).
+        if isinstance(self.screen, HelpScreen):
+            await self.pop_screen()
+        if self.use_command_palette and not CommandPalette.is_open(self):
+            await self.push_screen(Palette(id="--command-palette"))  # composed before the app reads the next key
 
     def action_close_panels(self) -> None:
         if self.screen.query("HelpPanel"):
