@@ -263,6 +263,31 @@ async def test_home_and_end_go_to_the_first_and_last_run(store, screen_key, tabl
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(("screen_key", "table_id"), [("f4", "#runs"), ("f3", "#results")])
+@pytest.mark.parametrize(("wide", "narrow"), [((120, 30), (80, 24)), ((100, 24), (80, 24))])
+async def test_a_resize_keeps_the_highlighted_run(store, screen_key, table_id, wide, narrow):
+    """A resize that changes which columns fit rebuilds the table's columns, which emptied it first: the Runs
+    table's cursor went back to its first row, and enter (or d, c, k, u) then acted on a run the user had
+    not picked."""
+    app = make_app(store)
+    async with app.run_test(size=wide) as pilot:
+        await pilot.press(screen_key)
+        rows = app.screen.query_one(table_id, DataTable)
+        await pilot_wait_until(pilot, lambda: rows.row_count > 2, "the runs")
+        await pilot.press("down", "down")
+        highlighted = app.screen.cursor_run(rows).id
+        columns = [str(column.label) for column in rows.ordered_columns]
+        await pilot.resize_terminal(*narrow)
+        await pilot_wait_until(
+            pilot, lambda: [str(column.label) for column in rows.ordered_columns] != columns, "the narrower columns"
+        )
+        assert app.screen.cursor_run(rows).id == highlighted
+        await pilot.press("enter")
+        await pilot_wait_until(pilot, lambda: screen_shown(app, RunScreen), "the Run screen")
+        assert app.followed == highlighted
+
+
+@pytest.mark.asyncio
 async def test_escape_leaves_the_paper_view_and_the_plots_for_the_table(store):
     """Escape did nothing in the paper view and the plots: only their own key again went back."""
     from textual.widgets import ContentSwitcher

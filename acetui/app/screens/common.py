@@ -313,21 +313,20 @@ def status_text(screen: Screen, status: RunStatus, damaged: bool = False) -> Tex
     return Text(f"{status} (damaged)" if damaged else status, style=Style(color=color.rich_color))
 
 
-def set_columns(table: DataTable, titles: list[str]) -> None:
-    """The table's columns, replaced only when they changed (a narrower terminal shows fewer)."""
-    if [str(column.label) for column in table.ordered_columns] != titles:
-        table.clear(columns=True)
-        table.add_columns(*titles)
-
-
-def refill(table: DataTable, rows: list[tuple[str, tuple]]) -> None:
-    """Replace the table's rows by ``(key, cells)``, keeping the cursor on the same key where it remains.
+def refill(table: DataTable, titles: list[str], rows: list[tuple[str, tuple]]) -> None:
+    """Replace the table's columns by ``titles`` (only when they changed: a narrower terminal shows fewer) and
+    its rows by ``(key, cells)``, keeping the cursor on the same key where it remains.
 
     Plain strings are shown verbatim (a model path with brackets is not markup); a row is as tall as its
     cell of most lines (a wrapped one: ``fit_columns``)."""
     keep = None
     if table.row_count:
         keep = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+    # The cursor's run is read first: new columns empty the table, and a resize that changed the columns
+    # put the cursor back on the first run (enter, d, c, k, u then acted on a run the user had not picked).
+    if [str(column.label) for column in table.ordered_columns] != titles:
+        table.clear(columns=True)
+        table.add_columns(*titles)
     table.clear()
     for key, cells in rows:
         lines = max((len((c if isinstance(c, str) else c.plain).split("\n")) for c in cells), default=1)

@@ -17,7 +17,6 @@ from acetui.app.screens.common import (
     fit_columns,
     missing_last,
     refill,
-    set_columns,
 )
 from acetui_core.analysis.comparison import left_out_note, placeable
 from acetui_core.analysis.rowlabels import row_labels
@@ -181,8 +180,8 @@ class ResultsTable(SortedRunListScreen):
             wrap="Method",
         )
         self.shown_columns = fitted.shown
-        set_columns(table, [" ", *(COLUMNS[i].title for i in fitted.shown)])
-        refill(table, [(key, ("✓" if key in self.selected else " ", *cells)) for key, cells in fitted.rows])
+        titles = [" ", *(COLUMNS[i].title for i in fitted.shown)]
+        refill(table, titles, [(key, ("✓" if key in self.selected else " ", *cells)) for key, cells in fitted.rows])
         common = self.query_one("#results-common", Static)
         common.update("Every run: " + " · ".join(f"{title} {value}" for title, value in fitted.common))
         common.display = bool(fitted.common)

@@ -22,7 +22,6 @@ from acetui.app.screens.common import (
     missing_last,
     open_keys,
     refill,
-    set_columns,
     status_text,
 )
 from acetui.app.screens.new_run import rerun
@@ -172,8 +171,7 @@ class RunsScreen(SortedRunListScreen):
         )
         self.shown_columns = fitted.shown
         table = self.query_one("#runs", DataTable)
-        set_columns(table, [COLUMNS[i].title for i in fitted.shown])
-        refill(table, fitted.rows)
+        refill(table, [COLUMNS[i].title for i in fitted.shown], fitted.rows)
         every = "".join(f" · every run on {value}" for _, value in fitted.common)
         self.query_one("#runs-info", Static).update(f"{len(shown)} of {len(self.runs)} · {self.sort_text()}{every}")
         self._show_detail()
