@@ -224,8 +224,12 @@ def row_labels(
     everyone = records + [record for record in others if record.id not in labelled]
     texts = test_texts(records)
     values = {}
+    shown = shown | {_TARGET}
     for record in everyone:
         values[record.id] = settings(record, measure, columns)
+        # what a run takes away: its column, or its column group, tells it apart (never a label's words), so
+        # two runs apart in it alone need no label apart (``_differing``)
+        values[record.id][_TARGET] = record.config.target
         if record.id not in labelled:  # what this table measures is none of another table's business
             values[record.id] = {k: v for k, v in values[record.id].items() if k not in _MEASURED}
         # an unrecorded text is its model's one known text (``test_texts``), as in the columns
@@ -275,6 +279,8 @@ def row_labels(
             labels[record.id] = f"{label} ({', '.join(parts)})" if parts else label
     return labels
 
+
+_TARGET = "sparsity target"
 
 # What only one table measures: another table's runs (``row_labels``' ``others``) have none of it.
 _MEASURED = _PPL_ONLY | _ZEROSHOT_ONLY | {"eval text"}
@@ -342,7 +348,9 @@ def _differing(
     lambda among OWL runs, not against uniform runs, which never read it); or, where that would give two
     of its ``labelled`` runs' sets of settings one label, every setting whose value, or absence, differs.
     What one table measures (``_MEASURED``) is compared among its ``labelled`` runs only."""
-    names = [name for name in dict.fromkeys(name for v in values.values() for name in v) if name not in shown]
+    every = list(dict.fromkeys(name for v in values.values() for name in v))
+    names = [name for name in every if name not in shown]
+    told = [name for name in every if name in shown]  # other columns tell runs apart in these already
     own = [v for run_id, v in values.items() if labelled is None or run_id in labelled]
 
     def apart(readers_only: bool) -> list[str]:
@@ -363,7 +371,7 @@ def _differing(
         return len({tuple((name, repr(v.get(name))) for name in chosen if name in v) for v in own})
 
     differing = apart(readers_only=True)
-    return differing if signatures(differing) == signatures(names) else apart(readers_only=False)
+    return differing if signatures([*differing, *told]) == signatures(every) else apart(readers_only=False)
 
 
 # Settings a caption leaves to other lines: the method is the row's label, the model the caption's own
